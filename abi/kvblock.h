@@ -1,0 +1,420 @@
+/*
+ * kvblock.h - libkvblock, the KV-cache block manager of an LLM inference engine.
+ *
+ * One header, plain C99. Conventions:
+ *  - Every function that can fail returns kvb_status (KVB_OK = 0, errors negative); outputs go through
+ *    pointers. kvb_last_error() holds a thread-local message with the detail of the last failure.
+ *  - A failed call changes nothing.
+ *  - Structs that may grow start with `uint32_t struct_size`; call the matching kvb_xxx_init() first.
+ *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
+ *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
+ *  - Every function on one kvb_manager may be called from several threads (one lock per manager).
+ *
+ * `cc -E -P -DKVB_CDEF kvblock.h` yields text accepted by cffi's FFI.cdef().
+ */
+#ifndef KVBLOCK_H
+#define KVBLOCK_H
+
+#define KVB_VERSION_MAJOR 0
+#define KVB_VERSION_MINOR 1
+#define KVB_VERSION_PATCH 0
+
+#ifndef KVB_CDEF
+#include <stddef.h>
+#include <stdint.h>
+#define KVB_API __attribute__((visibility("default")))
+#ifdef __cplusplus
+extern "C" {
+#endif
+#else
+#define KVB_API
+#endif
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Status, version                                                                                   */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct kvb_manager kvb_manager;
+
+typedef enum kvb_status {
+  KVB_OK = 0,
+  KVB_ERR_INVALID_ARGUMENT = -1, /* NULL pointer, out-of-range value, malformed input */
+  KVB_ERR_OUT_OF_BLOCKS = -2,    /* the free queue cannot cover the request (nothing was changed) */
+  KVB_ERR_NO_SUCH_SEQUENCE = -3,
+  KVB_ERR_SEQUENCE_EXISTS = -4,
+  KVB_ERR_BAD_STATE = -5,        /* valid arguments, but not in this state (e.g. sequence swapped out) */
+  KVB_ERR_OUT_OF_MEMORY = -6,    /* the C++ runtime could not allocate host memory */
+  KVB_ERR_DEVICE = -7,           /* a CUDA call failed; kvb_last_error() has the CUDA error string */
+  KVB_ERR_UNSUPPORTED = -8,      /* feature not built in (e.g. CUDA kernels without nvcc) */
+  KVB_ERR_BUFFER_TOO_SMALL = -9, /* caller buffer too small; the needed size is reported */
+  KVB_ERR_INTERNAL = -10         /* a bug in libkvblock: please report it with kvb_last_error() */
+} kvb_status;
+
+/* Name of a status ("KVB_ERR_OUT_OF_BLOCKS"); "KVB_UNKNOWN_STATUS" for other values. Never NULL. */
+KVB_API const char* kvb_status_string(kvb_status s);
+/* Detail of the last failure on the calling thread ("" if none yet). Valid until the thread's next call. */
+KVB_API const char* kvb_last_error(void);
+/* MAJOR*10000 + MINOR*100 + PATCH of the loaded library. */
+KVB_API uint32_t kvb_version(void);
+/* "MAJOR.MINOR.PATCH" of the loaded library. */
+KVB_API const char* kvb_version_string(void);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Manager                                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef enum kvb_config_flags {
+  /* Match prefixes by a 128-bit XXH3 hash keyed with a secret per-manager seed (collision defence);
+     the public xxh64 chain hash is still computed and reported. */
+  KVB_CONFIG_KEYED_INDEX = 1,
+  /* Record block stored / removed / cleared events for kvb_drain_events(). */
+  KVB_CONFIG_EVENTS = 2
+} kvb_config_flags;
+
+typedef struct kvb_config {
+  uint32_t struct_size;
+  uint32_t block_size;                 /* tokens per block, default 16 */
+  uint32_t num_blocks;                 /* device blocks */
+  uint32_t num_host_blocks;            /* host (swap/offload) blocks, 0 = none */
+  float    watermark;                  /* fraction of blocks kept free for running sequences, default 0 */
+  const int64_t* non_cacheable_tokens; /* copied at create */
+  size_t   num_non_cacheable_tokens;
+  /* --- fields below were added after the core contract; older callers' struct_size omits them --- */
+  uint32_t flags;                      /* kvb_config_flags, default 0 */
+  uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
+  uint64_t index_seed;                 /* KVB_CONFIG_KEYED_INDEX seed; 0 = random from the OS */
+} kvb_config;                          /* may grow at the end */
+
+/* Fill defaults (block_size 16, everything else 0) and struct_size. */
+KVB_API void kvb_config_init(kvb_config* cfg);
+/* Create a manager with num_blocks device blocks, all free, in the queue order 0..num_blocks-1. */
+KVB_API kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out);
+/* Destroy a manager and everything it holds. NULL is a no-op. */
+KVB_API void kvb_manager_destroy(kvb_manager* m);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Hashing                                                                                           */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* xxh64 (seed 0) over [*parent_hash as u64 LE if parent_hash != NULL] + tokens as i64 LE: the public
+   block hash, identical to nano-vllm's compute_hash. n == 0 hashes the parent alone. */
+KVB_API uint64_t kvb_hash_tokens(const uint64_t* parent_hash /* NULL = first block */, const int64_t* tokens, size_t n);
+/* The hash block_id received when committed as a full block, while it still holds that content.
+   KVB_ERR_BAD_STATE if it holds no committed full block (never committed, partial, non-cacheable, reused). */
+KVB_API kvb_status kvb_block_hash(kvb_manager* m, int32_t block_id, uint64_t* hash);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Sequences: the core flow                                                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Would kvb_seq_allocate of these tokens succeed now? KVB_OK with the would-be cached tokens, or
+   KVB_ERR_OUT_OF_BLOCKS (num_cached_tokens is still written). */
+KVB_API kvb_status kvb_seq_can_allocate(kvb_manager* m, const int64_t* tokens, size_t n, size_t* num_cached_tokens);
+/* Create sequence seq_id holding the prompt: reuse the longest cached prefix (never the last block), take
+   free blocks for the rest. *num_cached_tokens (may be NULL) = tokens whose K/V are already computed. */
+KVB_API kvb_status kvb_seq_allocate(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n, size_t* num_cached_tokens);
+/* num_tokens more tokens of the sequence have their K/V written; blocks that become full enter the index. */
+KVB_API kvb_status kvb_seq_commit(kvb_manager* m, int64_t seq_id, size_t num_tokens);
+/* KVB_OK if num_tokens more tokens can be appended now, else KVB_ERR_OUT_OF_BLOCKS. */
+KVB_API kvb_status kvb_seq_can_append(kvb_manager* m, int64_t seq_id, size_t num_tokens);
+/* Append tokens (decode or speculative), taking blocks as needed; all-or-nothing. */
+KVB_API kvb_status kvb_seq_append(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n);
+/* Drop the sequence (device or swapped out); its blocks are released last block first. */
+KVB_API kvb_status kvb_seq_free(kvb_manager* m, int64_t seq_id);
+/* The sequence's block ids, one per block of its tokens (-1 where released by a sliding window).
+   *len = the number of entries (also on KVB_ERR_BUFFER_TOO_SMALL). Swapped out: KVB_ERR_BAD_STATE. */
+KVB_API kvb_status kvb_seq_block_table(kvb_manager* m, int64_t seq_id, int32_t* out, size_t capacity, size_t* len);
+/* Number of device blocks in the free queue (cached-free blocks included). */
+KVB_API kvb_status kvb_num_free_blocks(kvb_manager* m, size_t* n);
+/* Full O(N) consistency check of every structure; KVB_ERR_INTERNAL with the broken rule if any. */
+KVB_API kvb_status kvb_check_invariants(kvb_manager* m);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Sequences: cache salt, extra keys, state                                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct kvb_seq_options {
+  uint32_t struct_size;
+  uint32_t has_cache_salt;           /* 1: cache_salt is hashed in place of the first block's parent */
+  uint64_t cache_salt;               /* per-tenant salt: prompts with different salts never share blocks */
+  const uint32_t* extra_key_blocks;  /* block indices (within the sequence) that carry an extra key */
+  const uint64_t* extra_keys;        /* the keys (e.g. image content hash, LoRA id), u64 LE after tokens */
+  size_t num_extra_keys;             /* entries in both arrays, indices strictly increasing */
+  uint32_t window_tokens;            /* sliding window (0 = none): see kvb_seq_set_window */
+  uint32_t sink_tokens;              /* attention-sink tokens kept with the window */
+} kvb_seq_options;
+
+/* Fill defaults (no salt, no extra keys, no window) and struct_size. */
+KVB_API void kvb_seq_options_init(kvb_seq_options* opts);
+/* kvb_seq_can_allocate with options (opts may be NULL). */
+KVB_API kvb_status kvb_seq_can_allocate_ex(kvb_manager* m, const int64_t* tokens, size_t n,
+                                           const kvb_seq_options* opts, size_t* num_cached_tokens);
+/* kvb_seq_allocate with options (opts may be NULL); the options stay with the sequence. */
+KVB_API kvb_status kvb_seq_allocate_ex(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n,
+                                       const kvb_seq_options* opts, size_t* num_cached_tokens);
+/* Give block block_index of the sequence an extra key before it is committed full (chunked or decode
+   input of images); KVB_ERR_BAD_STATE if that block was already hashed. */
+KVB_API kvb_status kvb_seq_set_extra_key(kvb_manager* m, int64_t seq_id, uint32_t block_index, uint64_t key);
+
+typedef enum kvb_seq_location { KVB_SEQ_ON_DEVICE = 0, KVB_SEQ_SWAPPED_OUT = 1 } kvb_seq_location;
+
+typedef struct kvb_seq_info {
+  uint32_t struct_size;
+  uint32_t location;          /* kvb_seq_location */
+  uint64_t num_tokens;        /* tokens of the sequence */
+  uint64_t num_computed;      /* of which K/V are written (cached hits + commits) */
+  uint64_t num_cached;        /* tokens that were prefix-cache hits at allocation */
+  uint64_t num_blocks;        /* entries of the block table */
+  uint64_t num_held_blocks;   /* entries that hold a block (not released by the window) */
+  uint32_t window_tokens;
+  uint32_t sink_tokens;
+} kvb_seq_info;
+
+KVB_API void kvb_seq_info_init(kvb_seq_info* info);
+/* State of one sequence. */
+KVB_API kvb_status kvb_seq_get_info(kvb_manager* m, int64_t seq_id, kvb_seq_info* info);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Fork, copy-on-write, rollback, sliding window                                                    */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* New sequence child sharing all of parent's blocks (no copy). Every parent token must be committed. */
+KVB_API kvb_status kvb_seq_fork(kvb_manager* m, int64_t parent_id, int64_t child_id);
+/* Fork sharing only the first num_tokens tokens (TVM fork_pos); they must all be committed. */
+KVB_API kvb_status kvb_seq_fork_at(kvb_manager* m, int64_t parent_id, int64_t child_id, size_t num_tokens);
+/* Pending copy-on-write copies as (src, dst) block pairs, pairs[2*i] = src, pairs[2*i+1] = dst, oldest
+   first; run them (kvb_copy_blocks) before attention reads dst. All pending pairs are drained at once;
+   if capacity_pairs is too small nothing is drained, KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed. */
+KVB_API kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
+/* Drop the last num_tokens tokens (rejected speculative tokens, TVM PopN). Blocks that become empty are
+   released; a committed full block that stops being full leaves the index unless shared. */
+KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_tokens);
+/* Sliding window with attention sinks (window_tokens 0 = off): blocks wholly outside the first
+   sink_tokens and the last window_tokens tokens, and fully committed, are released; slots read -1. */
+KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Host tier and swapping                                                                            */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef enum kvb_availability {
+  KVB_AVAIL_OK = 0,    /* can be done now */
+  KVB_AVAIL_LATER = 1, /* could be done once other sequences release blocks */
+  KVB_AVAIL_NEVER = 2  /* the pool could never hold it */
+} kvb_availability;
+
+/* Can the sequence move to host blocks now? (host free blocks vs. its held device blocks) */
+KVB_API kvb_status kvb_seq_can_swap_out(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
+/* Move the sequence's held device blocks to host blocks. pairs[2*i] = device src, pairs[2*i+1] = host dst;
+   run them with kvb_swap_blocks before the device blocks are reused. *num_pairs needed if too small. */
+KVB_API kvb_status kvb_seq_swap_out(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
+/* Can the swapped-out sequence come back? OK when free - needed >= watermark blocks (vLLM's rule). */
+KVB_API kvb_status kvb_seq_can_swap_in(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
+/* Bring the sequence back to device blocks. pairs[2*i] = host src, pairs[2*i+1] = device dst. */
+KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Batch export for kernels                                                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct kvb_batch {
+  uint32_t struct_size;
+  uint32_t max_blocks_per_seq; /* columns of block_tables */
+  int32_t* block_tables;       /* [num_seqs][max_blocks_per_seq], padded with -1; NULL = not wanted */
+  int32_t* seq_lens;           /* [num_seqs] tokens per sequence; NULL = not wanted */
+  int32_t* query_start;        /* [num_seqs + 1] prefix sums of uncomputed tokens; NULL = not wanted */
+  int64_t* slot_mapping;       /* [slot_capacity]: block*block_size+offset of every uncomputed token, */
+  size_t slot_capacity;        /*   sequence after sequence, then -1 up to slot_capacity; NULL = not wanted */
+  size_t num_slots;            /* out: uncomputed tokens in the batch */
+  uint32_t max_blocks_needed;  /* out: longest block table in the batch */
+} kvb_batch;
+
+KVB_API void kvb_batch_init(kvb_batch* batch);
+/* Fill the kernel inputs of one step for num_seqs sequences (all on device) in one call.
+   KVB_ERR_BUFFER_TOO_SMALL (with num_slots / max_blocks_needed set) when a buffer is too small. */
+KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_seqs, kvb_batch* batch);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Statistics, events, prefix-cache control                                                          */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct kvb_stats {
+  uint32_t struct_size;
+  uint32_t block_size;
+  uint64_t num_blocks;
+  uint64_t free_blocks;        /* in the free queue (cached_free_blocks included) */
+  uint64_t used_blocks;        /* ref count > 0 */
+  uint64_t cached_free_blocks; /* free, but still findable by prefix */
+  uint64_t num_seqs;           /* live sequences (swapped out included) */
+  uint64_t query_tokens;       /* prompt tokens looked up by allocate */
+  uint64_t hit_tokens;         /* of which were cache hits */
+  uint64_t computed_tokens;    /* tokens committed (K/V written by the caller) */
+  uint64_t evictions;          /* cached blocks reused for new data */
+  uint64_t cow_copies;         /* copy-on-write pairs recorded */
+  uint64_t swapped_out_blocks; /* blocks moved device -> host, cumulative */
+  uint64_t swapped_in_blocks;  /* blocks moved host -> device, cumulative */
+  uint64_t num_host_blocks;
+  uint64_t free_host_blocks;
+  uint64_t events_dropped;     /* events lost to a full event queue, cumulative */
+} kvb_stats;
+
+KVB_API void kvb_stats_init(kvb_stats* stats);
+/* Snapshot of the counters (fields beyond the caller's struct_size are not written). */
+KVB_API kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats);
+
+typedef enum kvb_event_type {
+  KVB_EVENT_BLOCK_STORED = 1,  /* a hash entered the index */
+  KVB_EVENT_BLOCK_REMOVED = 2, /* a hash left the index */
+  KVB_EVENT_ALL_CLEARED = 3    /* the index was emptied (kvb_reset_prefix_cache) */
+} kvb_event_type;
+
+typedef enum kvb_parent_kind {
+  KVB_PARENT_NONE = 0,  /* first block, no salt */
+  KVB_PARENT_BLOCK = 1, /* parent_hash is the previous block's hash */
+  KVB_PARENT_SALT = 2   /* first block; parent_hash holds the cache salt */
+} kvb_parent_kind;
+
+typedef struct kvb_event {
+  uint32_t type;          /* kvb_event_type */
+  uint32_t parent_kind;   /* kvb_parent_kind (STORED) */
+  uint64_t block_hash;    /* public xxh64 chain hash (STORED, REMOVED) */
+  uint64_t parent_hash;   /* see parent_kind (STORED) */
+  uint64_t extra_key;     /* valid when has_extra_key (STORED) */
+  uint32_t has_extra_key;
+  uint32_t num_tokens;    /* = block size (STORED), else 0 */
+  size_t   token_offset;  /* the block's tokens are tokens[token_offset .. +num_tokens) (STORED) */
+  int32_t  block_id;      /* device block (STORED, REMOVED) */
+  uint32_t reserved;
+} kvb_event;
+
+/* Drain events in order: as many as fit in events[capacity] and tokens[token_capacity].
+   *num_events = drained (0 = queue empty); *dropped (may be NULL) = events lost since the last drain. */
+KVB_API kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t capacity, int64_t* tokens,
+                                    size_t token_capacity, size_t* num_events, uint64_t* dropped);
+/* Empty the prefix index (every block forgets its hash). Refused with KVB_ERR_BAD_STATE while any block
+   is in use, so no running sequence can lose its cached prefix mid-flight (vLLM's contract). */
+KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
+
+/* ==== KERNELS BEGIN (owned by kernels/) ==== */
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Kernels: write K/V, paged decode attention, copy and swap blocks (CPU always, CUDA when built)  */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
+typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
+
+/* One layer's K and V caches: [num_blocks, block_size, num_kv_heads, head_dim] by default (NHD). Strides
+   are in elements (0 = dense NHD); head_dim elements are contiguous. K and V share shape and strides. */
+typedef struct kvb_cache_desc {
+  uint32_t struct_size;
+  uint32_t device_type;   /* kvb_device_type, default CPU */
+  int32_t  device_index;  /* CUDA device ordinal (0 for CPU) */
+  uint32_t dtype;         /* kvb_dtype, default FP16 */
+  void*    k;             /* K cache base */
+  void*    v;             /* V cache base */
+  uint32_t num_blocks;
+  uint32_t block_size;    /* tokens per block: a power of two, 1..1024 */
+  uint32_t num_kv_heads;
+  uint32_t head_dim;
+  int64_t  block_stride;  /* elements between blocks; 0 = block_size * token_stride */
+  int64_t  token_stride;  /* elements between tokens of a block; 0 = num_kv_heads * head_stride */
+  int64_t  head_stride;   /* elements between heads of a token; 0 = head_dim */
+  uint32_t alloc_kind;    /* set by kvb_cache_alloc (kvb_cache_alloc_kind); 0 = memory owned by the caller */
+  uint32_t reserved;
+} kvb_cache_desc;
+
+typedef enum kvb_cache_alloc_kind {
+  KVB_ALLOC_NONE = 0,        /* caller-owned memory */
+  KVB_ALLOC_CUDA = 1,        /* cudaMalloc */
+  KVB_ALLOC_HOST_PINNED = 2, /* cudaHostAlloc (page-locked, mapped): the fast path of kvb_swap_blocks */
+  KVB_ALLOC_HOST = 3         /* plain aligned host memory (no CUDA driver or not built with CUDA) */
+} kvb_cache_alloc_kind;
+
+/* Fill defaults (CPU, FP16, NULL pointers, zero shape, dense strides) and struct_size. */
+KVB_API void kvb_cache_desc_init(kvb_cache_desc* desc);
+/* Allocate K and V for the shape, device and dtype in *desc (strides must be 0: dense NHD); fills k, v,
+   strides and alloc_kind. CUDA: device memory; CPU: page-locked when a CUDA device is usable. */
+KVB_API kvb_status kvb_cache_alloc(kvb_cache_desc* desc);
+/* Free memory from kvb_cache_alloc and clear k and v. Caller-owned memory (alloc_kind 0) is refused. */
+KVB_API kvb_status kvb_cache_free(kvb_cache_desc* desc);
+/* Usable CUDA devices (0 when there is no driver or device). KVB_ERR_UNSUPPORTED (count 0) if built
+   without CUDA. */
+KVB_API kvb_status kvb_cuda_device_count(int32_t* count);
+
+/* New K and V of num_tokens tokens into the cache, token i at slot slot_mapping[i] (block*block_size +
+   offset; -1 = skip). All arrays in the cache's dtype and on its device; strides in elements, 0 = dense. */
+typedef struct kvb_write_kv_args {
+  uint32_t struct_size;
+  uint32_t reserved;
+  size_t   num_tokens;
+  const void* key;              /* [num_tokens, num_kv_heads, head_dim] */
+  const void* value;            /* [num_tokens, num_kv_heads, head_dim] */
+  int64_t  key_token_stride;    /* 0 = num_kv_heads * head_dim */
+  int64_t  key_head_stride;     /* 0 = head_dim */
+  int64_t  value_token_stride;  /* 0 = num_kv_heads * head_dim */
+  int64_t  value_head_stride;   /* 0 = head_dim */
+  const int64_t* slot_mapping;  /* [num_tokens]; CPU: other out-of-range slots are an error; CUDA: skipped */
+} kvb_write_kv_args;
+
+KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
+/* reshape_and_cache: scatter new K/V into the cache on stream (CUDA; ignored on CPU). */
+KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_args* args, void* stream);
+
+/* Paged decode attention: one query token per sequence over its cached tokens. q and out in the cache's
+   dtype, everything on the cache's device; strides in elements (0 = dense). */
+typedef struct kvb_attention_args {
+  uint32_t struct_size;
+  uint32_t num_seqs;
+  uint32_t num_q_heads;         /* a multiple of num_kv_heads (GQA / MQA) */
+  uint32_t max_blocks_per_seq;  /* columns of block_tables */
+  const void* q;                /* [num_seqs, num_q_heads, head_dim] */
+  int64_t  q_seq_stride;        /* 0 = num_q_heads * head_dim */
+  int64_t  q_head_stride;       /* 0 = head_dim */
+  void*    out;                 /* [num_seqs, num_q_heads, head_dim], every element written */
+  int64_t  out_seq_stride;      /* 0 = num_q_heads * head_dim */
+  int64_t  out_head_stride;     /* 0 = head_dim */
+  const int32_t* block_tables;  /* [num_seqs, max_blocks_per_seq] */
+  const int32_t* seq_lens;      /* [num_seqs] tokens in the cache per sequence (0 = output zeros) */
+  float    scale;               /* logits = scale * q.k, default 1/sqrt(head_dim) if left 0 */
+  float    logits_soft_cap;     /* > 0: logits = cap * tanh(logits / cap); 0 = off */
+  uint32_t window_tokens;       /* > 0: attend only the last window_tokens tokens (plus sinks); 0 = all */
+  uint32_t sink_tokens;         /* with a window: the first sink_tokens tokens are attended too */
+  void*    workspace;           /* kvb_paged_attention_workspace_size() bytes on the device (may be NULL if 0) */
+  size_t   workspace_size;
+} kvb_attention_args;
+
+KVB_API void kvb_attention_args_init(kvb_attention_args* args);
+/* Bytes of workspace kvb_paged_attention needs for these shapes (depends on num_seqs, num_q_heads,
+   max_blocks_per_seq and the cache shape only; pointers are not read). */
+KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
+                                                      size_t* bytes);
+/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). CPU:
+   out-of-range block ids in the attended range and seq_lens beyond the table are errors. */
+KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
+
+/* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
+   num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */
+KVB_API kvb_status kvb_copy_blocks(const kvb_cache_desc* layers, size_t num_layers, const int32_t* pairs,
+                                   size_t num_pairs, void* stream);
+
+typedef enum kvb_swap_flags {
+  KVB_SWAP_AUTO = 0,        /* pick the faster method */
+  KVB_SWAP_USE_MEMCPY = 1,  /* batched cudaMemcpy(2D)Async, consecutive blocks merged */
+  KVB_SWAP_USE_KERNEL = 2   /* one copy kernel over page-locked mapped host memory */
+} kvb_swap_flags;
+
+/* Copy block pairs[2*i] of src_layers[l] to block pairs[2*i+1] of dst_layers[l] for every layer
+   (device <-> host, any direction; same shape and dtype) on stream. Host memory should be page-locked. */
+KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_cache_desc* dst_layers,
+                                   size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
+                                   void* stream);
+/* ==== KERNELS END ==== */
+
+#ifndef KVB_CDEF
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+#endif /* KVBLOCK_H */

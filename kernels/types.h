@@ -1,0 +1,77 @@
+// Internal, validated forms of the kernel arguments. The C boundary (kernels/*.cpp) turns the public
+// structs into these after checking them; the CPU and CUDA implementations only ever see these.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kvb {
+namespace kern {
+
+enum class Dtype : int { f16 = 0, bf16 = 1, f32 = 2 };
+
+inline size_t dtype_size(Dtype d) { return d == Dtype::f32 ? 4 : 2; }
+const char* dtype_name(Dtype d);
+
+// One layer's K/V caches; every stride in elements and positive.
+struct Cache {
+  bool cuda = false;
+  int device_index = 0;
+  Dtype dtype = Dtype::f16;
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t num_blocks = 0, block_size = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t block_stride = 0, token_stride = 0, head_stride = 0;
+  int block_shift = 0;  // log2(block_size)
+
+  size_t elem() const { return dtype_size(dtype); }
+  // True when one block is a dense run of block_size*num_kv_heads*head_dim elements (NHD or HND order).
+  bool block_dense() const;
+  int64_t block_elems() const { return block_size * num_kv_heads * head_dim; }
+};
+
+struct WriteKv {
+  int64_t num_tokens = 0;
+  const void* key = nullptr;
+  const void* value = nullptr;
+  int64_t key_token_stride = 0, key_head_stride = 0, value_token_stride = 0, value_head_stride = 0;
+  const int64_t* slots = nullptr;
+};
+
+// Split-K plan: partitions of partition_size tokens; num_partitions == 1 means a single pass.
+struct AttnPlan {
+  int64_t partition_size = 0;
+  int64_t num_partitions = 1;
+  size_t workspace_bytes = 0;  // num_seqs*num_q_heads*num_partitions*(head_dim+2) floats when split
+};
+
+struct Attention {
+  int64_t num_seqs = 0, num_q_heads = 0, max_blocks = 0;
+  const void* q = nullptr;
+  int64_t q_seq_stride = 0, q_head_stride = 0;
+  void* out = nullptr;
+  int64_t out_seq_stride = 0, out_head_stride = 0;
+  const int32_t* block_tables = nullptr;
+  const int32_t* seq_lens = nullptr;
+  float scale = 0.f, soft_cap = 0.f;
+  int64_t window = 0, sink = 0;
+  void* workspace = nullptr;
+  AttnPlan plan;
+};
+
+// Workspace layout when split: m[seq][head][part], l[seq][head][part], acc[seq][head][part][head_dim].
+// m is the running max in log2 units (logit * log2(e)), l the sum of exp2(s - m), acc = sum(p*v)/l.
+AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+                        int64_t block_size, int64_t max_blocks);
+
+// Copy (same cache) or swap (src != dst) of block pairs over several layers; all layers share shape.
+struct BlockCopy {
+  const Cache* src = nullptr;  // [num_layers]
+  const Cache* dst = nullptr;  // [num_layers]
+  int64_t num_layers = 0;
+  const int32_t* pairs = nullptr;  // host memory, pairs[2i] = src block, pairs[2i+1] = dst block
+  int64_t num_pairs = 0;
+  uint32_t flags = 0;  // kvb_swap_flags
+};
+
+}  // namespace kern
+}  // namespace kvb

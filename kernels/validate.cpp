@@ -1,0 +1,221 @@
+#include "validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "../libkvblock/capi_guard.h"
+#include "backends.h"
+
+namespace kvb {
+namespace kern {
+
+const char* dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::f16: return "fp16";
+    case Dtype::bf16: return "bf16";
+    case Dtype::f32: return "fp32";
+  }
+  return "?";
+}
+
+bool Cache::block_dense() const {
+  const bool nhd = head_stride == head_dim && token_stride == num_kv_heads * head_dim;
+  const bool hnd = token_stride == head_dim && head_stride == block_size * head_dim;
+  return nhd || hnd;
+}
+
+namespace {
+
+constexpr int64_t kMaxOffset = int64_t(1) << 60;
+
+// Copies the caller's struct into a default-initialised one, reading only the bytes its size covers.
+template <class T>
+T read_versioned(const T* in, void (*init)(T*), size_t min_size, const char* what) {
+  T out;
+  init(&out);
+  KVB_REQUIRE_ARG(in->struct_size >= min_size, "%s: struct_size %u is smaller than the minimum %zu (call the _init function)",
+                  what, in->struct_size, min_size);
+  std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+  return out;
+}
+
+// Default a stride of 0, reject negative ones.
+int64_t stride_or(int64_t s, int64_t dflt, const char* what, const char* name) {
+  KVB_REQUIRE_ARG(s >= 0, "%s: %s %lld is negative", what, name, (long long)s);
+  return s == 0 ? dflt : s;
+}
+
+// True when [extent_i] x stride_i boxes nested in increasing stride order never overlap
+// (the innermost dimension is `inner` contiguous elements).
+bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int64_t>> dims) {
+  std::vector<std::pair<int64_t, int64_t>> d(dims);  // (stride, extent)
+  std::sort(d.begin(), d.end());
+  int64_t span = inner;
+  for (auto& [stride, extent] : d) {
+    if (extent <= 1) continue;
+    if (stride < span) return false;
+    if (stride > kMaxOffset / extent) return false;
+    span += stride * (extent - 1);
+    if (span > kMaxOffset) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Cache read_cache(const kvb_cache_desc* desc, const char* what) {
+  KVB_REQUIRE_ARG(desc != nullptr, "%s is NULL", what);
+  kvb_cache_desc d = read_versioned(desc, kvb_cache_desc_init, offsetof(kvb_cache_desc, alloc_kind), what);
+  Cache c;
+  KVB_REQUIRE_ARG(d.device_type == KVB_DEVICE_CPU || d.device_type == KVB_DEVICE_CUDA,
+                  "%s: unknown device_type %u", what, d.device_type);
+  c.cuda = d.device_type == KVB_DEVICE_CUDA;
+  KVB_REQUIRE_ARG(!c.cuda || d.device_index >= 0, "%s: device_index %d is negative", what, d.device_index);
+  c.device_index = c.cuda ? d.device_index : 0;
+  KVB_REQUIRE_ARG(d.dtype <= KVB_DTYPE_FP32, "%s: unknown dtype %u", what, d.dtype);
+  c.dtype = static_cast<Dtype>(d.dtype);
+  KVB_REQUIRE_ARG(d.k != nullptr, "%s: k is NULL", what);
+  KVB_REQUIRE_ARG(d.v != nullptr, "%s: v is NULL", what);
+  c.k = d.k;
+  c.v = d.v;
+  KVB_REQUIRE_ARG(d.num_blocks >= 1 && d.num_blocks <= 0x7fffffffu, "%s: num_blocks %u out of range", what, d.num_blocks);
+  KVB_REQUIRE_ARG(d.block_size >= 1 && d.block_size <= 1024 && (d.block_size & (d.block_size - 1)) == 0,
+                  "%s: block_size %u is not a power of two in [1, 1024]", what, d.block_size);
+  KVB_REQUIRE_ARG(d.num_kv_heads >= 1 && d.num_kv_heads <= 65536, "%s: num_kv_heads %u out of range", what, d.num_kv_heads);
+  KVB_REQUIRE_ARG(d.head_dim >= 1 && d.head_dim <= 65536, "%s: head_dim %u out of range", what, d.head_dim);
+  c.num_blocks = d.num_blocks;
+  c.block_size = d.block_size;
+  c.num_kv_heads = d.num_kv_heads;
+  c.head_dim = d.head_dim;
+  while ((int64_t(1) << c.block_shift) < c.block_size) c.block_shift++;
+  c.head_stride = stride_or(d.head_stride, c.head_dim, what, "head_stride");
+  c.token_stride = stride_or(d.token_stride, c.num_kv_heads * c.head_stride, what, "token_stride");
+  c.block_stride = stride_or(d.block_stride, c.block_size * c.token_stride, what, "block_stride");
+  KVB_REQUIRE_ARG(non_overlapping(c.head_dim, {{c.head_stride, c.num_kv_heads},
+                                               {c.token_stride, c.block_size},
+                                               {c.block_stride, c.num_blocks}}),
+                  "%s: strides (block %lld, token %lld, head %lld) make elements overlap or overflow", what,
+                  (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
+  return c;
+}
+
+void require_backend(const Cache& c, const char* what) {
+  if (!c.cuda) return;
+  if (!cuda::built())
+    fail(Code::unsupported, "%s: CUDA cache, but libkvblock was built without CUDA (make CUDA=0 or no nvcc)", what);
+  cuda::check_device(c.device_index);
+}
+
+void require_same_shape(const Cache& a, const Cache& b, const char* what_a, const char* what_b) {
+  KVB_REQUIRE_ARG(a.dtype == b.dtype, "%s dtype %s differs from %s dtype %s", what_b, dtype_name(b.dtype), what_a,
+                  dtype_name(a.dtype));
+  KVB_REQUIRE_ARG(a.block_size == b.block_size && a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim,
+                  "%s shape (block_size %lld, kv heads %lld, head_dim %lld) differs from %s (%lld, %lld, %lld)",
+                  what_b, (long long)b.block_size, (long long)b.num_kv_heads, (long long)b.head_dim, what_a,
+                  (long long)a.block_size, (long long)a.num_kv_heads, (long long)a.head_dim);
+}
+
+WriteKv read_write_kv(const Cache& c, const kvb_write_kv_args* args) {
+  KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
+  kvb_write_kv_args a = read_versioned(args, kvb_write_kv_args_init, sizeof(kvb_write_kv_args), "args");
+  WriteKv w;
+  KVB_REQUIRE_ARG(a.num_tokens <= (size_t(1) << 40), "num_tokens %zu is too large", a.num_tokens);
+  w.num_tokens = (int64_t)a.num_tokens;
+  w.key_head_stride = stride_or(a.key_head_stride, c.head_dim, "args", "key_head_stride");
+  w.key_token_stride = stride_or(a.key_token_stride, c.num_kv_heads * w.key_head_stride, "args", "key_token_stride");
+  w.value_head_stride = stride_or(a.value_head_stride, c.head_dim, "args", "value_head_stride");
+  w.value_token_stride =
+      stride_or(a.value_token_stride, c.num_kv_heads * w.value_head_stride, "args", "value_token_stride");
+  if (w.num_tokens == 0) return w;
+  KVB_REQUIRE_ARG(a.key != nullptr, "args: key is NULL");
+  KVB_REQUIRE_ARG(a.value != nullptr, "args: value is NULL");
+  KVB_REQUIRE_ARG(a.slot_mapping != nullptr, "args: slot_mapping is NULL");
+  w.key = a.key;
+  w.value = a.value;
+  w.slots = a.slot_mapping;
+  return w;
+}
+
+AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
+                        int64_t block_size, int64_t max_blocks) {
+  // Partitions of at least 256 tokens (and a whole number of blocks). Grow them while the grid keeps at
+  // least 4096 (sequence, kv head, partition) work items: larger partitions write less workspace, but
+  // enough items are needed to fill a GPU without a long tail. Depends on shapes only, so the workspace
+  // query agrees with the launch and with every device.
+  const int64_t max_ctx = max_blocks * block_size;
+  AttnPlan p;
+  p.partition_size = std::max<int64_t>(256, block_size);
+  const int64_t rows = num_seqs * num_kv_heads;
+  while (p.partition_size < 2048 &&
+         rows * ((max_ctx + 2 * p.partition_size - 1) / (2 * p.partition_size)) >= 4096)
+    p.partition_size *= 2;
+  p.num_partitions = std::max<int64_t>(1, (max_ctx + p.partition_size - 1) / p.partition_size);
+  if (p.num_partitions > 1)
+    p.workspace_bytes = size_t(num_seqs) * size_t(num_q_heads) * size_t(p.num_partitions) *
+                        size_t(head_dim + 2) * sizeof(float);
+  return p;
+}
+
+Attention read_attention(const Cache& c, const kvb_attention_args* args, bool need_pointers) {
+  KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
+  kvb_attention_args a = read_versioned(args, kvb_attention_args_init, sizeof(kvb_attention_args), "args");
+  Attention t;
+  KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
+                  "attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);
+  KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
+  KVB_REQUIRE_ARG(a.num_q_heads >= 1, "args: num_q_heads is 0");
+  KVB_REQUIRE_ARG(a.num_q_heads % c.num_kv_heads == 0, "args: num_q_heads %u is not a multiple of num_kv_heads %lld",
+                  a.num_q_heads, (long long)c.num_kv_heads);
+  KVB_REQUIRE_ARG(a.num_q_heads / c.num_kv_heads <= 256, "args: %lld query heads per kv head exceeds 256",
+                  (long long)(a.num_q_heads / c.num_kv_heads));
+  KVB_REQUIRE_ARG(a.max_blocks_per_seq >= 1, "args: max_blocks_per_seq is 0");
+  KVB_REQUIRE_ARG(int64_t(a.max_blocks_per_seq) * c.block_size <= 0x7fffffff,
+                  "args: max_blocks_per_seq %u * block_size %lld exceeds 2^31-1 tokens", a.max_blocks_per_seq,
+                  (long long)c.block_size);
+  KVB_REQUIRE_ARG(std::isfinite(a.scale) && a.scale >= 0.f, "args: scale %g is not a finite value >= 0", (double)a.scale);
+  KVB_REQUIRE_ARG(std::isfinite(a.logits_soft_cap) && a.logits_soft_cap >= 0.f,
+                  "args: logits_soft_cap %g is not a finite value >= 0", (double)a.logits_soft_cap);
+  KVB_REQUIRE_ARG(a.window_tokens > 0 || a.sink_tokens == 0, "args: sink_tokens %u without window_tokens",
+                  a.sink_tokens);
+  t.num_seqs = a.num_seqs;
+  t.num_q_heads = a.num_q_heads;
+  t.max_blocks = a.max_blocks_per_seq;
+  t.scale = a.scale > 0.f ? a.scale : float(1.0 / std::sqrt(double(c.head_dim)));
+  t.soft_cap = a.logits_soft_cap;
+  t.window = a.window_tokens;
+  t.sink = a.sink_tokens;
+  t.q_head_stride = stride_or(a.q_head_stride, c.head_dim, "args", "q_head_stride");
+  t.q_seq_stride = stride_or(a.q_seq_stride, t.num_q_heads * t.q_head_stride, "args", "q_seq_stride");
+  t.out_head_stride = stride_or(a.out_head_stride, c.head_dim, "args", "out_head_stride");
+  t.out_seq_stride = stride_or(a.out_seq_stride, t.num_q_heads * t.out_head_stride, "args", "out_seq_stride");
+  KVB_REQUIRE_ARG(non_overlapping(c.head_dim, {{t.out_head_stride, t.num_q_heads}, {t.out_seq_stride, t.num_seqs}}),
+                  "args: out strides (seq %lld, head %lld) make elements overlap", (long long)t.out_seq_stride,
+                  (long long)t.out_head_stride);
+  t.plan = plan_attention(t.num_seqs, t.num_q_heads, c.num_kv_heads, c.head_dim, c.block_size, t.max_blocks);
+  if (!need_pointers || t.num_seqs == 0) return t;
+  KVB_REQUIRE_ARG(a.q != nullptr, "args: q is NULL");
+  KVB_REQUIRE_ARG(a.out != nullptr, "args: out is NULL");
+  KVB_REQUIRE_ARG(a.block_tables != nullptr, "args: block_tables is NULL");
+  KVB_REQUIRE_ARG(a.seq_lens != nullptr, "args: seq_lens is NULL");
+  if (t.plan.workspace_bytes > 0) {
+    if (a.workspace_size < t.plan.workspace_bytes)
+      fail(Code::buffer_too_small, "args: workspace_size %zu is smaller than the %zu bytes needed "
+           "(kvb_paged_attention_workspace_size)", a.workspace_size, t.plan.workspace_bytes);
+    KVB_REQUIRE_ARG(a.workspace != nullptr, "args: workspace is NULL");
+    KVB_REQUIRE_ARG(reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0, "args: workspace is not 16-byte aligned");
+  }
+  t.q = a.q;
+  t.out = a.out;
+  t.block_tables = a.block_tables;
+  t.seq_lens = a.seq_lens;
+  t.workspace = a.workspace;
+  return t;
+}
+
+}  // namespace kern
+}  // namespace kvb

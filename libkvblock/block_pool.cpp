@@ -1,0 +1,38 @@
+#include "block_pool.h"
+
+namespace kvb {
+
+BlockPool::BlockPool(uint32_t num_blocks, uint32_t block_size)
+    : num_blocks_(num_blocks),
+      block_size_(block_size),
+      meta_(new BlockMeta[num_blocks]),
+      tokens_(new int64_t[static_cast<size_t>(num_blocks) * block_size]) {
+  for (uint32_t b = 0; b < num_blocks; ++b) push_tail(static_cast<int32_t>(b));
+}
+
+int32_t BlockPool::pop_head() {
+  int32_t b = head_;
+  unlink(b);
+  return b;
+}
+
+void BlockPool::unlink(int32_t b) {
+  BlockMeta& m = meta_[b];
+  if (m.prev >= 0) meta_[m.prev].next = m.next; else head_ = m.next;
+  if (m.next >= 0) meta_[m.next].prev = m.prev; else tail_ = m.prev;
+  m.prev = m.next = -1;
+  m.in_free = 0;
+  --num_free_;
+}
+
+void BlockPool::push_tail(int32_t b) {
+  BlockMeta& m = meta_[b];
+  m.prev = tail_;
+  m.next = -1;
+  if (tail_ >= 0) meta_[tail_].next = b; else head_ = b;
+  tail_ = b;
+  m.in_free = 1;
+  ++num_free_;
+}
+
+}  // namespace kvb

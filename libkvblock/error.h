@@ -1,0 +1,42 @@
+// Errors of the C++ core: an exception carrying a status code and a message. The C boundary
+// (capi_guard.h) turns it into a kvb_status and the thread-local kvb_last_error() text.
+#pragma once
+#include <exception>
+#include <string>
+
+namespace kvb {
+
+// Mirrors kvb_status; kept separate so the core does not depend on the public header.
+enum class Code : int {
+  ok = 0,
+  invalid_argument = -1,
+  out_of_blocks = -2,
+  no_such_sequence = -3,
+  sequence_exists = -4,
+  bad_state = -5,
+  out_of_memory = -6,
+  device = -7,
+  unsupported = -8,
+  buffer_too_small = -9,
+  internal = -10,
+};
+
+class Error : public std::exception {
+ public:
+  Error(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Code code() const noexcept { return code_; }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  Code code_;
+  std::string message_;
+};
+
+// Throws Error(code, printf-style message).
+[[noreturn]] void fail(Code code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// Thread-local message behind kvb_last_error().
+void set_last_error(const char* message) noexcept;
+const char* last_error() noexcept;
+
+}  // namespace kvb

@@ -1,0 +1,45 @@
+// Bounded FIFO of prefix-cache events for KV-aware routers. Storage is allocated once at creation
+// (capacity events, each with room for one block of tokens); when full, new events are counted as
+// dropped rather than silently lost.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvb {
+
+struct Event {
+  uint32_t type = 0;         // kvb_event_type values
+  uint32_t parent_kind = 0;  // kvb_parent_kind values
+  uint64_t hash = 0;
+  uint64_t parent_hash = 0;
+  uint64_t extra = 0;
+  uint32_t has_extra = 0;
+  uint32_t num_tokens = 0;
+  int32_t block = -1;
+};
+
+class EventQueue {
+ public:
+  EventQueue() = default;
+  void enable(size_t capacity, uint32_t block_size);
+  bool enabled() const { return capacity_ > 0; }
+
+  // Records an event; tokens (num_tokens of them) are copied. Counts a drop when full.
+  void push(const Event& e, const int64_t* tokens);
+  size_t size() const { return size_; }
+  const Event& front(size_t i) const { return events_[(head_ + i) % capacity_]; }
+  const int64_t* front_tokens(size_t i) const { return &tokens_[((head_ + i) % capacity_) * block_size_]; }
+  void pop(size_t n) { head_ = (head_ + n) % capacity_; size_ -= n; }
+  uint64_t take_dropped() { uint64_t d = dropped_since_drain_; dropped_since_drain_ = 0; return d; }
+  uint64_t dropped_total() const { return dropped_total_; }
+
+ private:
+  size_t capacity_ = 0, head_ = 0, size_ = 0;
+  uint32_t block_size_ = 0;
+  uint64_t dropped_total_ = 0, dropped_since_drain_ = 0;
+  std::vector<Event> events_;
+  std::vector<int64_t> tokens_;
+};
+
+}  // namespace kvb

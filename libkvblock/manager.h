@@ -1,0 +1,175 @@
+// The block manager (DESIGN §4 and §6) as a plain C++ class. Not thread-safe by itself: the C boundary
+// holds one lock per manager. Errors are thrown as kvb::Error; a throwing call changes nothing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "block_pool.h"
+#include "event_queue.h"
+#include "open_table.h"
+#include "prefix_index.h"
+#include "sequence.h"
+
+namespace kvb {
+
+struct ManagerConfig {
+  uint32_t block_size = 16;
+  uint32_t num_blocks = 0;
+  uint32_t num_host_blocks = 0;
+  float watermark = 0.0f;
+  std::vector<int64_t> non_cacheable;
+  bool keyed_index = false;
+  bool events = false;
+  uint32_t event_capacity = 65536;
+  uint64_t index_seed = 0;  // 0 = random
+};
+
+// Throws invalid_argument for a configuration the manager cannot run with.
+void validate_config(const ManagerConfig& cfg);
+
+// Per-sequence options as passed in (not owned).
+struct SeqOptions {
+  bool has_salt = false;
+  uint64_t salt = 0;
+  const uint32_t* extra_key_blocks = nullptr;
+  const uint64_t* extra_keys = nullptr;
+  size_t num_extra_keys = 0;
+  uint32_t window = 0, sink = 0;
+};
+
+enum class Availability { ok = 0, later = 1, never = 2 };
+
+struct Stats {
+  uint64_t free_blocks, used_blocks, cached_free_blocks, num_seqs;
+  uint64_t query_tokens, hit_tokens, computed_tokens, evictions;
+  uint64_t cow_copies, swapped_out_blocks, swapped_in_blocks, free_host_blocks, events_dropped;
+};
+
+struct BatchOut {
+  uint32_t max_blocks_per_seq = 0;
+  int32_t* block_tables = nullptr;
+  int32_t* seq_lens = nullptr;
+  int32_t* query_start = nullptr;
+  int64_t* slot_mapping = nullptr;
+  size_t slot_capacity = 0;
+  size_t num_slots = 0;               // out
+  uint32_t max_blocks_needed = 0;     // out
+};
+
+using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
+
+class Manager {
+ public:
+  explicit Manager(const ManagerConfig& cfg);
+
+  const ManagerConfig& config() const { return cfg_; }
+
+  // Core flow (manager_core.cpp).
+  bool can_allocate(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached);
+  size_t allocate(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  void commit(int64_t id, size_t n);
+  bool can_append(int64_t id, size_t n);
+  void append(int64_t id, const int64_t* tokens, size_t n);
+  void free_seq(int64_t id);
+  const std::vector<int32_t>& block_table(int64_t id);
+  uint64_t block_hash(int32_t block) const;
+  size_t num_free() const { return pool_.num_free(); }
+  void set_extra_key(int64_t id, uint32_t block_index, uint64_t key);
+  const Sequence& sequence(int64_t id) { return seq(id); }
+
+  // Beyond the core (manager_lifecycle.cpp).
+  void fork(int64_t parent, int64_t child, size_t num_tokens);
+  const std::vector<BlockPair>& pending_copies() const { return pending_copies_; }
+  void clear_pending_copies() { pending_copies_.clear(); }
+  void rollback(int64_t id, size_t n);
+  void set_window(int64_t id, uint32_t window, uint32_t sink);
+  Availability can_swap_out(int64_t id);
+  Availability can_swap_in(int64_t id);
+  size_t swap_out_size(int64_t id);  // pairs a swap would produce
+  size_t swap_in_size(int64_t id);
+  void swap_out(int64_t id, int32_t* pairs);
+  void swap_in(int64_t id, int32_t* pairs);
+  void batch_export(const int64_t* ids, size_t n, BatchOut& out);
+
+  // Stats, events, control (manager_core.cpp / manager_lifecycle.cpp).
+  Stats stats() const;
+  EventQueue& events() { return events_; }
+  void reset_prefix_cache();
+
+  // Full O(N) consistency check (manager_check.cpp); throws Error(internal) naming the broken rule.
+  void check_invariants() const;
+
+ private:
+  // A prefix lookup's result: matched blocks and the chain state after them.
+  struct Lookup {
+    uint32_t num_blocks = 0;  // blocks the prompt needs
+    uint32_t hits = 0;
+    uint32_t free_hits = 0;   // hits on blocks in the free queue (they count as needed)
+    ChainLink chain;
+  };
+
+  Sequence& seq(int64_t id);             // throws no_such_sequence
+  Sequence& device_seq(int64_t id);      // ... and bad_state if swapped out
+  Sequence* find_seq(int64_t id);
+  const Sequence* find_seq_const(int64_t id) const;
+  Sequence& new_seq(int64_t id);         // throws sequence_exists; inserts into the table
+  void drop_seq(Sequence& s);
+
+  void validate_options(const SeqOptions& opts, size_t n) const;
+  void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
+              std::vector<int32_t>* hits_out, Lookup& out);
+  bool is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const;
+  bool contains_non_cacheable(const int64_t* tokens, size_t n) const;
+  ChainLink link_after(const BlockMeta& m) const;
+  void compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash, Key128* key) const;
+  uint32_t watermark_blocks() const { return watermark_blocks_; }
+
+  int32_t take_free_block();             // queue head, evicting its cached content
+  void acquire_cached(int32_t b);        // a hit: take a reference
+  void release_block(int32_t b);         // drop a reference; to the queue tail at zero
+  void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
+  bool index_block(int32_t b);           // enter a committed full block; true if its hash is new
+  void hash_committed_blocks(Sequence& s);
+  void apply_window(Sequence& s);
+  void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
+  size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
+  void emit(uint32_t type, int32_t b, const ChainLink* parent);
+
+  ManagerConfig cfg_;
+  uint32_t bs_;
+  uint32_t watermark_blocks_;
+  uint64_t index_seed_;
+  BlockPool pool_;
+  PrefixIndex index_;
+  EventQueue events_;
+  std::vector<int64_t> non_cacheable_;  // sorted, unique
+
+  // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).
+  struct SeqSlot { int64_t id; uint32_t index; };
+  struct SeqTraits {
+    static SeqSlot empty() { return SeqSlot{0, UINT32_MAX}; }
+    static bool is_empty(const SeqSlot& s) { return s.index == UINT32_MAX; }
+    uint64_t home(const SeqSlot& s) const { return mix64(static_cast<uint64_t>(s.id)); }
+  };
+  OpenTable<SeqSlot, SeqTraits> seq_table_;
+  std::vector<Sequence> seqs_;
+  std::vector<uint32_t> free_seq_slots_;
+  size_t live_seqs_ = 0;
+
+  // Host tier: blocks with copied metadata and tokens, and a FIFO of free host blocks.
+  std::vector<BlockMeta> host_meta_;
+  std::vector<int64_t> host_tokens_;
+  std::vector<int32_t> host_free_;  // stack of free host block ids
+  size_t host_used_ = 0;
+
+  std::vector<BlockPair> pending_copies_;
+  std::vector<int32_t> scratch_hits_;
+
+  uint64_t cached_free_ = 0;
+  uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;
+  uint64_t cow_copies_ = 0, swapped_out_ = 0, swapped_in_ = 0;
+};
+
+}  // namespace kvb

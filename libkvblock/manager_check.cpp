@@ -1,0 +1,143 @@
+// kvb_check_invariants: recomputes every derived quantity from scratch and compares. O(N + tokens);
+// meant for tests and debugging, never called by the library itself.
+#include <cinttypes>
+#include <cstring>
+#include <vector>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+#define KVB_INVARIANT(cond, ...) \
+  do {                           \
+    if (!(cond)) fail(Code::internal, "invariant violated: " __VA_ARGS__); \
+  } while (0)
+
+void Manager::check_invariants() const {
+  const uint32_t N = pool_.num_blocks();
+
+  // Free queue: a well-linked list whose members are exactly the blocks with ref 0.
+  uint32_t walked = 0;
+  int32_t prev = -1;
+  for (int32_t b = pool_.free_head(); b >= 0; b = pool_.meta(b).next) {
+    KVB_INVARIANT(b < static_cast<int32_t>(N), "free queue holds block id %d", b);
+    KVB_INVARIANT(walked < N, "free queue has a cycle");
+    const BlockMeta& m = pool_.meta(b);
+    KVB_INVARIANT(m.in_free, "block %d is linked in the free queue but not marked free", b);
+    KVB_INVARIANT(m.ref == 0, "free block %d has ref count %d", b, m.ref);
+    KVB_INVARIANT(m.prev == prev, "block %d: prev link %d, expected %d", b, m.prev, prev);
+    prev = b;
+    ++walked;
+  }
+  KVB_INVARIANT(prev == pool_.free_tail(), "free queue tail is %d, walk ended at %d", pool_.free_tail(), prev);
+  KVB_INVARIANT(walked == pool_.num_free(), "free queue walk found %u blocks, count says %u", walked, pool_.num_free());
+
+  // Reference counts equal the number of sequence tables holding each block.
+  std::vector<int32_t> refs(N, 0);
+  std::vector<uint8_t> host_held(cfg_.num_host_blocks, 0);
+  size_t live = 0;
+  for (const Sequence& s : seqs_) {
+    if (!s.live) continue;
+    ++live;
+    KVB_INVARIANT(find_seq_const(s.id) == &s, "seq %" PRId64 " is not reachable through the sequence table", s.id);
+    KVB_INVARIANT(s.num_computed <= s.num_tokens, "seq %" PRId64 ": computed %" PRIu64 " > tokens %" PRIu64, s.id,
+                  s.num_computed, s.num_tokens);
+    KVB_INVARIANT(s.num_tokens >= 1, "seq %" PRId64 " has no tokens", s.id);
+    KVB_INVARIANT(s.table.size() == (s.num_tokens + bs_ - 1) / bs_, "seq %" PRId64 ": %zu table entries for %" PRIu64
+                  " tokens", s.id, s.table.size(), s.num_tokens);
+    KVB_INVARIANT(s.num_hashed == s.num_computed / bs_, "seq %" PRId64 ": %u blocks hashed, %" PRIu64
+                  " full computed blocks", s.id, s.num_hashed, s.num_computed / bs_);
+    if (s.swapped) {
+      KVB_INVARIANT(s.host_table.size() == s.table.size(), "swapped seq %" PRId64 ": host table size", s.id);
+      for (size_t i = 0; i < s.table.size(); ++i) {
+        KVB_INVARIANT(s.table[i] == -1, "swapped seq %" PRId64 " still names device block %d", s.id, s.table[i]);
+        int32_t h = s.host_table[i];
+        if (h < 0) continue;
+        KVB_INVARIANT(static_cast<uint32_t>(h) < cfg_.num_host_blocks && !host_held[h],
+                      "host block %d is out of range or held twice", h);
+        host_held[h] = 1;
+      }
+      continue;
+    }
+    KVB_INVARIANT(s.host_table.empty(), "seq %" PRId64 " on device has a host table", s.id);
+    KVB_INVARIANT(s.table.back() >= 0, "seq %" PRId64 ": last block released", s.id);
+    // Each hashed block still held must carry the hash its chain position implies.
+    ChainLink chain = s.first_link;
+    bool chain_known = true;
+    for (size_t i = 0; i < s.table.size(); ++i) {
+      int32_t b = s.table[i];
+      if (b < 0) {
+        KVB_INVARIANT(s.window > 0, "seq %" PRId64 ": block %zu released without a window", s.id, i);
+        chain_known = false;
+        continue;
+      }
+      KVB_INVARIANT(b < static_cast<int32_t>(N), "seq %" PRId64 " holds block id %d", s.id, b);
+      ++refs[b];
+      if (i >= s.num_hashed || (s.uncacheable_from != kNoBlockIndex && i >= s.uncacheable_from)) continue;
+      const BlockMeta& m = pool_.meta(b);
+      KVB_INVARIANT(m.has_hash, "seq %" PRId64 ": committed full block %zu (block %d) has no hash", s.id, i, b);
+      if (chain_known) {
+        ExtraKey extra = s.extra_key(static_cast<uint32_t>(i));
+        uint64_t h;
+        Key128 k;
+        compute_keys(chain, pool_.tokens(b), extra, &h, &k);
+        KVB_INVARIANT(h == m.hash && k == m.key, "seq %" PRId64 ": block %zu (block %d) hash does not match its chain",
+                      s.id, i, b);
+      }
+      chain = link_after(m);
+      chain_known = true;
+    }
+    if (s.uncacheable_from == kNoBlockIndex && chain_known)
+      KVB_INVARIANT(s.chain.kind == chain.kind && s.chain.hash == chain.hash && s.chain.key == chain.key,
+                    "seq %" PRId64 ": stored chain link differs from its last hashed block", s.id);
+  }
+  KVB_INVARIANT(live == live_seqs_, "%zu live sequences, counter says %zu", live, live_seqs_);
+  KVB_INVARIANT(seq_table_.size() == live_seqs_, "sequence table has %zu entries for %zu sequences",
+                seq_table_.size(), live_seqs_);
+
+  uint64_t cached_free = 0;
+  size_t indexed = 0;
+  for (uint32_t b = 0; b < N; ++b) {
+    const BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
+    KVB_INVARIANT(m.ref == refs[b], "block %u has ref count %d, %d sequences hold it", b, m.ref, refs[b]);
+    KVB_INVARIANT((m.ref == 0) == (m.in_free != 0), "block %u: ref %d but in_free %d", b, m.ref, m.in_free);
+    if (m.indexed) {
+      KVB_INVARIANT(m.has_hash, "block %u is indexed without a hash", b);
+      KVB_INVARIANT(index_.find(m.key) == static_cast<int32_t>(b), "indexed block %u is not found under its key", b);
+      ++indexed;
+      if (m.in_free) ++cached_free;
+    }
+    if (!cfg_.keyed_index && m.has_hash)
+      KVB_INVARIANT(m.key.lo == m.hash && m.key.hi == 0, "block %u: unkeyed index key differs from its hash", b);
+  }
+  KVB_INVARIANT(indexed == index_.size(), "%zu blocks marked indexed, index holds %zu", indexed, index_.size());
+  KVB_INVARIANT(cached_free == cached_free_, "%" PRIu64 " cached-free blocks, counter says %" PRIu64, cached_free,
+                cached_free_);
+  for (size_t pos = 0; pos < index_.capacity(); ++pos) {
+    const IndexSlot& s = index_.slot(pos);
+    if (s.block < 0) continue;
+    KVB_INVARIANT(pool_.meta(s.block).indexed, "index slot %zu names block %d, which is not marked indexed", pos,
+                  s.block);
+    KVB_INVARIANT(index_.locate(pool_.meta(s.block).key) == static_cast<long>(pos),
+                  "index slot %zu is unreachable from its key", pos);
+  }
+
+  // Host tier: every host block is either free exactly once or held by exactly one swapped sequence.
+  KVB_INVARIANT(host_free_.size() + host_used_ == cfg_.num_host_blocks, "host blocks: %zu free + %zu used != %u",
+                host_free_.size(), host_used_, cfg_.num_host_blocks);
+  for (int32_t h : host_free_) {
+    KVB_INVARIANT(h >= 0 && static_cast<uint32_t>(h) < cfg_.num_host_blocks && !host_held[h],
+                  "host block %d is free twice or also held", h);
+    host_held[h] = 1;
+  }
+
+  for (const BlockPair& p : pending_copies_) {
+    KVB_INVARIANT(p.first >= 0 && p.first < static_cast<int32_t>(N) && p.second >= 0 &&
+                      p.second < static_cast<int32_t>(N),
+                  "pending copy (%d, %d) out of range", p.first, p.second);
+    KVB_INVARIANT(pool_.meta(p.second).ref > 0, "pending copy into free block %d", p.second);
+  }
+}
+
+}  // namespace kvb

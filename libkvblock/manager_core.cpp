@@ -1,0 +1,500 @@
+// The core flow of DESIGN §4: allocate with prefix lookup, commit, append, free, and the block-level
+// helpers that keep the free queue, the index and the counters in step.
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+static constexpr uint32_t kMaxBlockSize = 1u << 16;
+static constexpr uint32_t kMaxBlocks = 1u << 30;  // block ids are int32; slots (id*bs) must fit int64
+
+Manager::Manager(const ManagerConfig& cfg)
+    : cfg_((validate_config(cfg), cfg)),
+      bs_(cfg.block_size),
+      watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
+      index_seed_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
+      pool_(cfg.num_blocks, cfg.block_size),
+      index_(pool_),
+      non_cacheable_(cfg.non_cacheable),
+      seq_table_(64, SeqTraits{}) {
+  std::sort(non_cacheable_.begin(), non_cacheable_.end());
+  non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
+  if (cfg.events) events_.enable(cfg.event_capacity, bs_);
+  host_meta_.resize(cfg.num_host_blocks);
+  host_tokens_.resize(static_cast<size_t>(cfg.num_host_blocks) * bs_);
+  host_free_.reserve(cfg.num_host_blocks);
+  for (uint32_t h = cfg.num_host_blocks; h-- > 0;) host_free_.push_back(static_cast<int32_t>(h));
+}
+
+// Validation of a configuration happens before any memory is reserved (see capi).
+void validate_config(const ManagerConfig& cfg) {
+  if (cfg.block_size == 0 || cfg.block_size > kMaxBlockSize)
+    fail(Code::invalid_argument, "block_size %u is out of range [1, %u]", cfg.block_size, kMaxBlockSize);
+  if (cfg.num_blocks == 0 || cfg.num_blocks > kMaxBlocks)
+    fail(Code::invalid_argument, "num_blocks %u is out of range [1, %u]", cfg.num_blocks, kMaxBlocks);
+  if (cfg.num_host_blocks > kMaxBlocks)
+    fail(Code::invalid_argument, "num_host_blocks %u exceeds %u", cfg.num_host_blocks, kMaxBlocks);
+  if (!(cfg.watermark >= 0.0f && cfg.watermark < 1.0f))
+    fail(Code::invalid_argument, "watermark %g is not in [0, 1)", static_cast<double>(cfg.watermark));
+  if (cfg.events && cfg.event_capacity == 0)
+    fail(Code::invalid_argument, "event_capacity must be > 0 when events are enabled");
+}
+
+// ---- sequence table -----------------------------------------------------------------------------
+
+Sequence* Manager::find_seq(int64_t id) {
+  long pos = seq_table_.find(mix64(static_cast<uint64_t>(id)), [&](const SeqSlot& s) { return s.id == id; });
+  return pos < 0 ? nullptr : &seqs_[seq_table_.at(static_cast<size_t>(pos)).index];
+}
+
+const Sequence* Manager::find_seq_const(int64_t id) const {
+  return const_cast<Manager*>(this)->find_seq(id);
+}
+
+Sequence& Manager::seq(int64_t id) {
+  Sequence* s = find_seq(id);
+  if (!s) fail(Code::no_such_sequence, "no sequence with id %" PRId64, id);
+  return *s;
+}
+
+Sequence& Manager::device_seq(int64_t id) {
+  Sequence& s = seq(id);
+  if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out; swap it in first", id);
+  return s;
+}
+
+Sequence& Manager::new_seq(int64_t id) {
+  if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
+  // Reserve everything first so that nothing below can fail half-way.
+  seq_table_.grow_for(live_seqs_ + 1);
+  if (free_seq_slots_.empty()) {
+    seqs_.reserve(seqs_.size() + 1);
+    free_seq_slots_.reserve(seqs_.size() + 1);
+    seqs_.emplace_back();
+    free_seq_slots_.push_back(static_cast<uint32_t>(seqs_.size() - 1));
+  }
+  uint32_t slot = free_seq_slots_.back();
+  free_seq_slots_.pop_back();
+  seq_table_.insert(mix64(static_cast<uint64_t>(id)), SeqSlot{id, slot});
+  Sequence& s = seqs_[slot];
+  s.id = id;
+  s.live = true;
+  s.swapped = false;
+  s.table.clear();
+  s.host_table.clear();
+  s.extra_keys.clear();
+  s.num_tokens = s.num_computed = s.num_cached = 0;
+  s.num_hashed = 0;
+  s.uncacheable_from = kNoBlockIndex;
+  s.chain = s.first_link = ChainLink{};
+  s.window = s.sink = s.window_next = 0;
+  ++live_seqs_;
+  return s;
+}
+
+void Manager::drop_seq(Sequence& s) {
+  long pos = seq_table_.find(mix64(static_cast<uint64_t>(s.id)), [&](const SeqSlot& e) { return e.id == s.id; });
+  seq_table_.erase(static_cast<size_t>(pos));
+  s.live = false;
+  free_seq_slots_.push_back(static_cast<uint32_t>(&s - seqs_.data()));  // capacity reserved in new_seq
+  --live_seqs_;
+}
+
+// ---- blocks -------------------------------------------------------------------------------------
+
+void Manager::emit(uint32_t type, int32_t b, const ChainLink* parent) {
+  if (!events_.enabled()) return;
+  Event e;
+  e.type = type;
+  e.block = b;
+  const int64_t* toks = nullptr;
+  if (b >= 0) {
+    const BlockMeta& m = pool_.meta(b);
+    e.hash = m.hash;
+    if (parent) {
+      e.parent_kind = parent->kind;
+      e.parent_hash = parent->hash;
+      e.has_extra = m.has_extra;
+      e.extra = m.extra;
+      e.num_tokens = bs_;
+      toks = pool_.tokens(b);
+    }
+  }
+  events_.push(e, toks);
+}
+
+int32_t Manager::take_free_block() {
+  int32_t b = pool_.pop_head();
+  BlockMeta& m = pool_.meta(b);
+  if (m.indexed) {
+    index_.erase_if_points_to(m.key, b);
+    m.indexed = 0;
+    --cached_free_;
+    ++evictions_;
+    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+  }
+  m.has_hash = 0;
+  m.has_extra = 0;
+  m.ref = 1;
+  return b;
+}
+
+void Manager::acquire_cached(int32_t b) {
+  BlockMeta& m = pool_.meta(b);
+  if (m.ref == 0) {
+    pool_.unlink(b);
+    if (m.indexed) --cached_free_;
+  }
+  ++m.ref;
+}
+
+void Manager::release_block(int32_t b) {
+  BlockMeta& m = pool_.meta(b);
+  if (--m.ref > 0) return;
+  pool_.push_tail(b);
+  if (m.indexed) ++cached_free_;
+  if (!pending_copies_.empty()) {
+    // A copy into a block nobody holds any more must not run once the block is reused.
+    pending_copies_.erase(std::remove_if(pending_copies_.begin(), pending_copies_.end(),
+                                         [b](const BlockPair& p) { return p.second == b; }),
+                          pending_copies_.end());
+  }
+}
+
+void Manager::forget_hash(int32_t b) {
+  BlockMeta& m = pool_.meta(b);
+  if (m.indexed) {
+    index_.erase_if_points_to(m.key, b);
+    m.indexed = 0;
+    if (m.in_free) --cached_free_;
+    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+  }
+  m.has_hash = 0;
+  m.has_extra = 0;
+}
+
+bool Manager::index_block(int32_t b) {
+  BlockMeta& m = pool_.meta(b);
+  int32_t old = index_.put(m.key, b);
+  if (old >= 0 && old != b) {
+    BlockMeta& o = pool_.meta(old);
+    o.indexed = 0;
+    if (o.in_free) --cached_free_;
+  }
+  if (!m.indexed && m.in_free) ++cached_free_;
+  m.indexed = 1;
+  return old < 0;
+}
+
+ChainLink Manager::link_after(const BlockMeta& m) const {
+  ChainLink l;
+  l.kind = ChainLink::parent;
+  l.hash = m.hash;
+  l.key = m.key;
+  return l;
+}
+
+void Manager::compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash,
+                           Key128* key) const {
+  *hash = public_block_hash(link, tokens, bs_, extra);
+  *key = cfg_.keyed_index ? keyed_block_hash(index_seed_, link, tokens, bs_, extra) : Key128{*hash, 0};
+}
+
+bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
+  if (non_cacheable_.empty()) return false;
+  if (non_cacheable_.size() <= 4) {
+    for (size_t i = 0; i < n; ++i)
+      for (int64_t t : non_cacheable_)
+        if (tokens[i] == t) return true;
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (std::binary_search(non_cacheable_.begin(), non_cacheable_.end(), tokens[i])) return true;
+  return false;
+}
+
+bool Manager::is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const {
+  return extra.present || !contains_non_cacheable(tokens, n);
+}
+
+// ---- allocate -----------------------------------------------------------------------------------
+
+void Manager::validate_options(const SeqOptions& o, size_t n) const {
+  if (o.num_extra_keys) {
+    if (!o.extra_key_blocks || !o.extra_keys)
+      fail(Code::invalid_argument, "num_extra_keys is %zu but extra_key_blocks or extra_keys is NULL", o.num_extra_keys);
+    for (size_t i = 1; i < o.num_extra_keys; ++i)
+      if (o.extra_key_blocks[i] <= o.extra_key_blocks[i - 1])
+        fail(Code::invalid_argument, "extra_key_blocks[%zu] = %u is not greater than the previous index %u", i,
+             o.extra_key_blocks[i], o.extra_key_blocks[i - 1]);
+  }
+  if (o.window == 0 && o.sink != 0)
+    fail(Code::invalid_argument, "sink_tokens %u given without a window", o.sink);
+  (void)n;
+}
+
+static ExtraKey option_extra_key(const SeqOptions& o, uint32_t block_index) {
+  for (size_t i = 0; i < o.num_extra_keys; ++i)
+    if (o.extra_key_blocks[i] == block_index) return ExtraKey{true, o.extra_keys[i]};
+  return ExtraKey{};
+}
+
+static ChainLink first_link_of(const SeqOptions& o) {
+  ChainLink l;
+  if (o.has_salt) {
+    l.kind = ChainLink::salt;
+    l.hash = o.salt;
+    l.key = Key128{o.salt, 0};
+  }
+  return l;
+}
+
+void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
+                     std::vector<int32_t>* hits_out, Lookup& out) {
+  out = Lookup{};
+  out.num_blocks = static_cast<uint32_t>((n + bs_ - 1) / bs_);
+  out.chain = first;
+  // Never the last block: at least one token is always computed, so the model has logits to sample.
+  for (uint32_t i = 0; i + 1 < out.num_blocks; ++i) {
+    const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
+    ExtraKey extra = opts.num_extra_keys ? option_extra_key(opts, i) : ExtraKey{};
+    if (!is_cacheable(blk, bs_, extra)) break;
+    uint64_t h;
+    Key128 key;
+    compute_keys(out.chain, blk, extra, &h, &key);
+    int32_t b = index_.find(key);
+    if (b < 0) break;
+    const BlockMeta& m = pool_.meta(b);
+    // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
+    if (std::memcmp(pool_.tokens(b), blk, bs_ * sizeof(int64_t)) != 0) break;
+    if (m.has_extra != extra.present || (extra.present && m.extra != extra.value)) break;
+    ++out.hits;
+    if (m.ref == 0) ++out.free_hits;
+    if (hits_out) hits_out->push_back(b);
+    out.chain = link_after(m);
+  }
+}
+
+bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached) {
+  if (n == 0) fail(Code::invalid_argument, "prompt has 0 tokens");
+  validate_options(opts, n);
+  Lookup lk;
+  lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
+  *num_cached = static_cast<size_t>(lk.hits) * bs_;
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.free_hits;
+  return pool_.num_free() >= needed + watermark_blocks_;
+}
+
+size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
+  if (n == 0) fail(Code::invalid_argument, "seq %" PRId64 ": prompt has 0 tokens", id);
+  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
+    fail(Code::invalid_argument, "seq %" PRId64 ": prompt of %zu tokens is longer than any pool", id, n);
+  validate_options(opts, n);
+  if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
+
+  ChainLink first = first_link_of(opts);
+  scratch_hits_.clear();
+  Lookup lk;
+  lookup(tokens, n, first, opts, &scratch_hits_, lk);
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.free_hits;
+  if (pool_.num_free() < needed + watermark_blocks_)
+    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free blocks (+%u watermark), %u are free", id,
+         needed, watermark_blocks_, pool_.num_free());
+
+  Sequence& s = new_seq(id);
+  try {
+    s.table.reserve(lk.num_blocks);
+    if (opts.num_extra_keys) {
+      s.extra_keys.reserve(opts.num_extra_keys);
+      for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
+    }
+  } catch (...) {
+    drop_seq(s);
+    throw;
+  }
+  // From here on nothing allocates.
+  for (int32_t b : scratch_hits_) {
+    acquire_cached(b);
+    s.table.push_back(b);
+  }
+  while (s.table.size() < lk.num_blocks) s.table.push_back(take_free_block());
+  size_t cached = static_cast<size_t>(lk.hits) * bs_;
+  s.num_tokens = cached;
+  write_tokens(s, tokens + cached, n - cached);
+  s.num_computed = s.num_cached = cached;
+  s.num_hashed = lk.hits;
+  s.first_link = first;
+  s.chain = lk.chain;
+  s.window = opts.window;
+  s.sink = opts.sink;
+  s.window_next = (opts.sink + bs_ - 1) / bs_;
+  query_tokens_ += n;
+  hit_tokens_ += cached;
+  apply_window(s);
+  return cached;
+}
+
+void Manager::write_tokens(Sequence& s, const int64_t* tokens, size_t n) {
+  uint64_t pos = s.num_tokens;
+  while (n > 0) {
+    uint32_t off = static_cast<uint32_t>(pos % bs_);
+    size_t take = std::min<size_t>(n, bs_ - off);
+    std::memcpy(pool_.tokens(s.table[pos / bs_]) + off, tokens, take * sizeof(int64_t));
+    tokens += take;
+    pos += take;
+    n -= take;
+  }
+  s.num_tokens = pos;
+}
+
+// ---- commit -------------------------------------------------------------------------------------
+
+void Manager::hash_committed_blocks(Sequence& s) {
+  const uint32_t end = static_cast<uint32_t>(s.num_computed / bs_);
+  if (s.num_hashed >= end) return;
+  if (s.uncacheable_from == kNoBlockIndex) {
+    for (uint32_t i = s.num_hashed; i < end; ++i) {
+      int32_t b = s.table[i];
+      ExtraKey extra = s.extra_keys.empty() ? ExtraKey{} : s.extra_key(i);
+      const int64_t* toks = pool_.tokens(b);
+      // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
+      // its hash chain would describe content that the index cannot reproduce.
+      if (!is_cacheable(toks, bs_, extra)) {
+        s.uncacheable_from = i;
+        break;
+      }
+      BlockMeta& m = pool_.meta(b);
+      compute_keys(s.chain, toks, extra, &m.hash, &m.key);
+      m.has_hash = 1;
+      m.has_extra = extra.present;
+      m.extra = extra.value;
+      if (index_block(b)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &s.chain);
+      s.chain = link_after(m);
+    }
+  }
+  s.num_hashed = end;
+}
+
+void Manager::commit(int64_t id, size_t n) {
+  Sequence& s = device_seq(id);
+  uint64_t uncomputed = s.num_tokens - s.num_computed;
+  if (n > uncomputed)
+    fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu tokens exceeds %" PRIu64 " uncomputed tokens", id, n,
+         uncomputed);
+  s.num_computed += n;
+  computed_tokens_ += n;
+  hash_committed_blocks(s);
+  apply_window(s);
+}
+
+// ---- append -------------------------------------------------------------------------------------
+
+size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n) const {
+  if (n == 0) return 0;
+  uint64_t total = (s.num_tokens + n + bs_ - 1) / bs_;
+  size_t needed = static_cast<size_t>(total - s.table.size());
+  // Writing into a partial block that another sequence shares needs a private copy first.
+  if (s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).ref > 1) ++needed;
+  return needed;
+}
+
+bool Manager::can_append(int64_t id, size_t n) {
+  Sequence& s = device_seq(id);
+  if (n > static_cast<size_t>(kMaxBlocks) * bs_) return false;
+  return pool_.num_free() >= blocks_needed_to_append(s, n);
+}
+
+void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
+  Sequence& s = device_seq(id);
+  if (n == 0) return;
+  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
+    fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens is longer than any pool", id, n);
+  size_t needed = blocks_needed_to_append(s, n);
+  if (pool_.num_free() < needed)
+    fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu tokens needs %zu free blocks, %u are free", id, n,
+         needed, pool_.num_free());
+  size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
+  if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
+  const bool cow = s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).ref > 1;
+  if (cow && pending_copies_.size() == pending_copies_.capacity())
+    pending_copies_.reserve(std::max<size_t>(16, 2 * pending_copies_.capacity()));
+  // From here on nothing allocates.
+  if (cow) {
+    int32_t src = s.table.back();
+    int32_t dst = take_free_block();
+    std::memcpy(pool_.tokens(dst), pool_.tokens(src), (s.num_tokens % bs_) * sizeof(int64_t));
+    pending_copies_.emplace_back(src, dst);
+    ++cow_copies_;
+    release_block(src);  // still held by the other sharers
+    s.table.back() = dst;
+  }
+  while (s.table.size() < total) s.table.push_back(take_free_block());
+  write_tokens(s, tokens, n);
+  apply_window(s);
+}
+
+// ---- free, queries ------------------------------------------------------------------------------
+
+void Manager::free_seq(int64_t id) {
+  Sequence& s = seq(id);
+  if (s.swapped) {
+    for (size_t i = s.host_table.size(); i-- > 0;)
+      if (s.host_table[i] >= 0) {
+        host_free_.push_back(s.host_table[i]);  // capacity is num_host_blocks
+        --host_used_;
+      }
+  } else {
+    for (size_t i = s.table.size(); i-- > 0;)
+      if (s.table[i] >= 0) release_block(s.table[i]);
+  }
+  drop_seq(s);
+}
+
+const std::vector<int32_t>& Manager::block_table(int64_t id) {
+  Sequence& s = seq(id);
+  if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out: it has no device block table", id);
+  return s.table;
+}
+
+uint64_t Manager::block_hash(int32_t b) const {
+  if (b < 0 || static_cast<uint32_t>(b) >= pool_.num_blocks())
+    fail(Code::invalid_argument, "block id %d is out of range [0, %u)", b, pool_.num_blocks());
+  const BlockMeta& m = pool_.meta(b);
+  if (!m.has_hash) fail(Code::bad_state, "block %d holds no committed full block", b);
+  return m.hash;
+}
+
+void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
+  Sequence& s = seq(id);
+  if (block_index < s.num_hashed)
+    fail(Code::bad_state, "seq %" PRId64 ": block %u is already committed and hashed", id, block_index);
+  auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),
+                             [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (it != s.extra_keys.end() && it->first == block_index) it->second = key;
+  else s.extra_keys.insert(it, std::make_pair(block_index, key));
+}
+
+Stats Manager::stats() const {
+  Stats st{};
+  st.free_blocks = pool_.num_free();
+  st.used_blocks = pool_.num_blocks() - pool_.num_free();
+  st.cached_free_blocks = cached_free_;
+  st.num_seqs = live_seqs_;
+  st.query_tokens = query_tokens_;
+  st.hit_tokens = hit_tokens_;
+  st.computed_tokens = computed_tokens_;
+  st.evictions = evictions_;
+  st.cow_copies = cow_copies_;
+  st.swapped_out_blocks = swapped_out_;
+  st.swapped_in_blocks = swapped_in_;
+  st.free_host_blocks = host_free_.size();
+  st.events_dropped = events_.dropped_total();
+  return st;
+}
+
+}  // namespace kvb

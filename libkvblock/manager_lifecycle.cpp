@@ -1,0 +1,304 @@
+// Beyond the core (DESIGN §6): fork with copy-on-write, rollback, sliding window, host-tier swapping,
+// batch export for kernels and prefix-cache reset.
+#include <algorithm>
+#include <cinttypes>
+#include <climits>
+#include <cstring>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+// The chain link that block `num_hashed` of s would hash against, recomputed after num_hashed moved
+// back (fork at an earlier position, rollback). Fails if the block it needs was released.
+static ChainLink chain_at(const Sequence& s, uint32_t num_hashed, const BlockPool& pool, const char* what) {
+  if (num_hashed == s.num_hashed) return s.chain;
+  if (num_hashed == 0) return s.first_link;
+  int32_t b = s.table[num_hashed - 1];
+  if (b < 0)
+    fail(Code::bad_state, "seq %" PRId64 ": %s reaches into blocks released by the sliding window", s.id, what);
+  const BlockMeta& m = pool.meta(b);
+  ChainLink l;
+  if (m.has_hash) {  // otherwise the chain is already broken by a non-cacheable block: l is unused
+    l.kind = ChainLink::parent;
+    l.hash = m.hash;
+    l.key = m.key;
+  }
+  return l;
+}
+
+// ---- fork ---------------------------------------------------------------------------------------
+
+void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
+  Sequence& p = device_seq(parent_id);
+  if (parent_id == child_id) fail(Code::sequence_exists, "fork of seq %" PRId64 " onto itself", parent_id);
+  if (find_seq(child_id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", child_id);
+  if (pos == 0 || pos > p.num_tokens)
+    fail(Code::invalid_argument, "seq %" PRId64 ": fork position %zu is not in [1, %" PRIu64 "]", parent_id, pos,
+         p.num_tokens);
+  if (pos > p.num_computed)
+    fail(Code::bad_state, "seq %" PRId64 ": fork of %zu tokens but only %" PRIu64 " are committed", parent_id, pos,
+         p.num_computed);
+  const uint32_t nb = static_cast<uint32_t>((pos + bs_ - 1) / bs_);
+  if (p.table[nb - 1] < 0)
+    fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in blocks released by the sliding window",
+         parent_id, pos);
+  const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
+  ChainLink chain = chain_at(p, hashed, pool_, "fork position");
+
+  const size_t parent_index = static_cast<size_t>(&p - seqs_.data());  // new_seq may move seqs_
+  Sequence& c = new_seq(child_id);
+  Sequence& par = seqs_[parent_index];
+  try {
+    c.table.assign(par.table.begin(), par.table.begin() + nb);
+    c.extra_keys = par.extra_keys;
+  } catch (...) {
+    drop_seq(c);
+    throw;
+  }
+  for (int32_t b : c.table)
+    if (b >= 0) acquire_cached(b);
+  c.num_tokens = c.num_computed = pos;
+  c.num_cached = std::min<uint64_t>(par.num_cached, pos);
+  c.num_hashed = hashed;
+  c.uncacheable_from = par.uncacheable_from < hashed ? par.uncacheable_from : kNoBlockIndex;
+  c.chain = chain;
+  c.first_link = par.first_link;
+  c.window = par.window;
+  c.sink = par.sink;
+  c.window_next = std::min(par.window_next, nb);
+  apply_window(c);
+}
+
+// ---- rollback -----------------------------------------------------------------------------------
+
+void Manager::rollback(int64_t id, size_t n) {
+  Sequence& s = device_seq(id);
+  if (n == 0) return;
+  if (n >= s.num_tokens)
+    fail(Code::invalid_argument, "seq %" PRId64 ": rollback of %zu tokens must leave at least 1 of %" PRIu64, id, n,
+         s.num_tokens);
+  const uint64_t len = s.num_tokens - n;
+  const uint32_t nb = static_cast<uint32_t>((len + bs_ - 1) / bs_);
+  if (s.table[nb - 1] < 0)
+    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " tokens reaches blocks released by the window", id,
+         len);
+  const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
+  ChainLink chain = chain_at(s, hashed, pool_, "rollback");
+
+  for (size_t i = s.table.size(); i-- > nb;)
+    if (s.table[i] >= 0) release_block(s.table[i]);
+  s.table.resize(nb);
+  // A committed full block that is about to be overwritten leaves the index, unless another sequence
+  // still holds it as it is (the next append here then copies it first).
+  if (len % bs_ != 0) {
+    int32_t last = s.table.back();
+    if (pool_.meta(last).has_hash && pool_.meta(last).ref == 1) forget_hash(last);
+  }
+  s.num_tokens = len;
+  s.num_computed = std::min(s.num_computed, len);
+  s.num_cached = std::min(s.num_cached, len);
+  s.num_hashed = hashed;
+  s.chain = chain;
+  if (s.uncacheable_from >= hashed) s.uncacheable_from = kNoBlockIndex;
+  s.window_next = std::min(s.window_next, nb);
+}
+
+// ---- sliding window -----------------------------------------------------------------------------
+
+void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
+  Sequence& s = device_seq(id);
+  if (window == 0 && sink != 0) fail(Code::invalid_argument, "seq %" PRId64 ": sink_tokens %u given without a window", id, sink);
+  s.window = window;
+  s.sink = sink;
+  s.window_next = std::max(s.window_next, (sink + bs_ - 1) / bs_);
+  apply_window(s);
+}
+
+void Manager::apply_window(Sequence& s) {
+  if (s.window == 0) return;
+  // Release blocks wholly before the last `window` tokens, past the sink, and fully computed.
+  uint64_t before_window = s.num_tokens > s.window ? s.num_tokens - s.window : 0;
+  uint32_t end = static_cast<uint32_t>(std::min(before_window, s.num_computed) / bs_);
+  uint32_t start = std::max(s.window_next, (s.sink + bs_ - 1) / bs_);
+  for (uint32_t i = start; i < end; ++i) {
+    if (s.table[i] >= 0) {
+      release_block(s.table[i]);
+      s.table[i] = -1;
+    }
+  }
+  s.window_next = std::max(start, end);
+}
+
+// ---- host tier ----------------------------------------------------------------------------------
+
+static size_t held_blocks(const std::vector<int32_t>& table) {
+  size_t n = 0;
+  for (int32_t b : table) n += b >= 0;
+  return n;
+}
+
+Availability Manager::can_swap_out(int64_t id) {
+  size_t need = held_blocks(device_seq(id).table);
+  if (need > cfg_.num_host_blocks) return Availability::never;
+  return host_free_.size() >= need ? Availability::ok : Availability::later;
+}
+
+Availability Manager::can_swap_in(int64_t id) {
+  Sequence& s = seq(id);
+  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
+  size_t need = held_blocks(s.host_table);
+  if (need > pool_.num_blocks()) return Availability::never;
+  return pool_.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
+}
+
+size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id).table); }
+
+size_t Manager::swap_in_size(int64_t id) {
+  Sequence& s = seq(id);
+  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
+  return held_blocks(s.host_table);
+}
+
+void Manager::swap_out(int64_t id, int32_t* pairs) {
+  Sequence& s = device_seq(id);
+  size_t need = held_blocks(s.table);
+  if (need > host_free_.size())
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host blocks, %zu are free", id, need,
+         host_free_.size());
+  for (const BlockPair& p : pending_copies_)
+    if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
+      fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
+           id, p.second);
+  s.host_table.assign(s.table.size(), -1);  // the only allocation, before any change
+  size_t k = 0;
+  for (size_t i = 0; i < s.table.size(); ++i) {
+    int32_t b = s.table[i];
+    if (b < 0) continue;
+    int32_t h = host_free_.back();
+    host_free_.pop_back();
+    ++host_used_;
+    host_meta_[h] = pool_.meta(b);  // content description travels with the data
+    std::memcpy(&host_tokens_[static_cast<size_t>(h) * bs_], pool_.tokens(b), bs_ * sizeof(int64_t));
+    s.host_table[i] = h;
+    pairs[2 * k] = b;
+    pairs[2 * k + 1] = h;
+    ++k;
+  }
+  // The device copies stay valid until reused, so cached ones remain findable until evicted.
+  for (size_t i = s.table.size(); i-- > 0;)
+    if (s.table[i] >= 0) {
+      release_block(s.table[i]);
+      s.table[i] = -1;
+    }
+  s.swapped = true;
+  swapped_out_ += k;
+}
+
+void Manager::swap_in(int64_t id, int32_t* pairs) {
+  Sequence& s = seq(id);
+  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
+  size_t need = held_blocks(s.host_table);
+  if (need > pool_.num_free())
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free blocks, %u are free", id, need,
+         pool_.num_free());
+  size_t k = 0;
+  ChainLink parent = s.first_link;  // the link of the next block, while the chain is unbroken
+  bool parent_known = true;
+  for (size_t i = 0; i < s.host_table.size(); ++i) {
+    int32_t h = s.host_table[i];
+    if (h < 0) {
+      parent_known = false;  // released by the window: its hash is gone with it
+      continue;
+    }
+    int32_t b = take_free_block();
+    const BlockMeta& hm = host_meta_[h];
+    BlockMeta& m = pool_.meta(b);
+    std::memcpy(pool_.tokens(b), &host_tokens_[static_cast<size_t>(h) * bs_], bs_ * sizeof(int64_t));
+    m.has_hash = hm.has_hash;
+    m.hash = hm.hash;
+    m.key = hm.key;
+    m.has_extra = hm.has_extra;
+    m.extra = hm.extra;
+    // A committed block becomes findable again where no other block holds its hash.
+    if (m.has_hash && parent_known && index_.find(m.key) < 0) {
+      index_block(b);
+      emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+    }
+    parent_known = m.has_hash;
+    if (m.has_hash) parent = link_after(m);
+    s.table[i] = b;
+    pairs[2 * k] = h;
+    pairs[2 * k + 1] = b;
+    ++k;
+  }
+  for (size_t i = s.host_table.size(); i-- > 0;)
+    if (s.host_table[i] >= 0) {
+      host_free_.push_back(s.host_table[i]);
+      --host_used_;
+    }
+  s.host_table.clear();
+  s.swapped = false;
+  swapped_in_ += k;
+}
+
+// ---- batch export -------------------------------------------------------------------------------
+
+void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
+  // First pass: validate and size everything, so that a failure writes nothing.
+  size_t slots = 0;
+  uint32_t max_blocks = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& s = device_seq(ids[i]);
+    if (s.num_tokens > static_cast<uint64_t>(INT32_MAX))
+      fail(Code::invalid_argument, "seq %" PRId64 ": %" PRIu64 " tokens do not fit int32 seq_lens", s.id, s.num_tokens);
+    slots += s.num_tokens - s.num_computed;
+    max_blocks = std::max(max_blocks, s.num_blocks());
+  }
+  out.num_slots = slots;
+  out.max_blocks_needed = max_blocks;
+  if (out.query_start && slots > static_cast<size_t>(INT32_MAX))
+    fail(Code::invalid_argument, "batch of %zu new tokens does not fit int32 query_start", slots);
+  if (out.block_tables && max_blocks > out.max_blocks_per_seq)
+    fail(Code::buffer_too_small, "block tables need %u columns, max_blocks_per_seq is %u", max_blocks,
+         out.max_blocks_per_seq);
+  if (out.slot_mapping && slots > out.slot_capacity)
+    fail(Code::buffer_too_small, "slot mapping needs %zu entries, slot_capacity is %zu", slots, out.slot_capacity);
+
+  size_t k = 0;
+  if (out.query_start) out.query_start[0] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Sequence& s = *find_seq(ids[i]);
+    if (out.block_tables) {
+      int32_t* row = out.block_tables + i * out.max_blocks_per_seq;
+      std::copy(s.table.begin(), s.table.end(), row);
+      std::fill(row + s.table.size(), row + out.max_blocks_per_seq, -1);
+    }
+    if (out.seq_lens) out.seq_lens[i] = static_cast<int32_t>(s.num_tokens);
+    if (out.slot_mapping)
+      for (uint64_t pos = s.num_computed; pos < s.num_tokens; ++pos)
+        out.slot_mapping[k++] = static_cast<int64_t>(s.table[pos / bs_]) * bs_ + static_cast<int64_t>(pos % bs_);
+    else
+      k += s.num_tokens - s.num_computed;
+    if (out.query_start) out.query_start[i + 1] = static_cast<int32_t>(k);
+  }
+  if (out.slot_mapping) std::fill(out.slot_mapping + k, out.slot_mapping + out.slot_capacity, int64_t{-1});
+}
+
+// ---- prefix-cache reset -------------------------------------------------------------------------
+
+void Manager::reset_prefix_cache() {
+  if (pool_.num_free() != pool_.num_blocks())
+    fail(Code::bad_state, "reset refused: %u blocks are in use by running sequences",
+         pool_.num_blocks() - pool_.num_free());
+  index_.clear();
+  for (uint32_t b = 0; b < pool_.num_blocks(); ++b) {
+    BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
+    m.has_hash = m.indexed = m.has_extra = 0;
+  }
+  cached_free_ = 0;
+  emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
+}
+
+}  // namespace kvb

@@ -1,0 +1,98 @@
+// Open-addressing hash table with linear probing and backward-shift deletion (no tombstones), used for
+// the prefix index and the sequence table. Slots are small PODs; the Traits say how to tell an empty
+// slot and where a stored slot's probe sequence starts, so that keys may live outside the table.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvb {
+
+inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser: spreads ids that are small or sequential
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Traits: static Slot empty(); static bool is_empty(const Slot&); uint64_t home(const Slot&) const.
+template <class Slot, class Traits>
+class OpenTable {
+ public:
+  OpenTable(size_t min_capacity, Traits traits) : traits_(traits) { reset(min_capacity); }
+
+  void reset(size_t min_capacity) {
+    size_t cap = 16;
+    while (cap < 2 * min_capacity) cap <<= 1;  // load factor <= 1/2
+    slots_.assign(cap, Traits::empty());
+    mask_ = cap - 1;
+    size_ = 0;
+  }
+
+  size_t size() const { return size_; }
+  size_t capacity() const { return slots_.size(); }
+  const Slot& at(size_t pos) const { return slots_[pos]; }
+  Slot& at(size_t pos) { return slots_[pos]; }
+
+  // Position of the first slot on h's probe path for which match(slot) holds, or -1.
+  template <class Match>
+  long find(uint64_t h, Match&& match) const {
+    for (size_t pos = h & mask_;; pos = (pos + 1) & mask_) {
+      const Slot& s = slots_[pos];
+      if (Traits::is_empty(s)) return -1;
+      if (match(s)) return static_cast<long>(pos);
+    }
+  }
+
+  // Inserts a slot whose key is known to be absent. The caller keeps the load under 1/2 (see grow_for).
+  size_t insert(uint64_t h, const Slot& s) {
+    size_t pos = h & mask_;
+    while (!Traits::is_empty(slots_[pos])) pos = (pos + 1) & mask_;
+    slots_[pos] = s;
+    ++size_;
+    return pos;
+  }
+
+  // Removes slots_[pos] and shifts later members of the cluster back so every probe path stays intact.
+  void erase(size_t pos) {
+    size_t hole = pos;
+    for (size_t next = (hole + 1) & mask_;; next = (next + 1) & mask_) {
+      const Slot& s = slots_[next];
+      if (Traits::is_empty(s)) break;
+      size_t home = traits_.home(s) & mask_;
+      // s may move into the hole iff the hole lies on its probe path, i.e. cyclically in [home, next).
+      bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
+      if (movable) {
+        slots_[hole] = s;
+        hole = next;
+      }
+    }
+    slots_[hole] = Traits::empty();
+    --size_;
+  }
+
+  // Doubles the table while one more entry would push the load over 1/2 (allocates: not on hot paths).
+  void grow_for(size_t entries) {
+    if (2 * entries <= slots_.size()) return;
+    std::vector<Slot> old;
+    old.swap(slots_);
+    size_t cap = old.size();
+    while (2 * entries > cap) cap <<= 1;
+    slots_.assign(cap, Traits::empty());
+    mask_ = cap - 1;
+    size_ = 0;
+    for (const Slot& s : old)
+      if (!Traits::is_empty(s)) insert(traits_.home(s), s);
+  }
+
+  Traits& traits() { return traits_; }
+
+ private:
+  Traits traits_;
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace kvb

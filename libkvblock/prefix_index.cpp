@@ -1,0 +1,33 @@
+#include "prefix_index.h"
+
+namespace kvb {
+
+static uint32_t fingerprint_of(const Key128& key) { return static_cast<uint32_t>(key.lo >> 32); }
+
+long PrefixIndex::locate(const Key128& key) const {
+  const uint32_t fp = fingerprint_of(key);
+  return table_.find(key.lo, [&](const IndexSlot& s) {
+    return s.fingerprint == fp && pool_.meta(s.block).key == key;
+  });
+}
+
+int32_t PrefixIndex::put(const Key128& key, int32_t b) {
+  long pos = locate(key);
+  if (pos >= 0) {
+    IndexSlot& s = table_.at(static_cast<size_t>(pos));
+    int32_t old = s.block;
+    s.block = b;
+    return old;
+  }
+  table_.insert(key.lo, IndexSlot{fingerprint_of(key), b});
+  return -1;
+}
+
+bool PrefixIndex::erase_if_points_to(const Key128& key, int32_t b) {
+  long pos = locate(key);
+  if (pos < 0 || table_.at(static_cast<size_t>(pos)).block != b) return false;
+  table_.erase(static_cast<size_t>(pos));
+  return true;
+}
+
+}  // namespace kvb

@@ -1,0 +1,47 @@
+// hash -> block id for cached blocks. Slots hold a 32-bit fingerprint and the block id (8 bytes); the
+// full 128-bit key is read from the block's metadata, so the table costs 16 bytes or less per block.
+#pragma once
+#include <cstdint>
+
+#include "block_pool.h"
+#include "open_table.h"
+
+namespace kvb {
+
+struct IndexSlot {
+  uint32_t fingerprint;
+  int32_t block;  // -1 = empty
+};
+
+class PrefixIndex {
+ public:
+  PrefixIndex(BlockPool& pool) : table_(pool.num_blocks(), Traits{&pool}), pool_(pool) {}
+
+  // The block indexed under key, or -1.
+  int32_t find(const Key128& key) const {
+    long pos = locate(key);
+    return pos < 0 ? -1 : table_.at(static_cast<size_t>(pos)).block;
+  }
+  // Points key at block b (its meta key must equal key), replacing an older entry. Returns the block
+  // that was replaced (-1 if none); the caller clears that block's `indexed` flag.
+  int32_t put(const Key128& key, int32_t b);
+  // Removes the entry for key if it points at b. Returns whether it did.
+  bool erase_if_points_to(const Key128& key, int32_t b);
+  void clear() { table_.reset(pool_.num_blocks()); }
+  size_t size() const { return table_.size(); }
+  size_t capacity() const { return table_.capacity(); }
+  const IndexSlot& slot(size_t pos) const { return table_.at(pos); }
+  long locate(const Key128& key) const;
+
+ private:
+  struct Traits {
+    const BlockPool* pool;
+    static IndexSlot empty() { return IndexSlot{0, -1}; }
+    static bool is_empty(const IndexSlot& s) { return s.block < 0; }
+    uint64_t home(const IndexSlot& s) const { return pool->meta(s.block).key.lo; }
+  };
+  OpenTable<IndexSlot, Traits> table_;
+  BlockPool& pool_;
+};
+
+}  // namespace kvb

@@ -1,0 +1,40 @@
+// One sequence's state. Sequence objects are pooled by the manager and reused, so their vectors keep
+// their capacity and the decode path does not allocate.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "hash.h"
+
+namespace kvb {
+
+constexpr uint32_t kNoBlockIndex = UINT32_MAX;
+
+struct Sequence {
+  int64_t id = 0;
+  bool live = false;
+  bool swapped = false;            // blocks live in host_table, table holds -1 placeholders
+  std::vector<int32_t> table;      // device block per block index; -1 = released by the window
+  std::vector<int32_t> host_table; // host block per block index while swapped (-1 = none)
+  uint64_t num_tokens = 0;
+  uint64_t num_computed = 0;       // tokens whose K/V are written
+  uint64_t num_cached = 0;         // prefix-hit tokens at allocation
+  uint32_t num_hashed = 0;         // blocks already considered for the index (refmodel "hashed")
+  uint32_t uncacheable_from = kNoBlockIndex;  // first block that broke the chain (non-cacheable token)
+  ChainLink chain;                 // what block num_hashed's hash is chained to
+  ChainLink first_link;            // none, or the cache salt
+  std::vector<std::pair<uint32_t, uint64_t>> extra_keys;  // (block index, key), sorted by index
+  uint32_t window = 0, sink = 0;   // sliding window; window == 0: off
+  uint32_t window_next = 0;        // next block index the window may release
+
+  uint32_t num_blocks() const { return static_cast<uint32_t>(table.size()); }
+  ExtraKey extra_key(uint32_t block_index) const {
+    // Few entries per sequence (images, LoRA): a linear scan beats a map.
+    for (const auto& e : extra_keys)
+      if (e.first == block_index) return ExtraKey{true, e.second};
+    return ExtraKey{};
+  }
+};
+
+}  // namespace kvb

@@ -53,7 +53,8 @@ TOOL    := $(BUILD)/bin/kvblock
 C_TESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/c_%,$(wildcard tests/c/*.c))
 CPP_TESTS := $(patsubst tests/cpp/%.cpp,$(BUILD)/tests/cpp_%,$(wildcard tests/cpp/*.cpp))
 
-.PHONY: all lib tool check check-sanitize tests install uninstall clean bench
+.PHONY: all lib tool check check-sanitize tests install uninstall clean bench FORCE
+FORCE:
 all: lib tool
 lib: $(SHLIB) $(STLIB)
 tool: $(TOOL)
@@ -86,14 +87,14 @@ $(TOOL): $(TOOL_OBJS) $(SHLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm
 
-$(BUILD)/tests/c_%: tests/c/%.c tests/harness.h abi/kvblock.h $(SHLIB)
+$(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvblock.h $(SHLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
 $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_) -Itests -o $@ $< $(STLIB) $(LDLIBS_)
+	$(CXX) $(CXXFLAGS_) -Iabi -Itests -o $@ $< $(STLIB) $(LDLIBS_)
 
 tests: all $(C_TESTS) $(CPP_TESTS)
 
@@ -105,30 +106,92 @@ check-sanitize:
 	$(MAKE) BUILD=build-san CUDA=0 OPT="-O1 -g -fno-omit-frame-pointer" \
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined" check
 
-bench: all
+bench: all bench-kernels
 	$(BUILD)/bin/kvblock bench
 
-kvblock.pc: kvblock.pc.in abi/kvblock.h
+# Kernel benchmark (bench/): decode attention, copy_blocks, swap_blocks vs measured copy ceilings, on
+# the GPU when one is usable, else on the CPU. BENCH_ARGS="--device cpu" etc. to choose.
+BENCH_KERNELS := $(BUILD)/bin/kernels_bench
+$(BENCH_KERNELS): bench/kernels_bench.cpp $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_) -Iabi -o $@ $< $(STLIB) $(LDLIBS_)
+
+.PHONY: bench-kernels
+bench-kernels: $(BENCH_KERNELS)
+	$(BENCH_KERNELS) $(BENCH_ARGS)
+
+# Generated in the build tree on every install, so a PREFIX/LIBDIR change (or another build tree's
+# install running at the same time) can never leave a stale kvblock.pc behind.
+$(BUILD)/kvblock.pc: kvblock.pc.in abi/kvblock.h FORCE
+	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
 	  -e 's|@VERSION@|$(VERSION)|g' -e 's|@LIBS_PRIVATE@|$(LDLIBS_)|g' $< > $@
 
 INSTALLED := $(INCLUDEDIR)/kvblock.h $(LIBDIR)/libkvblock.so.$(VERSION) $(LIBDIR)/$(SONAME) \
              $(LIBDIR)/libkvblock.so $(LIBDIR)/libkvblock.a $(LIBDIR)/pkgconfig/kvblock.pc
 
-install: lib kvblock.pc
+install: lib $(BUILD)/kvblock.pc
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 644 abi/kvblock.h $(DESTDIR)$(INCLUDEDIR)/kvblock.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/libkvblock.so.$(VERSION)
 	ln -sf libkvblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libkvblock.so
 	install -m 644 $(STLIB) $(DESTDIR)$(LIBDIR)/libkvblock.a
-	install -m 644 kvblock.pc $(DESTDIR)$(LIBDIR)/pkgconfig/kvblock.pc
-	rm -f kvblock.pc
+	install -m 644 $(BUILD)/kvblock.pc $(DESTDIR)$(LIBDIR)/pkgconfig/kvblock.pc
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 
 clean:
-	rm -rf build build-san kvblock.pc
+	rm -rf build build-san build-kern kvblock.pc
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# Bindings examples (Python cffi, Rust, Go, C via pkg-config): build the library, run each example's tests.
+.PHONY: check-bindings cdef
+check-bindings: lib
+	+@BUILD=$(BUILD) CC=$(CC) MAKE=$(MAKE) sh bindings_examples/run_all.sh
+
+# The cffi declarations (cc -E -P -DKVB_CDEF) for Python hosts without a C compiler; drift-checked by
+# tests/scripts/bindings_cdef.sh.
+cdef: $(BUILD)/kvblock_cdef.h
+$(BUILD)/kvblock_cdef.h: abi/kvblock.h
+	@mkdir -p $(dir $@)
+	$(CC) -E -P -DKVB_CDEF $< > $@.tmp && mv $@.tmp $@
+tests: $(BUILD)/kvblock_cdef.h
+
+# ---- Reliability variants: fuzzing, ThreadSanitizer, valgrind ----------------------------------------
+# `make fuzz FUZZ_SECONDS=N`: libFuzzer (clang, ASan+UBSan) over the C API (tests/fuzz/fuzz_capi.cpp),
+# seeded from tests/fuzz/corpus; fails on any crash, leak, sanitizer report or invariant failure.
+# `make check-tsan`: the library and the C tests under ThreadSanitizer (build-tsan).
+# `make check-valgrind`: every test binary under valgrind memcheck (build-vg); KVB_TEST_QUICK=1 tells
+# long randomized tests to shorten themselves.
+.PHONY: fuzz fuzz-build check-tsan check-valgrind tests-c
+FUZZ_SECONDS ?= 60
+FUZZ_CXX     ?= $(shell command -v clang++-14 2>/dev/null || command -v clang++ 2>/dev/null || echo clang++)
+FUZZ_DIR     := build-fuzz
+FUZZ_BIN     := $(FUZZ_DIR)/fuzz_capi
+FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=undefined $(WARN) -Wno-unknown-warning-option -pthread -Iabi -Itests \
+                $(shell pkg-config --cflags libxxhash 2>/dev/null)
+$(FUZZ_BIN): tests/fuzz/fuzz_capi.cpp tests/kvbt_state.h abi/kvblock.h $(wildcard libkvblock/*.cpp libkvblock/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -o $@ tests/fuzz/fuzz_capi.cpp $(wildcard libkvblock/*.cpp) \
+	  $(shell pkg-config --libs libxxhash 2>/dev/null || echo -lxxhash)
+fuzz-build: $(FUZZ_BIN)
+fuzz: $(FUZZ_BIN)
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=2048 -timeout=20 \
+	  -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus tests/fuzz/corpus
+
+tests-c: lib $(C_TESTS)
+check-tsan:
+	$(MAKE) BUILD=build-tsan CUDA=0 OPT="-O1 -g" SANITIZE="-fsanitize=thread" tests-c
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" sh tests/run_variant.sh build-tsan 'c_*'
+
+VALGRIND ?= valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
+            --errors-for-leak-kinds=definite,indirect,possible
+check-valgrind:
+	$(MAKE) BUILD=build-vg CUDA=0 OPT="-O1 -g" tests
+	KVB_TEST_QUICK=1 sh tests/run_variant.sh build-vg '*' $(VALGRIND)

@@ -282,6 +282,9 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
 
 bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached) {
   if (n == 0) fail(Code::invalid_argument, "prompt has 0 tokens");
+  // Same bound as allocate: beyond it the block count would not fit uint32 (and wrap to a wrong "OK").
+  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
+    fail(Code::invalid_argument, "prompt of %zu tokens is longer than any pool", n);
   validate_options(opts, n);
   Lookup lk;
   lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
@@ -432,6 +435,10 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
     ++cow_copies_;
     release_block(src);  // still held by the other sharers
     s.table.back() = dst;
+  } else if (s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).has_hash) {
+    // A committed full block that this sequence shares only partially (fork_at or rollback into a block
+    // that was shared then) and now holds alone: writing changes its content, so it leaves the index.
+    forget_hash(s.table.back());
   }
   while (s.table.size() < total) s.table.push_back(take_free_block());
   write_tokens(s, tokens, n);

@@ -75,11 +75,11 @@ class OpenTable {
   // Doubles the table while one more entry would push the load over 1/2 (allocates: not on hot paths).
   void grow_for(size_t entries) {
     if (2 * entries <= slots_.size()) return;
-    std::vector<Slot> old;
-    old.swap(slots_);
-    size_t cap = old.size();
+    size_t cap = slots_.size();
     while (2 * entries > cap) cap <<= 1;
-    slots_.assign(cap, Traits::empty());
+    // Allocate before touching the table: if this throws (bad_alloc), the table is unchanged.
+    std::vector<Slot> old(cap, Traits::empty());
+    old.swap(slots_);
     mask_ = cap - 1;
     size_ = 0;
     for (const Slot& s : old)

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../types.h"
+
 namespace kvb {
 namespace kern {
 namespace cpu {
@@ -77,12 +79,16 @@ inline void store_elem(void* p, Dtype d, int64_t i, float x) {
   }
 }
 
+// All 65536 fp16 values as floats (256 KiB, built once): the hot-loop conversion.
+const float* half_table();
+
 // n contiguous elements of dtype d starting at p -> floats.
 inline void load_row(const void* p, Dtype d, int64_t n, float* out) {
   switch (d) {
     case Dtype::f16: {
       const uint16_t* h = static_cast<const uint16_t*>(p);
-      for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(h[i]);
+      const float* table = half_table();
+      for (int64_t i = 0; i < n; ++i) out[i] = table[h[i]];
       break;
     }
     case Dtype::bf16: {

@@ -1,0 +1,3 @@
+module kvblock.example/kvblock
+
+go 1.19

@@ -1,0 +1,386 @@
+// CUDA paged decode attention (split-K, flash-decoding style).
+//
+// Kernel 1: one CTA of 4 warps per (partition, kv head [, head chunk], sequence). It reads each K and V
+// row once, with 16-byte loads by L = min(32, head_dim*sizeof(T)/16) lanes per token (a warp handles
+// 32/L tokens per step, 4 steps unrolled so that many loads are in flight), and scores it against all
+// query heads of the GQA group held in registers. Online softmax in fp32 (base-2 exponent, scale and
+// log2(e) folded into q); warps merge their (max, sum, acc) through shared memory. A single partition
+// writes the output directly; otherwise each partition writes (max, sum, normalised acc) to the
+// workspace and kernel 2 merges the partitions of each (sequence, query head) with log-sum-exp weights.
+// No allocation and no host synchronisation: capturable in a CUDA graph.
+#include <climits>
+
+#include "../backends.h"
+#include "common.cuh"
+
+namespace kvb {
+namespace kern {
+namespace cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kUnroll = 4;
+constexpr int kMaxPartitionBlocks = 2048;  // partition_size <= 2048 tokens and block_size >= 1
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttnParams {
+  const char* k;
+  const char* v;
+  int64_t block_stride, token_stride, head_stride;  // elements
+  const char* q;
+  int64_t q_seq_stride, q_head_stride;
+  char* out;
+  int64_t out_seq_stride, out_head_stride;
+  const int32_t* block_tables;
+  const int32_t* seq_lens;
+  float* ws_m;
+  float* ws_l;
+  float* ws_o;
+  int num_blocks, block_shift, max_blocks;
+  int num_q_heads, group, heads_per_chunk, num_chunks;
+  int window, sink, partition_size, num_partitions;
+  float q_scale;   // scale, times log2(e) when there is no soft cap
+  float soft_cap;  // 0 = off
+};
+
+__device__ __forceinline__ int clamp_len(const AttnParams& p, int seq) {
+  const int len = p.seq_lens[seq];
+  const int max_len = p.max_blocks << p.block_shift;
+  return len < 0 ? 0 : (len > max_len ? max_len : len);
+}
+
+template <typename T, int D, int GC>
+__global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnParams p) {
+  constexpr int VEC = Vec<T>::N;                        // elements per 16-byte load
+  constexpr int L = (D / VEC) < 32 ? (D / VEC) : 32;    // lanes per token
+  constexpr int NV = D / (L * VEC);                     // 16-byte loads per lane per row
+  constexpr int E = NV * VEC;                           // elements per lane
+  constexpr int TG = 32 / L;                            // tokens per warp step
+  constexpr int STEP = kWarps * TG * kUnroll;           // tokens per CTA iteration
+
+  __shared__ int s_blocks[kMaxPartitionBlocks];
+  __shared__ float s_m[kWarps][GC];
+  __shared__ float s_l[kWarps][GC];
+  __shared__ float s_o[kWarps][GC][D];
+
+  const int part = blockIdx.x;
+  const int kvh = blockIdx.y / p.num_chunks;
+  const int chunk = blockIdx.y - kvh * p.num_chunks;
+  const int seq = blockIdx.z;
+  const int h0 = kvh * p.group + chunk * p.heads_per_chunk;
+  const int gcount = min(p.heads_per_chunk, p.group - chunk * p.heads_per_chunk);
+
+  const int len = clamp_len(p, seq);
+  const int t_begin = part * p.partition_size;
+  const bool split = p.num_partitions > 1;
+  if (split && t_begin >= len) return;  // the reduce kernel reads only ceil(len / P) partitions
+  const int t_end = min(t_begin + p.partition_size, len);
+  int lo = 0, sink = 0;
+  if (p.window > 0) {
+    lo = max(0, len - p.window);
+    sink = p.sink;
+  }
+  const bool any = t_begin < t_end && (t_end > lo || t_begin < sink);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane / L, lig = lane - grp * L;
+
+  // Block ids of the partition, invalid ones as -1 (their tokens are masked, never read).
+  const int first_blk = t_begin >> p.block_shift;
+  const int nblk = any ? ((t_end - 1) >> p.block_shift) - first_blk + 1 : 0;
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
+  for (int i = threadIdx.x; i < nblk; i += kThreads) {
+    const int id = table[first_blk + i];
+    s_blocks[i] = (id >= 0 && id < p.num_blocks) ? id : -1;
+  }
+
+  // This lane's slice of every query head of the chunk, pre-scaled.
+  float q[GC][E];
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    const T* qp = reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_seq_stride + int64_t(h0 + g) * p.q_head_stride;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        q[g][j * VEC + e] = g < gcount ? Vec<T>::load(qp + (j * L + lig) * VEC + e) * p.q_scale : 0.f;
+  }
+
+  float m[GC], l[GC], acc[GC][E];
+#pragma unroll
+  for (int g = 0; g < GC; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
+  }
+  __syncthreads();
+
+  const int64_t head_off = int64_t(kvh) * p.head_stride;
+  const int mask = (1 << p.block_shift) - 1;
+  if (any) {
+    for (int base = t_begin + warp * TG * kUnroll; base < t_end; base += STEP) {
+      uint4 kr[kUnroll][NV], vr[kUnroll][NV];
+      bool ok[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int t = base + u * TG + grp;
+        ok[u] = t < t_end && (t >= lo || t < sink);
+        const int blk = ok[u] ? s_blocks[(t >> p.block_shift) - first_blk] : -1;
+        ok[u] = blk >= 0;
+        if (ok[u]) {
+          const int64_t off = int64_t(blk) * p.block_stride + int64_t(t & mask) * p.token_stride + head_off;
+          const uint4* kp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.k) + off);
+          const uint4* vp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.v) + off);
+#pragma unroll
+          for (int j = 0; j < NV; ++j) {
+            kr[u][j] = __ldg(kp + j * L + lig);
+            vr[u][j] = __ldg(vp + j * L + lig);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < NV; ++j) kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
+        }
+      }
+      // Scores of the unrolled tokens for every head (base-2 logits).
+      float sc[kUnroll][GC];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float kf[E];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) Vec<T>::to_float(kr[u][j], kf + j * VEC);
+#pragma unroll
+        for (int g = 0; g < GC; ++g) {
+          float s = 0.f;
+#pragma unroll
+          for (int e = 0; e < E; ++e) s = fmaf(q[g][e], kf[e], s);
+#pragma unroll
+          for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+          if (p.soft_cap > 0.f) s = p.soft_cap * tanhf(s / p.soft_cap) * kLog2e;
+          sc[u][g] = ok[u] ? s : -INFINITY;
+        }
+      }
+      // Online softmax: rescale once per step, then accumulate V.
+      float pr[kUnroll][GC];
+#pragma unroll
+      for (int g = 0; g < GC; ++g) {
+        float mx = sc[0][g];
+#pragma unroll
+        for (int u = 1; u < kUnroll; ++u) mx = fmaxf(mx, sc[u][g]);
+        const float m_new = fmaxf(m[g], mx);
+        if (m_new == -INFINITY) {  // nothing attended yet
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) pr[u][g] = 0.f;
+          continue;
+        }
+        const float alpha = exp2f(m[g] - m_new);
+        l[g] *= alpha;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] *= alpha;
+        m[g] = m_new;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          pr[u][g] = exp2f(sc[u][g] - m_new);
+          l[g] += pr[u][g];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float vf[E];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) Vec<T>::to_float(vr[u][j], vf + j * VEC);
+#pragma unroll
+        for (int g = 0; g < GC; ++g)
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pr[u][g], vf[e], acc[g][e]);
+      }
+    }
+  }
+
+  // Merge the token groups of the warp (lanes lig, lig+L, ... hold the same slice of other tokens).
+#pragma unroll
+  for (int o = L; o < 32; o <<= 1) {
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+      const float om = __shfl_xor_sync(0xffffffffu, m[g], o);
+      const float ol = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float nm = fmaxf(m[g], om);
+      const float a1 = nm == -INFINITY ? 0.f : exp2f(m[g] - nm);
+      const float a2 = nm == -INFINITY ? 0.f : exp2f(om - nm);
+      l[g] = l[g] * a1 + ol * a2;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const float oa = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+        acc[g][e] = acc[g][e] * a1 + oa * a2;
+      }
+      m[g] = nm;
+    }
+  }
+  if (grp == 0) {
+#pragma unroll
+    for (int g = 0; g < GC; ++g) {
+      if (lig == 0) {
+        s_m[warp][g] = m[g];
+        s_l[warp][g] = l[g];
+      }
+#pragma unroll
+      for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s_o[warp][g][(j * L + lig) * VEC + e] = acc[g][j * VEC + e];
+    }
+  }
+  __syncthreads();
+
+  // Merge the warps; one thread per (head, element).
+  for (int i = threadIdx.x; i < GC * D; i += kThreads) {
+    const int g = i / D, d = i - g * D;
+    if (g >= gcount) continue;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w][g]);
+    float W = 0.f, A = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float a = exp2f(s_m[w][g] - M);
+        W += s_l[w][g] * a;
+        A += s_o[w][g][d] * a;
+      }
+    }
+    const float o = W > 0.f ? A / W : 0.f;
+    const int h = h0 + g;
+    if (!split) {
+      T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+      op[d] = Vec<T>::from_float(o);
+    } else {
+      const int64_t row = (int64_t(seq) * p.num_q_heads + h) * p.num_partitions + part;
+      p.ws_o[row * D + d] = o;
+      if (d == 0) {
+        p.ws_m[row] = M;
+        p.ws_l[row] = W;
+      }
+    }
+  }
+}
+
+// One CTA of D threads per (query head, sequence): merge the partitions with weights l_p * 2^(m_p - M).
+template <typename T, int D>
+__global__ void __launch_bounds__(D) attn_reduce_kernel(const AttnParams p) {
+  const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
+  const int len = clamp_len(p, seq);
+  const int n = (len + p.partition_size - 1) / p.partition_size;
+  const int64_t row0 = (int64_t(seq) * p.num_q_heads + h) * p.num_partitions;
+  float M = -INFINITY;
+  for (int i = 0; i < n; ++i)
+    if (p.ws_l[row0 + i] > 0.f) M = fmaxf(M, p.ws_m[row0 + i]);
+  float W = 0.f, A = 0.f;
+  for (int i = 0; i < n; ++i) {
+    const float li = p.ws_l[row0 + i];
+    if (!(li > 0.f)) continue;
+    const float w = li * exp2f(p.ws_m[row0 + i] - M);
+    W += w;
+    A += w * p.ws_o[(row0 + i) * D + d];
+  }
+  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+  op[d] = Vec<T>::from_float(W > 0.f ? A / W : 0.f);
+}
+
+template <typename T, int D>
+void launch_dim(const AttnParams& p, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
+  switch (gc) {
+    case 1: attn_partition_kernel<T, D, 1><<<grid, kThreads, 0, s>>>(p); break;
+    case 2: attn_partition_kernel<T, D, 2><<<grid, kThreads, 0, s>>>(p); break;
+    case 4: attn_partition_kernel<T, D, 4><<<grid, kThreads, 0, s>>>(p); break;
+    default: attn_partition_kernel<T, D, 8><<<grid, kThreads, 0, s>>>(p); break;
+  }
+  check(cudaGetLastError(), "paged attention launch");
+  if (p.num_partitions > 1) {
+    attn_reduce_kernel<T, D><<<rgrid, D, 0, s>>>(p);
+    check(cudaGetLastError(), "paged attention reduce launch");
+  }
+}
+
+template <typename T>
+void launch_type(const AttnParams& p, int head_dim, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
+  switch (head_dim) {
+    case 64: launch_dim<T, 64>(p, gc, grid, rgrid, s); break;
+    case 128: launch_dim<T, 128>(p, gc, grid, rgrid, s); break;
+    default: launch_dim<T, 256>(p, gc, grid, rgrid, s); break;
+  }
+}
+
+}  // namespace
+
+void paged_attention(const Cache& c, const Attention& a, void* stream) {
+  const int64_t es = int64_t(c.elem());
+  const uint64_t align = uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
+                         uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
+  if (align % 16 != 0)
+    fail(Code::invalid_argument, "cache: CUDA attention needs 16-byte aligned k, v and strides (block %lld, token %lld, "
+         "head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
+  if (c.num_blocks > INT_MAX || a.max_blocks > INT_MAX) fail(Code::invalid_argument, "cache too large");
+  if (a.plan.partition_size > kMaxPartitionBlocks) fail(Code::internal, "partition size above the kernel limit");
+  const int group = int(a.num_q_heads / c.num_kv_heads);
+  const int chunks = (group + 7) / 8;
+  const int per_chunk = (group + chunks - 1) / chunks;
+  const int gc = per_chunk <= 1 ? 1 : per_chunk <= 2 ? 2 : per_chunk <= 4 ? 4 : 8;
+  if (c.num_kv_heads * chunks > 65535) fail(Code::invalid_argument, "num_kv_heads %lld too large for CUDA attention",
+                                            (long long)c.num_kv_heads);
+  if (a.plan.num_partitions > INT_MAX) fail(Code::invalid_argument, "context too long");
+
+  DeviceGuard guard(c.device_index);
+  check_pointer(c.k, c.device_index, "cache.k");
+  check_pointer(c.v, c.device_index, "cache.v");
+  check_pointer(a.q, c.device_index, "args.q");
+  check_pointer(a.out, c.device_index, "args.out");
+  check_pointer(a.block_tables, c.device_index, "args.block_tables");
+  check_pointer(a.seq_lens, c.device_index, "args.seq_lens");
+  if (a.plan.num_partitions > 1) check_pointer(a.workspace, c.device_index, "args.workspace");
+
+  AttnParams p;
+  p.k = static_cast<const char*>(c.k);
+  p.v = static_cast<const char*>(c.v);
+  p.block_stride = c.block_stride;
+  p.token_stride = c.token_stride;
+  p.head_stride = c.head_stride;
+  p.q = static_cast<const char*>(a.q);
+  p.q_seq_stride = a.q_seq_stride;
+  p.q_head_stride = a.q_head_stride;
+  p.out = static_cast<char*>(a.out);
+  p.out_seq_stride = a.out_seq_stride;
+  p.out_head_stride = a.out_head_stride;
+  p.block_tables = a.block_tables;
+  p.seq_lens = a.seq_lens;
+  const int64_t rows = a.num_seqs * a.num_q_heads * a.plan.num_partitions;
+  p.ws_m = static_cast<float*>(a.workspace);
+  p.ws_l = p.ws_m ? p.ws_m + rows : nullptr;
+  p.ws_o = p.ws_l ? p.ws_l + rows : nullptr;
+  p.num_blocks = int(c.num_blocks);
+  p.block_shift = c.block_shift;
+  p.max_blocks = int(a.max_blocks);
+  p.num_q_heads = int(a.num_q_heads);
+  p.group = group;
+  p.heads_per_chunk = per_chunk;
+  p.num_chunks = chunks;
+  p.window = a.window > INT_MAX ? INT_MAX : int(a.window);
+  p.sink = a.sink > INT_MAX ? INT_MAX : int(a.sink);
+  p.partition_size = int(a.plan.partition_size);
+  p.num_partitions = int(a.plan.num_partitions);
+  p.soft_cap = a.soft_cap;
+  p.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
+
+  const dim3 grid(unsigned(a.plan.num_partitions), unsigned(c.num_kv_heads * chunks), unsigned(a.num_seqs));
+  const dim3 rgrid(unsigned(a.num_q_heads), unsigned(a.num_seqs));
+  cudaStream_t s = as_stream(stream);
+  switch (c.dtype) {
+    case Dtype::f16: launch_type<__half>(p, int(c.head_dim), gc, grid, rgrid, s); break;
+    case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), gc, grid, rgrid, s); break;
+    default: launch_type<float>(p, int(c.head_dim), gc, grid, rgrid, s); break;
+  }
+}
+
+}  // namespace cuda
+}  // namespace kern
+}  // namespace kvb

@@ -1,0 +1,107 @@
+// Shared by the CUDA back end: CUDA errors -> kvb::Error(device), a device guard, 16-byte vector
+// conversions for fp16 / bf16 / fp32.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../../libkvblock/error.h"
+#include "../types.h"
+
+namespace kvb {
+namespace kern {
+namespace cuda {
+
+// Throws Code::device with the CUDA error string; clears the (non-sticky) error state first.
+inline void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  fail(Code::device, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// Makes `device` current for the scope and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    int cur = 0;
+    check(cudaGetDevice(&cur), "cudaGetDevice");
+    if (cur != device) {
+      check(cudaSetDevice(device), "cudaSetDevice");
+      prev_ = cur;
+    }
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Largest power-of-two width (16, 8, 4, 2 or 1 bytes) dividing every value.
+inline int common_width(std::initializer_list<uint64_t> values) {
+  uint64_t acc = 16;
+  for (uint64_t v : values) acc |= v;
+  int w = 1;
+  while (w < 16 && (acc & uint64_t(w)) == 0) w <<= 1;
+  return w;
+}
+
+// 16 bytes of T -> floats (8 for 16-bit types, 4 for fp32).
+template <typename T>
+struct Vec;
+
+template <>
+struct Vec<__half> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = __half22float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+  static __device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
+  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+};
+
+template <>
+struct Vec<__nv_bfloat16> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = __bfloat1622float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+  static __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+};
+
+template <>
+struct Vec<float> {
+  static constexpr int N = 4;
+  static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+  }
+  static __device__ __forceinline__ float load(const float* p) { return *p; }
+  static __device__ __forceinline__ float from_float(float x) { return x; }
+};
+
+}  // namespace cuda
+}  // namespace kern
+}  // namespace kvb

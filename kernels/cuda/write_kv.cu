@@ -1,0 +1,102 @@
+// CUDA write_kv (reshape_and_cache): one CTA per token copies its K and V rows into the cache slot in
+// the widest vector (up to 16 bytes) that every pointer and stride allows. Out-of-range slots are
+// never written.
+#include <climits>
+
+#include "../backends.h"
+#include "common.cuh"
+
+namespace kvb {
+namespace kern {
+namespace cuda {
+
+namespace {
+
+struct WriteParams {
+  const char* key;
+  const char* value;
+  char* k;
+  char* v;
+  int64_t key_ts, key_hs, val_ts, val_hs;             // bytes
+  int64_t block_stride, token_stride, head_stride;    // bytes
+  const int64_t* slots;
+  int64_t num_slots;
+  int64_t block_mask;
+  int block_shift;
+  int heads;
+  int chunks_per_row;
+};
+
+template <typename W>
+__global__ void write_kv_kernel(const WriteParams p) {
+  const int64_t token = blockIdx.x;
+  const int64_t slot = p.slots[token];
+  if (slot < 0 || slot >= p.num_slots) return;
+  const int64_t base = (slot >> p.block_shift) * p.block_stride + (slot & p.block_mask) * p.token_stride;
+  const int total = p.heads * p.chunks_per_row;
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int h = i / p.chunks_per_row, c = i - h * p.chunks_per_row;
+    const int64_t dst = base + h * p.head_stride + int64_t(c) * sizeof(W);
+    *reinterpret_cast<W*>(p.k + dst) =
+        *reinterpret_cast<const W*>(p.key + token * p.key_ts + h * p.key_hs + int64_t(c) * sizeof(W));
+    *reinterpret_cast<W*>(p.v + dst) =
+        *reinterpret_cast<const W*>(p.value + token * p.val_ts + h * p.val_hs + int64_t(c) * sizeof(W));
+  }
+}
+
+template <typename W>
+void launch(const WriteParams& p, int64_t tokens, cudaStream_t s) {
+  const int total = p.heads * p.chunks_per_row;
+  const int threads = total >= 256 ? 256 : ((total + 31) / 32) * 32;
+  write_kv_kernel<W><<<unsigned(tokens), threads, 0, s>>>(p);
+}
+
+}  // namespace
+
+void write_kv(const Cache& c, const WriteKv& a, void* stream) {
+  if (a.num_tokens > INT_MAX) fail(Code::invalid_argument, "num_tokens %lld exceeds %d", (long long)a.num_tokens, INT_MAX);
+  const int64_t es = int64_t(c.elem());
+  const int64_t row = c.head_dim * es;
+  if (c.num_kv_heads * ((row + 1) / 2) > INT_MAX) fail(Code::invalid_argument, "num_kv_heads * head_dim too large");
+  DeviceGuard g(c.device_index);
+  check_pointer(a.key, c.device_index, "args.key");
+  check_pointer(a.value, c.device_index, "args.value");
+  check_pointer(a.slots, c.device_index, "args.slot_mapping");
+  check_pointer(c.k, c.device_index, "cache.k");
+  check_pointer(c.v, c.device_index, "cache.v");
+  WriteParams p;
+  p.key = static_cast<const char*>(a.key);
+  p.value = static_cast<const char*>(a.value);
+  p.k = static_cast<char*>(c.k);
+  p.v = static_cast<char*>(c.v);
+  p.key_ts = a.key_token_stride * es;
+  p.key_hs = a.key_head_stride * es;
+  p.val_ts = a.value_token_stride * es;
+  p.val_hs = a.value_head_stride * es;
+  p.block_stride = c.block_stride * es;
+  p.token_stride = c.token_stride * es;
+  p.head_stride = c.head_stride * es;
+  p.slots = a.slots;
+  p.num_slots = c.num_blocks * c.block_size;
+  p.block_mask = c.block_size - 1;
+  p.block_shift = c.block_shift;
+  p.heads = int(c.num_kv_heads);
+  const int w = common_width({uint64_t(uintptr_t(p.key)), uint64_t(uintptr_t(p.value)), uint64_t(uintptr_t(p.k)),
+                              uint64_t(uintptr_t(p.v)), uint64_t(p.key_ts), uint64_t(p.key_hs), uint64_t(p.val_ts),
+                              uint64_t(p.val_hs), uint64_t(p.block_stride), uint64_t(p.token_stride),
+                              uint64_t(p.head_stride), uint64_t(row)});
+  p.chunks_per_row = int(row / w);
+  cudaStream_t s = as_stream(stream);
+  switch (w) {
+    case 16: launch<uint4>(p, a.num_tokens, s); break;
+    case 8: launch<uint2>(p, a.num_tokens, s); break;
+    case 4: launch<uint32_t>(p, a.num_tokens, s); break;
+    case 2: launch<uint16_t>(p, a.num_tokens, s); break;
+    default: launch<uint8_t>(p, a.num_tokens, s); break;
+  }
+  check(cudaGetLastError(), "write_kv launch");
+}
+
+}  // namespace cuda
+}  // namespace kern
+}  // namespace kvb

@@ -1,0 +1,102 @@
+// Helpers shared by the kernel tests: host tensors of any kvb dtype, random fill, a CPU cache
+// descriptor over host memory, CUDA mirrors of host buffers, and the device-count probe for SKIP.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "../../kernels/cpu/convert.h"
+#include "../../kernels/types.h"
+#include "harness.h"
+#if KVB_WITH_CUDA
+#include "../../kernels/devutil.h"
+#endif
+
+namespace kt {
+
+using kvb::kern::Dtype;
+namespace cpuk = kvb::kern::cpu;
+
+inline Dtype to_dtype(uint32_t d) { return static_cast<Dtype>(d); }
+inline size_t esize(uint32_t d) { return d == KVB_DTYPE_FP32 ? 4 : 2; }
+inline const char* dname(uint32_t d) { return d == KVB_DTYPE_FP16 ? "fp16" : d == KVB_DTYPE_BF16 ? "bf16" : "fp32"; }
+
+// A host buffer of n elements of dtype d (16-byte aligned).
+struct Tensor {
+  uint32_t dtype = KVB_DTYPE_FP32;
+  size_t n = 0;
+  std::vector<uint64_t> storage;
+  Tensor() = default;
+  Tensor(uint32_t d, size_t count) : dtype(d), n(count), storage((count * esize(d) + 15) / 8 + 2, 0) {}
+  void* data() { return storage.data(); }
+  const void* data() const { return storage.data(); }
+  size_t bytes() const { return n * esize(dtype); }
+  float get(size_t i) const { return cpuk::load_elem(data(), to_dtype(dtype), int64_t(i)); }
+  void set(size_t i, float x) { cpuk::store_elem(data(), to_dtype(dtype), int64_t(i), x); }
+  void fill_random(std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (size_t i = 0; i < n; ++i) set(i, u(rng));
+  }
+  void poison() { std::memset(storage.data(), 0xff, storage.size() * 8); }  // NaN in every dtype
+};
+
+// A CPU cache (K and V) of the given shape over two Tensors, with optional padded strides.
+struct HostCache {
+  Tensor k, v;
+  kvb_cache_desc desc;
+  HostCache(uint32_t dtype, uint32_t num_blocks, uint32_t block_size, uint32_t heads, uint32_t head_dim,
+            int64_t head_pad = 0, int64_t token_pad = 0, int64_t block_pad = 0) {
+    kvb_cache_desc_init(&desc);
+    desc.dtype = dtype;
+    desc.num_blocks = num_blocks;
+    desc.block_size = block_size;
+    desc.num_kv_heads = heads;
+    desc.head_dim = head_dim;
+    desc.head_stride = head_dim + head_pad;
+    desc.token_stride = int64_t(heads) * desc.head_stride + token_pad;
+    desc.block_stride = int64_t(block_size) * desc.token_stride + block_pad;
+    const size_t total = size_t(num_blocks) * size_t(desc.block_stride);
+    k = Tensor(dtype, total);
+    v = Tensor(dtype, total);
+    desc.k = k.data();
+    desc.v = v.data();
+  }
+  size_t offset(int64_t block, int64_t tok, int64_t head, int64_t d) const {
+    return size_t(block * desc.block_stride + tok * desc.token_stride + head * desc.head_stride + d);
+  }
+};
+
+inline bool close(double got, double want, uint32_t dtype) {
+  const double atol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 2e-3 : 1.6e-2;
+  const double rtol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 4e-3 : 1.6e-2;
+  return std::isfinite(got) && std::fabs(got - want) <= atol + rtol * std::fabs(want);
+}
+
+// Usable CUDA devices in this build (0 without CUDA or driver).
+inline int cuda_devices() {
+  int32_t n = 0;
+  return kvb_cuda_device_count(&n) == KVB_OK ? n : 0;
+}
+
+#if KVB_WITH_CUDA
+// A device copy of a host buffer, freed at scope exit.
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer(const void* host, size_t n) : bytes(n) {
+    p = kvb::kern::devutil::device_malloc(n ? n : 16);
+    if (host && n) kvb::kern::devutil::copy(p, host, n);
+  }
+  explicit DeviceBuffer(size_t n) : DeviceBuffer(nullptr, n) {}
+  ~DeviceBuffer() { kvb::kern::devutil::device_free(p); }
+  void to_host(void* host) const { kvb::kern::devutil::copy(host, p, bytes); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+#endif
+
+}  // namespace kt

@@ -1,0 +1,410 @@
+// Allocation failure: this binary replaces the global operator new / new[] (every variant: plain,
+// nothrow, aligned, aligned nothrow) with a counting version that fails the Nth allocation made inside a
+// library call. A realistic sequence of C API calls is run for N = 1, 2, 3, ... until a run completes
+// without reaching N. In every run:
+//   - the call whose allocation failed must return KVB_ERR_OUT_OF_MEMORY with a message (no other call may);
+//   - right after it, kvb_check_invariants() passes and the observable state (stats, free count, block
+//     tables and infos, block hashes) is byte-identical to the state before the call;
+//   - the call is then retried without injection and must give what it gives in the reference run, and
+//     the sequence goes on; at the end the full state, drained copies and events included, must equal
+//     the reference run's.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "kvbt_state.h"
+
+// ---- counting, failing global allocator ----------------------------------------------------------
+
+namespace {
+bool g_armed = false;     // counting only inside library calls
+long g_count = 0;         // allocations counted in this run
+long g_fail_at = 0;       // fail the g_fail_at-th counted allocation (0 = never)
+bool g_injected = false;  // the failure was injected (once per run)
+
+void* counted_alloc(std::size_t n, std::size_t align) noexcept {
+  if (g_armed) {
+    ++g_count;
+    if (g_count == g_fail_at) {
+      g_injected = true;
+      return nullptr;
+    }
+  }
+  if (n == 0) n = 1;
+  if (align <= alignof(std::max_align_t)) return std::malloc(n);
+  void* p = nullptr;
+  return posix_memalign(&p, align, n) == 0 ? p : nullptr;
+}
+
+void* throwing_alloc(std::size_t n, std::size_t align) {
+  void* p = counted_alloc(n, align);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return throwing_alloc(n, 0); }
+void* operator new[](std::size_t n) { return throwing_alloc(n, 0); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return throwing_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return throwing_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, static_cast<std::size_t>(a));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+
+// ---- the operation sequence ------------------------------------------------------------------------
+
+namespace {
+
+struct Ctx {
+  kvb_manager* m = nullptr;
+  std::vector<int64_t> prompt;
+  int32_t pairs[2 * 256];
+  size_t n = 0;
+  kvb_event events[8];
+  int64_t event_tokens[8 * 4];
+  uint32_t ekb[2] = {1, 3};
+  uint64_t ek[2] = {0xabc, 0xdef};
+};
+
+struct Step {
+  std::string name;
+  kvb_status want;  // what the call gives without injected failures
+  std::function<kvb_status(Ctx&)> fn;
+};
+
+constexpr uint32_t kBlockSize = 4;
+constexpr uint32_t kBlocks = 128;
+constexpr int kManySeqs = 70;  // more than the sequence table's initial capacity (64): it must grow
+
+kvb_status create(Ctx& c) {
+  kvb_config cfg;
+  kvb_config_init(&cfg);
+  static const int64_t kNonCacheable[] = {99};
+  cfg.block_size = kBlockSize;
+  cfg.num_blocks = kBlocks;
+  cfg.num_host_blocks = 16;
+  cfg.flags = KVB_CONFIG_KEYED_INDEX | KVB_CONFIG_EVENTS;
+  cfg.event_capacity = 12;
+  cfg.index_seed = 77;
+  cfg.non_cacheable_tokens = kNonCacheable;
+  cfg.num_non_cacheable_tokens = 1;
+  c.m = reinterpret_cast<kvb_manager*>(&cfg);  // a failed create must set it to NULL
+  kvb_status s = kvb_manager_create(&cfg, &c.m);
+  if (s != KVB_OK && c.m != nullptr) {
+    std::fprintf(stderr, "failed kvb_manager_create left *out non-NULL\n");
+    std::abort();
+  }
+  return s;
+}
+
+std::vector<Step> build_steps(bool quick) {
+  std::vector<Step> v;
+  auto add = [&](std::string name, kvb_status want, std::function<kvb_status(Ctx&)> fn) {
+    v.push_back(Step{std::move(name), want, std::move(fn)});
+  };
+  add("allocate 1", KVB_OK, [](Ctx& c) {
+    return kvb_seq_allocate(c.m, 1, c.prompt.data(), c.prompt.size(), &c.n);
+  });
+  add("commit 1", KVB_OK, [](Ctx& c) { return kvb_seq_commit(c.m, 1, 18); });
+  add("can_allocate", KVB_OK, [](Ctx& c) { return kvb_seq_can_allocate(c.m, c.prompt.data(), c.prompt.size(), &c.n); });
+  add("allocate 2 (prefix hit)", KVB_OK,
+      [](Ctx& c) { return kvb_seq_allocate(c.m, 2, c.prompt.data(), c.prompt.size() - 1, &c.n); });
+  add("commit 2", KVB_OK, [](Ctx& c) { return kvb_seq_commit(c.m, 2, 17 - 16); });
+  add("allocate_ex 3 (salt, extra keys, window)", KVB_OK, [](Ctx& c) {
+    kvb_seq_options o;
+    kvb_seq_options_init(&o);
+    o.has_cache_salt = 1;
+    o.cache_salt = 5;
+    o.extra_key_blocks = c.ekb;
+    o.extra_keys = c.ek;
+    o.num_extra_keys = 2;
+    o.window_tokens = 8;
+    o.sink_tokens = 2;
+    return kvb_seq_allocate_ex(c.m, 3, c.prompt.data(), c.prompt.size(), &o, &c.n);
+  });
+  add("set_extra_key 3", KVB_OK, [](Ctx& c) { return kvb_seq_set_extra_key(c.m, 3, 2, 0x123); });
+  add("set_extra_key 3 again", KVB_OK, [](Ctx& c) { return kvb_seq_set_extra_key(c.m, 3, 0, 0x456); });
+  add("commit 3", KVB_OK, [](Ctx& c) { return kvb_seq_commit(c.m, 3, 18); });
+  add("fork 1 -> 4", KVB_OK, [](Ctx& c) { return kvb_seq_fork(c.m, 1, 4); });
+  add("fork_at 1 -> 5", KVB_OK, [](Ctx& c) { return kvb_seq_fork_at(c.m, 1, 5, 6); });
+  for (int i = 0; i < 6; ++i) {
+    add("append 4 #" + std::to_string(i), KVB_OK, [i](Ctx& c) {
+      int64_t t = 2000 + i;
+      return kvb_seq_append(c.m, 4, &t, 1);
+    });
+    add("commit 4 #" + std::to_string(i), KVB_OK, [](Ctx& c) { return kvb_seq_commit(c.m, 4, 1); });
+  }
+  add("append 5 (copy on write)", KVB_OK, [](Ctx& c) {
+    int64_t t[3] = {7, 8, 9};
+    return kvb_seq_append(c.m, 5, t, 3);
+  });
+  add("drain_copies", KVB_OK, [](Ctx& c) { return kvb_drain_copies(c.m, c.pairs, 256, &c.n); });
+  for (int i = 0; i < 10; ++i)
+    add("decode 1 #" + std::to_string(i), KVB_OK, [i](Ctx& c) {
+      int64_t t = 3000 + i;
+      kvb_status s = kvb_seq_append(c.m, 1, &t, 1);
+      return s != KVB_OK ? s : kvb_seq_commit(c.m, 1, 1);  // commit cannot allocate
+    });
+  add("rollback 1", KVB_OK, [](Ctx& c) { return kvb_seq_rollback(c.m, 1, 3); });
+  add("set_window 4", KVB_OK, [](Ctx& c) { return kvb_seq_set_window(c.m, 4, 8, 0); });
+  add("batch_export", KVB_OK, [](Ctx& c) {
+    static int32_t tables[4 * 16], lens[4], qs[5];
+    static int64_t slots[64];
+    const int64_t ids[4] = {1, 2, 4, 5};
+    kvb_batch b;
+    kvb_batch_init(&b);
+    b.max_blocks_per_seq = 16;
+    b.block_tables = tables;
+    b.seq_lens = lens;
+    b.query_start = qs;
+    b.slot_mapping = slots;
+    b.slot_capacity = 64;
+    return kvb_batch_export(c.m, ids, 4, &b);
+  });
+  add("can_swap_out 2", KVB_OK, [](Ctx& c) {
+    kvb_availability a;
+    return kvb_seq_can_swap_out(c.m, 2, &a);
+  });
+  add("swap_out 2", KVB_OK, [](Ctx& c) { return kvb_seq_swap_out(c.m, 2, c.pairs, 256, &c.n); });
+  add("get_info 2", KVB_OK, [](Ctx& c) {
+    kvb_seq_info i;
+    kvb_seq_info_init(&i);
+    return kvb_seq_get_info(c.m, 2, &i);
+  });
+  add("swap_in 2", KVB_OK, [](Ctx& c) { return kvb_seq_swap_in(c.m, 2, c.pairs, 256, &c.n); });
+  add("swap_out 3", KVB_OK, [](Ctx& c) { return kvb_seq_swap_out(c.m, 3, c.pairs, 256, &c.n); });
+  // Expected failures: their messages are built on the heap too.
+  add("allocate existing id", KVB_ERR_SEQUENCE_EXISTS,
+      [](Ctx& c) { return kvb_seq_allocate(c.m, 1, c.prompt.data(), c.prompt.size(), &c.n); });
+  add("allocate too long", KVB_ERR_OUT_OF_BLOCKS, [](Ctx& c) {
+    static int64_t big[kBlocks * kBlockSize + 1];
+    return kvb_seq_allocate(c.m, 9, big, kBlocks * kBlockSize + 1, &c.n);
+  });
+  add("commit too much", KVB_ERR_INVALID_ARGUMENT, [](Ctx& c) { return kvb_seq_commit(c.m, 5, 1000); });
+  add("drain_events too small", KVB_ERR_BUFFER_TOO_SMALL,
+      [](Ctx& c) { return kvb_drain_events(c.m, c.events, 0, c.event_tokens, 0, &c.n, nullptr); });
+  add("drain_events", KVB_OK, [](Ctx& c) { return kvb_drain_events(c.m, c.events, 8, c.event_tokens, 32, &c.n, nullptr); });
+  add("check_invariants", KVB_OK, [](Ctx& c) { return kvb_check_invariants(c.m); });
+  // Many sequences: the sequence table and the sequence pool grow.
+  const int many = quick ? 8 : kManySeqs;
+  for (int i = 0; i < many; ++i)
+    add("allocate many #" + std::to_string(i), KVB_OK, [i](Ctx& c) {
+      int64_t t[2] = {4000 + i, 1};
+      return kvb_seq_allocate(c.m, 100 + i, t, 1 + (i & 1), nullptr);
+    });
+  for (int i = 0; i < many; i += 2)
+    add("free many #" + std::to_string(i), KVB_OK, [i](Ctx& c) { return kvb_seq_free(c.m, 100 + i); });
+  add("commit many", KVB_OK, [](Ctx& c) { return kvb_seq_commit(c.m, 101, 2); });
+  add("fork many", KVB_OK, [](Ctx& c) { return kvb_seq_fork(c.m, 101, 1000); });
+  add("get_stats", KVB_OK, [](Ctx& c) {
+    kvb_stats st;
+    kvb_stats_init(&st);
+    return kvb_get_stats(c.m, &st);
+  });
+  for (int64_t id : {1, 2, 3, 4, 5, 1000})
+    add("free " + std::to_string(id), KVB_OK, [id](Ctx& c) { return kvb_seq_free(c.m, id); });
+  for (int i = 1; i < many; i += 2)
+    add("free many #" + std::to_string(i), KVB_OK, [i](Ctx& c) { return kvb_seq_free(c.m, 100 + i); });
+  add("reset_prefix_cache", KVB_OK, [](Ctx& c) { return kvb_reset_prefix_cache(c.m); });
+  add("allocate after reset", KVB_OK, [](Ctx& c) {
+    return kvb_seq_allocate(c.m, 7, c.prompt.data(), c.prompt.size(), &c.n);
+  });
+  add("commit after reset", KVB_OK, [](Ctx& c) { return kvb_seq_commit(c.m, 7, 18); });
+  return v;
+}
+
+const int64_t kIds[] = {1, 2, 3, 4, 5, 7, 9, 100, 101, 1000};
+
+struct RunResult {
+  bool injected = false;      // an allocation failure was injected in this run
+  long allocations = 0;       // counted allocations (all of them when nothing was injected)
+  std::string failed_step;    // the step whose call failed, if any
+  kvbt_state final_state{};
+  int errors = 0;
+};
+
+// Runs the sequence, failing the fail_at-th library allocation (0 = none). With ref_before non-NULL, the
+// state before every step is compared (after an injected failure) with the reference's.
+RunResult run_sequence(const std::vector<Step>& steps, long fail_at, std::vector<kvbt_state>* record_before,
+                       const std::vector<kvbt_state>* ref_before) {
+  RunResult res;
+  Ctx c;  // everything the steps use is allocated here, before any counting
+  c.prompt.resize(18);
+  for (size_t i = 0; i < c.prompt.size(); ++i) c.prompt[i] = 1000 + static_cast<int64_t>(i % 13);
+  g_count = 0;
+  g_fail_at = fail_at;
+  g_injected = false;
+  const size_t nids = sizeof kIds / sizeof kIds[0];
+
+  auto complain = [&](const char* what, const std::string& step, kvb_status s) {
+    std::fprintf(stderr, "N=%ld, step \"%s\": %s (%s: %s)\n", fail_at, step.c_str(), what, kvb_status_string(s),
+                 kvb_last_error());
+    ++res.errors;
+  };
+
+  // Creation: under injection too.
+  for (;;) {
+    bool before = g_injected;
+    g_armed = true;
+    kvb_status s = create(c);
+    g_armed = false;
+    if (s == KVB_OK) break;
+    if (s != KVB_ERR_OUT_OF_MEMORY || before || !g_injected || kvb_last_error()[0] == '\0') {
+      complain("kvb_manager_create failed without an injected failure", "create", s);
+      return res;
+    }
+    res.failed_step = "create";
+  }
+
+  kvbt_state now{};
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Step& st = steps[k];
+    if (record_before) {
+      record_before->emplace_back();
+      kvbt_state_take(c.m, kIds, nids, 0, &record_before->back());
+    }
+    const bool before = g_injected;
+    g_armed = true;
+    kvb_status s = st.fn(c);
+    g_armed = false;
+    if (g_injected && !before) {
+      res.failed_step = st.name;
+      if (s != KVB_ERR_OUT_OF_MEMORY) complain("an injected allocation failure did not give KVB_ERR_OUT_OF_MEMORY", st.name, s);
+      else if (kvb_last_error()[0] == '\0') complain("KVB_ERR_OUT_OF_MEMORY without a message", st.name, s);
+      kvb_status inv = kvb_check_invariants(c.m);
+      if (inv != KVB_OK) complain("invariants broken after the failed call", st.name, inv);
+      if (ref_before) {
+        kvbt_state_take(c.m, kIds, nids, 0, &now);
+        long d = kvbt_state_diff(&(*ref_before)[k], &now);
+        if (d >= 0) {
+          std::fprintf(stderr, "N=%ld, step \"%s\": the failed call changed the observable state (byte %ld)\n",
+                       fail_at, st.name.c_str(), d);
+          ++res.errors;
+        }
+      }
+      s = st.fn(c);  // retry: the manager must still be usable
+    }
+    if (s != st.want) complain("unexpected status", st.name, s);
+  }
+  kvb_status inv = kvb_check_invariants(c.m);
+  if (inv != KVB_OK) complain("invariants broken at the end", "end", inv);
+  kvbt_state_take(c.m, kIds, nids, 1, &res.final_state);
+  kvb_manager_destroy(c.m);
+  kvbt_state_free(&now);
+  res.injected = g_injected;
+  res.allocations = g_count;
+  return res;
+}
+
+bool quick_mode() {
+  const char* q = std::getenv("KVB_TEST_QUICK");
+  return q && *q && std::strcmp(q, "0") != 0;
+}
+
+void test_allocator_replacement_works() {
+  g_count = 0;
+  g_fail_at = 2;
+  g_injected = false;
+  g_armed = true;
+  void* a = ::operator new(16, std::nothrow);
+  void* b = ::operator new[](16, std::align_val_t{64}, std::nothrow);
+  bool threw = false;
+  try {
+    void* d = ::operator new(8);
+    ::operator delete(d);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  g_armed = false;
+  CHECK(a != nullptr);
+  CHECK(b == nullptr);  // the 2nd allocation failed
+  CHECK(!threw);
+  CHECK(g_count == 3);
+  ::operator delete(a);
+  g_count = 0;
+  g_fail_at = 1;
+  g_armed = true;
+  try {
+    void* d = ::operator new[](8, std::align_val_t{128});
+    ::operator delete[](d, std::align_val_t{128});
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  g_armed = false;
+  g_fail_at = 0;
+  CHECK(threw);
+}
+
+void test_every_allocation_fails_once() {
+  const bool quick = quick_mode();
+  g_armed = false;
+  std::vector<Step> steps = build_steps(quick);
+  std::vector<kvbt_state> ref_before;
+  RunResult ref = run_sequence(steps, 0, &ref_before, nullptr);
+  CHECK(ref.errors == 0);
+  CHECK(!ref.injected);
+  CHECK(ref.allocations > 0);  // the library allocates: the replacement is in effect
+  long runs = 0, injected = 0;
+  long stride = 1;
+  for (long n = 1;; n += stride) {
+    RunResult r = run_sequence(steps, n, nullptr, &ref_before);
+    ++runs;
+    if (r.errors) {
+      kvbt_case_failures += r.errors;
+      std::fprintf(stderr, "  (run N=%ld failed at step \"%s\")\n", n, r.failed_step.c_str());
+    }
+    if (!r.injected) {
+      CHECK(n > ref.allocations);
+      kvbt_state_free(&r.final_state);
+      break;
+    }
+    ++injected;
+    long d = kvbt_state_diff(&ref.final_state, &r.final_state);
+    if (d >= 0) {
+      std::fprintf(stderr, "N=%ld (failure in \"%s\"): final state differs from the reference (byte %ld)\n", n,
+                   r.failed_step.c_str(), d);
+      ++kvbt_case_failures;
+    }
+    kvbt_state_free(&r.final_state);
+    if (n > 100000) {
+      CHECK(!"allocation count does not converge");
+      break;
+    }
+  }
+  std::printf("allocation failure injected at each of %ld allocations of a %zu-step sequence (%ld runs)\n",
+              injected, steps.size(), runs);
+  kvbt_state_free(&ref.final_state);
+  for (kvbt_state& s : ref_before) kvbt_state_free(&s);
+}
+
+}  // namespace
+
+int main() {
+  RUN_TEST(test_allocator_replacement_works);
+  RUN_TEST(test_every_allocation_fails_once);
+  TEST_SUMMARY();
+}

@@ -1,0 +1,126 @@
+/* chart.c - bounded sample series and a dependency-free SVG line chart. */
+#include "chart.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void chart_init(chart* c, size_t max_points) {
+  memset(c, 0, sizeof *c);
+  c->cap = max_points < 2 ? 4 : 2 * max_points;
+  c->t = (double*)xmalloc(c->cap * sizeof(double));
+  c->used = (double*)xmalloc(c->cap * sizeof(double));
+  c->cached_free = (double*)xmalloc(c->cap * sizeof(double));
+  c->hit = (double*)xmalloc(c->cap * sizeof(double));
+  c->stride = 1;
+}
+
+void chart_free(chart* c) {
+  free(c->t);
+  free(c->used);
+  free(c->cached_free);
+  free(c->hit);
+  memset(c, 0, sizeof *c);
+}
+
+void chart_add(chart* c, double t, double used, double cached_free, double hit) {
+  if (c->seen++ % c->stride != 0) return;
+  if (c->n == c->cap) { /* keep every other point, sample half as often from now on */
+    size_t i, k = 0;
+    for (i = 0; i < c->n; i += 2, k++) {
+      c->t[k] = c->t[i];
+      c->used[k] = c->used[i];
+      c->cached_free[k] = c->cached_free[i];
+      c->hit[k] = c->hit[i];
+    }
+    c->n = k;
+    c->stride *= 2;
+  }
+  c->t[c->n] = t;
+  c->used[c->n] = used;
+  c->cached_free[c->n] = cached_free;
+  c->hit[c->n] = hit;
+  c->n++;
+}
+
+static void escape(FILE* f, const char* s) {
+  for (; *s; s++) {
+    if (*s == '<') fputs("&lt;", f);
+    else if (*s == '>') fputs("&gt;", f);
+    else if (*s == '&') fputs("&amp;", f);
+    else if (*s == '"') fputs("&quot;", f);
+    else fputc(*s, f);
+  }
+}
+
+#define W 960.0
+#define H 420.0
+#define L 80.0  /* plot area margins */
+#define R 70.0
+#define T 50.0
+#define B 60.0
+
+static void polyline(FILE* f, const chart* c, const double* y, double ymax, double tmax, const char* colour,
+                     const char* extra) {
+  size_t i;
+  fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"", colour, extra);
+  for (i = 0; i < c->n; i++) {
+    double x = L + (W - L - R) * (tmax > 0 ? c->t[i] / tmax : 0.0);
+    double v = ymax > 0 ? y[i] / ymax : 0.0;
+    if (v > 1) v = 1;
+    if (v < 0) v = 0;
+    fprintf(f, "%s%.1f,%.1f", i ? " " : "", x, T + (H - T - B) * (1.0 - v));
+  }
+  fputs("\"/>\n", f);
+}
+
+int chart_write_svg(const chart* c, const char* path, const char* title, double num_blocks) {
+  FILE* f = fopen(path, "w");
+  double tmax = c->n ? c->t[c->n - 1] : 0.0;
+  int i;
+  if (!f) {
+    tool_error("%s: cannot write: %s", path, strerror(errno));
+    return 0;
+  }
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+             "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"24\" font-size=\"15\">", L);
+  escape(f, title);
+  fputs("</text>\n", f);
+  /* Grid and axes: left = blocks, right = hit ratio, bottom = simulated seconds. */
+  for (i = 0; i <= 4; i++) {
+    double y = T + (H - T - B) * (1.0 - i / 4.0);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, y + 4, num_blocks * i / 4.0);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">%d%%</text>\n", W - R + 6, y + 4, 25 * i);
+  }
+  for (i = 0; i <= 5; i++) {
+    double x = L + (W - L - R) * i / 5.0;
+    fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.1f</text>\n", x, H - B + 18, tmax * i / 5.0);
+  }
+  fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n", L, T,
+          W - L - R, H - T - B);
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">simulated time (s)</text>\n", (L + W - R) / 2,
+          H - B + 38);
+  fprintf(f, "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">blocks</text>\n",
+          (T + H - B) / 2, (T + H - B) / 2);
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" transform=\"rotate(90 %.0f %.0f)\" text-anchor=\"middle\">hit ratio</text>\n",
+          W - 20, (T + H - B) / 2, W - 20, (T + H - B) / 2);
+  polyline(f, c, c->used, num_blocks, tmax, "#1f77b4", " id=\"used\"");
+  polyline(f, c, c->cached_free, num_blocks, tmax, "#ff7f0e", " id=\"cached_free\"");
+  polyline(f, c, c->hit, 1.0, tmax, "#2ca02c", " id=\"hit_ratio\" stroke-dasharray=\"5,3\"");
+  /* Legend. */
+  fprintf(f, "<g transform=\"translate(%.0f,%.0f)\">\n", L + 10, H - 16);
+  fputs("<line x1=\"0\" y1=\"-4\" x2=\"20\" y2=\"-4\" stroke=\"#1f77b4\" stroke-width=\"2\"/><text x=\"25\" y=\"0\">blocks in use</text>\n"
+        "<line x1=\"140\" y1=\"-4\" x2=\"160\" y2=\"-4\" stroke=\"#ff7f0e\" stroke-width=\"2\"/><text x=\"165\" y=\"0\">cached-free blocks</text>\n"
+        "<line x1=\"320\" y1=\"-4\" x2=\"340\" y2=\"-4\" stroke=\"#2ca02c\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/><text x=\"345\" y=\"0\">running hit ratio (right axis)</text>\n"
+        "</g>\n</svg>\n", f);
+  if (fclose(f) != 0) {
+    tool_error("%s: write error: %s", path, strerror(errno));
+    return 0;
+  }
+  return 1;
+}

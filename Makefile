@@ -106,6 +106,11 @@ check-sanitize:
 	$(MAKE) BUILD=build-san CUDA=0 OPT="-O1 -g -fno-omit-frame-pointer" \
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined" check
 
+# Every variant (see tests/check_all.sh): the README's test command and what CI runs.
+.PHONY: check-all
+check-all: all
+	@MAKE="$(MAKE)" sh tests/check_all.sh
+
 bench: all bench-kernels
 	$(BUILD)/bin/kvblock bench
 
@@ -182,7 +187,7 @@ fuzz-build: $(FUZZ_BIN)
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  $(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=2048 -timeout=20 \
+	  $(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=600 -len_control=0 -timeout=20 \
 	  -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus tests/fuzz/corpus
 
 tests-c: lib $(C_TESTS)

@@ -23,6 +23,25 @@ static_assert(sizeof(int64_t) == 8, "token layout");
 
 uint64_t public_block_hash(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra) {
   if (link.kind == ChainLink::none && !extra.present) return XXH64(tokens, n * 8, 0);
+  // One-shot XXH64 over a stack copy is about twice as fast as the streaming API for a block of 16-64
+  // tokens; larger blocks stream.
+  constexpr size_t kStackBytes = 2048;
+  const size_t bytes = 8 * (n + (link.kind != ChainLink::none) + extra.present);
+  if (bytes <= kStackBytes) {
+    alignas(8) unsigned char buf[kStackBytes];
+    size_t off = 0;
+    if (link.kind != ChainLink::none) {
+      std::memcpy(buf, &link.hash, 8);
+      off = 8;
+    }
+    std::memcpy(buf + off, tokens, n * 8);
+    off += n * 8;
+    if (extra.present) {
+      std::memcpy(buf + off, &extra.value, 8);
+      off += 8;
+    }
+    return XXH64(buf, off, 0);
+  }
   XXH64_state_t st;
   XXH64_reset(&st, 0);
   if (link.kind != ChainLink::none) XXH64_update(&st, &link.hash, 8);

@@ -6,7 +6,7 @@ static uint32_t fingerprint_of(const Key128& key) { return static_cast<uint32_t>
 
 long PrefixIndex::locate(const Key128& key) const {
   const uint32_t fp = fingerprint_of(key);
-  return table_.find(key.lo, [&](const IndexSlot& s) {
+  return table_.find(fp, [&](const IndexSlot& s) {
     return s.fingerprint == fp && pool_.meta(s.block).key == key;
   });
 }
@@ -19,7 +19,7 @@ int32_t PrefixIndex::put(const Key128& key, int32_t b) {
     s.block = b;
     return old;
   }
-  table_.insert(key.lo, IndexSlot{fingerprint_of(key), b});
+  table_.insert(fingerprint_of(key), IndexSlot{fingerprint_of(key), b});
   return -1;
 }
 

@@ -1,5 +1,7 @@
-// hash -> block id for cached blocks. Slots hold a 32-bit fingerprint and the block id (8 bytes); the
-// full 128-bit key is read from the block's metadata, so the table costs 16 bytes or less per block.
+// hash -> block id for cached blocks. Slots hold a 32-bit fingerprint (the key's high 32 bits, which
+// also choose the slot) and the block id: 8 bytes, so the table costs 16 bytes or less per block. The
+// full 128-bit key is read from the block's metadata only when a fingerprint matches; moving slots on
+// erase needs no metadata at all.
 #pragma once
 #include <cstdint>
 
@@ -15,7 +17,7 @@ struct IndexSlot {
 
 class PrefixIndex {
  public:
-  PrefixIndex(BlockPool& pool) : table_(pool.num_blocks(), Traits{&pool}), pool_(pool) {}
+  explicit PrefixIndex(BlockPool& pool) : table_(pool.num_blocks(), Traits{}), pool_(pool) {}
 
   // The block indexed under key, or -1.
   int32_t find(const Key128& key) const {
@@ -35,10 +37,9 @@ class PrefixIndex {
 
  private:
   struct Traits {
-    const BlockPool* pool;
     static IndexSlot empty() { return IndexSlot{0, -1}; }
     static bool is_empty(const IndexSlot& s) { return s.block < 0; }
-    uint64_t home(const IndexSlot& s) const { return pool->meta(s.block).key.lo; }
+    uint64_t home(const IndexSlot& s) const { return s.fingerprint; }
   };
   OpenTable<IndexSlot, Traits> table_;
   BlockPool& pool_;

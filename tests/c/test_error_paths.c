@@ -115,7 +115,7 @@ CASE(alloc_null_tokens, return kvb_seq_allocate(m, 9, NULL, 4, NULL);)
 CASE(alloc_zero, return kvb_seq_allocate(m, 9, toks, 0, NULL);)
 CASE(alloc_existing, return kvb_seq_allocate(m, 1, toks, 4, NULL);)
 CASE(alloc_existing_swapped, return kvb_seq_allocate(m, 2, toks, 4, NULL);)
-CASE(alloc_out_of_blocks, return kvb_seq_allocate(m, 9, toks, 40, NULL);)
+CASE(alloc_out_of_blocks, return kvb_seq_allocate(m, 9, toks + 200, 40, NULL);)
 CASE(alloc_ex_small_struct, kvb_seq_options o = opts(); o.struct_size = 0; return kvb_seq_allocate_ex(m, 9, toks, 4, &o, NULL);)
 CASE(alloc_ex_salt_2, kvb_seq_options o = opts(); o.has_cache_salt = 7; return kvb_seq_allocate_ex(m, 9, toks, 4, &o, NULL);)
 CASE(alloc_ex_extra_null, kvb_seq_options o = opts(); o.num_extra_keys = 1; return kvb_seq_allocate_ex(m, 9, toks, 8, &o, NULL);)
@@ -237,13 +237,13 @@ static kvb_batch batch_of(uint32_t cols, size_t slot_cap) {
 }
 static const int64_t batch_ids[3] = {1, 3, 4};
 static const int64_t batch_bad[3] = {1, 9, 4};
-static const int64_t batch_swapped[3] = {1, 2, 4};
+static const int64_t batch_ids_swapped[3] = {1, 2, 4};
 CASE(batch_null_m, (void)m; kvb_batch b = batch_of(16, 64); return kvb_batch_export(NULL, batch_ids, 3, &b);)
 CASE(batch_null_batch, return kvb_batch_export(m, batch_ids, 3, NULL);)
 CASE(batch_small_struct, kvb_batch b = batch_of(16, 64); b.struct_size = 8; return kvb_batch_export(m, batch_ids, 3, &b);)
 CASE(batch_null_ids, kvb_batch b = batch_of(16, 64); return kvb_batch_export(m, NULL, 3, &b);)
 CASE(batch_unknown, kvb_batch b = batch_of(16, 64); return kvb_batch_export(m, batch_bad, 3, &b);)
-CASE(batch_swapped, kvb_batch b = batch_of(16, 64); return kvb_batch_export(m, batch_swapped, 3, &b);)
+CASE(batch_swapped, kvb_batch b = batch_of(16, 64); return kvb_batch_export(m, batch_ids_swapped, 3, &b);)
 CASE(batch_small_tables, kvb_batch b = batch_of(2, 64); return kvb_batch_export(m, batch_ids, 3, &b);)
 CASE(batch_small_slots, kvb_batch b = batch_of(16, 1); return kvb_batch_export(m, batch_ids, 3, &b);)
 

@@ -170,7 +170,7 @@ tests: $(BUILD)/kvblock_cdef.h
 # seeded from tests/fuzz/corpus; fails on any crash, leak, sanitizer report or invariant failure.
 # `make check-tsan`: the library and the C tests under ThreadSanitizer (build-tsan).
 # `make check-valgrind`: every test binary under valgrind memcheck (build-vg); KVB_TEST_QUICK=1 tells
-# long randomized tests to shorten themselves.
+# long randomized tests to shorten themselves (KVB_DIFF_SEEDS=1: one seed per differential config).
 .PHONY: fuzz fuzz-build check-tsan check-valgrind tests-c
 FUZZ_SECONDS ?= 60
 FUZZ_CXX     ?= $(shell command -v clang++-14 2>/dev/null || command -v clang++ 2>/dev/null || echo clang++)
@@ -199,4 +199,4 @@ VALGRIND ?= valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=d
             --errors-for-leak-kinds=definite,indirect,possible
 check-valgrind:
 	$(MAKE) BUILD=build-vg CUDA=0 OPT="-O1 -g" tests
-	KVB_TEST_QUICK=1 sh tests/run_variant.sh build-vg '*' $(VALGRIND)
+	KVB_TEST_QUICK=1 KVB_DIFF_SEEDS=1 sh tests/run_variant.sh build-vg '*' $(VALGRIND)

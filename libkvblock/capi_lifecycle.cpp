@@ -104,6 +104,8 @@ kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_s
     out.query_start = batch->query_start;
     out.slot_mapping = batch->slot_mapping;
     out.slot_capacity = batch->slot_capacity;
+    out.num_slots = batch->num_slots;  // unchanged unless sizes were computed (success or too small)
+    out.max_blocks_needed = batch->max_blocks_needed;
     struct Report {  // sizes are reported also when the call fails for a buffer that is too small
       kvb_batch* b;
       kvb::BatchOut& o;

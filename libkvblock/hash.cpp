@@ -52,6 +52,9 @@ uint64_t public_block_hash(const ChainLink& link, const int64_t* tokens, size_t 
 
 Key128 keyed_block_hash(uint64_t seed, const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra) {
   XXH3_state_t st;
+  // reset_withSeed reads st.seed (and st.extSecret) to decide whether the secret must be derived again:
+  // a state on the stack must be initialised first (valgrind: conditional jump on uninitialised value).
+  XXH3_INITSTATE(&st);
   XXH3_128bits_reset_withSeed(&st, seed);
   // The kind byte separates "salt S" from "parent whose key is S" and from "no parent".
   unsigned char head[17];

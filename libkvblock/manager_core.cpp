@@ -202,7 +202,10 @@ ChainLink Manager::link_after(const BlockMeta& m) const {
 void Manager::compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash,
                            Key128* key) const {
   *hash = public_block_hash(link, tokens, bs_, extra);
-  *key = cfg_.keyed_index ? keyed_block_hash(index_seed_, link, tokens, bs_, extra) : Key128{*hash, 0};
+  // Unkeyed, a salted first block, a block with a parent and a first block with an extra key can hash
+  // the same bytes; the key's high word records that structure so such blocks never share an entry.
+  *key = cfg_.keyed_index ? keyed_block_hash(index_seed_, link, tokens, bs_, extra)
+                          : Key128{*hash, static_cast<uint64_t>(link.kind) | (extra.present ? 4u : 0u)};
 }
 
 bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {

@@ -112,7 +112,9 @@ void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   if (window == 0 && sink != 0) fail(Code::invalid_argument, "seq %" PRId64 ": sink_tokens %u given without a window", id, sink);
   s.window = window;
   s.sink = sink;
-  s.window_next = std::max(s.window_next, (sink + bs_ - 1) / bs_);
+  // A smaller sink frees former sink blocks too: rescan from the new sink boundary (released slots are
+  // skipped). Switching the window off releases nothing and keeps the scan position.
+  if (window > 0) s.window_next = std::min(s.window_next, (sink + bs_ - 1) / bs_);
   apply_window(s);
 }
 

@@ -254,6 +254,26 @@ static void test_sliding_window(void) {
   CHECK_OK(kvb_seq_set_window(m, 2, 0, 0)); /* off: nothing comes back */
   CHECK(kvbt_info(m, 2).num_held_blocks == 2);
   CHECK_INV(m);
+  CHECK_OK(kvb_seq_free(m, 2));
+  /* shrinking the sink releases former sink blocks too (bs 4: sink 6 covers blocks 0, 1) */
+  kvb_seq_options_init(&o);
+  o.window_tokens = 4;
+  o.sink_tokens = 6;
+  CHECK_OK(kvb_seq_allocate_ex(m, 3, t + 3, 20, &o, NULL));
+  CHECK_OK(kvb_seq_commit(m, 3, 20));
+  CHECK(kvbt_table(m, 3, tab) == 5 && tab[0] >= 0 && tab[1] >= 0 && tab[2] == -1 && tab[3] == -1 && tab[4] >= 0);
+  CHECK_OK(kvb_seq_set_window(m, 3, 4, 0));
+  CHECK(kvbt_table(m, 3, tab) == 5 && tab[0] == -1 && tab[1] == -1 && tab[2] == -1 && tab[3] == -1 && tab[4] >= 0);
+  CHECK(kvbt_free(m) == 15);
+  /* ... also when the new sink takes effect only at a later commit */
+  kvb_seq_options_init(&o);
+  o.window_tokens = 2;
+  o.sink_tokens = 3;
+  CHECK_OK(kvb_seq_allocate_ex(m, 4, t + 30, 8, &o, NULL));
+  CHECK_OK(kvb_seq_set_window(m, 4, 1, 0));
+  CHECK_OK(kvb_seq_commit(m, 4, 8));
+  CHECK(kvbt_table(m, 4, tab) == 2 && tab[0] == -1 && tab[1] >= 0);
+  CHECK_INV(m);
   kvb_manager_destroy(m);
 }
 

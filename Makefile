@@ -196,6 +196,7 @@ check-tsan:
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" sh tests/run_variant.sh build-tsan 'c_*'
 
 VALGRIND ?= valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
+            --soname-synonyms=somalloc=nouserintercepts \
             --errors-for-leak-kinds=definite,indirect,possible
 check-valgrind:
 	$(MAKE) BUILD=build-vg CUDA=0 OPT="-O1 -g" tests

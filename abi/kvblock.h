@@ -183,7 +183,8 @@ KVB_API kvb_status kvb_seq_fork(kvb_manager* m, int64_t parent_id, int64_t child
 /* Fork sharing only the first num_tokens tokens (TVM fork_pos); they must all be committed. */
 KVB_API kvb_status kvb_seq_fork_at(kvb_manager* m, int64_t parent_id, int64_t child_id, size_t num_tokens);
 /* Pending copy-on-write copies as (src, dst) block pairs, pairs[2*i] = src, pairs[2*i+1] = dst, oldest
-   first; run them (kvb_copy_blocks) before attention reads dst. All pending pairs are drained at once;
+   first, no pair depending on another; run them (kvb_copy_blocks) before the next forward step. A
+   pending copy keeps its src block from reuse until drained. All pending pairs are drained at once;
    if capacity_pairs is too small nothing is drained, KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed. */
 KVB_API kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 /* Drop the last num_tokens tokens (rejected speculative tokens, TVM PopN). Blocks that become empty are

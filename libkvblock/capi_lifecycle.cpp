@@ -47,7 +47,7 @@ kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pair
       pairs[2 * i] = pending[i].first;
       pairs[2 * i + 1] = pending[i].second;
     }
-    mg.clear_pending_copies();
+    mg.release_pending_copies();
   });
 }
 

@@ -81,8 +81,9 @@ class Manager {
 
   // Beyond the core (manager_lifecycle.cpp).
   void fork(int64_t parent, int64_t child, size_t num_tokens);
+  // Copy-on-write pairs not yet drained; each holds a reference on its source block.
   const std::vector<BlockPair>& pending_copies() const { return pending_copies_; }
-  void clear_pending_copies() { pending_copies_.clear(); }
+  void release_pending_copies();  // after the caller took them
   void rollback(int64_t id, size_t n);
   void set_window(int64_t id, uint32_t window, uint32_t sink);
   Availability can_swap_out(int64_t id);
@@ -129,6 +130,7 @@ class Manager {
   int32_t take_free_block();             // queue head, evicting its cached content
   void acquire_cached(int32_t b);        // a hit: take a reference
   void release_block(int32_t b);         // drop a reference; to the queue tail at zero
+  int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
   bool index_block(int32_t b);           // enter a committed full block; true if its hash is new
   void hash_committed_blocks(Sequence& s);

@@ -98,11 +98,24 @@ void Manager::check_invariants() const {
   KVB_INVARIANT(seq_table_.size() == live_seqs_, "sequence table has %zu entries for %zu sequences",
                 seq_table_.size(), live_seqs_);
 
+  std::vector<uint8_t> is_dst(N, 0);
+  for (const BlockPair& p : pending_copies_) {
+    KVB_INVARIANT(p.first >= 0 && p.first < static_cast<int32_t>(N) && p.second >= 0 &&
+                      p.second < static_cast<int32_t>(N),
+                  "pending copy (%d, %d) out of range", p.first, p.second);
+    KVB_INVARIANT(!is_dst[p.second], "block %d is the destination of two pending copies", p.second);
+    is_dst[p.second] = 1;
+    ++refs[p.first];  // a pending copy holds its source
+  }
+  for (const BlockPair& p : pending_copies_)
+    KVB_INVARIANT(!is_dst[p.first], "pending copy from block %d, itself waiting for a copy", p.first);
+
   uint64_t cached_free = 0;
   size_t indexed = 0;
   for (uint32_t b = 0; b < N; ++b) {
     const BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
-    KVB_INVARIANT(m.ref == refs[b], "block %u has ref count %d, %d sequences hold it", b, m.ref, refs[b]);
+    KVB_INVARIANT(m.ref == refs[b], "block %u has ref count %d, sequences and pending copies hold %d", b, m.ref,
+                  refs[b]);
     KVB_INVARIANT((m.ref == 0) == (m.in_free != 0), "block %u: ref %d but in_free %d", b, m.ref, m.in_free);
     if (m.indexed) {
       KVB_INVARIANT(m.has_hash, "block %u is indexed without a hash", b);
@@ -134,12 +147,8 @@ void Manager::check_invariants() const {
     host_held[h] = 1;
   }
 
-  for (const BlockPair& p : pending_copies_) {
-    KVB_INVARIANT(p.first >= 0 && p.first < static_cast<int32_t>(N) && p.second >= 0 &&
-                      p.second < static_cast<int32_t>(N),
-                  "pending copy (%d, %d) out of range", p.first, p.second);
+  for (const BlockPair& p : pending_copies_)
     KVB_INVARIANT(pool_.meta(p.second).ref > 0, "pending copy into free block %d", p.second);
-  }
 }
 
 }  // namespace kvb

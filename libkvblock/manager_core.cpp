@@ -158,12 +158,29 @@ void Manager::release_block(int32_t b) {
   if (--m.ref > 0) return;
   pool_.push_tail(b);
   if (m.indexed) ++cached_free_;
-  if (!pending_copies_.empty()) {
-    // A copy into a block nobody holds any more must not run once the block is reused.
-    pending_copies_.erase(std::remove_if(pending_copies_.begin(), pending_copies_.end(),
-                                         [b](const BlockPair& p) { return p.second == b; }),
-                          pending_copies_.end());
+  // A copy into a block nobody holds any more must not run once the block is reused; dropping it
+  // releases the reference it held on its source. (Destinations are unique.)
+  for (size_t i = 0; i < pending_copies_.size(); ++i) {
+    if (pending_copies_[i].second != b) continue;
+    int32_t src = pending_copies_[i].first;
+    pending_copies_.erase(pending_copies_.begin() + static_cast<long>(i));
+    release_block(src);
+    break;
   }
+}
+
+int32_t Manager::sequence_holders(int32_t b) const {
+  // Pending copies read b before the next forward step writes anything, so they do not make b shared.
+  int32_t n = pool_.meta(b).ref;
+  for (const BlockPair& p : pending_copies_) n -= p.first == b;
+  return n;
+}
+
+void Manager::release_pending_copies() {
+  // The caller has the pairs and runs them before the next forward step: sources may be reused after.
+  // No source is also a destination (append folds such chains), so these releases drop no pair.
+  for (const BlockPair& p : pending_copies_) release_block(p.first);
+  pending_copies_.clear();
 }
 
 void Manager::forget_hash(int32_t b) {
@@ -405,7 +422,7 @@ size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n) const {
   uint64_t total = (s.num_tokens + n + bs_ - 1) / bs_;
   size_t needed = static_cast<size_t>(total - s.table.size());
   // Writing into a partial block that another sequence shares needs a private copy first.
-  if (s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).ref > 1) ++needed;
+  if (s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1) ++needed;
   return needed;
 }
 
@@ -426,7 +443,7 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
          needed, pool_.num_free());
   size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
   if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
-  const bool cow = s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).ref > 1;
+  const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1;
   if (cow && pending_copies_.size() == pending_copies_.capacity())
     pending_copies_.reserve(std::max<size_t>(16, 2 * pending_copies_.capacity()));
   // From here on nothing allocates.
@@ -434,9 +451,18 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
     int32_t src = s.table.back();
     int32_t dst = take_free_block();
     std::memcpy(pool_.tokens(dst), pool_.tokens(src), (s.num_tokens % bs_) * sizeof(int64_t));
-    pending_copies_.emplace_back(src, dst);
+    // The sequence's reference on src passes to the pending copy, so src cannot be reused before the
+    // copy runs. If src is itself waiting for a copy from s0, copy from s0: its content is what src
+    // will hold, and the drained list then never depends on the order of its pairs.
+    int32_t from = src;
+    for (const BlockPair& p : pending_copies_)
+      if (p.second == src) from = p.first;
+    if (from != src) {
+      acquire_cached(from);  // held by its own pending copy: never in the free queue
+      release_block(src);    // still held by the sequences it is shared with
+    }
+    pending_copies_.emplace_back(from, dst);
     ++cow_copies_;
-    release_block(src);  // still held by the other sharers
     s.table.back() = dst;
   } else if (s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).has_hash) {
     // A committed full block that this sequence shares only partially (fork_at or rollback into a block

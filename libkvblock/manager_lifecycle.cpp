@@ -94,7 +94,7 @@ void Manager::rollback(int64_t id, size_t n) {
   // still holds it as it is (the next append here then copies it first).
   if (len % bs_ != 0) {
     int32_t last = s.table.back();
-    if (pool_.meta(last).has_hash && pool_.meta(last).ref == 1) forget_hash(last);
+    if (pool_.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
   }
   s.num_tokens = len;
   s.num_computed = std::min(s.num_computed, len);

@@ -17,6 +17,7 @@ for t in "$BUILD"/tests/$PATTERN; do
   rc=$?
   secs=$(( $(date +%s) - start ))
   summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+  grep -E '^SKIP ' "$log" | sed "s|^|  [$name] |"
   if [ -z "$summary" ]; then
     echo "FAIL $name: exited $rc without a summary line; last output:"
     tail -n 30 "$log" | sed 's/^/    /'

@@ -18,7 +18,7 @@
 #define BS 8
 
 static kvb_manager* g_m;
-static long g_iters = 20000;
+static long g_iters = 50000;
 
 typedef struct {
   int64_t id;

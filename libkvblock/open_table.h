@@ -45,6 +45,27 @@ class OpenTable {
     }
   }
 
+  // One probe for find-or-insert: the position of the first slot on h's path that matches, or of the
+  // empty slot that ends the path (*found = false; fill it with occupy()).
+  template <class Match>
+  size_t find_or_empty(uint64_t h, Match&& match, bool* found) const {
+    for (size_t pos = h & mask_;; pos = (pos + 1) & mask_) {
+      const Slot& s = slots_[pos];
+      if (Traits::is_empty(s)) {
+        *found = false;
+        return pos;
+      }
+      if (match(s)) {
+        *found = true;
+        return pos;
+      }
+    }
+  }
+  void occupy(size_t pos, const Slot& s) {
+    slots_[pos] = s;
+    ++size_;
+  }
+
   // Inserts a slot whose key is known to be absent. The caller keeps the load under 1/2 (see grow_for).
   size_t insert(uint64_t h, const Slot& s) {
     size_t pos = h & mask_;

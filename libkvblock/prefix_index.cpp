@@ -12,15 +12,18 @@ long PrefixIndex::locate(const Key128& key) const {
 }
 
 int32_t PrefixIndex::put(const Key128& key, int32_t b) {
-  long pos = locate(key);
-  if (pos >= 0) {
-    IndexSlot& s = table_.at(static_cast<size_t>(pos));
-    int32_t old = s.block;
-    s.block = b;
-    return old;
+  const uint32_t fp = fingerprint_of(key);
+  bool found = false;
+  size_t pos = table_.find_or_empty(
+      fp, [&](const IndexSlot& s) { return s.fingerprint == fp && pool_.meta(s.block).key == key; }, &found);
+  if (!found) {
+    table_.occupy(pos, IndexSlot{fp, b});
+    return -1;
   }
-  table_.insert(fingerprint_of(key), IndexSlot{fingerprint_of(key), b});
-  return -1;
+  IndexSlot& s = table_.at(pos);
+  int32_t old = s.block;
+  s.block = b;
+  return old;
 }
 
 bool PrefixIndex::erase_if_points_to(const Key128& key, int32_t b) {

@@ -73,8 +73,10 @@ Sequence& Manager::new_seq(int64_t id) {
   // Reserve everything first so that nothing below can fail half-way.
   seq_table_.grow_for(live_seqs_ + 1);
   if (free_seq_slots_.empty()) {
-    seqs_.reserve(seqs_.size() + 1);
-    free_seq_slots_.reserve(seqs_.size() + 1);
+    if (seqs_.size() == seqs_.capacity()) {  // geometric growth: pooled sequences move rarely
+      seqs_.reserve(std::max<size_t>(16, 2 * seqs_.capacity()));
+      free_seq_slots_.reserve(seqs_.capacity());  // drop_seq relies on room for every slot
+    }
     seqs_.emplace_back();
     free_seq_slots_.push_back(static_cast<uint32_t>(seqs_.size() - 1));
   }

@@ -7,6 +7,8 @@ VERSION_MINOR := $(shell sed -n 's/^\#define KVB_VERSION_MINOR \([0-9]*\)/\1/p' 
 VERSION_PATCH := $(shell sed -n 's/^\#define KVB_VERSION_PATCH \([0-9]*\)/\1/p' abi/kvblock.h)
 VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
 
+.DEFAULT_GOAL := all
+
 BUILD    ?= build
 CC       ?= gcc
 CXX      ?= g++

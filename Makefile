@@ -195,11 +195,11 @@ fuzz: $(FUZZ_BIN)
 tests-c: lib $(C_TESTS)
 check-tsan:
 	$(MAKE) BUILD=build-tsan CUDA=0 OPT="-O1 -g" SANITIZE="-fsanitize=thread" tests-c
-	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" sh tests/run_variant.sh build-tsan 'c_*'
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" BUILD=build-tsan sh tests/run_tests.sh 'c_*'
 
 VALGRIND ?= valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
             --soname-synonyms=somalloc=nouserintercepts \
             --errors-for-leak-kinds=definite,indirect,possible
 check-valgrind:
 	$(MAKE) BUILD=build-vg CUDA=0 OPT="-O1 -g" tests
-	KVB_TEST_QUICK=1 KVB_DIFF_SEEDS=1 sh tests/run_variant.sh build-vg '*' $(VALGRIND)
+	KVB_TEST_QUICK=1 KVB_DIFF_SEEDS=1 BUILD=build-vg sh tests/run_tests.sh '*' $(VALGRIND)

@@ -103,8 +103,8 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
   }
   fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n", L, T,
           W - L - R, H - T - B);
-  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">simulated time (s)</text>\n", (L + W - R) / 2,
-          H - B + 38);
+  /* Right-aligned, so that it clears the legend on the left of the same line. */
+  fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">simulated time (s)</text>\n", W - R, H - 16);
   fprintf(f, "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">blocks</text>\n",
           (T + H - B) / 2, (T + H - B) / 2);
   fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" transform=\"rotate(90 %.0f %.0f)\" text-anchor=\"middle\">hit ratio</text>\n",

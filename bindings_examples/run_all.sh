@@ -54,4 +54,6 @@ else
 fi
 
 echo "bindings: passed:${passed:- none}; failed:${failed:- none}; skipped:${skipped:- none}"
+count() { set -- $1; echo $#; }
+echo "bindings: $(count "$passed") passed, $(count "$failed") failed, $(count "$skipped") skipped"
 [ -z "$failed" ]

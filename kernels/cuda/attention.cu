@@ -320,7 +320,17 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   if (align % 16 != 0)
     fail(Code::invalid_argument, "cache: CUDA attention needs 16-byte aligned k, v and strides (block %lld, token %lld, "
          "head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
+  // q and out are accessed one element at a time, block_tables and seq_lens as int32: a misaligned
+  // device access would be a sticky error that ruins the caller's CUDA context, so refuse it here.
+  if (uintptr_t(a.q) % uintptr_t(es) != 0 || uintptr_t(a.out) % uintptr_t(es) != 0)
+    fail(Code::invalid_argument, "args: q and out must be aligned to the %lld-byte element size", (long long)es);
+  if (uintptr_t(a.block_tables) % 4 != 0 || uintptr_t(a.seq_lens) % 4 != 0)
+    fail(Code::invalid_argument, "args: block_tables and seq_lens must be 4-byte aligned");
   if (c.num_blocks > INT_MAX || a.max_blocks > INT_MAX) fail(Code::invalid_argument, "cache too large");
+  // Token indices are int in the kernels; t_begin + partition_size and base + step must not overflow.
+  if (a.max_blocks * c.block_size > int64_t(INT_MAX) - 4096)
+    fail(Code::invalid_argument, "args: max_blocks_per_seq * block_size = %lld tokens is too long for CUDA attention",
+         (long long)(a.max_blocks * c.block_size));
   if (a.plan.partition_size > kMaxPartitionBlocks) fail(Code::internal, "partition size above the kernel limit");
   const int group = int(a.num_q_heads / c.num_kv_heads);
   const int chunks = (group + 7) / 8;

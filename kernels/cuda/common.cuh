@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "../../libkvblock/error.h"
 #include "../types.h"
@@ -43,6 +44,29 @@ class DeviceGuard {
 };
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Puts the calling thread in relaxed stream-capture mode for the scope, so that host-side queries made
+// while the caller captures a CUDA graph (cudaPointerGetAttributes may initialise a context and is not
+// on the documented list of capture-safe calls) can neither fail nor invalidate the caller's capture.
+// Touches no stream; restores the caller's mode afterwards.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      cudaGetLastError();
+      active_ = false;
+    }
+  }
+  ~RelaxedCapture() {
+    if (active_) cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool active_ = true;
+};
 
 // Largest power-of-two width (16, 8, 4, 2 or 1 bytes) dividing every value.
 inline int common_width(std::initializer_list<uint64_t> values) {

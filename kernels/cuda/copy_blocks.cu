@@ -17,22 +17,32 @@ namespace cuda {
 
 namespace {
 
-constexpr int kMaxLayers = 128;  // per launch
-constexpr int kMaxPairs = 2048;  // per launch (kernel parameters stay below 32 KB)
-
+// Block pairs and layer pointers travel in the kernel parameters. Above 4 KB of parameters a kernel needs
+// CUDA 12.1+ at build time and a driver of 12.1+ at run time (else the launch fails); the small layout
+// stays below 4 KB and works everywhere, at the cost of more launches.
+template <int kLayers, int kPairs>
 struct CopyParams {
-  char* src[kMaxLayers][2];  // [layer][K, V]
-  char* dst[kMaxLayers][2];
-  int32_t pairs[kMaxPairs][2];
+  static constexpr int max_layers = kLayers;  // per launch
+  static constexpr int max_pairs = kPairs;    // per launch
+  char* src[kLayers][2];  // [layer][K, V]
+  char* dst[kLayers][2];
+  int32_t pairs[kPairs][2];
   int64_t s_block, s_token, s_head;  // bytes
   int64_t d_block, d_token, d_head;
   int64_t block_bytes;  // dense path: bytes of one block
   int heads, rows_chunks, chunks_per_row;
   int dense;  // both sides dense in the same order: one linear run per block
 };
+using SmallParams = CopyParams<16, 384>;
+static_assert(sizeof(SmallParams) <= 4096, "SmallParams must fit the classic 4 KB kernel parameter limit");
+#if CUDART_VERSION >= 12010
+#define KVB_LARGE_COPY_PARAMS 1
+using LargeParams = CopyParams<128, 2048>;
+static_assert(sizeof(LargeParams) <= 32764, "LargeParams must fit the 32 KB kernel parameter limit");
+#endif
 
-template <typename W>
-__global__ void __launch_bounds__(256) copy_kernel(const CopyParams p) {
+template <typename W, class P>
+__global__ void __launch_bounds__(256) copy_kernel(const P p) {
   const int pair = blockIdx.x, layer = blockIdx.y, kv = blockIdx.z;
   const char* src = p.src[layer][kv] + p.pairs[pair][0] * p.s_block;
   char* dst = p.dst[layer][kv] + p.pairs[pair][1] * p.d_block;
@@ -50,11 +60,31 @@ __global__ void __launch_bounds__(256) copy_kernel(const CopyParams p) {
   }
 }
 
+// True when this process may launch kernels with more than 4 KB of parameters.
+bool large_params_ok() {
+#ifdef KVB_LARGE_COPY_PARAMS
+  static const bool ok = [] {
+    int v = 0;
+    if (cudaDriverGetVersion(&v) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return v >= 12010;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 // Device-usable address of a cache tensor (mapped address for page-locked host memory); nullptr when
 // the memory is pageable host memory.
 char* device_address(const void* p, int device, const char* what) {
   cudaPointerAttributes attr;
-  check(cudaPointerGetAttributes(&attr, p), what);
+  {
+    RelaxedCapture relaxed;  // legal while the caller captures a graph
+    check(cudaPointerGetAttributes(&attr, p), what);
+  }
   switch (attr.type) {
     case cudaMemoryTypeDevice:
       if (attr.device != device)
@@ -74,27 +104,16 @@ bool same_dense_order(const Cache& s, const Cache& d) {
   return s.block_dense() && d.block_dense() && s.token_stride == d.token_stride && s.head_stride == d.head_stride;
 }
 
-void copy_with_kernel(const BlockCopy& b, int device, cudaStream_t stream) {
+// Fills the parameters and launches one kernel per (layer chunk, pair chunk).
+template <class P>
+void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std::vector<char*>& dst,
+                   cudaStream_t stream) {
   const Cache& s0 = b.src[0];
   const Cache& d0 = b.dst[0];
   const int64_t es = int64_t(s0.elem());
-  std::vector<char*> src(size_t(b.num_layers) * 2), dst(size_t(b.num_layers) * 2);
-  for (int64_t l = 0; l < b.num_layers; ++l) {
-    for (int kv = 0; kv < 2; ++kv) {
-      const void* sp = kv ? b.src[l].v : b.src[l].k;
-      const void* dp = kv ? b.dst[l].v : b.dst[l].k;
-      char* sa = device_address(sp, device, kv ? "source cache v" : "source cache k");
-      char* da = device_address(dp, device, kv ? "destination cache v" : "destination cache k");
-      if (!sa || !da)
-        fail(Code::invalid_argument, "layer %lld: host cache memory is not page-locked, so the copy kernel cannot "
-             "reach it (use kvb_cache_alloc or cudaHostRegister, or KVB_SWAP_USE_MEMCPY)", (long long)l);
-      src[size_t(l * 2 + kv)] = sa;
-      dst[size_t(l * 2 + kv)] = da;
-    }
-  }
-  // Kernel parameters are large: build them on the heap.
-  std::vector<CopyParams> holder(1);
-  CopyParams& p = holder[0];
+  // Kernel parameters may be large: build them on the heap.
+  std::vector<P> holder(1);
+  P& p = holder[0];
   p.s_block = s0.block_stride * es;
   p.s_token = s0.token_stride * es;
   p.s_head = s0.head_stride * es;
@@ -111,33 +130,54 @@ void copy_with_kernel(const BlockCopy& b, int device, cudaStream_t stream) {
   const int w = p.dense ? common_width({align, uint64_t(p.s_block), uint64_t(p.d_block), uint64_t(p.block_bytes)})
                         : common_width({align, uint64_t(p.s_block), uint64_t(p.d_block), uint64_t(p.s_token),
                                         uint64_t(p.s_head), uint64_t(p.d_token), uint64_t(p.d_head), uint64_t(row)});
-  if (s0.block_size * s0.num_kv_heads * (row / w) > INT32_MAX) fail(Code::invalid_argument, "blocks too large to copy");
+  if (!p.dense && s0.block_size * s0.num_kv_heads * (row / w) > INT32_MAX) fail(Code::invalid_argument, "blocks too large to copy");
   p.chunks_per_row = int(row / w);
   p.rows_chunks = int(s0.block_size * s0.num_kv_heads * p.chunks_per_row);
-  for (int64_t l0 = 0; l0 < b.num_layers; l0 += kMaxLayers) {
-    const int nl = int(std::min<int64_t>(kMaxLayers, b.num_layers - l0));
+  for (int64_t l0 = 0; l0 < b.num_layers; l0 += P::max_layers) {
+    const int nl = int(std::min<int64_t>(P::max_layers, b.num_layers - l0));
     for (int l = 0; l < nl; ++l)
       for (int kv = 0; kv < 2; ++kv) {
         p.src[l][kv] = src[size_t((l0 + l) * 2 + kv)];
         p.dst[l][kv] = dst[size_t((l0 + l) * 2 + kv)];
       }
-    for (int64_t i0 = 0; i0 < b.num_pairs; i0 += kMaxPairs) {
-      const int np = int(std::min<int64_t>(kMaxPairs, b.num_pairs - i0));
+    for (int64_t i0 = 0; i0 < b.num_pairs; i0 += P::max_pairs) {
+      const int np = int(std::min<int64_t>(P::max_pairs, b.num_pairs - i0));
       for (int i = 0; i < np; ++i) {
         p.pairs[i][0] = b.pairs[2 * (i0 + i)];
         p.pairs[i][1] = b.pairs[2 * (i0 + i) + 1];
       }
       const dim3 grid(unsigned(np), unsigned(nl), 2);
       switch (w) {
-        case 16: copy_kernel<uint4><<<grid, 256, 0, stream>>>(p); break;
-        case 8: copy_kernel<uint2><<<grid, 256, 0, stream>>>(p); break;
-        case 4: copy_kernel<uint32_t><<<grid, 256, 0, stream>>>(p); break;
-        case 2: copy_kernel<uint16_t><<<grid, 256, 0, stream>>>(p); break;
-        default: copy_kernel<uint8_t><<<grid, 256, 0, stream>>>(p); break;
+        case 16: copy_kernel<uint4, P><<<grid, 256, 0, stream>>>(p); break;
+        case 8: copy_kernel<uint2, P><<<grid, 256, 0, stream>>>(p); break;
+        case 4: copy_kernel<uint32_t, P><<<grid, 256, 0, stream>>>(p); break;
+        case 2: copy_kernel<uint16_t, P><<<grid, 256, 0, stream>>>(p); break;
+        default: copy_kernel<uint8_t, P><<<grid, 256, 0, stream>>>(p); break;
       }
       check(cudaGetLastError(), "copy_blocks launch");
     }
   }
+}
+
+void copy_with_kernel(const BlockCopy& b, int device, cudaStream_t stream) {
+  std::vector<char*> src(size_t(b.num_layers) * 2), dst(size_t(b.num_layers) * 2);
+  for (int64_t l = 0; l < b.num_layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const void* sp = kv ? b.src[l].v : b.src[l].k;
+      const void* dp = kv ? b.dst[l].v : b.dst[l].k;
+      char* sa = device_address(sp, device, kv ? "source cache v" : "source cache k");
+      char* da = device_address(dp, device, kv ? "destination cache v" : "destination cache k");
+      if (!sa || !da)
+        fail(Code::invalid_argument, "layer %lld: host cache memory is not page-locked, so the copy kernel cannot "
+             "reach it (use kvb_cache_alloc or cudaHostRegister, or KVB_SWAP_USE_MEMCPY)", (long long)l);
+      src[size_t(l * 2 + kv)] = sa;
+      dst[size_t(l * 2 + kv)] = da;
+    }
+  }
+#ifdef KVB_LARGE_COPY_PARAMS
+  if (large_params_ok()) return launch_copies<LargeParams>(b, src, dst, stream);
+#endif
+  launch_copies<SmallParams>(b, src, dst, stream);
 }
 
 // Runs of pairs whose source and destination blocks both advance by one.
@@ -172,17 +212,23 @@ void copy_with_memcpy(const BlockCopy& b, const std::vector<Run>& runs, cudaStre
         const char* sp = sbase + size_t(r.src) * sb;
         char* dp = dbase + size_t(r.dst) * db;
         if (dense) {
-          if (sb == block_bytes && db == block_bytes)
+          // (one block: a single copy, whatever the block strides, which may be below block_bytes when
+          // num_blocks is 1 and cudaMemcpy2DAsync would refuse the pitch)
+          if ((sb == block_bytes && db == block_bytes) || r.n == 1)
             check(cudaMemcpyAsync(dp, sp, block_bytes * size_t(r.n), cudaMemcpyDefault, stream), "cudaMemcpyAsync");
           else
             check(cudaMemcpy2DAsync(dp, db, sp, sb, block_bytes, size_t(r.n), cudaMemcpyDefault, stream),
                   "cudaMemcpy2DAsync");
           continue;
         }
+        // With one token per block the token stride is unconstrained (it may be below row): any pitch
+        // >= row then describes the same single row.
+        const size_t dpitch = s0.block_size == 1 ? std::max(row, size_t(d0.token_stride * es)) : size_t(d0.token_stride * es);
+        const size_t spitch = s0.block_size == 1 ? std::max(row, size_t(s0.token_stride * es)) : size_t(s0.token_stride * es);
         for (int32_t i = 0; i < r.n; ++i)
           for (int64_t h = 0; h < s0.num_kv_heads; ++h)
-            check(cudaMemcpy2DAsync(dp + size_t(i) * db + size_t(h * d0.head_stride * es), size_t(d0.token_stride * es),
-                                    sp + size_t(i) * sb + size_t(h * s0.head_stride * es), size_t(s0.token_stride * es),
+            check(cudaMemcpy2DAsync(dp + size_t(i) * db + size_t(h * d0.head_stride * es), dpitch,
+                                    sp + size_t(i) * sb + size_t(h * s0.head_stride * es), spitch,
                                     row, size_t(s0.block_size), cudaMemcpyDefault, stream),
                   "cudaMemcpy2DAsync");
       }

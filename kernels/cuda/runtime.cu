@@ -33,14 +33,24 @@ void check_device(int index) {
 
 void check_pointer(const void* p, int index, const char* what) {
   cudaPointerAttributes attr;
-  check(cudaPointerGetAttributes(&attr, p), what);
+  {
+    RelaxedCapture relaxed;  // legal while the caller captures a graph
+    check(cudaPointerGetAttributes(&attr, p), what);
+  }
   switch (attr.type) {
     case cudaMemoryTypeDevice:
       if (attr.device != index)
         fail(Code::invalid_argument, "%s is on CUDA device %d, the cache on device %d", what, attr.device, index);
       return;
     case cudaMemoryTypeManaged:
-    case cudaMemoryTypeHost:  // page-locked and mapped: readable from the device
+      return;
+    case cudaMemoryTypeHost:
+      // The kernels dereference p itself: the memory must be mapped at the same address on the device
+      // (true for cudaHostAlloc under UVA; not for memory registered without cudaHostRegisterMapped, or
+      // where the device cannot use host pointers for registered memory).
+      if (attr.devicePointer != p)
+        fail(Code::invalid_argument, "%s is page-locked host memory that CUDA device %d cannot read at the same "
+             "address (allocate it with cudaHostAlloc or register it with cudaHostRegisterMapped)", what, index);
       return;
     default:
       fail(Code::invalid_argument, "%s is pageable host memory, not accessible from CUDA device %d", what, index);

@@ -57,7 +57,7 @@ void write_kv(const Cache& c, const WriteKv& a, void* stream) {
   if (a.num_tokens > INT_MAX) fail(Code::invalid_argument, "num_tokens %lld exceeds %d", (long long)a.num_tokens, INT_MAX);
   const int64_t es = int64_t(c.elem());
   const int64_t row = c.head_dim * es;
-  if (c.num_kv_heads * ((row + 1) / 2) > INT_MAX) fail(Code::invalid_argument, "num_kv_heads * head_dim too large");
+  if (uintptr_t(a.slots) % 8 != 0) fail(Code::invalid_argument, "args: slot_mapping is not 8-byte aligned");
   DeviceGuard g(c.device_index);
   check_pointer(a.key, c.device_index, "args.key");
   check_pointer(a.value, c.device_index, "args.value");
@@ -85,6 +85,9 @@ void write_kv(const Cache& c, const WriteKv& a, void* stream) {
                               uint64_t(uintptr_t(p.v)), uint64_t(p.key_ts), uint64_t(p.key_hs), uint64_t(p.val_ts),
                               uint64_t(p.val_hs), uint64_t(p.block_stride), uint64_t(p.token_stride),
                               uint64_t(p.head_stride), uint64_t(row)});
+  // heads * chunks_per_row is an int in the kernel (w may be 1 for byte-aligned pointers).
+  if (c.num_kv_heads * (row / w) > INT_MAX)
+    fail(Code::invalid_argument, "num_kv_heads * head_dim too large for the alignment of the pointers and strides");
   p.chunks_per_row = int(row / w);
   cudaStream_t s = as_stream(stream);
   switch (w) {

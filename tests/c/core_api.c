@@ -208,8 +208,8 @@ static void test_token_compare_on_collision(void) {
 /* Free queue: FIFO, initially 0..N-1; a sequence's blocks are freed last block first. */
 static void test_free_queue_order(void) {
   kvb_manager* m = kvbt_make(4, 8);
-  int64_t t[32];
-  kvbt_iota(t, 32, 1);
+  int64_t t[40];
+  kvbt_iota(t, 40, 1);
   CHECK_OK(kvb_seq_allocate(m, 1, t, 12, NULL)); /* 0 1 2 */
   CHECK_OK(kvb_seq_allocate(m, 2, t + 12, 8, NULL)); /* 3 4 */
   EXPECT_TABLE(m, 1, 0, 1, 2);

@@ -21,12 +21,17 @@
 #include <thread>
 #include <vector>
 
+// KVB_ATTN_F16C=0 (e.g. in CXXFLAGS) builds the portable path only; tests use it to cover that path.
+#ifndef KVB_ATTN_F16C
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
-#include <immintrin.h>
 #define KVB_ATTN_F16C 1
 #else
 #define KVB_ATTN_F16C 0
+#endif
+#endif
+#if KVB_ATTN_F16C
+#include <cpuid.h>
+#include <immintrin.h>
 #endif
 
 #include "../../libkvblock/error.h"
@@ -165,8 +170,6 @@ bool has_f16c() {
   }();
   return yes;
 }
-#else
-bool has_f16c() { return false; }
 #endif
 
 using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t);
@@ -213,7 +216,9 @@ void paged_attention(const Cache& c, const Attention& a) {
   j.ws_o = j.ws_l ? j.ws_l + a.num_seqs * a.num_q_heads * j.NP : nullptr;
 
   ItemFn item = nullptr;
+#if KVB_ATTN_F16C
   const bool hw16 = c.dtype == Dtype::f16 && has_f16c();
+#endif
   switch (D) {
 #if KVB_ATTN_F16C
     case 64: item = hw16 ? f16c::run_item<64> : run_item<64>; break;

@@ -179,6 +179,9 @@ std::vector<Case> cases() {
   out.push_back({KVB_DTYPE_BF16, 64, 64, 2, 3, 0, 0, 30.f, true, 78});
   out.push_back({KVB_DTYPE_FP32, 128, 1, 1, 16, 0, 0, 0.f, false, 79});
   out.push_back({KVB_DTYPE_FP16, 256, 32, 2, 6, 10000, 0, 0.f, false, 80});
+  // Enough K/V (> 1 MiB) for the CPU kernel to share the items out over threads.
+  out.push_back({KVB_DTYPE_FP16, 128, 16, 8, 4, 0, 0, 0.f, false, 81});
+  out.push_back({KVB_DTYPE_BF16, 256, 16, 8, 2, 200, 3, 20.f, true, 82});
   return out;
 }
 

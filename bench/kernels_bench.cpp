@@ -1,6 +1,10 @@
 // Kernel benchmark: decode attention, copy_blocks and swap_blocks against measured copy ceilings.
 //   kernels_bench [--device auto|cpu|cuda] [--reps N] [--ctx-scale X]
 // auto = cuda when a device is usable, else cpu. The CPU run scales contexts by 1/8 unless --ctx-scale.
+// Every timed buffer (K, V, q, copy sources) is filled with random data first, so reads hit real memory.
+// Timing: one warm-up, then --reps calls; figures are per call. CPU: each call timed on its own, median
+// with [min-max] over the reps. CUDA: the reps calls are captured in one graph, replayed once to warm
+// up, then kReplays times, each replay timed with events; median with [min-max] over the replays.
 // Bandwidth convention: a copy of N bytes moves 2N bytes (read + write), so "copy GB/s" is 2N / t;
 // attention moves the K+V bytes it reads; copy_blocks / swap_blocks count 2x the block bytes on one
 // device (read + write) and 1x across PCIe (the ceiling there is the one-way pinned transfer rate).
@@ -14,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvblock.h"
@@ -26,6 +31,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Makes the compiler assume the memory behind p is read and written here, so stores into a buffer that
+// is never read again (a memcpy destination freed afterwards) are not optimised away.
+inline void escape(void* p) { asm volatile("" : : "g"(p) : "memory"); }
+
+constexpr int kReplays = 5;  // CUDA: timed graph replays
 
 void need(kvb_status s, const char* what) {
   if (s != KVB_OK) {
@@ -49,7 +60,12 @@ struct Mem {
     if (cuda) return kvb::kern::devutil::device_malloc(n);
 #endif
     void* p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+    if (!p) {
+      fprintf(stderr, "out of host memory (%zu bytes)\n", n);
+      exit(1);
+    }
     memset(p, 0, n);
+    escape(p);  // the pages are touched (faulted in) now, not inside a timed call
     return p;
   }
   void release(void* p) {
@@ -63,12 +79,67 @@ struct Mem {
     if (cuda) return kvb::kern::devutil::copy(dst, src, n);
 #endif
     memcpy(dst, src, n);
+    escape(dst);
   }
 };
 
-// Runs fn reps times; returns seconds per call. CUDA: the calls are captured in a graph and replayed.
+// Random fp16 values of magnitude 1/8..1 (no zeros, denormals, infinities or NaNs), 4 per step.
+struct Rand16 {
+  uint64_t x;
+  explicit Rand16(uint64_t seed) : x(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  void fill(uint16_t* p, size_t n) {
+    for (size_t i = 0; i < n; i += 4) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      for (size_t j = 0; j < 4 && i + j < n; ++j) {
+        const uint16_t r = uint16_t(x >> (16 * j));
+        const uint16_t exp = uint16_t(12 + (r >> 10) % 3);  // 2^-3 .. 2^-1
+        p[i + j] = uint16_t((r & 0x8000u) | (exp << 10) | (r & 0x3ffu));
+      }
+    }
+  }
+};
+
+// Fills n bytes (a whole number of fp16 values) at dst, which lives on m's device, with random data.
+// Host memory is written in place; device memory from a 64 MiB host chunk uploaded repeatedly.
+void fill_random(Mem& m, void* dst, size_t n, uint64_t seed) {
+  Rand16 r(seed);
+  if (!m.cuda) {
+    r.fill(static_cast<uint16_t*>(dst), n / 2);
+    escape(dst);
+    return;
+  }
+  const size_t chunk = std::min(n, size_t(64) << 20);
+  std::vector<uint16_t> h(chunk / 2 + 1);
+  r.fill(h.data(), h.size());
+  for (size_t off = 0; off < n; off += chunk) m.upload(static_cast<char*>(dst) + off, h.data(), std::min(chunk, n - off));
+}
+
+void fill_cache(Mem& m, const kvb_cache_desc& c, uint64_t seed) {
+  const size_t bytes = size_t(c.num_blocks) * size_t(c.block_stride) * 2;  // fp16, dense
+  fill_random(m, c.k, bytes, seed);
+  fill_random(m, c.v, bytes, seed + 1);
+}
+
+// Per-call seconds: median and range over the timed samples.
+struct Timing {
+  double med, lo, hi;
+};
+
+Timing summarise(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  const double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  return {med, t.front(), t.back()};
+}
+
+// Runs fn once to warm up, then reps timed calls; returns seconds per call. CPU: every call is timed
+// on its own. CUDA: the reps calls are captured in a graph, replayed once to warm up and then kReplays
+// times, each replay timed with events (per call = replay time / reps).
 template <class Fn>
-double time_calls(bool cuda, int reps, Fn fn) {
+Timing time_calls(bool cuda, int reps, Fn fn) {
+  reps = std::max(reps, 1);
 #if KVB_WITH_CUDA
   if (cuda) {
     namespace du = kvb::kern::devutil;
@@ -81,39 +152,60 @@ double time_calls(bool cuda, int reps, Fn fn) {
     du::graph_launch(g, s);
     void* e0 = du::event_create();
     void* e1 = du::event_create();
-    du::event_record(e0, s);
-    du::graph_launch(g, s);
-    du::event_record(e1, s);
-    const double ms = du::event_elapsed_ms(e0, e1);
+    std::vector<double> t;
+    for (int r = 0; r < kReplays; ++r) {
+      du::event_record(e0, s);
+      du::graph_launch(g, s);
+      du::event_record(e1, s);
+      t.push_back(du::event_elapsed_ms(e0, e1) / 1e3 / reps);
+    }
     du::event_destroy(e0);
     du::event_destroy(e1);
     du::graph_destroy(g);
     du::stream_destroy(s);
-    return ms / 1e3 / reps;
+    return summarise(t);
   }
 #endif
-  fn(nullptr);
-  const auto t0 = Clock::now();
-  for (int i = 0; i < reps; ++i) fn(nullptr);
-  return secs(t0, Clock::now()) / reps;
+  fn(nullptr);  // warm up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn(nullptr);
+    t.push_back(secs(t0, Clock::now()));
+  }
+  return summarise(t);
 }
 
-// Copy ceiling on this device: 2 * bytes / t for a large copy.
-double copy_ceiling(Mem& m, int reps) {
+// Copy ceiling on this device: 2 * bytes / t for a large copy (read + write). The source holds random
+// data and both buffers are touched before timing; on the CPU the destination escapes after every copy
+// (so the memcpy cannot be removed) and is checked against the source at the end.
+Timing copy_ceiling(Mem& m, int reps) {
   const size_t n = size_t(512) << 20;
   void* a = m.alloc(n);
   void* b = m.alloc(n);
-  const double t = time_calls(m.cuda, reps, [&](void* s) {
+  fill_random(m, a, n, 7);
+  const Timing t = time_calls(m.cuda, reps, [&](void* s) {
 #if KVB_WITH_CUDA
     if (m.cuda) return kvb::kern::devutil::copy_async(b, a, n, s);
 #endif
     (void)s;
     memcpy(b, a, n);
+    escape(b);
   });
+  if (!m.cuda && memcmp(a, b, n) != 0) {
+    fprintf(stderr, "copy ceiling: destination differs from source\n");
+    exit(1);
+  }
   m.release(a);
   m.release(b);
-  return 2.0 * double(n) / t / 1e9;
+  return t;
 }
+
+// GB/s for bytes moved per call: {median, from the slowest call, from the fastest call}.
+struct Rate {
+  double med, lo, hi;
+};
+Rate rate(double bytes, const Timing& t) { return {bytes / t.med / 1e9, bytes / t.hi / 1e9, bytes / t.lo / 1e9}; }
 
 kvb_cache_desc make_cache(Mem& m, uint32_t num_blocks) {
   kvb_cache_desc c;
@@ -128,20 +220,24 @@ kvb_cache_desc make_cache(Mem& m, uint32_t num_blocks) {
   return c;
 }
 
-void bench_attention(Mem& m, int reps, double ceiling, double scale_ctx) {
-  printf("\n| decode attention fp16 Hq=%d Hkv=%d D=%d block=%d | batch | context | us | K+V GB/s | of copy |\n", Hq, Hkv, D, BS);
-  printf("|---|---|---|---|---|---|\n");
+void bench_attention(Mem& m, int reps, const Rate& ceiling, double scale_ctx) {
+  printf("\n| decode attention fp16 Hq=%d Hkv=%d D=%d block=%d | batch | context | us | us min-max | K+V GB/s | of copy |\n",
+         Hq, Hkv, D, BS);
+  printf("|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(1);
+  uint64_t seed = 100;
   for (const Shape& sh : kShapes) {
-    const int ctx = std::max(BS, int(sh.ctx * scale_ctx));
+    const int ctx = std::max(BS, int(sh.ctx * scale_ctx) / BS * BS);  // whole blocks
     const int max_blocks = ctx / BS;
     const uint32_t nblocks = uint32_t(sh.batch * max_blocks);
     kvb_cache_desc c = make_cache(m, nblocks);
+    fill_cache(m, c, seed += 2);
     std::vector<int32_t> table(nblocks);
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
     std::vector<int32_t> lens(size_t(sh.batch), ctx);
-    std::vector<uint16_t> q(size_t(sh.batch) * Hq * D, 0x3c00);
+    std::vector<uint16_t> q(size_t(sh.batch) * Hq * D);
+    Rand16(seed += 2).fill(q.data(), q.size());
     void* dq = m.alloc(q.size() * 2);
     void* dout = m.alloc(q.size() * 2);
     void* dt = m.alloc(table.size() * 4);
@@ -160,10 +256,14 @@ void bench_attention(Mem& m, int reps, double ceiling, double scale_ctx) {
     a.seq_lens = static_cast<int32_t*>(dl);
     need(kvb_paged_attention_workspace_size(&c, &a, &a.workspace_size), "workspace size");
     a.workspace = a.workspace_size ? m.alloc(a.workspace_size) : nullptr;
-    const double t = time_calls(m.cuda, m.cuda ? reps : 1, [&](void* s) { need(kvb_paged_attention(&c, &a, s), "attention"); });
-    const double bytes = double(sh.batch) * ctx * Hkv * D * 2 * 2;
-    const double gbs = bytes / t / 1e9;
-    printf("| | %d | %d | %.1f | %.1f | %.0f%% |\n", sh.batch, ctx, t * 1e6, gbs, 100.0 * gbs / ceiling);
+    const Timing t = time_calls(m.cuda, reps, [&](void* s) {
+      need(kvb_paged_attention(&c, &a, s), "attention");
+      if (!m.cuda) escape(dout);
+    });
+    const double bytes = double(sh.batch) * ctx * Hkv * D * 2 /* fp16 */ * 2 /* K and V */;  // read once each
+    const Rate r = rate(bytes, t);
+    printf("| | %d | %d | %.1f | %.1f-%.1f | %.1f | %.0f%% |\n", sh.batch, ctx, t.med * 1e6, t.lo * 1e6, t.hi * 1e6,
+           r.med, 100.0 * r.med / ceiling.med);
     fflush(stdout);
     if (a.workspace) m.release(a.workspace);
     m.release(dq);
@@ -186,36 +286,55 @@ std::vector<int32_t> random_pairs(uint32_t num_blocks, int n, bool contiguous, s
   return pairs;
 }
 
-void bench_copy_swap(Mem& m, int reps, double ceiling) {
+void print_blocks_row(const char* what, const char* method, const Timing& t, const Rate& r, double ceiling,
+                      const char* of) {
+  printf("| %s | %s | %.1f | %.1f-%.1f | %.1f | %.0f%% of %s |\n", what, method, t.med * 1e6, t.lo * 1e6, t.hi * 1e6,
+         r.med, 100.0 * r.med / ceiling, of);
+  fflush(stdout);
+}
+
+void bench_copy_swap(Mem& m, int reps, const Rate& ceiling) {
   const int layers = 8, n = 512;
   const uint32_t nblocks = 2 * n + 16;
   std::mt19937 rng(2);
   std::vector<kvb_cache_desc> dev(layers), host(layers);
-  for (auto& c : dev) c = make_cache(m, nblocks);
   Mem h{false};
-  for (auto& c : host) c = make_cache(h, nblocks);  // page-locked when a CUDA device is usable
-  const double moved = double(layers) * n * 2 * kBlockBytes;
-  printf("\n| blocks: %d layers x %d pairs x %.0f KiB (K+V) | method | us | GB/s | of ceiling |\n", layers, n,
+  uint64_t seed = 1000;
+  for (auto& c : dev) {
+    c = make_cache(m, nblocks);
+    fill_cache(m, c, seed += 2);
+  }
+  for (auto& c : host) {
+    c = make_cache(h, nblocks);  // page-locked when a CUDA device is usable
+    fill_cache(h, c, seed += 2);
+  }
+  const double moved = double(layers) * n * 2 * kBlockBytes;  // block bytes (K+V) per call
+  printf("\n| blocks: %d layers x %d pairs x %.0f KiB (K+V) | method | us | us min-max | GB/s | of ceiling |\n", layers, n,
          2 * kBlockBytes / 1024.0);
-  printf("|---|---|---|---|---|\n");
+  printf("|---|---|---|---|---|---|\n");
   for (bool contiguous : {false, true}) {
     auto pairs = random_pairs(nblocks, n, contiguous, rng);
-    const double t = time_calls(m.cuda, m.cuda ? reps : 2, [&](void* s) {
+    const Timing t = time_calls(m.cuda, reps, [&](void* s) {
       need(kvb_copy_blocks(dev.data(), layers, pairs.data(), size_t(n), s), "copy_blocks");
+      if (!m.cuda) escape(dev[0].k);
     });
-    printf("| copy_blocks (%s) | %s | %.1f | %.1f | %.0f%% of copy |\n", contiguous ? "runs" : "random", m.cuda ? "kernel" : "memcpy", t * 1e6,
-           2 * moved / t / 1e9, 100.0 * 2 * moved / t / 1e9 / ceiling);
+    print_blocks_row(contiguous ? "copy_blocks (runs)" : "copy_blocks (random)", m.cuda ? "kernel" : "memcpy", t,
+                     rate(2 * moved, t), ceiling.med, "copy");
   }
-  double pcie = ceiling / 2;
+  double pcie = ceiling.med / 2;
 #if KVB_WITH_CUDA
   if (m.cuda) {  // one-way pinned transfer ceiling
     const size_t bytes = size_t(256) << 20;
     void* d = m.alloc(bytes);
     void* p = kvb::kern::devutil::pinned_malloc(bytes);
-    const double t1 = time_calls(true, reps, [&](void* s) { kvb::kern::devutil::copy_async(p, d, bytes, s); });
-    const double t2 = time_calls(true, reps, [&](void* s) { kvb::kern::devutil::copy_async(d, p, bytes, s); });
-    printf("| pinned cudaMemcpyAsync 256 MiB | D2H %.1f GB/s, H2D %.1f GB/s | | | |\n", bytes / t1 / 1e9, bytes / t2 / 1e9);
-    pcie = std::min(bytes / t1, bytes / t2) / 1e9;
+    fill_random(m, d, bytes, 9);
+    fill_random(h, p, bytes, 10);
+    const Timing t1 = time_calls(true, reps, [&](void* s) { kvb::kern::devutil::copy_async(p, d, bytes, s); });
+    const Timing t2 = time_calls(true, reps, [&](void* s) { kvb::kern::devutil::copy_async(d, p, bytes, s); });
+    const Rate r1 = rate(double(bytes), t1), r2 = rate(double(bytes), t2);
+    printf("| pinned cudaMemcpyAsync 256 MiB | D2H %.1f GB/s (%.1f-%.1f), H2D %.1f GB/s (%.1f-%.1f) | | | | |\n", r1.med,
+           r1.lo, r1.hi, r2.med, r2.lo, r2.hi);
+    pcie = std::min(r1.med, r2.med);
     kvb::kern::devutil::pinned_free(p);
     m.release(d);
   }
@@ -227,13 +346,16 @@ void bench_copy_swap(Mem& m, int reps, double ceiling) {
       for (int dir = 0; dir < 2; ++dir) {
         const kvb_cache_desc* src = dir == 0 ? dev.data() : host.data();
         const kvb_cache_desc* dst = dir == 0 ? host.data() : dev.data();
-        const double t = time_calls(m.cuda, m.cuda ? reps : 2, [&](void* s) {
+        const Timing t = time_calls(m.cuda, reps, [&](void* s) {
           need(kvb_swap_blocks(src, dst, layers, pairs.data(), size_t(n), flags, s), "swap_blocks");
+          if (!m.cuda) escape(dst[0].k);
         });
-        const double gbs = (m.cuda ? moved : 2 * moved) / t / 1e9;
+        // Across PCIe the bytes cross once (vs the one-way pinned rate); on the CPU read + write (vs memcpy).
+        const Rate r = rate(m.cuda ? moved : 2 * moved, t);
         const char* method = flags == KVB_SWAP_USE_MEMCPY ? "memcpy" : flags == KVB_SWAP_USE_KERNEL ? "kernel" : "auto";
-        printf("| swap %s (%s) | %s | %.1f | %.1f | %.0f%% of %s |\n", dir == 0 ? "out" : "in", contiguous ? "runs" : "random",
-               method, t * 1e6, gbs, 100.0 * gbs / (m.cuda ? pcie : ceiling), m.cuda ? "pinned" : "memcpy");
+        char what[64];
+        snprintf(what, sizeof what, "swap %s (%s)", dir == 0 ? "out" : "in", contiguous ? "runs" : "random");
+        print_blocks_row(what, method, t, r, m.cuda ? pcie : ceiling.med, m.cuda ? "pinned" : "memcpy");
       }
     }
   for (auto& c : dev) need(kvb_cache_free(&c), "free");
@@ -252,7 +374,13 @@ int main(int argc, char** argv) {
       const char* d = argv[++i];
       if (strcmp(d, "auto")) cuda = !strcmp(d, "cuda");
     }
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = atoi(argv[++i]);
+      if (reps < 1) {
+        fprintf(stderr, "--reps must be >= 1\n");
+        return 2;
+      }
+    }
     else if (!strcmp(argv[i], "--ctx-scale") && i + 1 < argc) scale_ctx = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: %s [--device auto|cpu|cuda] [--reps N] [--ctx-scale X]\n", argv[0]);
@@ -275,10 +403,18 @@ int main(int argc, char** argv) {
       printf("device: %s, libkvblock %s, %s\n", kvb::kern::devutil::device_name(0), kvb_version_string(), date);
 #endif
     } else {
-      printf("device: CPU (1 thread), libkvblock %s, %s\n", kvb_version_string(), date);
+      printf("device: CPU (%u hardware threads: attention calls reading >= 1 MiB use them all, memcpy and "
+             "copy/swap one), libkvblock %s, %s\n", std::thread::hardware_concurrency(), kvb_version_string(), date);
     }
-    const double ceiling = copy_ceiling(m, cuda ? reps : 3);
-    printf("copy ceiling (%s, 512 MiB, read+write): %.1f GB/s\n", cuda ? "cudaMemcpyAsync D2D" : "memcpy", ceiling);
+    if (cuda)
+      printf("timing: %d calls captured in a CUDA graph, 1 warm-up replay + %d timed; per call: median, min-max of "
+             "the replays\n", reps, kReplays);
+    else
+      printf("timing: 1 warm-up call + %d timed; per call: median, min-max of the calls\n", reps);
+    const Timing tc = copy_ceiling(m, reps);
+    const Rate ceiling = rate(2.0 * double(size_t(512) << 20), tc);
+    printf("copy ceiling (%s, 512 MiB, read+write): %.1f GB/s (%.1f-%.1f)\n", cuda ? "cudaMemcpyAsync D2D" : "memcpy",
+           ceiling.med, ceiling.lo, ceiling.hi);
     bench_attention(m, reps, ceiling, scale_ctx);
     bench_copy_swap(m, reps, ceiling);
   } catch (const kvb::Error& e) {

@@ -1,11 +1,13 @@
 /* bench.c - `kvblock bench`: ns per block of the manager's prefix-cache miss and hit paths and ns per
    decode token, against a bare XXH64 over the same bytes (block_size * 8 token bytes + 8 parent bytes,
-   computed with kvb_hash_tokens, which is exactly that XXH64). */
+   computed with kvb_hash_tokens, which is exactly that XXH64); fork, copy-on-write, swap planning and
+   batch export; then the kernels (bench_kernels.c). */
 #include "bench.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_kernels.h"
 #include "report.h"
 #include "util.h"
 #include "xxh64.h"
@@ -20,8 +22,12 @@ typedef struct bench_opts {
   uint64_t decode_seqs;
   uint64_t decode_tokens;  /* tokens per sequence per repetition */
   uint64_t num_blocks;     /* pool of the miss / hit cases; 0 = 16 prompts' worth */
+  uint64_t batch_seqs;     /* sequences of the batch-export case (= decode_seqs) */
+  uint64_t batch_tokens;   /* tokens per sequence of the batch-export case (prompt_tokens / 2) */
   int json;
+  int quick;
   const char* only;        /* run just this case (profiling); NULL = all */
+  const char* device;      /* kernels: cpu, auto or cuda */
 } bench_opts;
 
 typedef struct bench_case {
@@ -31,20 +37,27 @@ typedef struct bench_case {
   double samples[MAX_REPS];
   size_t n;
   double median, min, max, spread;
+  int vs_hash;             /* print the ratios to the bare hash and to kvb_hash_tokens */
+  double per_call;         /* batch: sequences per call (median per call = median * per_call); 0 = none */
 } bench_case;
+
+enum { C_HASH, C_LIBHASH, C_MISS, C_HIT, C_DECODE, C_FORK, C_COW, C_SWAP, C_BATCH, NUM_CASES };
+static const char* const case_keys[NUM_CASES] = {"hash", "kvb_hash_tokens", "miss", "hit", "decode",
+                                                  "fork", "cow", "swap", "batch"};
 
 void bench_help(FILE* f) {
   fputs(
       "NAME\n"
-      "    kvblock bench - time the block manager's hot paths against a bare XXH64\n"
+      "    kvblock bench - time the block manager's hot paths against a bare XXH64, and the kernels\n"
       "\n"
       "SYNOPSIS\n"
-      "    kvblock bench [--quick] [--reps N] [--iters N] [--block-size N] [--prompt-tokens N]\n"
-      "                  [--decode-seqs N] [--decode-tokens N] [--num-blocks N] [--json]\n"
+      "    kvblock bench [--quick] [--only CASE] [--device cpu|auto|cuda] [--reps N] [--iters N]\n"
+      "                  [--block-size N] [--prompt-tokens N] [--decode-seqs N] [--decode-tokens N]\n"
+      "                  [--num-blocks N] [--json]\n"
       "\n"
       "DESCRIPTION\n"
-      "    Five cases, each run once as a warm-up and then --reps times; the median, the minimum, the\n"
-      "    maximum and the spread ((max - min) / median) of the repetitions are printed.\n"
+      "    Nine manager cases, each run once as a warm-up and then --reps times, interleaved; the median,\n"
+      "    the minimum, the maximum and the spread ((max - min) / median) of the repetitions are printed.\n"
       "      hash    bare XXH64 of one block's bytes (block_size * 8 token bytes + 8 parent-hash bytes),\n"
       "              chained over the prompt's blocks: the floor any prefix cache pays per block. The tool\n"
       "              computes it with its own one-shot XXH64 (xxh64.c, checked equal to kvb_hash_tokens).\n"
@@ -56,27 +69,90 @@ void bench_help(FILE* f) {
       "              are hits: hash, index lookup, token comparison), per prompt block.\n"
       "      decode  kvb_seq_append + kvb_seq_commit of one token, round-robin over --decode-seqs\n"
       "              sequences (one block in block_size is filled, hashed and indexed), per token.\n"
-      "    The ratios of each case to the bare hash (\"vs hash\") and to kvb_hash_tokens (\"vs lib\") are\n"
-      "    printed, and the targets, judged against the bare hash: hit <= 3x, miss <= 4x, decode <= 100\n"
-      "    ns/token (and, for information, hit and miss against kvb_hash_tokens).\n"
+      "      fork    kvb_seq_fork of a committed prompt-long sequence + kvb_seq_free of the child, per\n"
+      "              shared block.\n"
+      "      cow     copy-on-write: kvb_seq_fork_at half a block before the end of the prompt's last full\n"
+      "              block, kvb_seq_append of 1 token to the child (its partly shared block gets one\n"
+      "              pending copy), kvb_drain_copies, kvb_seq_free; per operation (all four calls; the fork\n"
+      "              shares the whole prompt, so this grows with its length). Not run at block size 1.\n"
+      "      swap    kvb_seq_swap_out + kvb_seq_swap_in of a committed prompt-long sequence, enough host\n"
+      "              blocks: the planning only (no data is copied), per block moved (2 per prompt block).\n"
+      "      batch   kvb_batch_export of one decode step of --decode-seqs sequences of prompt/2 committed\n"
+      "              tokens plus one new token each, into preallocated buffers (block tables, lengths,\n"
+      "              query starts, slot mapping), per sequence; the time per call is printed too.\n"
+      "    The ratios of the first five cases to the bare hash (\"vs hash\") and to kvb_hash_tokens (\"vs\n"
+      "    lib\") are printed, and the targets, judged against the bare hash: hit <= 3x, miss <= 4x,\n"
+      "    decode <= 100 ns/token (and, for information, hit and miss against kvb_hash_tokens).\n"
       "\n"
+      ,
+      f);
+  fputs(
+      "KERNELS\n"
+      "    Then the kernels, fp16, Hq=32, Hkv=8, D=128, block 16, every buffer holding random data, one\n"
+      "    warm-up call and --reps timed samples, each printed as time per call (median, min, max, spread),\n"
+      "    GB/s and the fraction of a copy ceiling measured in the same run:\n"
+      "      kvb_paged_attention  decode attention, block tables randomly permuted, every sequence at the\n"
+      "                     full context; GB/s = K+V bytes read / time. CPU: (8 seqs, 2048 tokens) and\n"
+      "                     (32, 1024); GPU: (32, 4096) and (128, 2048); --quick: smaller.\n"
+      "      kvb_write_kv   new K/V of 32768 tokens (GPU 65536) to random distinct slots; input bytes read\n"
+      "                     + cache bytes written.\n"
+      "      kvb_copy_blocks    8 layers x 512 random pairs of 32 KiB blocks (K and V); read + write.\n"
+      "      kvb_swap_blocks    the same blocks to (out) and from (in) a second, host cache (page-locked\n"
+      "                     when a CUDA device is usable). CPU: read + write, against memcpy; GPU: the\n"
+      "                     bytes once, against the one-way transfer ceiling.\n"
+      "    Ceilings. CPU: memcpy of a 512 MiB buffer of random data into a touched destination that is\n"
+      "    read after every copy and compared with the source at the end, counted as read + write\n"
+      "    (2 x bytes / time). GPU: kvb_copy_blocks of 64 dense 2 MiB blocks (K and V) onto 64 others,\n"
+      "    read + write (the on-device figure: the library's own copy kernel, so a slow copy kernel lowers\n"
+      "    the ceiling too), and kvb_swap_blocks of those blocks with KVB_SWAP_USE_MEMCPY to and from\n"
+      "    page-locked host blocks, one direction at a time (the PCIe transfer ceiling for swap out / in).\n"
+      "    GPU timing: the C API has no stream synchronisation, so the calls go to the legacy default\n"
+      "    stream and each sample of 10 calls ends with a fence: a one-block kvb_swap_blocks device ->\n"
+      "    page-locked host that the tool waits for by polling host memory (stream order: it lands after\n"
+      "    every call before it). The fence's cost (microseconds) is spread over the 10 calls.\n"
+      "    `make bench-kernels BENCH_ARGS=\"--device cuda\"` (bench/kernels_bench.cpp: CUDA graphs, events)\n"
+      "    is the reference for GPU figures.\n"
+      "    With --quick the working sets fit in the CPU caches: the fractions can exceed 100%.\n"
+      "\n"
+      ,
+      f);
+  fputs(
       "OPTIONS\n"
-      "    --quick              small run for tests: 3 repetitions, 16 prompts, 64 decode tokens\n"
-      "    --only CASE          run one case (hash, kvb_hash_tokens, miss, hit, decode), e.g. under a\n"
-      "                         profiler; the warm-up still runs every case\n"
+      "    --quick              small run for tests: 3 repetitions, 16 prompts, 64 decode tokens, small\n"
+      "                         kernel shapes (under 3 s)\n"
+      "    --only CASE          run one case (hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap,\n"
+      "                         batch) or only the kernels (kernels), e.g. under a profiler; the warm-up\n"
+      "                         still runs the first five manager cases; a manager case skips the kernels\n"
+      "    --device DEV         where the kernels run: cpu (default), auto (the CPU, then the GPU when a\n"
+      "                         CUDA device is usable, else a note that it was skipped) or cuda (the GPU\n"
+      "                         only; exit status 1 if no CUDA device is usable or the library was built\n"
+      "                         without CUDA)\n"
       "    --reps N             timed repetitions (default 9, at most 1000)\n"
-      "    --iters N            prompts per repetition in the hash, miss and hit cases (default 200)\n"
-      "    --block-size N       tokens per block (default 16)\n"
-      "    --prompt-tokens N    prompt length (default 4096)\n"
-      "    --decode-seqs N      sequences decoding together (default 64)\n"
+      "    --iters N            prompts (operations, export calls) per repetition of the hash, miss, hit,\n"
+      "                         fork, cow, swap and batch cases (default 200)\n"
+      "    --block-size N       tokens per block of the manager cases (default 16)\n"
+      "    --prompt-tokens N    prompt length (default 4096; the batch case uses half of it)\n"
+      "    --decode-seqs N      sequences decoding together, and of the batch case (default 64)\n"
       "    --decode-tokens N    tokens per sequence per repetition (default 1024)\n"
       "    --num-blocks N       pool of the miss and hit cases (default 16 prompts' worth of blocks)\n"
-      "    --json               one JSON object: {\"config\": {...}, \"hash\": {...}, \"miss\": {...}, \"hit\": {...},\n"
-      "                         \"decode\": {...}, \"targets\": {...}}; times in ns, spread and ratios as fractions\n"
+      "    --json               one JSON object: {\"config\": {...}, \"hash\": {...}, \"kvb_hash_tokens\": {...},\n"
+      "                         \"miss\", \"hit\", \"decode\", \"fork\", \"cow\", \"swap\", \"batch\" (each {\"unit\",\n"
+      "                         \"median\", \"min\", \"max\", \"spread\", ...; batch adds \"median_per_call\"},\n"
+      "                         \"targets\": {...}, \"kernels\": {\"cpu\": {...}, \"cuda\": {...} or\n"
+      "                         \"cuda_skipped\": why}}; a kernel figure is {\"median_us\", \"min_us\", \"max_us\",\n"
+      "                         \"spread\", \"bytes\", \"gbps\", \"of_ceiling\", \"ceiling\"}; manager times in ns,\n"
+      "                         spread and ratios as fractions\n"
       "    -h, --help           this text\n"
       "\n"
       "EXIT STATUS\n"
-      "    0 done (targets missed are reported, not an error), 1 library failure, 2 usage error.\n",
+      "    0 done (targets missed are reported, not an error), 1 library failure or no GPU for --device\n"
+      "    cuda, 2 usage error.\n"
+      "\n"
+      "EXAMPLES\n"
+      "    kvblock bench\n"
+      "    kvblock bench --quick --json\n"
+      "    kvblock bench --only kernels --device auto\n"
+      "    perf record kvblock bench --only miss\n",
       f);
 }
 
@@ -174,13 +250,148 @@ static double run_decode(const bench_opts* o, kvb_manager* m, int64_t* next_toke
   return elapsed * 1e9 / (double)(o->decode_tokens * n);
 }
 
-static kvb_manager* make_manager(uint32_t block_size, uint64_t num_blocks) {
+/* Sequence ids of the fork, swap and batch cases (their own managers). */
+#define FORK_PARENT 10
+#define FORK_CHILD 11
+#define SWAP_SEQ 20
+#define BATCH_SEQ0 1000
+
+static uint64_t prompt_blocks(const bench_opts* o) { return (o->prompt_tokens + o->block_size - 1) / o->block_size; }
+
+/* Allocates and commits seq_id with the prompt, its first token replaced by first (distinct chains). */
+static int committed_seq(kvb_manager* m, int64_t seq_id, int64_t* tokens, size_t n, int64_t first) {
+  int64_t saved = tokens[0];
+  kvb_status st;
+  tokens[0] = first;
+  st = kvb_seq_allocate(m, seq_id, tokens, n, NULL);
+  tokens[0] = saved;
+  if (st != KVB_OK) {
+    lib_error("kvb_seq_allocate", st);
+    return 0;
+  }
+  if ((st = kvb_seq_commit(m, seq_id, n)) != KVB_OK) {
+    lib_error("kvb_seq_commit", st);
+    return 0;
+  }
+  return 1;
+}
+
+/* fork: kvb_seq_fork of the committed prompt + kvb_seq_free of the child, per shared block. */
+static double run_fork(const bench_opts* o, kvb_manager* m) {
+  uint64_t it;
+  double t0 = now_s();
+  for (it = 0; it < o->iters; it++) {
+    CHECK(kvb_seq_fork(m, FORK_PARENT, FORK_CHILD));
+    CHECK(kvb_seq_free(m, FORK_CHILD));
+  }
+  return (now_s() - t0) * 1e9 / (double)(o->iters * prompt_blocks(o));
+}
+
+/* Mid-block fork position of the copy-on-write case: half a block before the end of the last full
+   block (0 when the block size is 1 and no block can be shared partly). */
+static size_t cow_position(const bench_opts* o) {
+  uint64_t full = o->prompt_tokens / o->block_size;
+  return o->block_size < 2 ? 0 : (size_t)(full * o->block_size - o->block_size / 2);
+}
+
+/* cow: kvb_seq_fork_at a mid-block position, append 1 token to the child (its shared partial block is
+   copied: one pending pair), kvb_drain_copies, kvb_seq_free; per operation (the four calls). */
+static double run_cow(const bench_opts* o, kvb_manager* m, int64_t* next_token) {
+  uint64_t it;
+  int32_t pairs[8];
+  size_t np = 0, pos = cow_position(o);
+  double t0 = now_s();
+  for (it = 0; it < o->iters; it++) {
+    int64_t tok = ++*next_token;
+    CHECK(kvb_seq_fork_at(m, FORK_PARENT, FORK_CHILD, pos));
+    CHECK(kvb_seq_append(m, FORK_CHILD, &tok, 1));
+    CHECK(kvb_drain_copies(m, pairs, 4, &np));
+    CHECK(kvb_seq_free(m, FORK_CHILD));
+    if (np != 1) {
+      tool_error("bench: the copy-on-write case drained %zu copies, expected 1", np);
+      return -1.0;
+    }
+  }
+  return (now_s() - t0) * 1e9 / (double)o->iters;
+}
+
+/* swap: kvb_seq_swap_out + kvb_seq_swap_in of the committed prompt (bookkeeping only, no data is
+   copied), per block moved (2 per prompt block). */
+static double run_swap(const bench_opts* o, kvb_manager* m, int32_t* pairs) {
+  uint64_t it, nb = prompt_blocks(o);
+  size_t np = 0;
+  double t0 = now_s();
+  for (it = 0; it < o->iters; it++) {
+    CHECK(kvb_seq_swap_out(m, SWAP_SEQ, pairs, nb, &np));
+    CHECK(kvb_seq_swap_in(m, SWAP_SEQ, pairs, nb, &np));
+  }
+  if (np != nb) {
+    tool_error("bench: the swap case moved %zu blocks, expected %llu", np, (unsigned long long)nb);
+    return -1.0;
+  }
+  return (now_s() - t0) * 1e9 / (double)(o->iters * 2 * nb);
+}
+
+/* Buffers and sequence ids of the batch-export case. */
+typedef struct batch_ctx {
+  int64_t* ids;
+  kvb_batch b;
+} batch_ctx;
+
+static void batch_release(batch_ctx* c) {
+  free(c->ids);
+  free(c->b.block_tables);
+  free(c->b.seq_lens);
+  free(c->b.query_start);
+  free(c->b.slot_mapping);
+  memset(c, 0, sizeof *c);
+}
+
+/* batch_seqs committed sequences of batch_tokens tokens, one new token each, and the export buffers. */
+static int batch_setup(const bench_opts* o, kvb_manager* m, int64_t* tokens, int64_t* next_token, batch_ctx* c) {
+  uint64_t s, cols = o->batch_tokens / o->block_size + 2;
+  kvb_batch_init(&c->b);
+  c->ids = (int64_t*)xmalloc(o->batch_seqs * sizeof *c->ids);
+  c->b.max_blocks_per_seq = (uint32_t)cols;
+  c->b.block_tables = (int32_t*)xmalloc(o->batch_seqs * cols * sizeof(int32_t));
+  c->b.seq_lens = (int32_t*)xmalloc(o->batch_seqs * sizeof(int32_t));
+  c->b.query_start = (int32_t*)xmalloc((o->batch_seqs + 1) * sizeof(int32_t));
+  c->b.slot_mapping = (int64_t*)xmalloc(o->batch_seqs * sizeof(int64_t));
+  c->b.slot_capacity = o->batch_seqs;
+  for (s = 0; s < o->batch_seqs; s++) {
+    int64_t tok = ++*next_token;
+    kvb_status st;
+    c->ids[s] = BATCH_SEQ0 + (int64_t)s;
+    if (!committed_seq(m, c->ids[s], tokens, o->batch_tokens, ++*next_token)) return 0;
+    if ((st = kvb_seq_append(m, c->ids[s], &tok, 1)) != KVB_OK) {
+      lib_error("kvb_seq_append", st);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* batch: kvb_batch_export of the decode step into the preallocated buffers, per sequence. */
+static double run_batch(const bench_opts* o, kvb_manager* m, batch_ctx* c) {
+  uint64_t it;
+  double t0 = now_s();
+  for (it = 0; it < o->iters; it++) CHECK(kvb_batch_export(m, c->ids, o->batch_seqs, &c->b));
+  if (c->b.num_slots != o->batch_seqs) {
+    tool_error("bench: batch export found %zu new tokens, expected %llu", c->b.num_slots,
+               (unsigned long long)o->batch_seqs);
+    return -1.0;
+  }
+  return (now_s() - t0) * 1e9 / (double)(o->iters * o->batch_seqs);
+}
+
+static kvb_manager* make_manager(uint32_t block_size, uint64_t num_blocks, uint64_t num_host_blocks) {
   kvb_config cfg;
   kvb_manager* m = NULL;
   kvb_status s;
   kvb_config_init(&cfg);
   cfg.block_size = block_size;
   cfg.num_blocks = (uint32_t)num_blocks;
+  cfg.num_host_blocks = (uint32_t)num_host_blocks;
   if ((s = kvb_manager_create(&cfg, &m)) != KVB_OK) {
     lib_error("kvb_manager_create", s);
     return NULL;
@@ -189,6 +400,7 @@ static kvb_manager* make_manager(uint32_t block_size, uint64_t num_blocks) {
 }
 
 static void print_case(report* r, const bench_case* c, double hash_median, double lib_median) {
+  double rh = hash_median > 0 ? c->median / hash_median : 0.0, rl = lib_median > 0 ? c->median / lib_median : 0.0;
   if (r->json) {
     report_group_begin(r, c->key, c->label);
     report_str(r, "unit", "unit", c->unit);
@@ -196,34 +408,33 @@ static void print_case(report* r, const bench_case* c, double hash_median, doubl
     report_f64(r, "min", "min", c->min, 2, NULL);
     report_f64(r, "max", "max", c->max, 2, NULL);
     report_f64(r, "spread", "spread", c->spread, 4, NULL);
-    report_f64(r, "ratio_to_hash", "ratio", hash_median > 0 ? c->median / hash_median : 0.0, 3, NULL);
-    report_f64(r, "ratio_to_kvb_hash_tokens", "ratio", lib_median > 0 ? c->median / lib_median : 0.0, 3, NULL);
+    if (c->per_call > 0) report_f64(r, "median_per_call", "per call", c->median * c->per_call, 1, NULL);
+    if (c->vs_hash) {
+      report_f64(r, "ratio_to_hash", "ratio", rh, 3, NULL);
+      report_f64(r, "ratio_to_kvb_hash_tokens", "ratio", rl, 3, NULL);
+    }
     report_group_end(r);
-  } else {
+  } else if (c->vs_hash) {
     fprintf(r->f, "  %-32s %8.1f %8.1f %8.1f %7.1f%% %7.2fx %7.2fx  %s\n", c->label, c->median, c->min, c->max,
-            100.0 * c->spread, hash_median > 0 ? c->median / hash_median : 0.0,
-            lib_median > 0 ? c->median / lib_median : 0.0, c->unit);
+            100.0 * c->spread, rh, rl, c->unit);
+  } else {
+    fprintf(r->f, "  %-32s %8.1f %8.1f %8.1f %7.1f%% %8s %8s  %s", c->label, c->median, c->min, c->max,
+            100.0 * c->spread, "", "", c->unit);
+    if (c->per_call > 0) fprintf(r->f, " (%.0f ns/call)", c->median * c->per_call);
+    fputc('\n', r->f);
   }
 }
 
-int bench_main(int argc, char** argv) {
-  bench_opts o;
-  bench_case cases[5];
-  bench_case *hash = &cases[0], *libhash = &cases[1], *miss = &cases[2], *hit = &cases[3], *dec = &cases[4];
-  kvb_manager *m = NULL, *md = NULL;
-  int64_t *tokens = NULL, fresh = (int64_t)1 << 50, next_token = (int64_t)1 << 52;
-  uint64_t rep, i, decode_blocks;
-  int quick = 0, rc = EXIT_OK, k;
-  report r;
-  char title[256];
-  memset(&o, 0, sizeof o);
-  memset(cases, 0, sizeof cases);
-  o.block_size = 16;
-  o.prompt_tokens = 4096;
-  o.iters = 200;
-  o.reps = 9;
-  o.decode_seqs = 64;
-  o.decode_tokens = 1024;
+static int known_case(const char* name) {
+  int k;
+  for (k = 0; k < NUM_CASES; k++)
+    if (!strcmp(name, case_keys[k])) return 1;
+  return !strcmp(name, "kernels");
+}
+
+/* Parses the options into *o; returns -1 to go on, else the exit status (help, usage error). */
+static int parse_args(int argc, char** argv, bench_opts* o) {
+  int k;
   for (k = 1; k < argc; k++) {
     const char* val = NULL;
     const char* a = argv[k];
@@ -235,33 +446,39 @@ int bench_main(int argc, char** argv) {
       bench_help(stdout);
       return EXIT_OK;
     } else if (!strcmp(a, "--json")) {
-      o.json = 1;
+      o->json = 1;
     } else if (!strcmp(a, "--quick")) {
-      quick = 1;
+      o->quick = 1;
     } else if (OPT("--only")) {
       if (got < 0) return EXIT_USAGE;
-      if (strcmp(val, "hash") && strcmp(val, "kvb_hash_tokens") && strcmp(val, "miss") && strcmp(val, "hit") &&
-          strcmp(val, "decode")) {
-        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit or decode");
+      if (!known_case(val)) {
+        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch or kernels");
         return EXIT_USAGE;
       }
-      o.only = val;
+      o->only = val;
+    } else if (OPT("--device")) {
+      if (got < 0) return EXIT_USAGE;
+      if (strcmp(val, "cpu") && strcmp(val, "auto") && strcmp(val, "cuda")) {
+        tool_error("bench: --device takes cpu, auto or cuda");
+        return EXIT_USAGE;
+      }
+      o->device = val;
     } else if (OPT("--reps")) {
-      if NUM("--reps", 1, MAX_REPS, &o.reps);
+      if NUM("--reps", 1, MAX_REPS, &o->reps);
     } else if (OPT("--iters")) {
-      if NUM("--iters", 1, 1000000, &o.iters);
+      if NUM("--iters", 1, 1000000, &o->iters);
     } else if (OPT("--block-size")) {
       uint64_t v;
       if NUM("--block-size", 1, 65536, &v);
-      o.block_size = (uint32_t)v;
+      o->block_size = (uint32_t)v;
     } else if (OPT("--prompt-tokens")) {
-      if NUM("--prompt-tokens", 2, 1u << 24, &o.prompt_tokens);
+      if NUM("--prompt-tokens", 2, 1u << 24, &o->prompt_tokens);
     } else if (OPT("--decode-seqs")) {
-      if NUM("--decode-seqs", 1, 100000, &o.decode_seqs);
+      if NUM("--decode-seqs", 1, 100000, &o->decode_seqs);
     } else if (OPT("--decode-tokens")) {
-      if NUM("--decode-tokens", 1, 1u << 20, &o.decode_tokens);
+      if NUM("--decode-tokens", 1, 1u << 20, &o->decode_tokens);
     } else if (OPT("--num-blocks")) {
-      if NUM("--num-blocks", 1, 1u << 30, &o.num_blocks);
+      if NUM("--num-blocks", 1, 1u << 30, &o->num_blocks);
     } else {
       tool_error("bench: unknown argument '%s' (kvblock bench --help)", a);
       return EXIT_USAGE;
@@ -269,129 +486,249 @@ int bench_main(int argc, char** argv) {
 #undef NUM
 #undef OPT
   }
-  if (quick) {
-    o.reps = 3;
-    o.iters = 16;
-    o.decode_tokens = 64;
-  }
-  if (o.prompt_tokens < o.block_size) {
-    tool_error("bench: --prompt-tokens must be at least one block (%u)", o.block_size);
-    return EXIT_USAGE;
-  }
-  if (!o.num_blocks) o.num_blocks = 16 * ((o.prompt_tokens + o.block_size - 1) / o.block_size);
-  if (o.num_blocks < 2 * ((o.prompt_tokens + o.block_size - 1) / o.block_size)) {
-    tool_error("bench: --num-blocks must hold two prompts");
-    return EXIT_USAGE;
-  }
-  if (o.num_blocks > (1u << 30)) o.num_blocks = 1u << 30;
-  decode_blocks = o.decode_seqs * ((64 + o.decode_tokens) / o.block_size + 2);
-  if (decode_blocks > (1u << 30)) {
-    tool_error("bench: the decode case needs too many blocks");
-    return EXIT_USAGE;
-  }
-  hash->key = "hash", hash->label = "bare XXH64 of one block", hash->unit = "ns/block";
-  libhash->key = "kvb_hash_tokens", libhash->label = "kvb_hash_tokens of one block", libhash->unit = "ns/block";
-  miss->key = "miss", miss->label = "miss: allocate+commit+free", miss->unit = "ns/block";
-  hit->key = "hit", hit->label = "hit: allocate+free (cached)", hit->unit = "ns/block";
-  dec->key = "decode", dec->label = "decode: append+commit 1 token", dec->unit = "ns/token";
+  return -1;
+}
 
-  tokens = (int64_t*)xmalloc(o.prompt_tokens * sizeof *tokens);
-  for (i = 0; i < o.prompt_tokens; i++) tokens[i] = (int64_t)(i * 2654435761u % 151936u);
+/* Derived sizes and their limits; 0 on a usage error (message printed). */
+static int check_sizes(bench_opts* o, uint64_t* decode_blocks) {
+  if (o->quick) {
+    o->reps = 3;
+    o->iters = 16;
+    o->decode_tokens = 64;
+  }
+  if (o->prompt_tokens < o->block_size) {
+    tool_error("bench: --prompt-tokens must be at least one block (%u)", o->block_size);
+    return 0;
+  }
+  if (o->only && !strcmp(o->only, "cow") && o->block_size < 2) {
+    tool_error("bench: the cow case needs a block size of at least 2");
+    return 0;
+  }
+  if (!o->num_blocks) o->num_blocks = 16 * prompt_blocks(o);
+  if (o->num_blocks < 2 * prompt_blocks(o)) {
+    tool_error("bench: --num-blocks must hold two prompts");
+    return 0;
+  }
+  if (o->num_blocks > (1u << 30)) o->num_blocks = 1u << 30;
+  *decode_blocks = o->decode_seqs * ((64 + o->decode_tokens) / o->block_size + 2);
+  o->batch_seqs = o->decode_seqs;
+  o->batch_tokens = o->prompt_tokens / 2 ? o->prompt_tokens / 2 : 1;
+  if (*decode_blocks > (1u << 30) || o->batch_seqs * (o->batch_tokens / o->block_size + 2) > (1u << 30)) {
+    tool_error("bench: the decode and batch cases need too many blocks");
+    return 0;
+  }
+  return 1;
+}
+
+static void label_cases(bench_case* c) {
+  static const char* const labels[NUM_CASES] = {
+      "bare XXH64 of one block",       "kvb_hash_tokens of one block",   "miss: allocate+commit+free",
+      "hit: allocate+free (cached)",   "decode: append+commit 1 token",  "fork: fork+free (shared)",
+      "cow: fork_at+append+drain+free", "swap: swap_out+swap_in",        "batch: export decode step"};
+  static const char* const units[NUM_CASES] = {"ns/block", "ns/block", "ns/block", "ns/block", "ns/token",
+                                               "ns/block", "ns/op",    "ns/block", "ns/seq"};
+  int k;
+  for (k = 0; k < NUM_CASES; k++) {
+    c[k].key = case_keys[k];
+    c[k].label = labels[k];
+    c[k].unit = units[k];
+    c[k].vs_hash = k <= C_DECODE;
+  }
+}
+
+/* The managers and buffers of every case. */
+typedef struct bench_state {
+  kvb_manager *m, *md, *mf, *ms, *mb; /* miss/hit, decode, fork/cow, swap, batch */
+  int64_t* tokens;
+  int32_t* swap_pairs;
+  batch_ctx batch;
+  int64_t fresh, next_token;
+} bench_state;
+
+static void state_release(bench_state* st) {
+  kvb_manager_destroy(st->m);
+  kvb_manager_destroy(st->md);
+  kvb_manager_destroy(st->mf);
+  kvb_manager_destroy(st->ms);
+  kvb_manager_destroy(st->mb);
+  free(st->tokens);
+  free(st->swap_pairs);
+  batch_release(&st->batch);
+}
+
+/* Managers and committed sequences of every case; 0 on a failure (message printed). */
+static int state_setup(const bench_opts* o, uint64_t decode_blocks, bench_state* st) {
+  uint64_t i, nb = prompt_blocks(o);
+  uint64_t batch_blocks = o->batch_seqs * (o->batch_tokens / o->block_size + 2);
+  st->fresh = (int64_t)1 << 50;
+  st->next_token = (int64_t)1 << 52;
+  st->tokens = (int64_t*)xmalloc(o->prompt_tokens * sizeof *st->tokens);
+  st->swap_pairs = (int32_t*)xmalloc(2 * nb * sizeof *st->swap_pairs);
+  for (i = 0; i < o->prompt_tokens; i++) st->tokens[i] = (int64_t)(i * 2654435761u % 151936u);
   {
     /* The baseline must be the very hash the library computes. */
-    uint64_t parent = 0x0123456789abcdefULL, n = o.block_size;
-    if (xxh64_chain(parent, tokens, (size_t)n) != kvb_hash_tokens(&parent, tokens, (size_t)n)) {
+    uint64_t parent = 0x0123456789abcdefULL, n = o->block_size;
+    if (xxh64_chain(parent, st->tokens, (size_t)n) != kvb_hash_tokens(&parent, st->tokens, (size_t)n)) {
       tool_error("bench: the tool's XXH64 differs from kvb_hash_tokens (big-endian host?)");
-      rc = EXIT_FAIL;
-      goto done;
+      return 0;
     }
   }
-  if (!(m = make_manager(o.block_size, o.num_blocks)) || !(md = make_manager(o.block_size, decode_blocks))) {
-    rc = EXIT_FAIL;
-    goto done;
-  }
-  /* Warm-up: enough miss iterations to wrap the pool once, so that the timed runs see evictions. */
-  {
-    bench_opts w = o;
-    uint64_t wrap = o.num_blocks / ((o.prompt_tokens + o.block_size - 1) / o.block_size) + 1;
-    w.iters = o.iters > wrap ? o.iters : wrap;
-    if (run_hash(&o, tokens, 0) < 0 || run_hash(&o, tokens, 1) < 0 || run_miss(&w, m, tokens, &fresh) < 0 || run_hit(&o, m, tokens) < 0 ||
-        run_decode(&o, md, &next_token) < 0) {
-      rc = EXIT_FAIL;
-      goto done;
-    }
-  }
-  for (rep = 0; rep < o.reps; rep++) {
-    double v;
-    /* Interleave the cases so that a slow moment of the machine touches all of them alike. */
-#define WANT(c) (!o.only || !strcmp(o.only, (c)->key))
-    if (WANT(hash)) hash->samples[hash->n++] = run_hash(&o, tokens, 0);
-    if (WANT(libhash)) libhash->samples[libhash->n++] = run_hash(&o, tokens, 1);
-    if (WANT(miss)) {
-      if ((v = run_miss(&o, m, tokens, &fresh)) < 0) goto lib_failed;
-      miss->samples[miss->n++] = v;
-    }
-    if (WANT(hit)) {
-      if ((v = run_hit(&o, m, tokens)) < 0) goto lib_failed;
-      hit->samples[hit->n++] = v;
-    }
-    if (WANT(dec)) {
-      if ((v = run_decode(&o, md, &next_token)) < 0) goto lib_failed;
-      dec->samples[dec->n++] = v;
-    }
-#undef WANT
-  }
-  for (k = 0; k < 5; k++) summarize(&cases[k]);
+  if (!(st->m = make_manager(o->block_size, o->num_blocks, 0)) ||
+      !(st->md = make_manager(o->block_size, decode_blocks, 0)) ||
+      !(st->mf = make_manager(o->block_size, nb + 16, 0)) || !(st->ms = make_manager(o->block_size, nb + 16, nb + 16)) ||
+      !(st->mb = make_manager(o->block_size, batch_blocks, 0)))
+    return 0;
+  return committed_seq(st->mf, FORK_PARENT, st->tokens, o->prompt_tokens, ++st->next_token) &&
+         committed_seq(st->ms, SWAP_SEQ, st->tokens, o->prompt_tokens, ++st->next_token) &&
+         batch_setup(o, st->mb, st->tokens, &st->next_token, &st->batch);
+}
 
-  snprintf(title, sizeof title,
-           "kvblock bench: block size %u, prompt %llu tokens, %llu prompts x %llu repetitions (after a warm-up), "
-           "decode %llu seqs x %llu tokens\n"
-           "  %-32s %8s %8s %8s %8s %8s %8s",
-           o.block_size, (unsigned long long)o.prompt_tokens, (unsigned long long)o.iters,
-           (unsigned long long)o.reps, (unsigned long long)o.decode_seqs, (unsigned long long)o.decode_tokens,
-           "case", "median", "min", "max", "spread", "vs hash", "vs lib");
-  report_begin(&r, stdout, o.json, title);
-  if (o.json) {
-    report_group_begin(&r, "config", "config");
-    report_u64(&r, "block_size", "block size", o.block_size, NULL);
-    report_u64(&r, "prompt_tokens", "prompt tokens", o.prompt_tokens, NULL);
-    report_u64(&r, "iters", "iters", o.iters, NULL);
-    report_u64(&r, "reps", "reps", o.reps, NULL);
-    report_u64(&r, "decode_seqs", "decode seqs", o.decode_seqs, NULL);
-    report_u64(&r, "decode_tokens", "decode tokens", o.decode_tokens, NULL);
-    report_u64(&r, "num_blocks", "num blocks", o.num_blocks, NULL);
-    report_u64(&r, "hash_bytes_per_block", "hash bytes", (uint64_t)o.block_size * 8 + 8, NULL);
-    report_group_end(&r);
+/* One repetition of case k; < 0 on a library failure. */
+static double run_case(int k, const bench_opts* o, bench_state* st) {
+  switch (k) {
+    case C_HASH: return run_hash(o, st->tokens, 0);
+    case C_LIBHASH: return run_hash(o, st->tokens, 1);
+    case C_MISS: return run_miss(o, st->m, st->tokens, &st->fresh);
+    case C_HIT: return run_hit(o, st->m, st->tokens);
+    case C_DECODE: return run_decode(o, st->md, &st->next_token);
+    case C_FORK: return run_fork(o, st->mf);
+    case C_COW: return run_cow(o, st->mf, &st->next_token);
+    case C_SWAP: return run_swap(o, st->ms, st->swap_pairs);
+    default: return run_batch(o, st->mb, &st->batch);
   }
-  for (k = 0; k < 5; k++)
-    if (cases[k].n) print_case(&r, &cases[k], hash->median, libhash->median);
-  if (!o.only) {
-    double hr = hit->median / hash->median, mr = miss->median / hash->median;
-    double hl = hit->median / libhash->median, ml = miss->median / libhash->median;
-    int hit_ok = hr <= 3.0, miss_ok = mr <= 4.0, dec_ok = dec->median <= 100.0;
-    if (o.json) {
-      report_group_begin(&r, "targets", "targets");
-      report_bool(&r, "hit_le_3x_hash", "hit", hit_ok);
-      report_bool(&r, "miss_le_4x_hash", "miss", miss_ok);
-      report_bool(&r, "decode_le_100ns", "decode", dec_ok);
-      report_bool(&r, "hit_le_3x_kvb_hash_tokens", "hit (lib hash)", hl <= 3.0);
-      report_bool(&r, "miss_le_4x_kvb_hash_tokens", "miss (lib hash)", ml <= 4.0);
-      report_group_end(&r);
-    } else {
-      printf("  targets: hit <= 3x hash: %s (%.2fx), miss <= 4x hash: %s (%.2fx), decode <= 100 ns/token: %s (%.1f)\n",
-             hit_ok ? "met" : "MISSED", hr, miss_ok ? "met" : "MISSED", mr, dec_ok ? "met" : "MISSED",
-             dec->median);
-      printf("  against kvb_hash_tokens instead: hit %.2fx (%s), miss %.2fx (%s)\n", hl, hl <= 3.0 ? "met" : "MISSED",
-             ml, ml <= 4.0 ? "met" : "MISSED");
+}
+
+static int wanted(const bench_opts* o, int k) {
+  if (k == C_COW && cow_position(o) == 0) return 0; /* block size 1: no partly shared block */
+  return !o->only || !strcmp(o->only, case_keys[k]);
+}
+
+/* Warm-up, then the repetitions, cases interleaved; 0 on a library failure. */
+static int run_cases(const bench_opts* o, bench_state* st, bench_case* cases) {
+  uint64_t rep;
+  int k;
+  if (o->only && !strcmp(o->only, "kernels")) return 1;
+  {
+    /* Warm-up: every manager case (the new ones when wanted); enough miss iterations to wrap the pool
+       once, so that the timed runs see evictions. */
+    bench_opts w = o[0];
+    uint64_t wrap = o->num_blocks / prompt_blocks(o) + 1;
+    w.iters = o->iters > wrap ? o->iters : wrap;
+    for (k = 0; k < NUM_CASES; k++)
+      if ((k <= C_DECODE || wanted(o, k)) && run_case(k, k == C_MISS ? &w : o, st) < 0) return 0;
+  }
+  for (rep = 0; rep < o->reps; rep++) {
+    /* Interleave the cases so that a slow moment of the machine touches all of them alike. */
+    for (k = 0; k < NUM_CASES; k++) {
+      double v;
+      if (!wanted(o, k)) continue;
+      if ((v = run_case(k, o, st)) < 0) return 0;
+      cases[k].samples[cases[k].n++] = v;
     }
   }
+  for (k = 0; k < NUM_CASES; k++) summarize(&cases[k]);
+  cases[C_BATCH].per_call = (double)o->batch_seqs;
+  return 1;
+}
+
+static void print_config(report* r, const bench_opts* o) {
+  report_group_begin(r, "config", "config");
+  report_u64(r, "block_size", "block size", o->block_size, NULL);
+  report_u64(r, "prompt_tokens", "prompt tokens", o->prompt_tokens, NULL);
+  report_u64(r, "iters", "iters", o->iters, NULL);
+  report_u64(r, "reps", "reps", o->reps, NULL);
+  report_u64(r, "decode_seqs", "decode seqs", o->decode_seqs, NULL);
+  report_u64(r, "decode_tokens", "decode tokens", o->decode_tokens, NULL);
+  report_u64(r, "num_blocks", "num blocks", o->num_blocks, NULL);
+  report_u64(r, "hash_bytes_per_block", "hash bytes", (uint64_t)o->block_size * 8 + 8, NULL);
+  report_u64(r, "cow_fork_position", "cow position", cow_position(o), NULL);
+  report_u64(r, "batch_seqs", "batch seqs", o->batch_seqs, NULL);
+  report_u64(r, "batch_tokens", "batch tokens", o->batch_tokens, NULL);
+  report_str(r, "device", "device", o->device);
+  report_group_end(r);
+}
+
+static void print_targets(report* r, const bench_case* cases) {
+  const bench_case *hash = &cases[C_HASH], *libhash = &cases[C_LIBHASH], *miss = &cases[C_MISS];
+  const bench_case *hit = &cases[C_HIT], *dec = &cases[C_DECODE];
+  double hr = hit->median / hash->median, mr = miss->median / hash->median;
+  double hl = hit->median / libhash->median, ml = miss->median / libhash->median;
+  int hit_ok = hr <= 3.0, miss_ok = mr <= 4.0, dec_ok = dec->median <= 100.0;
+  if (r->json) {
+    report_group_begin(r, "targets", "targets");
+    report_bool(r, "hit_le_3x_hash", "hit", hit_ok);
+    report_bool(r, "miss_le_4x_hash", "miss", miss_ok);
+    report_bool(r, "decode_le_100ns", "decode", dec_ok);
+    report_bool(r, "hit_le_3x_kvb_hash_tokens", "hit (lib hash)", hl <= 3.0);
+    report_bool(r, "miss_le_4x_kvb_hash_tokens", "miss (lib hash)", ml <= 4.0);
+    report_group_end(r);
+  } else {
+    fprintf(r->f, "  targets: hit <= 3x hash: %s (%.2fx), miss <= 4x hash: %s (%.2fx), decode <= 100 ns/token: %s (%.1f)\n",
+            hit_ok ? "met" : "MISSED", hr, miss_ok ? "met" : "MISSED", mr, dec_ok ? "met" : "MISSED", dec->median);
+    fprintf(r->f, "  against kvb_hash_tokens instead: hit %.2fx (%s), miss %.2fx (%s)\n", hl, hl <= 3.0 ? "met" : "MISSED",
+            ml, ml <= 4.0 ? "met" : "MISSED");
+  }
+}
+
+static void print_manager(report* r, const bench_opts* o, const bench_case* cases) {
+  int k;
+  if (o->json) print_config(r, o);
+  else if (!(o->only && !strcmp(o->only, "kernels")))
+    fprintf(r->f,
+            "kvblock bench: block size %u, prompt %llu tokens, %llu prompts x %llu repetitions (after a warm-up), "
+            "decode %llu seqs x %llu tokens, batch export %llu seqs x %llu tokens\n"
+            "  %-32s %8s %8s %8s %8s %8s %8s\n",
+            o->block_size, (unsigned long long)o->prompt_tokens, (unsigned long long)o->iters,
+            (unsigned long long)o->reps, (unsigned long long)o->decode_seqs, (unsigned long long)o->decode_tokens,
+            (unsigned long long)o->batch_seqs, (unsigned long long)o->batch_tokens, "case", "median", "min", "max",
+            "spread", "vs hash", "vs lib");
+  for (k = 0; k < NUM_CASES; k++)
+    if (cases[k].n) print_case(r, &cases[k], cases[C_HASH].median, cases[C_LIBHASH].median);
+  if (!o->json && !o->only && cow_position(o) == 0) fputs("  cow: not run (block size 1: no block is shared in part)\n", r->f);
+  if (!o->only) print_targets(r, cases);
+}
+
+static int run_kernels(const bench_opts* o, report* r) {
+  kbench_opts ko;
+  if (o->only && strcmp(o->only, "kernels")) return EXIT_OK;
+  memset(&ko, 0, sizeof ko);
+  ko.device = o->device;
+  ko.reps = o->reps;
+  ko.quick = o->quick;
+  return bench_kernels(&ko, r);
+}
+
+int bench_main(int argc, char** argv) {
+  bench_opts o;
+  bench_case cases[NUM_CASES];
+  bench_state st;
+  uint64_t decode_blocks;
+  int rc;
+  report r;
+  memset(&o, 0, sizeof o);
+  memset(cases, 0, sizeof cases);
+  memset(&st, 0, sizeof st);
+  o.block_size = 16;
+  o.prompt_tokens = 4096;
+  o.iters = 200;
+  o.reps = 9;
+  o.decode_seqs = 64;
+  o.decode_tokens = 1024;
+  o.device = "cpu";
+  if ((rc = parse_args(argc, argv, &o)) >= 0) return rc;
+  if (!check_sizes(&o, &decode_blocks)) return EXIT_USAGE;
+  /* An explicit --device cuda without a usable GPU fails before anything runs. */
+  if ((!o.only || !strcmp(o.only, "kernels")) && !kbench_device_ok(o.device)) return EXIT_FAIL;
+  label_cases(cases);
+  if (!state_setup(&o, decode_blocks, &st) || !run_cases(&o, &st, cases)) {
+    state_release(&st);
+    return EXIT_FAIL;
+  }
+  state_release(&st);
+  report_begin(&r, stdout, o.json, NULL);
+  print_manager(&r, &o, cases);
+  fflush(stdout);
+  rc = run_kernels(&o, &r);
   report_end(&r);
-  goto done;
-lib_failed:
-  rc = EXIT_FAIL;
-done:
-  kvb_manager_destroy(m);
-  kvb_manager_destroy(md);
-  free(tokens);
   return rc;
 }

@@ -5,15 +5,63 @@
 "$KVB" bench --quick --json --prompt-tokens 1024 --decode-seqs 8 >"$TMP/b.json"
 check "bench --quick --json: exit 0" [ $? -eq 0 ]
 check "bench json: valid" valid_json "$TMP/b.json"
-for k in hash kvb_hash_tokens miss hit decode targets config; do
+for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config kernels cpu \
+         ceiling_memcpy attention_4x256 attention_8x256 write_kv copy_blocks swap_out swap_in; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done
+for k in median_per_call cow_fork_position batch_seqs batch_tokens gbps of_ceiling median_us; do
+  check "bench json: has $k" grep -q "\"$k\": " "$TMP/b.json"
+done
+check "bench json: kernel GB/s positive" sh -c "! grep -q '\"gbps\": 0.000[,}]' '$TMP/b.json'"
+check "bench json: device cpu" grep -q '"device": "cpu"' "$TMP/b.json"
+# Each new case alone: its row only, no kernels.
+for c in fork cow swap batch; do
+  "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"
+  check "bench --only $c: exit 0" [ $? -eq 0 ]
+  check "bench --only $c: valid json" valid_json "$TMP/o_$c.json"
+  check "bench --only $c: has $c" grep -q "\"$c\": {" "$TMP/o_$c.json"
+  check "bench --only $c: no other case, no kernels" sh -c "! grep -Eq '\"(hit|miss|kernels)\": ' '$TMP/o_$c.json'"
+done
+"$KVB" bench --quick --only kernels >"$TMP/k.txt"
+check "bench --only kernels: exit 0" [ $? -eq 0 ]
+check "bench --only kernels: table" grep -Eq '^  paged_attention 4 seqs x 256 tokens +[0-9.]+ ' "$TMP/k.txt"
+check "bench --only kernels: ceiling row" grep -Eq '^  ceiling: memcpy 32 MiB +[0-9.]+ .* 100\.0% of memcpy' "$TMP/k.txt"
+check "bench --only kernels: no manager table" sh -c "! grep -q 'hit: allocate' '$TMP/k.txt'"
+for r in write_kv copy_blocks 'swap_blocks out' 'swap_blocks in'; do
+  check "bench --only kernels: $r" grep -q "^  $r" "$TMP/k.txt"
+done
+# --device: cuda without a usable GPU fails with a message; auto notes the skip and succeeds.
+if "$KVB" bench --quick --only kernels --device cuda --json >"$TMP/c.json" 2>"$TMP/c.err"; then
+  check "bench --device cuda (GPU present): valid json" valid_json "$TMP/c.json"
+  check "bench --device cuda (GPU present): cuda section" grep -q '"cuda": {' "$TMP/c.json"
+else
+  check "bench --device cuda without GPU: exit 1" [ $? -eq 1 ]
+  check "bench --device cuda without GPU: message" grep -q 'device cuda: no usable GPU' "$TMP/c.err"
+  check "bench --device cuda without GPU: nothing on stdout" [ ! -s "$TMP/c.json" ]
+  "$KVB" bench --quick --device auto --only kernels --json >"$TMP/a.json"
+  check "bench --device auto without GPU: exit 0" [ $? -eq 0 ]
+  check "bench --device auto without GPU: skip noted" grep -q '"cuda_skipped": "' "$TMP/a.json"
+  check "bench --device auto without GPU: valid json" valid_json "$TMP/a.json"
+fi
+"$KVB" bench --device gpu 2>/dev/null
+check "bench --device gpu refused" [ $? -eq 2 ]
+"$KVB" bench --only nothing 2>/dev/null
+check "bench --only unknown refused" [ $? -eq 2 ]
+"$KVB" bench --quick --only cow --block-size 1 2>/dev/null
+check "bench --only cow at block size 1 refused" [ $? -eq 2 ]
+"$KVB" bench --quick --block-size 1 --prompt-tokens 64 --decode-seqs 4 --only batch >/dev/null
+check "bench block size 1: batch runs" [ $? -eq 0 ]
 check "bench json: medians positive" sh -c "! grep -q '\"median\": 0.00[,}]' '$TMP/b.json'"
 check "bench json: reps 3" grep -q '"reps": 3' "$TMP/b.json"
 "$KVB" bench --quick --reps 2 --iters 4 --prompt-tokens 256 --decode-tokens 16 >"$TMP/b.txt"
 check "bench human: exit 0" [ $? -eq 0 ]
 check "bench human: table" grep -Eq '^  hit: allocate\+free \(cached\) +[0-9.]+ ' "$TMP/b.txt"
 check "bench human: targets line" grep -q 'targets: hit <= 3x hash' "$TMP/b.txt"
+check "bench human: fork row" grep -Eq '^  fork: fork\+free \(shared\) +[0-9.]+ .*ns/block$' "$TMP/b.txt"
+check "bench human: cow row" grep -Eq '^  cow: fork_at\+append\+drain\+free +[0-9.]+ .*ns/op$' "$TMP/b.txt"
+check "bench human: swap row" grep -Eq '^  swap: swap_out\+swap_in +[0-9.]+ .*ns/block$' "$TMP/b.txt"
+check "bench human: batch row" grep -Eq '^  batch: export decode step +[0-9.]+ .*ns/seq \([0-9]+ ns/call\)$' "$TMP/b.txt"
+check "bench human: kernels section" grep -q '^kernels on the CPU' "$TMP/b.txt"
 "$KVB" bench --reps 0 2>/dev/null
 check "bench --reps 0 refused" [ $? -eq 2 ]
 "$KVB" bench --nope 2>/dev/null
@@ -38,7 +86,8 @@ for o in --block-size --num-blocks --format --mode --json --quiet --check --spee
 done
 "$KVB" bench --help >"$TMP/bh.txt"
 check "bench --help: exit 0" [ $? -eq 0 ]
-for o in NAME SYNOPSIS --quick --reps --json; do
+for o in NAME SYNOPSIS KERNELS --quick --reps --json --only --device fork cow swap batch kvb_paged_attention \
+         kvb_write_kv kvb_copy_blocks kvb_swap_blocks ceiling 'EXIT STATUS'; do
   check "bench --help: $o" grep -q -- "$o" "$TMP/bh.txt"
 done
 "$KVB" help replay | cmp -s - "$TMP/r.txt"

@@ -383,6 +383,10 @@ void Manager::hash_committed_blocks(Sequence& s) {
   const uint32_t end = static_cast<uint32_t>(s.num_computed / bs_);
   if (s.num_hashed >= end) return;
   if (s.uncacheable_from == kNoBlockIndex) {
+    // Each block enters the index one iteration after its hash is computed, so that its index slot,
+    // prefetched meanwhile, is in cache by then: on large pools the index is the miss path's stall.
+    int32_t lagging = -1;
+    ChainLink lagging_parent;
     for (uint32_t i = s.num_hashed; i < end; ++i) {
       int32_t b = s.table[i];
       ExtraKey extra = s.extra_keys.empty() ? ExtraKey{} : s.extra_key(i);
@@ -398,9 +402,13 @@ void Manager::hash_committed_blocks(Sequence& s) {
       m.has_hash = 1;
       m.has_extra = extra.present;
       m.extra = extra.value;
-      if (index_block(b)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &s.chain);
+      index_.prefetch(m.key);
+      if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
+      lagging = b;
+      lagging_parent = s.chain;
       s.chain = link_after(m);
     }
+    if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
   }
   s.num_hashed = end;
 }

@@ -66,6 +66,8 @@ class OpenTable {
     ++size_;
   }
 
+  void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
+
   // Inserts a slot whose key is known to be absent. The caller keeps the load under 1/2 (see grow_for).
   size_t insert(uint64_t h, const Slot& s) {
     size_t pos = h & mask_;

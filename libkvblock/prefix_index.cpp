@@ -2,8 +2,6 @@
 
 namespace kvb {
 
-static uint32_t fingerprint_of(const Key128& key) { return static_cast<uint32_t>(key.lo >> 32); }
-
 long PrefixIndex::locate(const Key128& key) const {
   const uint32_t fp = fingerprint_of(key);
   return table_.find(fp, [&](const IndexSlot& s) {

@@ -10,6 +10,9 @@
 
 namespace kvb {
 
+// The key's high 32 bits: stored in the slot, and the start of its probe sequence.
+inline uint32_t fingerprint_of(const Key128& key) { return static_cast<uint32_t>(key.lo >> 32); }
+
 struct IndexSlot {
   uint32_t fingerprint;
   int32_t block;  // -1 = empty
@@ -24,6 +27,8 @@ class PrefixIndex {
     long pos = locate(key);
     return pos < 0 ? -1 : table_.at(static_cast<size_t>(pos)).block;
   }
+  // Starts loading the slot where a lookup of key begins.
+  void prefetch(const Key128& key) const { table_.prefetch(fingerprint_of(key)); }
   // Points key at block b (its meta key must equal key), replacing an older entry. Returns the block
   // that was replaced (-1 if none); the caller clears that block's `indexed` flag.
   int32_t put(const Key128& key, int32_t b);

@@ -94,7 +94,7 @@ $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvbl
 	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
-$(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(STLIB)
+$(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h) $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_) -Iabi -Itests -o $@ $< $(STLIB) $(LDLIBS_)
 

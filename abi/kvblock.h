@@ -64,8 +64,11 @@ KVB_API const char* kvb_version_string(void);
 /* ------------------------------------------------------------------------------------------------ */
 
 typedef enum kvb_config_flags {
-  /* Match prefixes by a 128-bit XXH3 hash keyed with a secret per-manager seed (collision defence);
-     the public xxh64 chain hash is still computed and reported. */
+  /* Prefixes are matched by an index key, a 128-bit XXH3 hash of the block's whole history (parent's
+     key, no parent / parent / salt, tokens, extra key): a block matches only a block with the same
+     salt (or none) and the same tokens and extra keys in every block up to and including itself. This
+     flag runs that hash under a secret per-manager seed (collision defence; seed 0 otherwise); the
+     public xxh64 chain hash is still computed and reported. */
   KVB_CONFIG_KEYED_INDEX = 1,
   /* Record block stored / removed / cleared events for kvb_drain_events(). */
   KVB_CONFIG_EVENTS = 2
@@ -263,9 +266,13 @@ KVB_API void kvb_stats_init(kvb_stats* stats);
 /* Snapshot of the counters (fields beyond the caller's struct_size are not written). */
 KVB_API kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats);
 
+/* Events describe the set of public hashes that the prefix index holds. Blocks with different histories
+   can share a public xxh64 hash (the index keeps them apart by key): STORED is emitted when the first
+   indexed block with a hash enters the index (its parent, tokens and extra key are reported), REMOVED
+   when the last indexed block with that hash leaves it. So each hash alternates STORED, REMOVED. */
 typedef enum kvb_event_type {
-  KVB_EVENT_BLOCK_STORED = 1,  /* a hash entered the index */
-  KVB_EVENT_BLOCK_REMOVED = 2, /* a hash left the index */
+  KVB_EVENT_BLOCK_STORED = 1,  /* a public hash entered the index */
+  KVB_EVENT_BLOCK_REMOVED = 2, /* a public hash left the index (no indexed block carries it any more) */
   KVB_EVENT_ALL_CLEARED = 3    /* the index was emptied (kvb_reset_prefix_cache) */
 } kvb_event_type;
 

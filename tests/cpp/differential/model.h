@@ -38,14 +38,14 @@ uint64_t model_hash(bool has_parent, uint64_t parent, const int64_t* toks, size_
   return XXH64(bytes.data(), bytes.size(), 0);
 }
 
-// Index key. Without KVB_CONFIG_KEYED_INDEX it is the public hash tagged with the input's structure
-// (parent kind, extra key present): "salt 1 + tokens [0,2]", "parent 1 + tokens [0,2]" and "tokens
-// [1,0] + extra key 2" hash the same public xxh64 bytes but are different keys. With it, the library
-// matches by a keyed hash over an unambiguous layout (kind byte, parent key, tokens, extra-present byte,
-// extra); the model uses its own hash of that same layout.
+// Index key, in both index modes: a hash over an unambiguous layout (kind byte, the parent's *key*,
+// tokens, extra-present byte, extra), so that equal keys mean equal whole histories: "salt 1 + tokens
+// [0,2]", "parent 1 + tokens [0,2]" and "tokens [1,0] + extra key 2" hash the same public xxh64 bytes but
+// are different keys, and so are their children. The model uses its own hash of that layout.
 uint64_t model_key(bool keyed, uint64_t pub, int kind, uint64_t parent_key, const int64_t* toks, size_t n, bool hx,
                    uint64_t xv) {
-  if (!keyed) return pub ^ (static_cast<uint64_t>(kind | (hx ? 4 : 0)) * 0x9E3779B97F4A7C15ULL);
+  (void)keyed;
+  (void)pub;
   std::vector<unsigned char> bytes;
   bytes.push_back(static_cast<unsigned char>(kind));
   put_u64(bytes, parent_key);

@@ -6,6 +6,10 @@
  *    pointers. kvb_last_error() holds a thread-local message with the detail of the last failure.
  *  - A failed call changes nothing.
  *  - Structs that may grow start with `uint32_t struct_size`; call the matching kvb_xxx_init() first.
+ *    The library reads only the fields the caller's struct_size covers. An array of such structs (e.g.
+ *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
+ *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
+ *    built against an older or newer header works as it is).
  *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
  *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager).

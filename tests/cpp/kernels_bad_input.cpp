@@ -1,6 +1,7 @@
 // Bad input at the kernel boundary that must be refused, not wrapped or dereferenced: strides and
 // extents whose offsets overflow, workspace sizes that wrap size_t, arrays of older (smaller) versioned
 // structs, and CUDA input faults (device-side record, reported by kvb_cuda_take_fault).
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels_util.h"
@@ -146,6 +147,67 @@ void test_workspace_size_overflow() {
   CHECK(ws > (size_t(1) << 32));
 }
 
+// layers[] built by a caller whose kvb_cache_desc is older (smaller, without alloc_kind/reserved): the
+// library must step through it by that caller's struct_size.
+struct OldLayers {
+  static constexpr uint32_t kSize = offsetof(kvb_cache_desc, alloc_kind);  // 72: the first kvb_cache_desc
+  std::vector<uint64_t> storage;
+  explicit OldLayers(const std::vector<kvb_cache_desc>& layers) : storage(layers.size() * kSize / 8) {
+    char* p = reinterpret_cast<char*>(storage.data());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      kvb_cache_desc d = layers[l];
+      d.struct_size = kSize;
+      std::memcpy(p + l * kSize, &d, kSize);
+    }
+  }
+  const kvb_cache_desc* data() const { return reinterpret_cast<const kvb_cache_desc*>(storage.data()); }
+};
+
+bool same_block(const HostCache& a, int32_t ba, const HostCache& b, int32_t bb) {
+  const size_t n = size_t(a.desc.block_stride);
+  for (size_t i = 0; i < n; ++i)
+    if (a.k.get(ba * n + i) != b.k.get(bb * n + i) || a.v.get(ba * n + i) != b.v.get(bb * n + i)) return false;
+  return true;
+}
+
+void test_layers_of_older_struct() {
+  static_assert(OldLayers::kSize % alignof(kvb_cache_desc) == 0, "older struct size must be an array stride");
+  std::mt19937 rng(5);
+  std::vector<HostCache> caches, hosts;
+  for (int l = 0; l < 3; ++l) {
+    caches.emplace_back(KVB_DTYPE_FP16, 4, 16, 2, 64);
+    hosts.emplace_back(KVB_DTYPE_FP16, 4, 16, 2, 64);
+  }
+  std::vector<kvb_cache_desc> descs, host_descs;
+  for (auto& c : caches) {
+    c.k.fill_random(rng);
+    c.v.fill_random(rng);
+    descs.push_back(c.desc);
+  }
+  for (auto& h : hosts) host_descs.push_back(h.desc);
+  const OldLayers old(descs), old_hosts(host_descs);
+  const int32_t pairs[] = {0, 3, 1, 2};
+  CHECK_OK(kvb_copy_blocks(old.data(), 3, pairs, 2, nullptr));
+  for (auto& c : caches) CHECK(same_block(c, 0, c, 3) && same_block(c, 1, c, 2));
+  // Swap with an older-struct source array and a current-struct destination array, and back.
+  CHECK_OK(kvb_swap_blocks(old.data(), host_descs.data(), 3, pairs, 2, KVB_SWAP_AUTO, nullptr));
+  for (size_t l = 0; l < 3; ++l) CHECK(same_block(caches[l], 0, hosts[l], 3) && same_block(caches[l], 1, hosts[l], 2));
+  const int32_t back[] = {3, 1};
+  hosts[2].k.set(size_t(3 * hosts[2].desc.block_stride), 0.5f);
+  CHECK_OK(kvb_swap_blocks(old_hosts.data(), descs.data(), 3, back, 1, KVB_SWAP_AUTO, nullptr));
+  CHECK(caches[2].k.get(size_t(caches[2].desc.block_stride)) == 0.5f);
+  // Mixed sizes within one array, and a size that cannot be an array stride, are refused.
+  std::vector<uint64_t> mixed(old.storage);
+  uint32_t other = sizeof(kvb_cache_desc);
+  std::memcpy(reinterpret_cast<char*>(mixed.data()) + OldLayers::kSize, &other, 4);
+  CHECK_STATUS(kvb_copy_blocks(reinterpret_cast<const kvb_cache_desc*>(mixed.data()), 3, pairs, 2, nullptr),
+               KVB_ERR_INVALID_ARGUMENT);
+  CHECK(mentions("layers[1]"));
+  kvb_cache_desc odd = descs[0];
+  odd.struct_size = 76;
+  CHECK_STATUS(kvb_copy_blocks(&odd, 1, pairs, 2, nullptr), KVB_ERR_INVALID_ARGUMENT);
+}
+
 }  // namespace
 
 int main() {
@@ -153,5 +215,6 @@ int main() {
   RUN_TEST(test_cache_stride_overflow);
   RUN_TEST(test_write_kv_stride_overflow);
   RUN_TEST(test_workspace_size_overflow);
+  RUN_TEST(test_layers_of_older_struct);
   TEST_SUMMARY();
 }

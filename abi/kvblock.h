@@ -6,6 +6,10 @@
  *    pointers. kvb_last_error() holds a thread-local message with the detail of the last failure.
  *  - A failed call changes nothing.
  *  - Structs that may grow start with `uint32_t struct_size`; call the matching kvb_xxx_init() first.
+ *    The library reads only the fields the caller's struct_size covers. An array of such structs (e.g.
+ *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
+ *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
+ *    built against an older or newer header works as it is).
  *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
  *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager).
@@ -309,6 +313,11 @@ KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 /* Kernels: write K/V, paged decode attention, copy and swap blocks (CPU always, CUDA when built)  */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* Strides everywhere below are in elements, never negative (refused: no kernel walks backwards), and 0
+   selects the dense default. Every call checks, with overflow-checked arithmetic, that the largest
+   element offset any (block, token, head, dim) or (sequence, head, dim) reaches in each tensor it touches
+   (cache k/v, q, out, key, value) is below 2^60 elements and that the tensor does not wrap the address
+   space; otherwise KVB_ERR_INVALID_ARGUMENT names the stride. */
 typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
 typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
 
@@ -394,7 +403,8 @@ typedef struct kvb_attention_args {
 
 KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 /* Bytes of workspace kvb_paged_attention needs for these shapes (depends on num_seqs, num_q_heads,
-   max_blocks_per_seq and the cache shape only; pointers are not read). */
+   max_blocks_per_seq and the cache shape only; pointers are not read). A size that does not fit size_t
+   is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
 /* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). CPU:

@@ -242,6 +242,15 @@ KVB_API void kvb_batch_init(kvb_batch* batch);
    KVB_ERR_BUFFER_TOO_SMALL (with num_slots / max_blocks_needed set) when a buffer is too small. */
 KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_seqs, kvb_batch* batch);
 
+/* Decode step for many sequences in one call: append tokens[i] to sequence seq_ids[i], i < num_seqs.
+   All-or-nothing: every id must exist, be on device and appear once, and the free queue must cover the
+   whole batch (new blocks and copy-on-write copies) before anything changes; else nothing changes.
+   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order. */
+KVB_API kvb_status kvb_batch_append(kvb_manager* m, const int64_t* seq_ids, const int64_t* tokens, size_t num_seqs);
+/* Commit num_tokens[i] tokens of sequence seq_ids[i] (NULL num_tokens = every uncomputed token of each).
+   All-or-nothing like kvb_batch_append; equivalent to kvb_seq_commit for each in order. */
+KVB_API kvb_status kvb_batch_commit(kvb_manager* m, const int64_t* seq_ids, const size_t* num_tokens, size_t num_seqs);
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Statistics, events, prefix-cache control                                                          */
 /* ------------------------------------------------------------------------------------------------ */

@@ -9,6 +9,7 @@ Wire format (one message per batch, ZMQ multipart, PUB semantics):
   frame 0  topic (bytes, default b"")
   frame 1  sequence number, u64 big-endian, from 0 per publisher, +1 per batch
   frame 2  msgpack [ts (float seconds), [event, ...], data_parallel_rank]
+           (always positional: Dynamo 1.6.1 rejects a map-shaped batch, "expected a tuple of size 3")
 Events, "map" encoding (vLLM's current tagged form):
   {"type": "BlockStored", "block_hashes": [u64, ...], "parent_block_hash": u64 | nil,
    "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU", "lora_name": nil

@@ -316,8 +316,6 @@ KVB_API kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t ca
    is in use, so no running sequence can lose its cached prefix mid-flight (vLLM's contract). */
 KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 
-/* ==== KERNELS BEGIN (owned by kernels/) ==== */
-
 /* ------------------------------------------------------------------------------------------------ */
 /* Kernels: write K/V, paged decode and prefill attention, copy and swap blocks (CPU / CUDA)     */
 /* ------------------------------------------------------------------------------------------------ */
@@ -505,7 +503,6 @@ typedef enum kvb_swap_flags {
 KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_cache_desc* dst_layers,
                                    size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
                                    void* stream);
-/* ==== KERNELS END ==== */
 
 #ifndef KVB_CDEF
 #ifdef __cplusplus

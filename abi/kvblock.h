@@ -191,10 +191,18 @@ KVB_API kvb_status kvb_seq_fork_at(kvb_manager* m, int64_t parent_id, int64_t ch
    if capacity_pairs is too small nothing is drained, KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed. */
 KVB_API kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 /* Drop the last num_tokens tokens (rejected speculative tokens, TVM PopN). Blocks that become empty are
-   released; a committed full block that stops being full leaves the index unless shared. */
+   released; a committed full block that stops being full leaves the index unless shared. Always possible
+   for uncommitted tokens, also under a sliding window (see kvb_seq_set_window). */
 KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_tokens);
-/* Sliding window with attention sinks (window_tokens 0 = off): blocks wholly outside the first
-   sink_tokens and the last window_tokens tokens, and fully committed, are released; slots read -1. */
+/* Sliding window with attention sinks (window_tokens 0 = off): the query of position p attends positions
+   [p + 1 - window_tokens, p] and the first sink_tokens tokens. Blocks are released (their slots read -1,
+   they return to the free queue) by kvb_seq_commit, kvb_seq_allocate_ex, kvb_seq_fork(_at) and this call,
+   never by append or rollback: block i is released when it lies wholly before position
+   num_computed + 1 - window_tokens (the window of the first query still to come, at num_computed),
+   contains no sink token, and is not the block of the last computed token. So every appended but
+   uncomputed token's query finds its whole window held, and a rollback of uncommitted tokens always
+   succeeds; a rollback or fork_at that would end in a released block is refused (KVB_ERR_BAD_STATE).
+   Switching the window off or widening it brings no released block back. */
 KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
 
 /* ------------------------------------------------------------------------------------------------ */

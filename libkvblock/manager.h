@@ -135,7 +135,8 @@ class Manager {
   void index_block(int32_t b, const ChainLink& parent);  // enter a committed full block (STORED event)
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
-  void apply_window(Sequence& s);
+  void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
+  void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
   size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
   void emit(uint32_t type, int32_t b, const ChainLink* parent);

@@ -91,6 +91,7 @@ Sequence& Manager::new_seq(int64_t id) {
   s.table.clear();
   s.host_table.clear();
   s.extra_keys.clear();
+  s.released_links.clear();
   s.num_tokens = s.num_computed = s.num_cached = 0;
   s.num_hashed = 0;
   s.uncacheable_from = kNoBlockIndex;
@@ -330,6 +331,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   Sequence& s = new_seq(id);
   try {
     s.table.reserve(lk.num_blocks);
+    reserve_window_link(s, opts.window);
     if (opts.num_extra_keys) {
       s.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
@@ -415,6 +417,7 @@ void Manager::commit(int64_t id, size_t n) {
   if (n > uncomputed)
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu tokens exceeds %" PRIu64 " uncomputed tokens", id, n,
          uncomputed);
+  reserve_window_link(s, s.window);
   s.num_computed += n;
   computed_tokens_ += n;
   hash_committed_blocks(s);
@@ -477,7 +480,8 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   }
   while (s.table.size() < total) s.table.push_back(take_free_block());
   write_tokens(s, tokens, n);
-  apply_window(s);
+  // No window release here: the new tokens' queries attend back from their own positions (see
+  // apply_window), and a rejected draft must be rollback-able.
 }
 
 // ---- free, queries ------------------------------------------------------------------------------

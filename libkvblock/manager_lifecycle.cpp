@@ -11,13 +11,17 @@
 namespace kvb {
 
 // The chain link that block `num_hashed` of s would hash against, recomputed after num_hashed moved
-// back (fork at an earlier position, rollback). Fails if the block it needs was released.
+// back (fork at an earlier position, rollback). The block before may have been released by the
+// window: its link was kept then (released_links) while its next block is held.
 static ChainLink chain_at(const Sequence& s, uint32_t num_hashed, const BlockPool& pool, const char* what) {
   if (num_hashed == s.num_hashed) return s.chain;
   if (num_hashed == 0) return s.first_link;
   int32_t b = s.table[num_hashed - 1];
-  if (b < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": %s reaches into blocks released by the sliding window", s.id, what);
+  if (b < 0) {
+    if (const ChainLink* l = s.released_link(num_hashed - 1)) return *l;
+    fail(Code::bad_state, "seq %" PRId64 ": %s needs the hash of block %u, which the sliding window released", s.id,
+         what, num_hashed - 1);
+  }
   const BlockMeta& m = pool.meta(b);
   ChainLink l;
   if (m.has_hash) {  // otherwise the chain is already broken by a non-cacheable block: l is unused
@@ -42,8 +46,8 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
          p.num_computed);
   const uint32_t nb = static_cast<uint32_t>((pos + bs_ - 1) / bs_);
   if (p.table[nb - 1] < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in blocks released by the sliding window",
-         parent_id, pos);
+    fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in block %u, which the sliding window released",
+         parent_id, pos, nb - 1);
   const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
   ChainLink chain = chain_at(p, hashed, pool_, "fork position");
 
@@ -53,6 +57,8 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
   try {
     c.table.assign(par.table.begin(), par.table.begin() + nb);
     c.extra_keys = par.extra_keys;
+    for (const auto& e : par.released_links)
+      if (e.first + 1 < nb) c.released_links.push_back(e);
   } catch (...) {
     drop_seq(c);
     throw;
@@ -82,14 +88,15 @@ void Manager::rollback(int64_t id, size_t n) {
   const uint64_t len = s.num_tokens - n;
   const uint32_t nb = static_cast<uint32_t>((len + bs_ - 1) / bs_);
   if (s.table[nb - 1] < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " tokens reaches blocks released by the window", id,
-         len);
+    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " tokens ends in block %u, which the sliding window "
+         "released (only committed tokens can lie there)", id, len, nb - 1);
   const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
   ChainLink chain = chain_at(s, hashed, pool_, "rollback");
 
   for (size_t i = s.table.size(); i-- > nb;)
     if (s.table[i] >= 0) release_block(s.table[i]);
   s.table.resize(nb);
+  while (!s.released_links.empty() && s.released_links.back().first + 1 >= nb) s.released_links.pop_back();
   // A committed full block that is about to be overwritten leaves the index, unless another sequence
   // still holds it as it is (the next append here then copies it first).
   if (len % bs_ != 0) {
@@ -110,6 +117,7 @@ void Manager::rollback(int64_t id, size_t n) {
 void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   Sequence& s = device_seq(id);
   if (window == 0 && sink != 0) fail(Code::invalid_argument, "seq %" PRId64 ": sink_tokens %u given without a window", id, sink);
+  reserve_window_link(s, window);  // before any change
   s.window = window;
   s.sink = sink;
   // A smaller sink frees former sink blocks too: rescan from the new sink boundary (released slots are
@@ -118,17 +126,35 @@ void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   apply_window(s);
 }
 
+void Manager::reserve_window_link(Sequence& s, uint32_t window) {
+  // apply_window adds at most one released link per call; reserving first keeps it allocation-free.
+  if (window && s.released_links.size() == s.released_links.capacity())
+    s.released_links.reserve(s.released_links.size() + 2);
+}
+
 void Manager::apply_window(Sequence& s) {
-  if (s.window == 0) return;
-  // Release blocks wholly before the last `window` tokens, past the sink, and fully computed.
-  uint64_t before_window = s.num_tokens > s.window ? s.num_tokens - s.window : 0;
-  uint32_t end = static_cast<uint32_t>(std::min(before_window, s.num_computed) / bs_);
-  uint32_t start = std::max(s.window_next, (s.sink + bs_ - 1) / bs_);
+  if (s.window == 0 || s.num_computed == 0) return;
+  // The earliest query still to come is that of position num_computed (the first uncomputed token, or
+  // the next one appended); it attends [num_computed + 1 - window, num_computed]. Blocks wholly before
+  // that are released, past the sink, except the block of the last computed token, so that rolling
+  // back every uncomputed token always leaves a held last block.
+  const uint64_t first_needed = s.num_computed + 1 > s.window ? s.num_computed + 1 - s.window : 0;
+  const uint32_t end = static_cast<uint32_t>(std::min(first_needed / bs_, (s.num_computed - 1) / bs_));
+  const uint32_t start = std::max(s.window_next, (s.sink + bs_ - 1) / bs_);
   for (uint32_t i = start; i < end; ++i) {
-    if (s.table[i] >= 0) {
-      release_block(s.table[i]);
-      s.table[i] = -1;
+    int32_t b = s.table[i];
+    if (b < 0) continue;
+    // Keep the link of the released block while the next one is held (an entry persists only for the
+    // last block of the loop: the next iteration drops it); the previous block's is no longer needed.
+    auto& links = s.released_links;
+    auto pos = links.begin();
+    while (pos != links.end() && pos->first < i) {
+      if (pos->first + 1 == i) pos = links.erase(pos);
+      else ++pos;
     }
+    if (i + 1 < s.table.size() && s.table[i + 1] >= 0) links.emplace(pos, i, link_after(pool_.meta(b)));
+    release_block(b);
+    s.table[i] = -1;
   }
   s.window_next = std::max(start, end);
 }

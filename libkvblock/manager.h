@@ -169,6 +169,7 @@ class Manager {
   std::vector<int32_t> host_free_;  // stack of free host block ids
   size_t host_used_ = 0;
 
+  uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
 

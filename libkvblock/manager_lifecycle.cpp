@@ -42,8 +42,8 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     fail(Code::invalid_argument, "seq %" PRId64 ": fork position %zu is not in [1, %" PRIu64 "]", parent_id, pos,
          p.num_tokens);
   if (pos > p.num_computed)
-    fail(Code::bad_state, "seq %" PRId64 ": fork of %zu tokens but only %" PRIu64 " are committed", parent_id, pos,
-         p.num_computed);
+    fail(Code::bad_state, "seq %" PRId64 ": fork of %zu token%s but only %" PRIu64 " %s committed", parent_id, pos,
+         plural_s(pos), p.num_computed, is_are(p.num_computed));
   const uint32_t nb = static_cast<uint32_t>((pos + bs_ - 1) / bs_);
   if (p.table[nb - 1] < 0)
     fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in block %u, which the sliding window released",
@@ -83,13 +83,14 @@ void Manager::rollback(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
   if (n == 0) return;
   if (n >= s.num_tokens)
-    fail(Code::invalid_argument, "seq %" PRId64 ": rollback of %zu tokens must leave at least 1 of %" PRIu64, id, n,
+    fail(Code::invalid_argument, "seq %" PRId64 ": rollback of %zu token%s must leave at least 1 of %" PRIu64, id, n,
+         plural_s(n),
          s.num_tokens);
   const uint64_t len = s.num_tokens - n;
   const uint32_t nb = static_cast<uint32_t>((len + bs_ - 1) / bs_);
   if (s.table[nb - 1] < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " tokens ends in block %u, which the sliding window "
-         "released (only committed tokens can lie there)", id, len, nb - 1);
+    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s ends in block %u, which the sliding window "
+         "released (only committed tokens can lie there)", id, len, plural_s(len), nb - 1);
   const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
   ChainLink chain = chain_at(s, hashed, pool_, "rollback");
 
@@ -192,9 +193,12 @@ size_t Manager::swap_in_size(int64_t id) {
 void Manager::swap_out(int64_t id, int32_t* pairs) {
   Sequence& s = device_seq(id);
   size_t need = held_blocks(s.table);
+  if (cfg_.num_host_blocks == 0)
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, but there is no host tier "
+         "(num_host_blocks is 0)", id, need, plural_s(need));
   if (need > host_free_.size())
-    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host blocks, %zu are free", id, need,
-         host_free_.size());
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, %zu %s free", id, need,
+         plural_s(need), host_free_.size(), is_are(host_free_.size()));
   for (const BlockPair& p : pending_copies_)
     if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
       fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
@@ -229,8 +233,8 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
   if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
   size_t need = held_blocks(s.host_table);
   if (need > pool_.num_free())
-    fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free blocks, %u are free", id, need,
-         pool_.num_free());
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free block%s, %u %s free", id, need, plural_s(need),
+         pool_.num_free(), is_are(pool_.num_free()));
   size_t k = 0;
   ChainLink parent = s.first_link;  // the link of the next block, while the chain is unbroken
   bool parent_known = true;
@@ -274,8 +278,14 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
   // First pass: validate and size everything, so that a failure writes nothing.
   size_t slots = 0;
   uint32_t max_blocks = 0;
+  const uint64_t epoch = ++export_epoch_;
   for (size_t i = 0; i < n; ++i) {
     Sequence& s = device_seq(ids[i]);
+    // A sequence listed twice would get its slots twice: two writes of one token's K/V in one step.
+    if (s.export_epoch == epoch)
+      fail(Code::invalid_argument, "seq_ids[%zu] = %" PRId64 " repeats seq_ids[%zu]", i, ids[i], s.export_index);
+    s.export_epoch = epoch;
+    s.export_index = i;
     if (s.num_tokens > static_cast<uint64_t>(INT32_MAX))
       fail(Code::invalid_argument, "seq %" PRId64 ": %" PRIu64 " tokens do not fit int32 seq_lens", s.id, s.num_tokens);
     slots += s.num_tokens - s.num_computed;
@@ -286,10 +296,12 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
   if (out.query_start && slots > static_cast<size_t>(INT32_MAX))
     fail(Code::invalid_argument, "batch of %zu new tokens does not fit int32 query_start", slots);
   if (out.block_tables && max_blocks > out.max_blocks_per_seq)
-    fail(Code::buffer_too_small, "block tables need %u columns, max_blocks_per_seq is %u", max_blocks,
+    fail(Code::buffer_too_small, "block tables need %u column%s, max_blocks_per_seq is %u", max_blocks,
+         plural_s(max_blocks),
          out.max_blocks_per_seq);
   if (out.slot_mapping && slots > out.slot_capacity)
-    fail(Code::buffer_too_small, "slot mapping needs %zu entries, slot_capacity is %zu", slots, out.slot_capacity);
+    fail(Code::buffer_too_small, "slot mapping needs %zu entr%s, slot_capacity is %zu", slots, slots == 1 ? "y" : "ies",
+         out.slot_capacity);
 
   size_t k = 0;
   if (out.query_start) out.query_start[0] = 0;
@@ -315,8 +327,9 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
 
 void Manager::reset_prefix_cache() {
   if (pool_.num_free() != pool_.num_blocks())
-    fail(Code::bad_state, "reset refused: %u blocks are in use by running sequences",
-         pool_.num_blocks() - pool_.num_free());
+    fail(Code::bad_state, "reset refused: %u block%s %s in use by running sequences",
+         pool_.num_blocks() - pool_.num_free(), plural_s(pool_.num_blocks() - pool_.num_free()),
+         is_are(pool_.num_blocks() - pool_.num_free()));
   index_.clear();
   for (uint32_t b = 0; b < pool_.num_blocks(); ++b) {
     BlockMeta& m = pool_.meta(static_cast<int32_t>(b));

@@ -85,7 +85,7 @@ typedef struct kvb_config {
   uint32_t num_host_blocks;            /* host (swap/offload) blocks, 0 = none */
   float    watermark;                  /* fraction of blocks kept free for running sequences, default 0 */
   const int64_t* non_cacheable_tokens; /* copied at create */
-  size_t   num_non_cacheable_tokens;
+  size_t   num_non_cacheable_tokens;   /* at most 2^24 */
   /* --- fields below were added after the core contract; older callers' struct_size omits them --- */
   uint32_t flags;                      /* kvb_config_flags, default 0 */
   uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
@@ -104,7 +104,9 @@ KVB_API void kvb_manager_destroy(kvb_manager* m);
 /* ------------------------------------------------------------------------------------------------ */
 
 /* xxh64 (seed 0) over [*parent_hash as u64 LE if parent_hash != NULL] + tokens as i64 LE: the public
-   block hash, identical to nano-vllm's compute_hash. n == 0 hashes the parent alone. */
+   block hash, identical to nano-vllm's compute_hash. n == 0 hashes the parent alone (tokens may then be
+   NULL). tokens == NULL with n > 0 is invalid: the result is 0 and kvb_last_error() says so (a real
+   hash is 0 with probability 2^-64; pass valid arguments rather than test for it). */
 KVB_API uint64_t kvb_hash_tokens(const uint64_t* parent_hash /* NULL = first block */, const int64_t* tokens, size_t n);
 /* The hash block_id received when committed as a full block, while it still holds that content.
    KVB_ERR_BAD_STATE if it holds no committed full block (never committed, partial, non-cacheable, reused). */
@@ -144,7 +146,8 @@ typedef struct kvb_seq_options {
   uint32_t struct_size;
   uint32_t has_cache_salt;           /* 1: cache_salt is hashed in place of the first block's parent */
   uint64_t cache_salt;               /* per-tenant salt: prompts with different salts never share blocks */
-  const uint32_t* extra_key_blocks;  /* block indices (within the sequence) that carry an extra key */
+  const uint32_t* extra_key_blocks;  /* block indices (within the sequence) that carry an extra key; below
+                                        2^30 (no sequence has more blocks); later blocks may be named */
   const uint64_t* extra_keys;        /* the keys (e.g. image content hash, LoRA id), u64 LE after tokens */
   size_t num_extra_keys;             /* entries in both arrays, indices strictly increasing */
   uint32_t window_tokens;            /* sliding window (0 = none): see kvb_seq_set_window */
@@ -195,10 +198,18 @@ KVB_API kvb_status kvb_seq_fork_at(kvb_manager* m, int64_t parent_id, int64_t ch
    if capacity_pairs is too small nothing is drained, KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed. */
 KVB_API kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 /* Drop the last num_tokens tokens (rejected speculative tokens, TVM PopN). Blocks that become empty are
-   released; a committed full block that stops being full leaves the index unless shared. */
+   released; a committed full block that stops being full leaves the index unless shared. Always possible
+   for uncommitted tokens, also under a sliding window (see kvb_seq_set_window). */
 KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_tokens);
-/* Sliding window with attention sinks (window_tokens 0 = off): blocks wholly outside the first
-   sink_tokens and the last window_tokens tokens, and fully committed, are released; slots read -1. */
+/* Sliding window with attention sinks (window_tokens 0 = off): the query of position p attends positions
+   [p + 1 - window_tokens, p] and the first sink_tokens tokens. Blocks are released (their slots read -1,
+   they return to the free queue) by kvb_seq_commit, kvb_seq_allocate_ex, kvb_seq_fork(_at) and this call,
+   never by append or rollback: block i is released when it lies wholly before position
+   num_computed + 1 - window_tokens (the window of the first query still to come, at num_computed),
+   contains no sink token, and is not the block of the last computed token. So every appended but
+   uncomputed token's query finds its whole window held, and a rollback of uncommitted tokens always
+   succeeds; a rollback or fork_at that would end in a released block is refused (KVB_ERR_BAD_STATE).
+   Switching the window off or widening it brings no released block back. */
 KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -238,7 +249,8 @@ typedef struct kvb_batch {
 } kvb_batch;
 
 KVB_API void kvb_batch_init(kvb_batch* batch);
-/* Fill the kernel inputs of one step for num_seqs sequences (all on device) in one call.
+/* Fill the kernel inputs of one step for num_seqs distinct sequences (all on device) in one call; an id
+   listed twice is refused (KVB_ERR_INVALID_ARGUMENT), as its tokens would be written twice.
    KVB_ERR_BUFFER_TOO_SMALL (with num_slots / max_blocks_needed set) when a buffer is too small. */
 KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_seqs, kvb_batch* batch);
 

@@ -390,7 +390,9 @@ typedef struct kvb_write_kv_args {
   int64_t  key_head_stride;     /* 0 = head_dim */
   int64_t  value_token_stride;  /* 0 = num_kv_heads * head_dim */
   int64_t  value_head_stride;   /* 0 = head_dim */
-  const int64_t* slot_mapping;  /* [num_tokens]; CPU: other out-of-range slots are an error; CUDA: skipped */
+  const int64_t* slot_mapping;  /* [num_tokens]; other slots outside [0, num_blocks * block_size) are an
+                                   error (CPU: the call fails, nothing written; CUDA: that token is not
+                                   written and the fault is recorded, see kvb_cuda_take_fault) */
 } kvb_write_kv_args;
 
 KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
@@ -426,8 +428,12 @@ KVB_API void kvb_attention_args_init(kvb_attention_args* args);
    is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
-/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). CPU:
-   out-of-range block ids in the attended range and seq_lens beyond the table are errors. */
+/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+   seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
+   that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
+   too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks
+   this before anything is written and fails the call; CUDA checks the same on the device (see
+   kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
 
 /* Paged prefill / extend attention over a ragged batch: every sequence brings q_len_i >= 0 new query
@@ -515,6 +521,43 @@ typedef enum kvb_swap_flags {
 KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_cache_desc* dst_layers,
                                    size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
                                    void* stream);
+/* CUDA input faults. A CUDA kernel reads seq_lens, block_tables and slot_mapping on the device after the
+   launching call has returned, so it cannot fail that call. It checks exactly what the CPU kernel checks
+   before running (see kvb_paged_attention and kvb_write_kv_args.slot_mapping), never reads or writes
+   through a bad value, makes the result visibly wrong (NaN outputs for every head of a faulty sequence;
+   a faulty slot's token is not written), and records the first fault per device (plus a count) in a
+   device-side record that stays until kvb_cuda_take_fault reads it. */
+typedef enum kvb_fault_kind {
+  KVB_FAULT_NONE = 0,
+  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table */
+  KVB_FAULT_BLOCK_ID = 2,  /* block_tables[index][column] = value is not in [0, num_blocks) where attended */
+  KVB_FAULT_SLOT = 3       /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+} kvb_fault_kind;
+
+typedef enum kvb_kernel_id { KVB_KERNEL_NONE = 0, KVB_KERNEL_WRITE_KV = 1, KVB_KERNEL_PAGED_ATTENTION = 2 } kvb_kernel_id;
+
+typedef struct kvb_kernel_fault {
+  uint32_t struct_size;
+  uint32_t kind;    /* kvb_fault_kind of the first fault since the last take; KVB_FAULT_NONE if none */
+  uint32_t kernel;  /* kvb_kernel_id that found it */
+  uint32_t reserved;
+  int64_t  index;   /* SEQ_LEN, BLOCK_ID: the sequence (row of block_tables); SLOT: the token */
+  int64_t  column;  /* BLOCK_ID: the block-table column; -1 otherwise */
+  int64_t  value;   /* the faulty seq_len, block id or slot */
+  uint64_t count;   /* faulty work items since the last take (a CTA per sequence part or token; >= 1) */
+} kvb_kernel_fault;
+
+/* Fill defaults (no fault) and struct_size. */
+KVB_API void kvb_kernel_fault_init(kvb_kernel_fault* fault);
+/* Waits for the work queued on stream (a cudaStream_t, NULL = default stream) of CUDA device
+   device_index, then reads and clears that device's fault record into *fault (only the fields its
+   struct_size covers). KVB_OK with kind KVB_FAULT_NONE when no kernel met bad input;
+   KVB_ERR_INVALID_ARGUMENT with *fault filled and kvb_last_error() naming the first fault otherwise.
+   Like cudaGetLastError it consumes what it reports, the one exception to "a failed call changes
+   nothing". It synchronises the stream, so call it outside graph capture (e.g. once per engine step, or
+   in debug runs). A fault of work still running on another stream may be reported by a later call.
+   KVB_ERR_UNSUPPORTED when built without CUDA, KVB_ERR_DEVICE when no usable device or driver. */
+KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_kernel_fault* fault);
 
 #ifndef KVB_CDEF
 #ifdef __cplusplus

@@ -444,14 +444,14 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    cached positions t <= pos, limited (window_tokens > 0) to t > pos - window_tokens plus the sinks
    t < sink_tokens.
 
-   Worked example (block_size 16): a 100-token prompt whose first 32 tokens were prefix-cache hits, run
-   as two chunks of 40 and 28 new tokens.
-     step 1: kvb_seq_allocate -> 32 cached; kvb_batch_export gives query_start {0, 68} if all 68
-             uncomputed tokens go in one step; with chunking the engine passes query_start {0, 40} and
-             seq_lens {72} (32 cached + 40 new, their K/V written first): row j is position 32 + j and
-             sees positions 0 .. 32 + j.
-     step 2: query_start {0, 28}, seq_lens {100}: row j is position 72 + j and sees 0 .. 72 + j.
-     With window_tokens 64 and sink_tokens 4, row 27 of step 2 (position 99) sees 0..3 and 36..99.
+   Worked example (block_size 16): a 100-token prompt whose first 32 tokens hit the prefix cache
+   (kvb_seq_allocate reports 32 cached). In one step, kvb_batch_export writes seq_lens {100} and
+   query_start {0, 68}: query row j (0..67) is position 32 + j and sees positions 0 .. 32 + j.
+   Chunked into 40 + 28 new tokens instead, the engine passes
+     chunk 1: query_start {0, 40}, seq_lens {72} (32 cached + 40 new, their K/V written first):
+              row j is position 32 + j and sees 0 .. 32 + j; then kvb_seq_commit(40);
+     chunk 2: query_start {0, 28}, seq_lens {100}: row j is position 72 + j and sees 0 .. 72 + j.
+   With window_tokens 64 and sink_tokens 4, the last row (position 99) sees 0..3 and 36..99.
    Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
    exactly what kvb_paged_attention computes.
 

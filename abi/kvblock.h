@@ -6,6 +6,10 @@
  *    pointers. kvb_last_error() holds a thread-local message with the detail of the last failure.
  *  - A failed call changes nothing.
  *  - Structs that may grow start with `uint32_t struct_size`; call the matching kvb_xxx_init() first.
+ *    The library reads only the fields the caller's struct_size covers. An array of such structs (e.g.
+ *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
+ *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
+ *    built against an older or newer header works as it is).
  *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
  *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager).
@@ -64,8 +68,11 @@ KVB_API const char* kvb_version_string(void);
 /* ------------------------------------------------------------------------------------------------ */
 
 typedef enum kvb_config_flags {
-  /* Match prefixes by a 128-bit XXH3 hash keyed with a secret per-manager seed (collision defence);
-     the public xxh64 chain hash is still computed and reported. */
+  /* Prefixes are matched by an index key, a 128-bit XXH3 hash of the block's whole history (parent's
+     key, no parent / parent / salt, tokens, extra key): a block matches only a block with the same
+     salt (or none) and the same tokens and extra keys in every block up to and including itself. This
+     flag runs that hash under a secret per-manager seed (collision defence; seed 0 otherwise); the
+     public xxh64 chain hash is still computed and reported. */
   KVB_CONFIG_KEYED_INDEX = 1,
   /* Record block stored / removed / cleared events for kvb_drain_events(). */
   KVB_CONFIG_EVENTS = 2
@@ -272,9 +279,13 @@ KVB_API void kvb_stats_init(kvb_stats* stats);
 /* Snapshot of the counters (fields beyond the caller's struct_size are not written). */
 KVB_API kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats);
 
+/* Events describe the set of public hashes that the prefix index holds. Blocks with different histories
+   can share a public xxh64 hash (the index keeps them apart by key): STORED is emitted when the first
+   indexed block with a hash enters the index (its parent, tokens and extra key are reported), REMOVED
+   when the last indexed block with that hash leaves it. So each hash alternates STORED, REMOVED. */
 typedef enum kvb_event_type {
-  KVB_EVENT_BLOCK_STORED = 1,  /* a hash entered the index */
-  KVB_EVENT_BLOCK_REMOVED = 2, /* a hash left the index */
+  KVB_EVENT_BLOCK_STORED = 1,  /* a public hash entered the index */
+  KVB_EVENT_BLOCK_REMOVED = 2, /* a public hash left the index (no indexed block carries it any more) */
   KVB_EVENT_ALL_CLEARED = 3    /* the index was emptied (kvb_reset_prefix_cache) */
 } kvb_event_type;
 
@@ -308,9 +319,14 @@ KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 /* ==== KERNELS BEGIN (owned by kernels/) ==== */
 
 /* ------------------------------------------------------------------------------------------------ */
-/* Kernels: write K/V, paged decode attention, copy and swap blocks (CPU always, CUDA when built)  */
+/* Kernels: write K/V, paged decode and prefill attention, copy and swap blocks (CPU / CUDA)     */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* Strides everywhere below are in elements, never negative (refused: no kernel walks backwards), and 0
+   selects the dense default. Every call checks, with overflow-checked arithmetic, that the largest
+   element offset any (block, token, head, dim) or (sequence, head, dim) reaches in each tensor it touches
+   (cache k/v, q, out, key, value) is below 2^60 elements and that the tensor does not wrap the address
+   space; otherwise KVB_ERR_INVALID_ARGUMENT names the stride. */
 typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
 typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
 
@@ -396,12 +412,82 @@ typedef struct kvb_attention_args {
 
 KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 /* Bytes of workspace kvb_paged_attention needs for these shapes (depends on num_seqs, num_q_heads,
-   max_blocks_per_seq and the cache shape only; pointers are not read). */
+   max_blocks_per_seq and the cache shape only; pointers are not read). A size that does not fit size_t
+   is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
 /* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). CPU:
    out-of-range block ids in the attended range and seq_lens beyond the table are errors. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
+
+/* Paged prefill / extend attention over a ragged batch: every sequence brings q_len_i >= 0 new query
+   tokens (a prompt, a chunk of one, speculative draft tokens or a single decode token: one call serves
+   a batch that mixes them), whose K/V are already in the cache (kvb_write_kv). Positions: with
+   q_len_i = query_start[i+1] - query_start[i], query row query_start[i] + j (0 <= j < q_len_i) is the
+   token at absolute position pos = seq_lens[i] - q_len_i + j of sequence i; it attends causally to the
+   cached positions t <= pos, limited (window_tokens > 0) to t > pos - window_tokens plus the sinks
+   t < sink_tokens.
+
+   Worked example (block_size 16): a 100-token prompt whose first 32 tokens were prefix-cache hits, run
+   as two chunks of 40 and 28 new tokens.
+     step 1: kvb_seq_allocate -> 32 cached; kvb_batch_export gives query_start {0, 68} if all 68
+             uncomputed tokens go in one step; with chunking the engine passes query_start {0, 40} and
+             seq_lens {72} (32 cached + 40 new, their K/V written first): row j is position 32 + j and
+             sees positions 0 .. 32 + j.
+     step 2: query_start {0, 28}, seq_lens {100}: row j is position 72 + j and sees 0 .. 72 + j.
+     With window_tokens 64 and sink_tokens 4, row 27 of step 2 (position 99) sees 0..3 and 36..99.
+   Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
+   exactly what kvb_paged_attention computes.
+
+   Work layout on CUDA (no host read of query_start or seq_lens, so a launch is CUDA-graph capturable
+   with the batch changing between replays as long as total_q_tokens and num_seqs stay within the
+   captured values): query rows are packed (token, query head of the GQA group) per kv head and cut
+   into tiles of 64 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
+   b_i = floor(query_start[i] * group / 64) + i, which is computable from query_start alone and leaves
+   every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 64) + num_seqs
+   tiles per kv head (and per key split) and each CTA finds its sequence by binary search over
+   query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
+   long, the key range is split into partitions written to the workspace and merged by a second
+   kernel (flash-decoding style), so the workspace size depends on the shapes below and the device.
+   fp16 / bf16 use tensor cores (mma.sync m16n8k16, fp32 accumulation); fp32 uses CUDA cores.
+   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls. */
+typedef struct kvb_prefill_args {
+  uint32_t struct_size;
+  uint32_t num_seqs;
+  uint32_t num_q_heads;         /* a multiple of num_kv_heads (GQA / MQA) */
+  uint32_t max_blocks_per_seq;  /* columns of block_tables */
+  uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (checked on CPU;
+                                   CUDA cannot read it on the host: rows past it are never touched) */
+  uint32_t reserved;
+  const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
+  int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
+  int64_t  q_head_stride;       /* 0 = head_dim */
+  void*    out;                 /* [total_q_tokens, num_q_heads, head_dim], every row written */
+  int64_t  out_token_stride;    /* 0 = num_q_heads * head_dim */
+  int64_t  out_head_stride;     /* 0 = head_dim */
+  const int32_t* query_start;   /* [num_seqs + 1], query_start[0] = 0, non-decreasing (kvb_batch_export) */
+  const int32_t* seq_lens;      /* [num_seqs] tokens in the cache INCLUDING the new ones (>= q_len_i) */
+  const int32_t* block_tables;  /* [num_seqs, max_blocks_per_seq] */
+  float    scale;               /* logits = scale * q.k, default 1/sqrt(head_dim) if left 0 */
+  float    logits_soft_cap;     /* > 0: logits = cap * tanh(logits / cap); 0 = off */
+  uint32_t window_tokens;       /* > 0: a row at pos attends only t > pos - window_tokens (plus sinks) */
+  uint32_t sink_tokens;         /* with a window: the first sink_tokens tokens are attended too */
+  void*    workspace;           /* kvb_prefill_attention_workspace_size() bytes on the device, 16-byte
+                                   aligned (may be NULL if 0) */
+  size_t   workspace_size;
+} kvb_prefill_args;
+
+/* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */
+KVB_API void kvb_prefill_args_init(kvb_prefill_args* args);
+/* Bytes of workspace kvb_prefill_attention needs: a function of the cache (device, shape), num_seqs,
+   num_q_heads, max_blocks_per_seq and total_q_tokens only; pointers are not read. 0 on the CPU. */
+KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
+                                                        size_t* bytes);
+/* Prefill / extend attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+   CPU: query_start, seq_lens (q_len_i <= seq_lens[i] <= max_blocks_per_seq * block_size) and the block
+   ids in the attended range are checked before anything is written. CUDA: q and out 16-byte aligned
+   with strides a multiple of 16 bytes; rows of an inconsistent sequence are written as zeros. */
+KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
 
 /* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
    num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */

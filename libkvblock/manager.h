@@ -8,6 +8,7 @@
 
 #include "block_pool.h"
 #include "event_queue.h"
+#include "hash_counts.h"
 #include "open_table.h"
 #include "prefix_index.h"
 #include "sequence.h"
@@ -128,7 +129,6 @@ class Manager {
   bool is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const;
   bool contains_non_cacheable(const int64_t* tokens, size_t n) const;
   ChainLink link_after(const BlockMeta& m) const;
-  void compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash, Key128* key) const;
   uint32_t watermark_blocks() const { return watermark_blocks_; }
 
   int32_t take_free_block();             // queue head, evicting its cached content
@@ -136,7 +136,8 @@ class Manager {
   void release_block(int32_t b);         // drop a reference; to the queue tail at zero
   int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
-  bool index_block(int32_t b);           // enter a committed full block; true if its hash is new
+  void index_block(int32_t b, const ChainLink& parent);  // enter a committed full block (STORED event)
+  void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
   void apply_window(Sequence& s);
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
@@ -146,10 +147,11 @@ class Manager {
   ManagerConfig cfg_;
   uint32_t bs_;
   uint32_t watermark_blocks_;
-  uint64_t index_seed_;
+  BlockHasher hasher_;  // index keys: seed 0, or the secret seed of a keyed index
   BlockPool pool_;
   PrefixIndex index_;
   EventQueue events_;
+  HashCounts stored_hashes_;  // public hashes of indexed blocks, when events are on
   std::vector<int64_t> non_cacheable_;  // sorted, unique
 
   // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).

@@ -17,9 +17,10 @@ Manager::Manager(const ManagerConfig& cfg)
     : cfg_((validate_config(cfg), cfg)),
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
-      index_seed_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
+      hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
       pool_(cfg.num_blocks, cfg.block_size),
       index_(pool_),
+      stored_hashes_(cfg.events ? cfg.num_blocks : 0),
       non_cacheable_(cfg.non_cacheable),
       seq_table_(64, SeqTraits{}) {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
@@ -134,11 +135,9 @@ int32_t Manager::take_free_block() {
   int32_t b = pool_.pop_head();
   BlockMeta& m = pool_.meta(b);
   if (m.indexed) {
-    index_.erase_if_points_to(m.key, b);
-    m.indexed = 0;
+    unindex_block(b);
     --cached_free_;
     ++evictions_;
-    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
   }
   m.has_hash = 0;
   m.has_extra = 0;
@@ -188,26 +187,35 @@ void Manager::release_pending_copies() {
 void Manager::forget_hash(int32_t b) {
   BlockMeta& m = pool_.meta(b);
   if (m.indexed) {
-    index_.erase_if_points_to(m.key, b);
-    m.indexed = 0;
+    unindex_block(b);
     if (m.in_free) --cached_free_;
-    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
   }
   m.has_hash = 0;
   m.has_extra = 0;
 }
 
-bool Manager::index_block(int32_t b) {
+void Manager::unindex_block(int32_t b) {
+  BlockMeta& m = pool_.meta(b);
+  index_.erase_if_points_to(m.key, b);
+  m.indexed = 0;
+  if (events_.enabled() && stored_hashes_.remove(m.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+}
+
+void Manager::index_block(int32_t b, const ChainLink& parent) {
   BlockMeta& m = pool_.meta(b);
   int32_t old = index_.put(m.key, b);
-  if (old >= 0 && old != b) {
+  if (old == b) return;
+  if (!m.indexed && m.in_free) ++cached_free_;
+  m.indexed = 1;
+  // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
+  // hashes, so replacing a block by a recomputed copy emits nothing.
+  if (events_.enabled() && stored_hashes_.add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+  if (old >= 0) {
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
     if (o.in_free) --cached_free_;
+    if (events_.enabled() && stored_hashes_.remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
-  if (!m.indexed && m.in_free) ++cached_free_;
-  m.indexed = 1;
-  return old < 0;
 }
 
 ChainLink Manager::link_after(const BlockMeta& m) const {
@@ -216,15 +224,6 @@ ChainLink Manager::link_after(const BlockMeta& m) const {
   l.hash = m.hash;
   l.key = m.key;
   return l;
-}
-
-void Manager::compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash,
-                           Key128* key) const {
-  *hash = public_block_hash(link, tokens, bs_, extra);
-  // Unkeyed, a salted first block, a block with a parent and a first block with an extra key can hash
-  // the same bytes; the key's high word records that structure so such blocks never share an entry.
-  *key = cfg_.keyed_index ? keyed_block_hash(index_seed_, link, tokens, bs_, extra)
-                          : Key128{*hash, static_cast<uint64_t>(link.kind) | (extra.present ? 4u : 0u)};
 }
 
 bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
@@ -286,10 +285,7 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
     ExtraKey extra = opts.num_extra_keys ? option_extra_key(opts, i) : ExtraKey{};
     if (!is_cacheable(blk, bs_, extra)) break;
-    uint64_t h;
-    Key128 key;
-    compute_keys(out.chain, blk, extra, &h, &key);
-    int32_t b = index_.find(key);
+    int32_t b = index_.find(hasher_.key(out.chain, blk, bs_, extra));
     if (b < 0) break;
     const BlockMeta& m = pool_.meta(b);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
@@ -398,17 +394,17 @@ void Manager::hash_committed_blocks(Sequence& s) {
         break;
       }
       BlockMeta& m = pool_.meta(b);
-      compute_keys(s.chain, toks, extra, &m.hash, &m.key);
+      hasher_.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
       m.has_hash = 1;
       m.has_extra = extra.present;
       m.extra = extra.value;
       index_.prefetch(m.key);
-      if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
+      if (lagging >= 0) index_block(lagging, lagging_parent);
       lagging = b;
       lagging_parent = s.chain;
       s.chain = link_after(m);
     }
-    if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
+    if (lagging >= 0) index_block(lagging, lagging_parent);
   }
   s.num_hashed = end;
 }

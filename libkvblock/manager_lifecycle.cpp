@@ -224,10 +224,7 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
     m.has_extra = hm.has_extra;
     m.extra = hm.extra;
     // A committed block becomes findable again where no other block holds its hash.
-    if (m.has_hash && parent_known && index_.find(m.key) < 0) {
-      index_block(b);
-      emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
-    }
+    if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent);
     parent_known = m.has_hash;
     if (m.has_hash) parent = link_after(m);
     s.table[i] = b;
@@ -300,6 +297,7 @@ void Manager::reset_prefix_cache() {
     m.has_hash = m.indexed = m.has_extra = 0;
   }
   cached_free_ = 0;
+  stored_hashes_.clear();
   emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
 }
 

@@ -23,6 +23,16 @@ def has_prefill_kernel() -> bool:
         return False
 
 
+def cuda_device_count() -> int:
+    """Usable CUDA devices for libkvblock's kernels (0 without a driver, a device, or a CUDA build)."""
+    n = ffi.new("int32_t*")
+    status = _lib.lib.kvb_cuda_device_count(n)
+    if status == _lib.lib.KVB_ERR_UNSUPPORTED:
+        return 0
+    check(status)
+    return int(n[0])
+
+
 def _stream(stream: Any) -> Any:
     if stream is None:
         return ffi.NULL

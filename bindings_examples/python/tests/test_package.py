@@ -45,3 +45,10 @@ def test_library_chosen_by_env_and_argument(tmp_path):
     assert kvblock.library_path() == lib
     with kvblock.Manager(4) as m:
         assert m.allocate(1, [1]) == 0
+
+
+def test_bench_runs_small():
+    from kvblock import bench
+    r = bench.run(n=8, length=40, bs=16, reps=5)
+    assert set(r) == {"per_sequence_us", "batched_us", "raw_cffi_us"}
+    assert all(med >= low > 0 for med, low in r.values())

@@ -32,7 +32,7 @@ elif python3 -c 'import setuptools, wheel' 2>/dev/null &&
   venv="$build/py-venv"
   run python-install env KVBLOCK_BUILD_DIR="$build" "$venv/bin/python" -m pip install -q --no-build-isolation \
     --no-deps --force-reinstall --disable-pip-version-check "$pydir"
-  run python sh -c "cd '$build' && env -u KVBLOCK_LIB '$venv/bin/python' -m kvblock --version &&
+  run python env OPENBLAS_NUM_THREADS=1 sh -c "cd '$build' && env -u KVBLOCK_LIB '$venv/bin/python' -m kvblock --version &&
     env -u KVBLOCK_LIB '$venv/bin/python' -m pytest -q -p no:cacheprovider '$pydir/tests'"
 else
   echo "note python: setuptools/wheel or venv missing; testing the package in-tree against $KVBLOCK_LIB"

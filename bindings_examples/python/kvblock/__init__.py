@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import _lib
 from ._lib import ffi, load
 from .errors import KvbArgumentError, KvbError, Status
-from .kernels import (KVCache, copy_blocks, has_prefill_kernel, paged_attention, prefill_attention, swap_blocks,
+from .kernels import (KVCache, copy_blocks, cuda_device_count, has_prefill_kernel, paged_attention, prefill_attention, swap_blocks,
                       write_kv)
 from .manager import Availability, Batch, BatchBuffers, Event, Manager, SeqInfo, hash_tokens
 
@@ -30,5 +30,5 @@ def library_path() -> str:
 
 __all__ = ["Manager", "KvbError", "KvbArgumentError", "Status", "Availability", "SeqInfo", "Event", "Batch",
            "BatchBuffers", "hash_tokens", "KVCache", "write_kv", "paged_attention", "prefill_attention",
-           "copy_blocks", "swap_blocks", "has_prefill_kernel", "library_version", "library_path", "load",
+           "copy_blocks", "swap_blocks", "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load",
            "__version__"]

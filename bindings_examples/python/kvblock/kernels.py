@@ -9,15 +9,28 @@ import numpy as np
 
 from . import _lib
 from ._tensor import CPU, CUDA, View, device_name, require, view
-from .errors import KvbArgumentError, check
+from .errors import KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
 _KVB_DTYPE = {"float16": "KVB_DTYPE_FP16", "bfloat16": "KVB_DTYPE_BF16", "float32": "KVB_DTYPE_FP32"}
 
 
 def has_prefill_kernel() -> bool:
-    """Whether the loaded declarations carry kvb_prefill_attention (else prefill_attention runs in numpy)."""
-    return "kvb_prefill_attention" in _lib.DECLARATIONS
+    """Whether the loaded library has kvb_prefill_attention (a system libkvblock may be older)."""
+    try:
+        return "kvb_prefill_attention" in _lib.DECLARATIONS and bool(_lib.lib.kvb_prefill_attention)
+    except AttributeError:
+        return False
+
+
+def cuda_device_count() -> int:
+    """Usable CUDA devices for libkvblock's kernels (0 without a driver, a device, or a CUDA build)."""
+    n = ffi.new("int32_t*")
+    status = _lib.lib.kvb_cuda_device_count(n)
+    if status == _lib.lib.KVB_ERR_UNSUPPORTED:
+        return 0
+    check(status)
+    return int(n[0])
 
 
 def _stream(stream: Any) -> Any:
@@ -193,9 +206,9 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
     if num_seqs < 0:
         raise KvbArgumentError("query_start: needs num_seqs + 1 entries, got 0")
     qv, ov, bt, sl, heads = _attention_common(cache, q, out, block_tables, seq_lens, num_seqs)
-    if not has_prefill_kernel():
-        return _prefill_numpy(cache, layer, q, query_start, seq_lens, block_tables, out, scale, soft_cap, window, sink)
     lib = _lib.lib
+    if not has_prefill_kernel():
+        raise KvbError(lib.KVB_ERR_UNSUPPORTED, f"{_lib.LIBRARY_PATH} predates kvb_prefill_attention")
     a = ffi.new("kvb_prefill_args*")
     lib.kvb_prefill_args_init(a)
     a.num_seqs, a.num_q_heads, a.max_blocks_per_seq, a.total_q_tokens = num_seqs, heads, bt.shape[1], qv.shape[0]
@@ -209,37 +222,6 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
     check(lib.kvb_prefill_attention_workspace_size(d, a, size))
     a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
     check(lib.kvb_prefill_attention(d, a, _stream(stream)))
-    return out
-
-
-def _prefill_numpy(cache: KVCache, layer: int, q: Any, query_start: Any, seq_lens: Any, block_tables: Any,
-                   out: Any, scale: float, soft_cap: float, window: int, sink: int) -> Any:
-    """The same computation in numpy over the paged cache (CPU numpy caches only), until the C kernel lands."""
-    if not isinstance(cache.k[layer], np.ndarray) or not isinstance(q, np.ndarray):
-        raise KvbArgumentError("prefill_attention without kvb_prefill_attention needs numpy arrays on the CPU")
-    K, V = cache.k[layer], cache.v[layer]
-    bs, group = cache.block_size, q.shape[1] // cache.num_kv_heads
-    scale = scale or 1.0 / np.sqrt(cache.head_dim)
-    for i in range(len(seq_lens)):
-        q0, q1, L = int(query_start[i]), int(query_start[i + 1]), int(seq_lens[i])
-        if q1 == q0:
-            continue
-        pos = np.arange(L)
-        blocks = block_tables[i][pos // bs]
-        k = K[np.maximum(blocks, 0), pos % bs].astype(np.float64)  # [L, kvh, d]
-        v = V[np.maximum(blocks, 0), pos % bs].astype(np.float64)
-        qi = q[q0:q1].astype(np.float64)  # [n, h, d]
-        rows = L - (q1 - q0) + np.arange(q1 - q0)
-        logits = np.einsum("nhd,thd->hnt", qi, np.repeat(k, group, axis=1)) * scale
-        if soft_cap > 0:
-            logits = soft_cap * np.tanh(logits / soft_cap)
-        allowed = pos[None, :] <= rows[:, None]
-        if window > 0:
-            allowed &= (pos[None, :] > rows[:, None] - window) | (pos[None, :] < sink)
-        logits = np.where(allowed[None], logits, -np.inf)
-        p = np.exp(logits - logits.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        out[q0:q1] = np.einsum("hnt,thd->nhd", p, np.repeat(v, group, axis=1)).astype(out.dtype)
     return out
 
 

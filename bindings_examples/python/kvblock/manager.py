@@ -150,6 +150,8 @@ class Manager:
             raise KvbArgumentError("kvblock.Manager is closed")
         return self._m
 
+    _handle = _h  # the kvb_manager* for code that calls the C API directly (kvblock.events)
+
     # -- sequences: the core flow ----------------------------------------------------------------
     def _options(self, n: int, cache_salt: Optional[int], extra_keys: Optional[Mapping[int, int]],
                  window: int, sink: int) -> Any:

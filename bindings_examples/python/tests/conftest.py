@@ -1,3 +1,9 @@
+import os
+
+# The engine's matmuls are tiny: a multi-threaded BLAS only spins against the other processes of a CI box.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 
 import kvblock

@@ -131,8 +131,7 @@ def test_torch_tensors_without_copy():
         out = torch.empty_like(q)
         kvblock.paged_attention(cache, 0, q, torch.tensor([[0, 1]], dtype=torch.int32, device=dev),
                                 torch.tensor([18], dtype=torch.int32, device=dev), out)
-        with pytest.raises(kvblock.KvbError, match="slot_mapping: is on"):
-            other = "cpu" if dev == "cuda" else None
-            if other is None:
-                raise kvblock.KvbArgumentError("slot_mapping: is on (only one device here)")
-            kvblock.write_kv(cache, 0, key, key, torch.tensor([1, 2], dtype=torch.int64))
+        assert out.isfinite().all()
+        if dev == "cuda":  # a CPU slot mapping for a CUDA cache is refused, naming the argument
+            with pytest.raises(kvblock.KvbError, match="slot_mapping: is on cpu, the cache is on cuda:0"):
+                kvblock.write_kv(cache, 0, key, key, torch.tensor([1, 2], dtype=torch.int64))

@@ -14,6 +14,7 @@ def test_versions():
     assert kvblock.ffi.string(kvblock._lib.lib.kvb_version_string()).decode() == kvblock.library_version()
     assert kvblock._lib.lib.kvb_version() == major * 10000 + minor * 100 + patch
     assert kvblock.__version__
+    assert kvblock.cuda_device_count() >= 0
 
 
 def test_engine_loop(mgr):

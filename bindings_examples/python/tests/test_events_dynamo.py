@@ -192,3 +192,36 @@ def test_replay_recovers_batches_sent_before_subscribe(indexer, model):
         assert e.pub.stats()["replay_requests"] >= 1
     finally:
         e.close()
+
+
+def test_mini_engine_publishes(indexer, model):
+    """`python -m kvblock.engine --kv-events ...`: the mini engine's own steps (chunked prefill, decode,
+    preemption in a small pool) reach the indexer, whose scores match the engine's manager."""
+    import numpy as np
+    from kvblock.engine.engine import Engine as MiniEngine, EngineConfig
+    from kvblock.engine.model import Model, ModelConfig
+    from kvblock.engine.sequence import Request
+
+    mdl = Model(ModelConfig(seed=3))
+    eng = MiniEngine(mdl, EngineConfig(num_blocks=24, block_size=8, max_batched_tokens=48,
+                                       kv_events_endpoint="tcp://127.0.0.1:*", kv_events_encoding="array"))
+    iid = next(_instance_counter)
+    try:
+        indexer.register(iid, eng.publisher.bound_endpoint, 8, model_name=model)
+        assert eng.publisher.wait_for_subscribers(1, WAIT_S)
+        rng = np.random.default_rng(1)
+        shared = rng.integers(0, mdl.cfg.vocab, 40).tolist()
+        prompts = [shared[: 40 - 8 * (r % 3)] + rng.integers(0, mdl.cfg.vocab, 4 + 3 * r).tolist() for r in range(6)]
+        for r, p in enumerate(prompts):
+            eng.add_request(Request(r, p, 6))
+        eng.run()
+        assert eng.publisher.stats()["dropped_events"] == 0
+        expect = {}
+        for r, p in enumerate(prompts):
+            c = eng.mgr.can_allocate(p + [0])
+            expect[r] = (p, {iid: c} if c else {})
+        assert any(want for _, want in expect.values())
+        eventually(indexer, model, expect, "mini engine")
+    finally:
+        eng.close()
+        eng.mgr.close()

@@ -39,15 +39,17 @@ class Engine:
     """A manager + publisher registered with the indexer as one worker of `model`."""
 
     def __init__(self, indexer, model, encoding="map", num_blocks=64, block_size=4,
-                 event_capacity=65536, replay=False):
+                 event_capacity=65536, replay=False, dp_rank=0):
         self.m = S.EvManager(num_blocks, block_size, event_capacity)
         self.pub = ev.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*", encoding=encoding,
-                                       replay_endpoint="tcp://127.0.0.1:*" if replay else None)
+                                       replay_endpoint="tcp://127.0.0.1:*" if replay else None,
+                                       dp_rank=dp_rank)
+        self.dp_rank = dp_rank
         self.id, self.indexer, self.model = next(_instance_counter), indexer, model
 
     def register(self):
         self.indexer.register(self.id, self.pub.bound_endpoint, self.m.block_size, model_name=self.model,
-                              replay_endpoint=self.pub.bound_replay_endpoint)
+                              replay_endpoint=self.pub.bound_replay_endpoint, dp_rank=self.dp_rank)
         assert self.pub.wait_for_subscribers(1, WAIT_S), "the indexer never subscribed:\n" + self.indexer.log_tail()
 
     def close(self):
@@ -99,7 +101,7 @@ def test_stored_evicted_reset(indexer, model, encoding):
 
 
 def test_two_workers_told_apart(indexer, model):
-    w1, w2 = Engine(indexer, model), Engine(indexer, model, encoding="array")
+    w1, w2 = Engine(indexer, model), Engine(indexer, model, encoding="array", dp_rank=1)
     try:
         w1.register()
         w2.register()
@@ -111,6 +113,8 @@ def test_two_workers_told_apart(indexer, model):
         w2.pub.flush()
         eventually(indexer, model, {"a": (a, {w1.id: 20, w2.id: 8}), "b": (b, {w1.id: 8, w2.id: 12}),
                                     "other": ([9, 9, 9, 9, 9], {})}, "two workers")
+        # the batch's data_parallel_rank reaches the indexer: w2's blocks are scored under rank 1
+        assert indexer.query(b, model)["scores"] == {str(w1.id): {"0": 8}, str(w2.id): {"1": 12}}
     finally:
         w1.close()
         w2.close()

@@ -19,7 +19,12 @@ CFLAGS_  := -std=c99 $(OPT) $(WARN) $(SANITIZE) $(CFLAGS)
 XXHASH_CFLAGS := $(shell pkg-config --cflags libxxhash 2>/dev/null)
 CXXFLAGS_:= -std=c++17 $(OPT) $(WARN) $(SANITIZE) -fPIC -fvisibility=hidden -fvisibility-inlines-hidden \
             -pthread $(XXHASH_CFLAGS) $(CXXFLAGS)
-LDLIBS_  := $(shell pkg-config --libs libxxhash 2>/dev/null || echo -lxxhash) -pthread
+XXHASH_LIBS := $(strip $(shell pkg-config --libs libxxhash 2>/dev/null || echo -lxxhash))
+LDLIBS_  := $(XXHASH_LIBS) -pthread
+# What a program linking libkvblock.a needs besides it (kvblock.pc's Libs.private): the C++ runtime,
+# since a C compiler does not add it, and the CUDA runtime under ${cudalibdir}, a variable of kvblock.pc
+# that a machine with CUDA elsewhere overrides (pkg-config --define-variable=cudalibdir=DIR).
+PC_LIBS_PRIVATE := $(XXHASH_LIBS) -lstdc++ -lm -pthread
 
 PREFIX     ?= /usr/local
 LIBDIR     ?= $(PREFIX)/lib
@@ -38,6 +43,7 @@ ifneq ($(NVCC),)
   NVCCFLAGS_ := -std=c++17 -O3 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden -DKVB_WITH_CUDA=1 $(NVCCFLAGS)
   CXXFLAGS_  += -DKVB_WITH_CUDA=1
   LDLIBS_    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+  PC_LIBS_PRIVATE += -L$${cudalibdir} -lcudart_static -ldl -lrt
   CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
 endif
 
@@ -130,7 +136,8 @@ bench-kernels: all
 $(BUILD)/kvblock.pc: kvblock.pc.in abi/kvblock.h FORCE
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
-	  -e 's|@VERSION@|$(VERSION)|g' -e 's|@LIBS_PRIVATE@|$(LDLIBS_)|g' $< > $@
+	  -e 's|@VERSION@|$(VERSION)|g' -e 's|@LIBS_PRIVATE@|$(PC_LIBS_PRIVATE)|g' \
+	  -e 's|@CUDA_LIBDIR@|$(if $(NVCC),$(CUDA_HOME)/lib64)|g' -e '/^cudalibdir=$$/d' $< > $@
 
 INSTALLED := $(INCLUDEDIR)/kvblock.h $(LIBDIR)/libkvblock.so.$(VERSION) $(LIBDIR)/$(SONAME) \
              $(LIBDIR)/libkvblock.so $(LIBDIR)/libkvblock.a $(LIBDIR)/pkgconfig/kvblock.pc

@@ -46,7 +46,9 @@ PrefillPlan plan_prefill(const Cache& c, int64_t num_seqs, int64_t num_q_heads, 
   const int64_t max_ctx = max_blocks * c.block_size;
   const int64_t bn = prefill_key_tile(c.head_dim);
   p.split_tokens = (max_ctx + bn - 1) / bn * bn;
-  if (!c.cuda) return p;  // the CPU threads over query tiles and kv heads; one pass per item
+  // The CPU threads over query tiles and kv heads, one pass per item; CUDA fp32 (CUDA cores, one warp
+  // per query row and head) does not split either.
+  if (!c.cuda || c.dtype == Dtype::f32) return p;
   // Split the keys while the grid has fewer than 1024 CTAs and every partition keeps >= 1024 tokens:
   // few query rows over a long cache (decode-heavy batches) then still fill the GPU. Shapes only, so
   // the workspace query and the launch agree.

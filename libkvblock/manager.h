@@ -139,7 +139,8 @@ class Manager {
   void index_block(int32_t b, const ChainLink& parent);  // enter a committed full block (STORED event)
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
-  void apply_window(Sequence& s);
+  void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
+  void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
   size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
   void emit(uint32_t type, int32_t b, const ChainLink* parent);
@@ -172,6 +173,7 @@ class Manager {
   std::vector<int32_t> host_free_;  // stack of free host block ids
   size_t host_used_ = 0;
 
+  uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
 

@@ -63,6 +63,11 @@ void Manager::check_invariants() const {
     }
     KVB_INVARIANT(s.host_table.empty(), "seq %" PRId64 " on device has a host table", s.id);
     KVB_INVARIANT(s.table.back() >= 0, "seq %" PRId64 ": last block released", s.id);
+    for (size_t i = 0; i < s.released_links.size(); ++i) {
+      uint32_t k = s.released_links[i].first;
+      KVB_INVARIANT(k + 1 < s.table.size() && s.table[k] < 0 && (i == 0 || s.released_links[i - 1].first < k),
+                    "seq %" PRId64 ": released link of block %u names a held, missing or unordered block", s.id, k);
+    }
     // Each hashed block still held must carry the hash its chain position implies.
     ChainLink chain = s.first_link;
     bool chain_known = true;

@@ -19,57 +19,12 @@
    copy after every call before it, so its arrival means they are done; the fence's own cost (a few
    microseconds) is spread over the calls of one sample. */
 #include "bench_kernels.h"
+#include "bench_kernels_env.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
-
-#define KMAX_REPS 1000
-#define KMAX_LAYERS 8
-#define HQ 32
-#define HKV 8
-#define HD 128
-#define BS 16
-#define BUF_BLOCK 512                               /* bytes per block of a raw buffer */
-#define KV_BLOCK_BYTES ((size_t)BS * HKV * HD * 2)  /* one block of K (or of V), fp16 */
-#define FENCE_TIMEOUT_S 60.0
-
-enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, NUM_CEILS };
-
-typedef struct kcache kcache;
-
-/* One device's run: its timing and fence, and the ceilings measured so far (GB/s). */
-typedef struct kenv {
-  int cuda;
-  int quick;
-  uint64_t reps;
-  int inner;           /* calls per timed sample (GPU: spreads the fence) */
-  uint64_t seed;
-  kvb_cache_desc fence_dev, fence_host;
-  double ceil[NUM_CEILS];
-  const char* ceil_name[NUM_CEILS];
-  report* r;
-} kenv;
-
-/* A cache (or a raw buffer) on the run's device; on the GPU with a separate page-locked host staging
-   cache that fills it (host block i % host.num_blocks -> device block i). On the CPU host == dev. */
-struct kcache {
-  kvb_cache_desc dev, host;
-  int staged;
-};
-
-/* A timed kernel call: 1 on success, 0 on a failure (message printed). */
-typedef int (*kcall)(void* ctx);
-
-typedef struct kresult {
-  char key[48], label[64];
-  double bytes;  /* counted per call */
-  int ceil;      /* CEIL_* it is compared with */
-  double samples[KMAX_REPS];
-  size_t n;
-  double med, min, max;
-} kresult;
 
 static volatile uint64_t g_ksink;
 
@@ -78,7 +33,7 @@ static volatile uint64_t g_ksink;
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Random fp16 values of magnitude 1/8..1 (no zeros, denormals, infinities or NaNs). */
-static void fill16(uint16_t* p, size_t n, uint64_t* state) {
+void fill16(uint16_t* p, size_t n, uint64_t* state) {
   uint64_t x = *state;
   size_t i, j;
   for (i = 0; i < n; i += 4) {
@@ -94,7 +49,7 @@ static void fill16(uint16_t* p, size_t n, uint64_t* state) {
   *state = x;
 }
 
-static uint64_t next_rand(uint64_t* state) {
+uint64_t next_rand(uint64_t* state) {
   *state ^= *state << 13;
   *state ^= *state >> 7;
   *state ^= *state << 17;
@@ -123,14 +78,14 @@ static void cache_free(kvb_cache_desc* d) {
   if (d->k) kvb_cache_free(d);
 }
 
-static void kc_free(kcache* c) {
+void kc_free(kcache* c) {
   if (c->staged) cache_free(&c->host);
   cache_free(&c->dev);
   memset(c, 0, sizeof *c);
 }
 
 /* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
-static int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
+int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
                     uint32_t host_blocks) {
   memset(c, 0, sizeof *c);
   if (!cache_alloc(&c->dev, e->cuda, nblocks, bs, heads, hd)) return 0;
@@ -147,13 +102,13 @@ static int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uin
 }
 
 /* A raw buffer of at least bytes bytes: c->host.k on the host side, c->dev.k on the device. */
-static int kc_buffer(const kenv* e, kcache* c, size_t bytes) {
+int kc_buffer(const kenv* e, kcache* c, size_t bytes) {
   size_t blocks = (bytes + BUF_BLOCK - 1) / BUF_BLOCK;
   return kc_alloc(e, c, (uint32_t)(blocks ? blocks : 1), 1, 1, BUF_BLOCK / 2, (uint32_t)(blocks ? blocks : 1));
 }
 
 /* Waits until every GPU call issued so far has finished (see the top of the file); 1 on the CPU. */
-static int fence(kenv* e) {
+int fence(kenv* e) {
   volatile const unsigned char* landed;
   int32_t pair[2] = {0, 1};
   kvb_status st;
@@ -176,7 +131,7 @@ static int fence(kenv* e) {
 }
 
 /* Copies the staging cache into the device cache (GPU) and waits for it; nothing on the CPU. */
-static int kc_upload(kenv* e, kcache* c) {
+int kc_upload(kenv* e, kcache* c) {
   int32_t* pairs;
   uint32_t i, n = c->dev.num_blocks;
   kvb_status st;
@@ -196,7 +151,7 @@ static int kc_upload(kenv* e, kcache* c) {
 }
 
 /* Random K and V on the host side, then uploaded. */
-static int kc_fill_random(kenv* e, kcache* c) {
+int kc_fill_random(kenv* e, kcache* c) {
   fill16((uint16_t*)c->host.k, desc_bytes(&c->host) / 2, &e->seed);
   fill16((uint16_t*)c->host.v, desc_bytes(&c->host) / 2, &e->seed);
   return kc_upload(e, c);
@@ -222,7 +177,7 @@ static int fence_setup(kenv* e) {
 /* ---------------------------------------------------------------------------------------------- */
 
 /* One warm-up call, then reps samples of e->inner calls each (fenced); seconds per call. */
-static int time_calls(kenv* e, kcall fn, void* ctx, kresult* res) {
+int time_calls(kenv* e, kcall fn, void* ctx, kresult* res) {
   double sorted[KMAX_REPS];
   uint64_t rep;
   int i;
@@ -402,7 +357,7 @@ static void attn_free(attn_ctx* c) {
 }
 
 /* Block tables: a random permutation of every block, batch rows of ctx / BS. */
-static void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
+void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
   uint32_t i;
   for (i = 0; i < n; i++) t[i] = (int32_t)i;
   for (i = n; i > 1; i--) {
@@ -659,8 +614,8 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
             e.inner, e.inner > 1 ? "s" : "", "case", "median us", "min us", "max us", "spread", "GB/s", "of ceiling");
   }
   if (!r->json && e.quick) fputs("  (--quick: the working sets fit in the CPU caches; fractions above 100% are expected)\n", r->f);
-  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_write_kv(&e) &&
-       bench_blocks(&e);
+  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_prefill(&e) &&
+       bench_write_kv(&e) && bench_blocks(&e);
   cache_free(&e.fence_dev);
   cache_free(&e.fence_host);
   if (r->json) report_group_end(r);

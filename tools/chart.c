@@ -163,6 +163,8 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
     fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 6, y + 4,
             step_decimals(bstep), v);
   }
+  if (num_blocks > 0 && floor(num_blocks / bstep + 1e-9) * bstep < 0.93 * num_blocks) /* label the pool's top */
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, T + 4, num_blocks);
   for (i = 0; (v = i * hstep) <= hmax * (1 + 1e-9); i++) {
     double y = T + (H - T - B) * (1.0 - v / hmax);
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#2ca02c\"/>\n", W - R, y, W - R + 4,

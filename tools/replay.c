@@ -162,6 +162,7 @@ int replay_main(int argc, char** argv) {
     const char* val = NULL;
     int got;
 #define OPT(name) ((got = opt_value(argc, argv, &i, name, &val)) != 0)
+/* An option of --mode timed: the first one given is remembered, to be refused in sequential mode. */
 #define TIMED_OPT(name) (OPT(name) && (timed_only = timed_only ? timed_only : name) != NULL)
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       replay_help(stdout);

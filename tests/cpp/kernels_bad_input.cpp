@@ -208,6 +208,141 @@ void test_layers_of_older_struct() {
   CHECK_STATUS(kvb_copy_blocks(&odd, 1, pairs, 2, nullptr), KVB_ERR_INVALID_ARGUMENT);
 }
 
+// Without CUDA in the build: UNSUPPORTED. Built with CUDA but no usable driver or device: DEVICE, with a
+// message that says so (not only the runtime's "CUDA driver version is insufficient").
+void test_cuda_take_fault_without_gpu() {
+  kvb_kernel_fault f;
+  kvb_kernel_fault_init(&f);
+  CHECK(f.struct_size == sizeof f && f.kind == KVB_FAULT_NONE && f.count == 0 && f.index == -1);
+  CHECK_STATUS(kvb_cuda_take_fault(0, nullptr, nullptr), KVB_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(kvb_cuda_take_fault(-1, nullptr, &f), KVB_ERR_INVALID_ARGUMENT);
+  const kvb_status want = cuda_built() ? KVB_ERR_DEVICE : KVB_ERR_UNSUPPORTED;
+  CHECK_STATUS(kvb_cuda_take_fault(0, nullptr, &f), want);
+  if (want == KVB_ERR_DEVICE) CHECK(mentions("no usable CUDA device or driver was found"));
+  // Kernel calls on a CUDA descriptor say the same.
+  HostCache c(KVB_DTYPE_FP16, 4, 16, 2, 64);
+  kvb_cache_desc d = c.desc;
+  d.device_type = KVB_DEVICE_CUDA;
+  const int32_t pairs[] = {0, 1};
+  CHECK_STATUS(kvb_copy_blocks(&d, 1, pairs, 1, nullptr), want);
+  if (want == KVB_ERR_DEVICE) CHECK(mentions("no usable CUDA device or driver was found"));
+}
+
+#if KVB_WITH_CUDA
+// The device checks what the CPU checks: bad seq_lens and block ids (attended blocks only) give NaN
+// outputs and a recorded fault; a bad slot is not written; kvb_cuda_take_fault reports and clears.
+struct DevAttn {
+  HostCache h;
+  DeviceBuffer dk, dv;
+  kvb_cache_desc desc;
+  Tensor q, out;
+  std::vector<int32_t> table, lens;
+  kvb_attention_args a;
+  DevAttn(uint32_t blocks, uint32_t max_blocks, std::mt19937& rng)
+      : h(KVB_DTYPE_FP16, blocks, 16, 2, 64), dk(nullptr, h.k.bytes()), dv(nullptr, h.v.bytes()),
+        q(KVB_DTYPE_FP16, 2 * 4 * 64), out(KVB_DTYPE_FP16, 2 * 4 * 64), table(2 * max_blocks), lens(2) {
+    h.k.fill_random(rng);
+    h.v.fill_random(rng);
+    q.fill_random(rng);
+    kvb::kern::devutil::copy(dk.p, h.k.data(), h.k.bytes());
+    kvb::kern::devutil::copy(dv.p, h.v.data(), h.v.bytes());
+    desc = h.desc;
+    desc.device_type = KVB_DEVICE_CUDA;
+    desc.k = dk.p;
+    desc.v = dv.p;
+    for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i % max_blocks);
+    kvb_attention_args_init(&a);
+    a.num_seqs = 2;
+    a.num_q_heads = 4;
+    a.max_blocks_per_seq = max_blocks;
+  }
+  // Runs on the device; returns the take status and fills f and out.
+  kvb_status run(kvb_kernel_fault& f, uint32_t window = 0) {
+    DeviceBuffer dq(q.data(), q.bytes()), dout(nullptr, out.bytes());
+    DeviceBuffer dt(table.data(), table.size() * 4), dl(lens.data(), lens.size() * 4);
+    kvb_attention_args b = a;
+    b.q = dq.p;
+    b.out = dout.p;
+    b.block_tables = static_cast<const int32_t*>(dt.p);
+    b.seq_lens = static_cast<const int32_t*>(dl.p);
+    b.window_tokens = window;
+    size_t ws = 0;
+    CHECK_OK(kvb_paged_attention_workspace_size(&desc, &b, &ws));
+    DeviceBuffer dws(nullptr, ws);
+    b.workspace = ws ? dws.p : nullptr;
+    b.workspace_size = ws;
+    CHECK_OK(kvb_paged_attention(&desc, &b, nullptr));
+    kvb_kernel_fault_init(&f);
+    const kvb_status st = kvb_cuda_take_fault(0, nullptr, &f);
+    dout.to_host(out.data());
+    return st;
+  }
+  bool seq_all(int s, bool nan) const {
+    for (size_t i = size_t(s) * 256; i < size_t(s + 1) * 256; ++i)
+      if (std::isnan(out.get(i)) != nan) return false;
+    return true;
+  }
+};
+
+void test_cuda_faults() {
+  std::mt19937 rng(3);
+  kvb_kernel_fault f;
+  kvb_kernel_fault_init(&f);
+  kvb_cuda_take_fault(0, nullptr, &f);  // start clean whatever earlier tests left
+  for (uint32_t max_blocks : {4u, 64u}) {  // single pass, then split-K (1000 tokens)
+    DevAttn t(64, max_blocks, rng);
+    const int32_t len = max_blocks == 4 ? 40 : 1000;
+    t.lens = {len, len};
+    CHECK_OK(t.run(f));
+    CHECK(f.kind == KVB_FAULT_NONE && f.count == 0 && t.seq_all(0, false) && t.seq_all(1, false));
+    // A bad id in an attended block of sequence 1.
+    t.table[max_blocks + 1] = 99;
+    CHECK_STATUS(t.run(f), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(mentions("block_tables[1][1] = 99"));
+    CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.kernel == KVB_KERNEL_PAGED_ATTENTION && f.index == 1 && f.column == 1 &&
+          f.value == 99 && f.count >= 1);
+    CHECK(t.seq_all(0, false) && t.seq_all(1, true));
+    kvb_kernel_fault again;
+    kvb_kernel_fault_init(&again);
+    CHECK_OK(kvb_cuda_take_fault(0, nullptr, &again));  // consumed
+    CHECK(again.kind == KVB_FAULT_NONE && again.count == 0);
+    // -1 inside the attended range is a fault too; outside a window nothing is read or checked.
+    t.table[max_blocks + 1] = -1;
+    CHECK_STATUS(t.run(f), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.value == -1);
+    t.table[max_blocks + 0] = -7;
+    CHECK_OK(t.run(f, 8));  // window of 8: only the last block is attended
+    CHECK(t.seq_all(0, false) && t.seq_all(1, false));
+    // seq_lens beyond the table.
+    t.table[max_blocks + 0] = 0;
+    t.table[max_blocks + 1] = 1;
+    t.lens[1] = int32_t(max_blocks * 16 + 1);
+    CHECK_STATUS(t.run(f), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_SEQ_LEN && f.index == 1 && f.value == int64_t(max_blocks * 16 + 1));
+    CHECK(t.seq_all(0, false) && t.seq_all(1, true));
+    t.lens[1] = -3;
+    CHECK_STATUS(t.run(f), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_SEQ_LEN && f.value == -3);
+  }
+  // write_kv: a bad slot is not written and is reported.
+  DevAttn t(8, 4, rng);
+  Tensor kv(KVB_DTYPE_FP16, 4 * 2 * 64);
+  kv.fill_random(rng);
+  std::vector<int64_t> slots = {0, -1, 5000, 3};
+  DeviceBuffer dkv(kv.data(), kv.bytes()), ds(slots.data(), slots.size() * 8);
+  kvb_write_kv_args w;
+  kvb_write_kv_args_init(&w);
+  w.num_tokens = 4;
+  w.key = w.value = dkv.p;
+  w.slot_mapping = static_cast<const int64_t*>(ds.p);
+  CHECK_OK(kvb_write_kv(&t.desc, &w, nullptr));
+  CHECK_STATUS(kvb_cuda_take_fault(0, nullptr, &f), KVB_ERR_INVALID_ARGUMENT);
+  CHECK(f.kind == KVB_FAULT_SLOT && f.kernel == KVB_KERNEL_WRITE_KV && f.index == 2 && f.value == 5000);
+  t.dk.to_host(t.h.k.data());
+  CHECK(t.h.k.get(t.h.offset(0, 3, 1, 5)) == kv.get(3 * 128 + 64 + 5));
+}
+#endif
+
 }  // namespace
 
 int main() {
@@ -216,5 +351,13 @@ int main() {
   RUN_TEST(test_write_kv_stride_overflow);
   RUN_TEST(test_workspace_size_overflow);
   RUN_TEST(test_layers_of_older_struct);
+  if (cuda_devices() == 0) {
+    RUN_TEST(test_cuda_take_fault_without_gpu);
+    SKIP_TEST(test_cuda_faults, cuda_built() ? "no CUDA device" : "built without CUDA");
+  } else {
+#if KVB_WITH_CUDA
+    RUN_TEST(test_cuda_faults);
+#endif
+  }
   TEST_SUMMARY();
 }

@@ -51,7 +51,7 @@ check "--svg relative path in the current folder" [ -s "$TMP/rel.svg" ]
 # The chart: ticks at 1-2-5 values, hit ratio scaled to its data, title with mode and counts.
 # Labels of one axis (x of text elements with text-anchor end = left axis; etc.).
 left=$(sed -n 's/.*text-anchor="end">\([0-9.]*\)<\/text>/\1/p' "$TMP/c.svg" | tr '\n' ' ')
-check "chart: left ticks 0 10 20 30 40 ($left)" [ "$left" = "0 10 20 30 40 " ]
+check "chart: left ticks 0 10 20 30 40, pool size 48 on top ($left)" [ "$left" = "0 10 20 30 40 48 " ]
 right=$(sed -n 's/.*<text x="[0-9.]*" y="[0-9.]*">\([0-9.]*\)%<\/text>/\1/p' "$TMP/c.svg" | tr '\n' ' ')
 hmax=$(echo "$right" | awk '{print $NF}')
 hit=$(sed -n 's/^  hit ratio, all lookups *\([0-9.]*\)%$/\1/p' "$TMP/c.txt")
@@ -98,4 +98,15 @@ b=$(json_field "$TMP/j.json" blocks); bps=$(json_field "$TMP/j.json" blocks_per_
 check "json: blocks/s from manager time" awk -v b="$b" -v m="$m" -v r="$bps" 'BEGIN { exit !(r > 0.98 * b / (m + 0.0005) && r < 1.02 * b / (m - 0.0005)) }'
 "$KVB" replay "$BURST" --mode timed --num-blocks 400 --json >"$TMP/tj.json"
 check "timed json: trace_requests" [ "$(json_field "$TMP/tj.json" trace_requests)" = 12 ]
+
+# The README's sample output is the tool's current output (every line but the timings).
+"$KVB" replay "$SAMPLE" >"$TMP/readme_run.txt"
+awk '/^kvblock replay: traces\/sample_mooncake.jsonl$/ { on = 1; next } on && /^```/ { exit } on' README.md |
+  sed 's/ *<-.*//' | grep -v -e '^  \.\.\.$' -e ' s$' -e ' s (' -e '(manager time)$' >"$TMP/readme_lines.txt"
+stale=""
+while IFS= read -r line; do
+  grep -qxF -- "$line" "$TMP/readme_run.txt" || stale="$stale [$line]"
+done <"$TMP/readme_lines.txt"
+check "README sample output is current ($(wc -l <"$TMP/readme_lines.txt") lines)$stale" \
+  sh -c "[ -z '$stale' ] && [ $(wc -l <"$TMP/readme_lines.txt") -ge 10 ]"
 finish

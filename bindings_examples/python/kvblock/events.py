@@ -40,9 +40,9 @@ of over-estimating it, which would route requests to a prefix that is gone). Eac
 *messages* on the wire (a subscriber's high-water mark) show up as a sequence gap that the subscriber
 repairs through the replay socket.
 
-The module needs only cffi's `ffi` and `lib` for the library and a manager handle (a `kvb_manager*`, or
-any object with a `_handle` attribute holding one) whose config enabled KVB_CONFIG_EVENTS.
-pyzmq and msgpack are dependencies of this module only; the C library knows nothing of them.
+The manager must be made with kvblock.Manager(..., events=True) (KVB_CONFIG_EVENTS); the publisher drains it
+with Manager.drain_events. pyzmq and msgpack are needed by this module only (pip install kvblock[events]);
+the C library knows nothing of them.
 """
 import logging
 import os
@@ -66,100 +66,59 @@ class TokenIdRangeError(ValueError):
 
 
 # -- draining the manager ------------------------------------------------------------------------------
-class _Drainer:
-    """Reads events out of a manager with kvb_drain_events into plain Python tuples:
-    ("stored", hash, parent_kind, parent_hash, extra_key or None, tokens) | ("removed", hash) | ("cleared",)."""
-
-    def __init__(self, ffi, lib, handle, capacity, block_size):
-        self.ffi, self.lib, self.handle = ffi, lib, handle
-        self.capacity = capacity
-        self._events = ffi.new("kvb_event[]", capacity)
-        self._tokens = ffi.new("int64_t[]", capacity * block_size)
-        self._token_capacity = capacity * block_size
-        self._n = ffi.new("size_t*")
-        self._dropped = ffi.new("uint64_t*")
-        self._stored = lib.KVB_EVENT_BLOCK_STORED
-        self._removed = lib.KVB_EVENT_BLOCK_REMOVED
-
-    def drain_once(self):
-        """One kvb_drain_events call: (events, dropped since the previous drain)."""
-        lib, ffi = self.lib, self.ffi
-        status = lib.kvb_drain_events(self.handle, self._events, self.capacity, self._tokens,
-                                      self._token_capacity, self._n, self._dropped)
-        if status != lib.KVB_OK:
-            raise RuntimeError("kvb_drain_events: %s: %s" % (ffi.string(lib.kvb_status_string(status)).decode(),
-                                                             ffi.string(lib.kvb_last_error()).decode()))
-        n = self._n[0]
-        out = []
-        tokens, unpack = self._tokens, ffi.unpack
-        for i in range(n):
-            e = self._events[i]
-            if e.type == self._stored:
-                off = e.token_offset
-                out.append(("stored", e.block_hash, e.parent_kind, e.parent_hash,
-                            e.extra_key if e.has_extra_key else None, unpack(tokens + off, e.num_tokens)))
-            elif e.type == self._removed:
-                out.append(("removed", e.block_hash))
-            else:
-                out.append(("cleared",))
-        return out, self._dropped[0]
-
-    def drain(self):
-        """Everything queued now: (events, dropped). When the manager dropped events, they were dropped
-        after everything it still held (its buffer was full), so the drain continues until the buffer
-        is empty and the caller places its resync marker after all of these events."""
-        events, dropped = self.drain_once()
-        more = len(events) == self.capacity
-        while more:
-            chunk, d = self.drain_once()
-            events.extend(chunk)
-            dropped += d
-            more = len(chunk) == self.capacity
-        return events, dropped
+def drain_all(manager, chunk):
+    """Everything the manager holds now: (events, dropped). When the manager dropped events, they were
+    dropped after everything it still held (its buffer was full), so the drain continues until the buffer
+    is empty and the caller places its resync marker after all of these events."""
+    events, dropped = manager.drain_events(chunk)
+    more = len(events) == chunk
+    while more:
+        part, d = manager.drain_events(chunk)
+        events.extend(part)
+        dropped += d
+        more = len(part) == chunk
+    return events, dropped
 
 
 # -- encoding ------------------------------------------------------------------------------------------
 def group_events(raw, block_size, medium, lora_name=None):
-    """Raw drained events -> wire events as dicts in the "map" form (encoding happens later).
+    """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
     Consecutive stored blocks that form one chain share a BlockStored; consecutive removals share a
     BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32)."""
     out = []
     cur = None  # the BlockStored being extended
     for ev in raw:
-        kind = ev[0]
-        if kind == "stored":
-            _, h, parent_kind, parent_hash, extra_key, tokens = ev
-            bad = [t for t in tokens if t < 0 or t > MAX_TOKEN_ID]
-            if bad:
+        if ev.type == "stored":
+            toks = ev.tokens.tolist()
+            if toks and (min(toks) < 0 or max(toks) > MAX_TOKEN_ID):
+                bad = next(t for t in toks if t < 0 or t > MAX_TOKEN_ID)
                 raise TokenIdRangeError(
-                    f"block {h:#018x}: token id {bad[0]} does not fit 32 bits; vLLM's KV-event format "
+                    f"block {ev.block_hash:#018x}: token id {bad} does not fit 32 bits; vLLM's KV-event format "
                     f"carries token ids as u32, so this block cannot be published (keep token ids in "
                     f"[0, {MAX_TOKEN_ID}] for engines that publish events)")
             extra = None
-            if parent_kind == 2:  # KVB_PARENT_SALT: first block of a salted chain
-                extra = [["kvb_salt", parent_hash]]
-            if extra_key is not None:
-                extra = (extra or []) + [["kvb_extra_key", extra_key]]
-            chained = (cur is not None and parent_kind == 1 and parent_hash == cur["block_hashes"][-1])
-            if chained:
-                cur["block_hashes"].append(h)
-                cur["token_ids"].extend(tokens)
+            if ev.cache_salt is not None:  # first block of a salted chain
+                extra = [["kvb_salt", ev.cache_salt]]
+            if ev.extra_key is not None:
+                extra = (extra or []) + [["kvb_extra_key", ev.extra_key]]
+            if cur is not None and ev.parent_hash is not None and ev.parent_hash == cur["block_hashes"][-1]:
+                cur["block_hashes"].append(ev.block_hash)
+                cur["token_ids"].extend(toks)
                 if extra is not None or "extra_keys" in cur:
                     cur.setdefault("extra_keys", [None] * (len(cur["block_hashes"]) - 1)).append(extra)
             else:
-                cur = {"type": "BlockStored", "block_hashes": [h],
-                       "parent_block_hash": parent_hash if parent_kind == 1 else None,
-                       "token_ids": list(tokens), "block_size": block_size, "lora_id": None,
+                cur = {"type": "BlockStored", "block_hashes": [ev.block_hash], "parent_block_hash": ev.parent_hash,
+                       "token_ids": toks, "block_size": block_size, "lora_id": None,
                        "medium": medium, "lora_name": lora_name}
                 if extra is not None:
                     cur["extra_keys"] = [extra]
                 out.append(cur)
-        elif kind == "removed":
+        elif ev.type == "removed":
             cur = None
             if out and out[-1]["type"] == "BlockRemoved":
-                out[-1]["block_hashes"].append(ev[1])
+                out[-1]["block_hashes"].append(ev.block_hash)
             else:
-                out.append({"type": "BlockRemoved", "block_hashes": [ev[1]], "medium": medium})
+                out.append({"type": "BlockRemoved", "block_hashes": [ev.block_hash], "medium": medium})
         else:
             cur = None
             out.append({"type": "AllBlocksCleared"})
@@ -197,10 +156,6 @@ def decode_batch(payload):
 
 
 # -- the publisher -------------------------------------------------------------------------------------
-def _handle_of(manager):
-    return getattr(manager, "_handle", manager)
-
-
 class KvEventPublisher:
     """Drains a manager's events on flush() and publishes them from a background thread.
 
@@ -213,7 +168,7 @@ class KvEventPublisher:
     tell when a router has subscribed: messages published before that are lost on a PUB socket.
     """
 
-    def __init__(self, ffi, lib, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
+    def __init__(self, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
                  replay_endpoint=None, dp_rank=0, medium="GPU", lora_name=None, connect=False,
                  max_queue_batches=1024, replay_buffer=10000, hwm=100000, drain_capacity=4096,
                  linger_ms=1000):
@@ -223,17 +178,12 @@ class KvEventPublisher:
             raise ValueError(f"dp_rank must be a non-negative int, got {dp_rank!r}")
         if max_queue_batches < 1 or drain_capacity < 1:
             raise ValueError("max_queue_batches and drain_capacity must be >= 1")
-        handle = _handle_of(manager)
-        st = ffi.new("kvb_stats*")
-        lib.kvb_stats_init(st)
-        if lib.kvb_get_stats(handle, st) != lib.KVB_OK:
-            raise ValueError("manager: kvb_get_stats failed: " + ffi.string(lib.kvb_last_error()).decode())
-        self.block_size = st.block_size
+        self.block_size = manager.block_size
         self.endpoint, self.topic, self.encoding = endpoint, topic.encode(), encoding
         self.replay_endpoint, self.dp_rank, self.medium, self.lora_name = (
             replay_endpoint, dp_rank, medium, lora_name)
-        self._manager = manager  # keeps a Manager object (and so its handle) alive while we drain it
-        self._drainer = _Drainer(ffi, lib, handle, drain_capacity, self.block_size)
+        self._manager = manager
+        self._drain_capacity = drain_capacity
         self._flush_lock = threading.Lock()
         self._queue = queue.Queue(maxsize=max_queue_batches)
         self._replay_buf = []
@@ -279,7 +229,7 @@ class KvEventPublisher:
         with self._flush_lock:
             if not self._running:
                 raise RuntimeError("KvEventPublisher is closed")
-            raw, dropped = self._drainer.drain()
+            raw, dropped = drain_all(self._manager, self._drain_capacity)
             resync = dropped > 0
             error = None
             try:

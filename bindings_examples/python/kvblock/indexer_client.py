@@ -99,7 +99,8 @@ class DynamoIndexer:
 
     def scores(self, token_ids, model_name="default"):
         """{instance_id: matched tokens} (dp ranks summed; instances with no match are absent)."""
-        out = self._request("POST", "/query", {"token_ids": [int(t) for t in token_ids],
+        ids = token_ids.tolist() if hasattr(token_ids, "tolist") else [int(t) for t in token_ids]
+        out = self._request("POST", "/query", {"token_ids": ids,
                                                 "model_name": model_name})
         return {int(inst): sum(per_rank.values()) for inst, per_rank in out["scores"].items()}
 

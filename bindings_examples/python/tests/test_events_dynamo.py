@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("zmq", reason="pyzmq not installed (pip install pyzmq msgpack)")
 pytest.importorskip("msgpack", reason="msgpack not installed (pip install pyzmq msgpack)")
 
-import events_shim as S  # noqa: E402
+import event_helpers as S  # noqa: E402
 
 ev, ic = S.events, S.indexer_client
 WAIT_S = 30.0  # upper bound for the indexer to apply what was published; correctness never waits on it
@@ -41,7 +41,7 @@ class Engine:
     def __init__(self, indexer, model, encoding="map", num_blocks=64, block_size=4,
                  event_capacity=65536, replay=False):
         self.m = S.EvManager(num_blocks, block_size, event_capacity)
-        self.pub = ev.KvEventPublisher(S.ffi, S.lib, self.m, endpoint="tcp://127.0.0.1:*", encoding=encoding,
+        self.pub = ev.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*", encoding=encoding,
                                        replay_endpoint="tcp://127.0.0.1:*" if replay else None)
         self.id, self.indexer, self.model = next(_instance_counter), indexer, model
 
@@ -116,25 +116,6 @@ def test_two_workers_told_apart(indexer, model):
         w2.close()
 
 
-def run_twins(m, prompt):
-    """Two sequences compute the same blocks at once (both allocated before either commits): the second
-    commit re-enters hashes the first already stored."""
-    sids = [m._next_seq, m._next_seq + 1]
-    m._next_seq += 2
-    buf = S.ffi.new("int64_t[]", prompt)
-    cached = S.ffi.new("size_t*")
-    done = []
-    try:
-        for sid in sids:
-            S.check(S.lib.kvb_seq_allocate(m._handle, sid, buf, len(prompt), cached))
-            done.append(sid)
-        for sid in sids:
-            S.check(S.lib.kvb_seq_commit(m._handle, sid, len(prompt) - cached[0]))
-    finally:
-        for sid in done:
-            S.check(S.lib.kvb_seq_free(m._handle, sid))
-
-
 @pytest.mark.parametrize("encoding", ["map", "array"])
 def test_random_workload_scores_equal_manager(indexer, model, encoding):
     """Random prompts sharing prefixes on a small pool (evictions, concurrent identical prompts, resets):
@@ -153,13 +134,13 @@ def test_random_workload_scores_equal_manager(indexer, model, encoding):
                 keep = rng.random() < 0.3  # some stay live: shared, in use
                 try:
                     if rng.random() < 0.2:
-                        run_twins(e.m, p)
+                        e.m.run_twins(p)
                     else:
                         sid, _ = e.m.run(p, keep=keep)
                         if keep:
                             live.append(sid)
-                except RuntimeError as err:  # the pool is full of live sequences
-                    assert "OUT_OF_BLOCKS" in str(err)
+                except S.kvblock.KvbError as err:  # the pool is full of live sequences
+                    assert err.status == S.kvblock.Status.OUT_OF_BLOCKS
                     break
             for sid in live:
                 e.m.free(sid)

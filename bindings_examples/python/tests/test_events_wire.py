@@ -3,12 +3,14 @@ encodings, chain grouping, resync markers for every kind of gap, the 32-bit toke
 import random
 import time
 
+import numpy as np
+
 import pytest
 
 zmq = pytest.importorskip("zmq", reason="pyzmq not installed (pip install pyzmq msgpack)")
 pytest.importorskip("msgpack", reason="msgpack not installed (pip install pyzmq msgpack)")
 
-import events_shim as S  # noqa: E402
+import event_helpers as S  # noqa: E402
 
 ev = S.events
 WAIT_MS = 10000  # bounded waits; nothing here depends on timing otherwise
@@ -50,15 +52,13 @@ def chain_hashes(tokens, bs):
     """The manager's public hash chain for full blocks of tokens (kvb_hash_tokens)."""
     out, parent = [], None
     for i in range(0, len(tokens) - len(tokens) % bs, bs):
-        buf = S.ffi.new("int64_t[]", tokens[i:i + bs])
-        p = S.ffi.new("uint64_t*", parent) if parent is not None else S.ffi.NULL
-        parent = S.lib.kvb_hash_tokens(p, buf, bs)
+        parent = S.kvblock.hash_tokens(tokens[i:i + bs], parent)
         out.append(parent)
     return out
 
 
 def test_map_form_frames_and_grouping(mgr):
-    with ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://127.0.0.1:*", topic="kv@w1", dp_rank=3) as pub:
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", topic="kv@w1", dp_rank=3) as pub:
         sub = subscribe(pub)
         prompt = list(range(1, 15))  # 3 full blocks + 2 tokens
         mgr.run(prompt)
@@ -80,7 +80,7 @@ def test_map_form_frames_and_grouping(mgr):
 
 
 def test_array_form_and_removals(mgr):
-    with ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://127.0.0.1:*", encoding="array") as pub:
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", encoding="array") as pub:
         sub = subscribe(pub)
         a = list(range(1, 33))  # 8 blocks: half the pool
         mgr.run(a)
@@ -103,7 +103,7 @@ def test_array_form_and_removals(mgr):
 def test_manager_drop_ends_batch_with_clear():
     m = S.EvManager(num_blocks=16, block_size=4, event_capacity=3)
     try:
-        with ev.KvEventPublisher(S.ffi, S.lib, m, endpoint="tcp://127.0.0.1:*") as pub:
+        with ev.KvEventPublisher(m, endpoint="tcp://127.0.0.1:*") as pub:
             sub = subscribe(pub)
             m.run(list(range(1, 25)))  # 6 stored events into a 3-event buffer: 3 dropped
             pub.flush()
@@ -120,7 +120,7 @@ def test_manager_drop_ends_batch_with_clear():
 
 
 def test_queue_drop_starts_next_batch_with_clear(mgr):
-    pub = ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://127.0.0.1:*", max_queue_batches=1)
+    pub = ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", max_queue_batches=1)
     try:
         sub = subscribe(pub)
         blocks = [list(range(k, k + 4)) for k in (10, 20, 30, 40)]
@@ -145,7 +145,7 @@ def test_queue_drop_starts_next_batch_with_clear(mgr):
 
 
 def test_token_ids_must_fit_32_bits(mgr):
-    with ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://127.0.0.1:*") as pub:
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*") as pub:
         sub = subscribe(pub)
         mgr.run([1, 2, 3, 2**32, 5])
         with pytest.raises(ev.TokenIdRangeError, match="token id 4294967296 does not fit 32 bits"):
@@ -158,15 +158,15 @@ def test_token_ids_must_fit_32_bits(mgr):
 
 def test_bad_arguments(mgr):
     with pytest.raises(ValueError, match="encoding"):
-        ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://127.0.0.1:*", encoding="json")
+        ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", encoding="json")
     with pytest.raises(ValueError, match="dp_rank"):
-        ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://127.0.0.1:*", dp_rank=-1)
+        ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", dp_rank=-1)
     with pytest.raises(OSError, match="cannot bind"):
-        ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://256.0.0.1:1")
+        ev.KvEventPublisher(mgr, endpoint="tcp://256.0.0.1:1")
 
 
 def test_replay_serves_missed_batches(mgr):
-    with ev.KvEventPublisher(S.ffi, S.lib, mgr, endpoint="tcp://127.0.0.1:*",
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*",
                              replay_endpoint="tcp://127.0.0.1:*", replay_buffer=2) as pub:
         sent = []
         for i in range(3):  # nobody listens: on a PUB socket these are gone, the replay buffer keeps 2
@@ -196,6 +196,7 @@ def test_replay_serves_missed_batches(mgr):
 def test_grouping_matches_a_simple_model():
     """group_events against a one-event-per-block model: the same hashes, parents and tokens, in order."""
     rng = random.Random(5)
+    Event = S.kvblock.Event
     for _ in range(200):
         raw, parent = [], None
         for _ in range(rng.randrange(0, 12)):
@@ -203,17 +204,19 @@ def test_grouping_matches_a_simple_model():
             if r < 0.6:
                 h = rng.getrandbits(64)
                 kind = 1 if (parent is not None and rng.random() < 0.7) else rng.choice([0, 2])
-                ph = parent if kind == 1 else (rng.getrandbits(64) if kind == 2 else 0)
+                ph = parent if kind == 1 else None
                 if kind == 1 and rng.random() < 0.2:
                     ph = rng.getrandbits(64)  # a parent that is not the previous event
+                salt = rng.getrandbits(64) if kind == 2 else None
                 extra = rng.getrandbits(64) if rng.random() < 0.2 else None
-                raw.append(("stored", h, kind, ph, extra, [rng.randrange(2**32) for _ in range(2)]))
+                toks = np.array([rng.randrange(2**32) for _ in range(2)], np.int64)
+                raw.append(Event("stored", h, ph, salt, extra, toks, rng.randrange(100)))
                 parent = h
             elif r < 0.9:
-                raw.append(("removed", rng.getrandbits(64)))
+                raw.append(Event("removed", rng.getrandbits(64), None, None, None, np.empty(0, np.int64), 0))
                 parent = None
             else:
-                raw.append(("cleared",))
+                raw.append(Event("cleared", 0, None, None, None, np.empty(0, np.int64), -1))
                 parent = None
         flat = []
         for e in ev.group_events(raw, 2, "GPU"):
@@ -231,10 +234,12 @@ def test_grouping_matches_a_simple_model():
                 flat.append(("cleared",))
         model = []
         for r in raw:
-            if r[0] != "stored":
-                model.append(r)
-                continue
-            _, h, kind, ph, extra, toks = r
-            keys = ([["kvb_salt", ph]] if kind == 2 else []) + ([["kvb_extra_key", extra]] if extra is not None else [])
-            model.append(("stored", h, ph if kind == 1 else None, toks, keys or None))
+            if r.type == "removed":
+                model.append(("removed", r.block_hash))
+            elif r.type == "cleared":
+                model.append(("cleared",))
+            else:
+                keys = (([["kvb_salt", r.cache_salt]] if r.cache_salt is not None else [])
+                        + ([["kvb_extra_key", r.extra_key]] if r.extra_key is not None else []))
+                model.append(("stored", r.block_hash, r.parent_hash, r.tokens.tolist(), keys or None))
         assert flat == model

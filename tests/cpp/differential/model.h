@@ -260,12 +260,13 @@ struct Model {
     return KVB_OK;
   }
 
-  // Sliding window with sinks: every held block wholly outside the first `sink` tokens and the last
-  // `window` tokens, and fully committed, is released (ascending order).
+  // Sliding window with sinks: every held block wholly before the window of the first query still to
+  // come (position `computed`: [computed + 1 - window, computed]) and past the first `sink` tokens is
+  // released (ascending order), except the block of the last computed token.
   void apply_window(MSeq& s) {
-    if (s.window == 0) return;
-    size_t before = s.tokens.size() > s.window ? s.tokens.size() - s.window : 0;
-    size_t end = std::min(before, s.computed) / bs;
+    if (s.window == 0 || s.computed == 0) return;
+    size_t before = s.computed + 1 > s.window ? s.computed + 1 - s.window : 0;
+    size_t end = std::min(before / bs, (s.computed - 1) / bs);
     for (size_t i = (s.sink + bs - 1) / bs; i < end; ++i)
       if (s.table[i] >= 0) {
         release(s.table[i]);
@@ -389,8 +390,6 @@ struct Model {
     size_t nb = nblocks(pos);
     if (p->table[nb - 1] < 0) return KVB_ERR_BAD_STATE;
     size_t hashed = std::min(p->hashed, pos / bs);
-    // Continuing the hash chain needs the block before the new end (unless nothing changes).
-    if (hashed != p->hashed && hashed > 0 && p->table[hashed - 1] < 0) return KVB_ERR_BAD_STATE;
     MSeq c;
     c.tokens.assign(p->tokens.begin(), p->tokens.begin() + static_cast<long>(pos));
     c.table.assign(p->table.begin(), p->table.begin() + static_cast<long>(nb));
@@ -422,7 +421,6 @@ struct Model {
     size_t nb = nblocks(len);
     if (s->table[nb - 1] < 0) return KVB_ERR_BAD_STATE;
     size_t hashed = std::min(s->hashed, len / bs);
-    if (hashed != s->hashed && hashed > 0 && s->table[hashed - 1] < 0) return KVB_ERR_BAD_STATE;
     for (size_t i = s->table.size(); i-- > nb;)
       if (s->table[i] >= 0) release(s->table[i]);
     s->table.resize(nb);

@@ -6,6 +6,10 @@
  *    pointers. kvb_last_error() holds a thread-local message with the detail of the last failure.
  *  - A failed call changes nothing.
  *  - Structs that may grow start with `uint32_t struct_size`; call the matching kvb_xxx_init() first.
+ *    The library reads only the fields the caller's struct_size covers. An array of such structs (e.g.
+ *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
+ *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
+ *    built against an older or newer header works as it is).
  *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
  *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager).
@@ -278,6 +282,15 @@ KVB_API void kvb_batch_init(kvb_batch* batch);
    KVB_ERR_BUFFER_TOO_SMALL (with num_slots / max_blocks_needed set) when a buffer is too small. */
 KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_seqs, kvb_batch* batch);
 
+/* Decode step for many sequences in one call: append tokens[i] to sequence seq_ids[i], i < num_seqs.
+   All-or-nothing: every id must exist, be on device and appear once, and the free queue must cover the
+   whole batch (new blocks and copy-on-write copies) before anything changes; else nothing changes.
+   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order. */
+KVB_API kvb_status kvb_batch_append(kvb_manager* m, const int64_t* seq_ids, const int64_t* tokens, size_t num_seqs);
+/* Commit num_tokens[i] tokens of sequence seq_ids[i] (NULL num_tokens = every uncomputed token of each).
+   All-or-nothing like kvb_batch_append; equivalent to kvb_seq_commit for each in order. */
+KVB_API kvb_status kvb_batch_commit(kvb_manager* m, const int64_t* seq_ids, const size_t* num_tokens, size_t num_seqs);
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Statistics, events, prefix-cache control                                                          */
 /* ------------------------------------------------------------------------------------------------ */
@@ -352,12 +365,15 @@ KVB_API kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t ca
    is in use, so no running sequence can lose its cached prefix mid-flight (vLLM's contract). */
 KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 
-/* ==== KERNELS BEGIN (owned by kernels/) ==== */
-
 /* ------------------------------------------------------------------------------------------------ */
-/* Kernels: write K/V, paged decode attention, copy and swap blocks (CPU always, CUDA when built)  */
+/* Kernels: write K/V, paged decode and prefill attention, copy and swap blocks (CPU / CUDA)     */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* Strides everywhere below are in elements, never negative (refused: no kernel walks backwards), and 0
+   selects the dense default. Every call checks, with overflow-checked arithmetic, that the largest
+   element offset any (block, token, head, dim) or (sequence, head, dim) reaches in each tensor it touches
+   (cache k/v, q, out, key, value) is below 2^60 elements and that the tensor does not wrap the address
+   space; otherwise KVB_ERR_INVALID_ARGUMENT names the stride. */
 typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
 typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
 
@@ -411,7 +427,9 @@ typedef struct kvb_write_kv_args {
   int64_t  key_head_stride;     /* 0 = head_dim */
   int64_t  value_token_stride;  /* 0 = num_kv_heads * head_dim */
   int64_t  value_head_stride;   /* 0 = head_dim */
-  const int64_t* slot_mapping;  /* [num_tokens]; CPU: other out-of-range slots are an error; CUDA: skipped */
+  const int64_t* slot_mapping;  /* [num_tokens]; other slots outside [0, num_blocks * block_size) are an
+                                   error (CPU: the call fails, nothing written; CUDA: that token is not
+                                   written and the fault is recorded, see kvb_cuda_take_fault) */
 } kvb_write_kv_args;
 
 KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
@@ -443,12 +461,86 @@ typedef struct kvb_attention_args {
 
 KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 /* Bytes of workspace kvb_paged_attention needs for these shapes (depends on num_seqs, num_q_heads,
-   max_blocks_per_seq and the cache shape only; pointers are not read). */
+   max_blocks_per_seq and the cache shape only; pointers are not read). A size that does not fit size_t
+   is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
-/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). CPU:
-   out-of-range block ids in the attended range and seq_lens beyond the table are errors. */
+/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+   seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
+   that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
+   too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks
+   this before anything is written and fails the call; CUDA checks the same on the device (see
+   kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
+
+/* Paged prefill / extend attention over a ragged batch: every sequence brings q_len_i >= 0 new query
+   tokens (a prompt, a chunk of one, speculative draft tokens or a single decode token: one call serves
+   a batch that mixes them), whose K/V are already in the cache (kvb_write_kv). Positions: with
+   q_len_i = query_start[i+1] - query_start[i], query row query_start[i] + j (0 <= j < q_len_i) is the
+   token at absolute position pos = seq_lens[i] - q_len_i + j of sequence i; it attends causally to the
+   cached positions t <= pos, limited (window_tokens > 0) to t > pos - window_tokens plus the sinks
+   t < sink_tokens.
+
+   Worked example (block_size 16): a 100-token prompt whose first 32 tokens hit the prefix cache
+   (kvb_seq_allocate reports 32 cached). In one step, kvb_batch_export writes seq_lens {100} and
+   query_start {0, 68}: query row j (0..67) is position 32 + j and sees positions 0 .. 32 + j.
+   Chunked into 40 + 28 new tokens instead, the engine passes
+     chunk 1: query_start {0, 40}, seq_lens {72} (32 cached + 40 new, their K/V written first):
+              row j is position 32 + j and sees 0 .. 32 + j; then kvb_seq_commit(40);
+     chunk 2: query_start {0, 28}, seq_lens {100}: row j is position 72 + j and sees 0 .. 72 + j.
+   With window_tokens 64 and sink_tokens 4, the last row (position 99) sees 0..3 and 36..99.
+   Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
+   exactly what kvb_paged_attention computes.
+
+   Work layout on CUDA (no host read of query_start or seq_lens, so a launch is CUDA-graph capturable
+   with the batch changing between replays as long as total_q_tokens and num_seqs stay within the
+   captured values): query rows are packed (token, query head of the GQA group) per kv head and cut
+   into tiles of 64 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
+   b_i = floor(query_start[i] * group / 64) + i, which is computable from query_start alone and leaves
+   every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 64) + num_seqs
+   tiles per kv head (and per key split) and each CTA finds its sequence by binary search over
+   query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
+   long, the key range is split into partitions written to the workspace and merged by a second
+   kernel (flash-decoding style), so the workspace size depends on the shapes below and the device.
+   fp16 / bf16 use tensor cores (mma.sync m16n8k16, fp32 accumulation); fp32 uses CUDA cores.
+   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls. */
+typedef struct kvb_prefill_args {
+  uint32_t struct_size;
+  uint32_t num_seqs;
+  uint32_t num_q_heads;         /* a multiple of num_kv_heads (GQA / MQA) */
+  uint32_t max_blocks_per_seq;  /* columns of block_tables */
+  uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (checked on CPU;
+                                   CUDA cannot read it on the host: rows past it are never touched) */
+  uint32_t reserved;
+  const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
+  int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
+  int64_t  q_head_stride;       /* 0 = head_dim */
+  void*    out;                 /* [total_q_tokens, num_q_heads, head_dim], every row written */
+  int64_t  out_token_stride;    /* 0 = num_q_heads * head_dim */
+  int64_t  out_head_stride;     /* 0 = head_dim */
+  const int32_t* query_start;   /* [num_seqs + 1], query_start[0] = 0, non-decreasing (kvb_batch_export) */
+  const int32_t* seq_lens;      /* [num_seqs] tokens in the cache INCLUDING the new ones (>= q_len_i) */
+  const int32_t* block_tables;  /* [num_seqs, max_blocks_per_seq] */
+  float    scale;               /* logits = scale * q.k, default 1/sqrt(head_dim) if left 0 */
+  float    logits_soft_cap;     /* > 0: logits = cap * tanh(logits / cap); 0 = off */
+  uint32_t window_tokens;       /* > 0: a row at pos attends only t > pos - window_tokens (plus sinks) */
+  uint32_t sink_tokens;         /* with a window: the first sink_tokens tokens are attended too */
+  void*    workspace;           /* kvb_prefill_attention_workspace_size() bytes on the device, 16-byte
+                                   aligned (may be NULL if 0) */
+  size_t   workspace_size;
+} kvb_prefill_args;
+
+/* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */
+KVB_API void kvb_prefill_args_init(kvb_prefill_args* args);
+/* Bytes of workspace kvb_prefill_attention needs: a function of the cache (device, shape), num_seqs,
+   num_q_heads, max_blocks_per_seq and total_q_tokens only; pointers are not read. 0 on the CPU. */
+KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
+                                                        size_t* bytes);
+/* Prefill / extend attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+   CPU: query_start, seq_lens (q_len_i <= seq_lens[i] <= max_blocks_per_seq * block_size) and the block
+   ids in the attended range are checked before anything is written. CUDA: q and out 16-byte aligned
+   with strides a multiple of 16 bytes; rows of an inconsistent sequence are written as zeros. */
+KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
 
 /* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
    num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */
@@ -466,7 +558,43 @@ typedef enum kvb_swap_flags {
 KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_cache_desc* dst_layers,
                                    size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
                                    void* stream);
-/* ==== KERNELS END ==== */
+/* CUDA input faults. A CUDA kernel reads seq_lens, block_tables and slot_mapping on the device after the
+   launching call has returned, so it cannot fail that call. It checks exactly what the CPU kernel checks
+   before running (see kvb_paged_attention and kvb_write_kv_args.slot_mapping), never reads or writes
+   through a bad value, makes the result visibly wrong (NaN outputs for every head of a faulty sequence;
+   a faulty slot's token is not written), and records the first fault per device (plus a count) in a
+   device-side record that stays until kvb_cuda_take_fault reads it. */
+typedef enum kvb_fault_kind {
+  KVB_FAULT_NONE = 0,
+  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table */
+  KVB_FAULT_BLOCK_ID = 2,  /* block_tables[index][column] = value is not in [0, num_blocks) where attended */
+  KVB_FAULT_SLOT = 3       /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+} kvb_fault_kind;
+
+typedef enum kvb_kernel_id { KVB_KERNEL_NONE = 0, KVB_KERNEL_WRITE_KV = 1, KVB_KERNEL_PAGED_ATTENTION = 2 } kvb_kernel_id;
+
+typedef struct kvb_kernel_fault {
+  uint32_t struct_size;
+  uint32_t kind;    /* kvb_fault_kind of the first fault since the last take; KVB_FAULT_NONE if none */
+  uint32_t kernel;  /* kvb_kernel_id that found it */
+  uint32_t reserved;
+  int64_t  index;   /* SEQ_LEN, BLOCK_ID: the sequence (row of block_tables); SLOT: the token */
+  int64_t  column;  /* BLOCK_ID: the block-table column; -1 otherwise */
+  int64_t  value;   /* the faulty seq_len, block id or slot */
+  uint64_t count;   /* faulty work items since the last take (a CTA per sequence part or token; >= 1) */
+} kvb_kernel_fault;
+
+/* Fill defaults (no fault) and struct_size. */
+KVB_API void kvb_kernel_fault_init(kvb_kernel_fault* fault);
+/* Waits for the work queued on stream (a cudaStream_t, NULL = default stream) of CUDA device
+   device_index, then reads and clears that device's fault record into *fault (only the fields its
+   struct_size covers). KVB_OK with kind KVB_FAULT_NONE when no kernel met bad input;
+   KVB_ERR_INVALID_ARGUMENT with *fault filled and kvb_last_error() naming the first fault otherwise.
+   Like cudaGetLastError it consumes what it reports, the one exception to "a failed call changes
+   nothing". It synchronises the stream, so call it outside graph capture (e.g. once per engine step, or
+   in debug runs). A fault of work still running on another stream may be reported by a later call.
+   KVB_ERR_UNSUPPORTED when built without CUDA, KVB_ERR_DEVICE when no usable device or driver. */
+KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_kernel_fault* fault);
 
 #ifndef KVB_CDEF
 #ifdef __cplusplus

@@ -107,6 +107,9 @@ class Manager {
   void swap_out(int64_t id, int32_t* pairs);
   void swap_in(int64_t id, int32_t* pairs);
   void batch_export(const int64_t* ids, size_t n, BatchOut& out);
+  // Decode step for N sequences at once (manager_batch.cpp); all-or-nothing. counts NULL = all uncomputed.
+  void batch_append(const int64_t* ids, const int64_t* tokens, size_t n);
+  void batch_commit(const int64_t* ids, const size_t* counts, size_t n);
 
   // Stats, events, control (manager_core.cpp / manager_lifecycle.cpp).
   Stats stats() const;
@@ -132,6 +135,7 @@ class Manager {
   const Sequence* find_seq_const(int64_t id) const;
   Sequence& new_seq(int64_t id);         // throws sequence_exists; inserts into the table
   void drop_seq(Sequence& s);
+  void check_batch_ids(const int64_t* ids, size_t n, const char* what);  // on device, no duplicates
 
   void validate_options(const SeqOptions& opts, size_t n) const;
   void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,

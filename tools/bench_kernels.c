@@ -19,57 +19,12 @@
    copy after every call before it, so its arrival means they are done; the fence's own cost (a few
    microseconds) is spread over the calls of one sample. */
 #include "bench_kernels.h"
+#include "bench_kernels_env.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
-
-#define KMAX_REPS 1000
-#define KMAX_LAYERS 8
-#define HQ 32
-#define HKV 8
-#define HD 128
-#define BS 16
-#define BUF_BLOCK 512                               /* bytes per block of a raw buffer */
-#define KV_BLOCK_BYTES ((size_t)BS * HKV * HD * 2)  /* one block of K (or of V), fp16 */
-#define FENCE_TIMEOUT_S 60.0
-
-enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, NUM_CEILS };
-
-typedef struct kcache kcache;
-
-/* One device's run: its timing and fence, and the ceilings measured so far (GB/s). */
-typedef struct kenv {
-  int cuda;
-  int quick;
-  uint64_t reps;
-  int inner;           /* calls per timed sample (GPU: spreads the fence) */
-  uint64_t seed;
-  kvb_cache_desc fence_dev, fence_host;
-  double ceil[NUM_CEILS];
-  const char* ceil_name[NUM_CEILS];
-  report* r;
-} kenv;
-
-/* A cache (or a raw buffer) on the run's device; on the GPU with a separate page-locked host staging
-   cache that fills it (host block i % host.num_blocks -> device block i). On the CPU host == dev. */
-struct kcache {
-  kvb_cache_desc dev, host;
-  int staged;
-};
-
-/* A timed kernel call: 1 on success, 0 on a failure (message printed). */
-typedef int (*kcall)(void* ctx);
-
-typedef struct kresult {
-  char key[48], label[64];
-  double bytes;  /* counted per call */
-  int ceil;      /* CEIL_* it is compared with */
-  double samples[KMAX_REPS];
-  size_t n;
-  double med, min, max;
-} kresult;
 
 static volatile uint64_t g_ksink;
 
@@ -78,7 +33,7 @@ static volatile uint64_t g_ksink;
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Random fp16 values of magnitude 1/8..1 (no zeros, denormals, infinities or NaNs). */
-static void fill16(uint16_t* p, size_t n, uint64_t* state) {
+void fill16(uint16_t* p, size_t n, uint64_t* state) {
   uint64_t x = *state;
   size_t i, j;
   for (i = 0; i < n; i += 4) {
@@ -94,7 +49,7 @@ static void fill16(uint16_t* p, size_t n, uint64_t* state) {
   *state = x;
 }
 
-static uint64_t next_rand(uint64_t* state) {
+uint64_t next_rand(uint64_t* state) {
   *state ^= *state << 13;
   *state ^= *state >> 7;
   *state ^= *state << 17;
@@ -123,14 +78,14 @@ static void cache_free(kvb_cache_desc* d) {
   if (d->k) kvb_cache_free(d);
 }
 
-static void kc_free(kcache* c) {
+void kc_free(kcache* c) {
   if (c->staged) cache_free(&c->host);
   cache_free(&c->dev);
   memset(c, 0, sizeof *c);
 }
 
 /* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
-static int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
+int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
                     uint32_t host_blocks) {
   memset(c, 0, sizeof *c);
   if (!cache_alloc(&c->dev, e->cuda, nblocks, bs, heads, hd)) return 0;
@@ -147,13 +102,13 @@ static int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uin
 }
 
 /* A raw buffer of at least bytes bytes: c->host.k on the host side, c->dev.k on the device. */
-static int kc_buffer(const kenv* e, kcache* c, size_t bytes) {
+int kc_buffer(const kenv* e, kcache* c, size_t bytes) {
   size_t blocks = (bytes + BUF_BLOCK - 1) / BUF_BLOCK;
   return kc_alloc(e, c, (uint32_t)(blocks ? blocks : 1), 1, 1, BUF_BLOCK / 2, (uint32_t)(blocks ? blocks : 1));
 }
 
 /* Waits until every GPU call issued so far has finished (see the top of the file); 1 on the CPU. */
-static int fence(kenv* e) {
+int fence(kenv* e) {
   volatile const unsigned char* landed;
   int32_t pair[2] = {0, 1};
   kvb_status st;
@@ -176,7 +131,7 @@ static int fence(kenv* e) {
 }
 
 /* Copies the staging cache into the device cache (GPU) and waits for it; nothing on the CPU. */
-static int kc_upload(kenv* e, kcache* c) {
+int kc_upload(kenv* e, kcache* c) {
   int32_t* pairs;
   uint32_t i, n = c->dev.num_blocks;
   kvb_status st;
@@ -196,7 +151,7 @@ static int kc_upload(kenv* e, kcache* c) {
 }
 
 /* Random K and V on the host side, then uploaded. */
-static int kc_fill_random(kenv* e, kcache* c) {
+int kc_fill_random(kenv* e, kcache* c) {
   fill16((uint16_t*)c->host.k, desc_bytes(&c->host) / 2, &e->seed);
   fill16((uint16_t*)c->host.v, desc_bytes(&c->host) / 2, &e->seed);
   return kc_upload(e, c);
@@ -222,7 +177,7 @@ static int fence_setup(kenv* e) {
 /* ---------------------------------------------------------------------------------------------- */
 
 /* One warm-up call, then reps samples of e->inner calls each (fenced); seconds per call. */
-static int time_calls(kenv* e, kcall fn, void* ctx, kresult* res) {
+int time_calls(kenv* e, kcall fn, void* ctx, kresult* res) {
   double sorted[KMAX_REPS];
   uint64_t rep;
   int i;
@@ -402,7 +357,7 @@ static void attn_free(attn_ctx* c) {
 }
 
 /* Block tables: a random permutation of every block, batch rows of ctx / BS. */
-static void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
+void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
   uint32_t i;
   for (i = 0; i < n; i++) t[i] = (int32_t)i;
   for (i = n; i > 1; i--) {
@@ -443,12 +398,16 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t batch, uint32_t ctx) {
 }
 
 static int bench_attention(kenv* e) {
-  /* (batch, context): the GPU's at full size, the CPU's scaled down to stay short. */
-  static const uint32_t gpu[2][2] = {{32, 4096}, {128, 2048}}, gpu_quick[2][2] = {{8, 1024}, {32, 512}};
-  static const uint32_t cpu[2][2] = {{8, 2048}, {32, 1024}}, cpu_quick[2][2] = {{4, 256}, {8, 256}};
+  /* (batch, context), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of the
+     PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: scaled down to stay
+     short. */
+  static const uint32_t gpu[][2] = {{1, 4096}, {32, 4096}, {128, 2048}, {64, 8192}, {16, 32768}, {0, 0}};
+  static const uint32_t gpu_quick[][2] = {{8, 1024}, {32, 512}, {0, 0}};
+  static const uint32_t cpu[][2] = {{1, 4096}, {8, 2048}, {32, 1024}, {0, 0}};
+  static const uint32_t cpu_quick[][2] = {{4, 256}, {8, 256}, {0, 0}};
   const uint32_t(*shapes)[2] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
-  for (s = 0; s < 2 && ok; s++) {
+  for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
     uint32_t batch = shapes[s][0], ctx = shapes[s][1];
@@ -518,16 +477,19 @@ typedef struct blocks_ctx {
   kcache dev[KMAX_LAYERS];
   kvb_cache_desc devs[KMAX_LAYERS], hosts[KMAX_LAYERS];
   uint32_t layers, n;
-  int32_t* pairs;
-  int dir; /* 0 copy_blocks, 1 swap out (device -> host), 2 swap in */
+  int32_t *pairs, *runs; /* random block ids; consecutive ids (runs of adjacent blocks) */
+  int dir;               /* 0 copy_blocks, 1 swap out (device -> host), 2 swap in */
+  int use_runs;
+  uint32_t swap_flags;   /* KVB_SWAP_* */
 } blocks_ctx;
 
 static int call_blocks(void* p) {
   blocks_ctx* c = (blocks_ctx*)p;
   kvb_status st;
-  if (c->dir == 0) st = kvb_copy_blocks(c->devs, c->layers, c->pairs, c->n, NULL);
-  else if (c->dir == 1) st = kvb_swap_blocks(c->devs, c->hosts, c->layers, c->pairs, c->n, KVB_SWAP_AUTO, NULL);
-  else st = kvb_swap_blocks(c->hosts, c->devs, c->layers, c->pairs, c->n, KVB_SWAP_AUTO, NULL);
+  const int32_t* pairs = c->use_runs ? c->runs : c->pairs;
+  if (c->dir == 0) st = kvb_copy_blocks(c->devs, c->layers, pairs, c->n, NULL);
+  else if (c->dir == 1) st = kvb_swap_blocks(c->devs, c->hosts, c->layers, pairs, c->n, c->swap_flags, NULL);
+  else st = kvb_swap_blocks(c->hosts, c->devs, c->layers, pairs, c->n, c->swap_flags, NULL);
   if (st != KVB_OK) lib_error(c->dir ? "kvb_swap_blocks" : "kvb_copy_blocks", st);
   return st == KVB_OK;
 }
@@ -539,10 +501,12 @@ static void blocks_free(blocks_ctx* c) {
     cache_free(&c->hosts[l]);
   }
   free(c->pairs);
+  free(c->runs);
 }
 
 /* layers device caches and as many host caches (page-locked where CUDA is usable) of 2n + 16 blocks,
-   random data; n pairs from a random permutation (sources, then distinct destinations). */
+   random data; n pairs from a random permutation (sources, then distinct destinations), and n pairs of
+   consecutive ids (blocks 0..n-1 onto n..2n-1: what a copy that merges adjacent blocks can exploit). */
 static int blocks_setup(kenv* e, blocks_ctx* c) {
   uint32_t l, i, nblocks;
   int32_t* perm;
@@ -553,7 +517,10 @@ static int blocks_setup(kenv* e, blocks_ctx* c) {
   perm = (int32_t*)xmalloc(nblocks * sizeof *perm);
   random_tables(perm, nblocks, &e->seed);
   c->pairs = (int32_t*)xmalloc(2 * (size_t)c->n * sizeof *c->pairs);
+  c->runs = (int32_t*)xmalloc(2 * (size_t)c->n * sizeof *c->runs);
+  c->swap_flags = KVB_SWAP_AUTO;
   for (i = 0; i < c->n; i++) c->pairs[2 * i] = perm[i], c->pairs[2 * i + 1] = perm[c->n + i];
+  for (i = 0; i < c->n; i++) c->runs[2 * i] = (int32_t)i, c->runs[2 * i + 1] = (int32_t)(c->n + i);
   free(perm);
   for (l = 0; l < c->layers; l++) {
     if (!kc_alloc(e, &c->dev[l], nblocks, BS, HKV, HD, 64) || !kc_fill_random(e, &c->dev[l]) ||
@@ -575,6 +542,10 @@ static int bench_blocks(kenv* e) {
   snprintf(label, sizeof label, "copy_blocks %u layers x %u pairs", c.layers, c.n);
   c.dir = 0;
   ok = ok && bench_one(e, call_blocks, &c, "copy_blocks", label, 2 * moved, CEIL_COPY, 0);
+  snprintf(label, sizeof label, "copy_blocks %u x %u, adjacent ids", c.layers, c.n);
+  c.use_runs = 1;
+  ok = ok && bench_one(e, call_blocks, &c, "copy_blocks_runs", label, 2 * moved, CEIL_COPY, 0);
+  c.use_runs = 0;
   /* Across PCIe the bytes cross once (vs the one-way rate); on the CPU read + write (vs memcpy). */
   snprintf(label, sizeof label, "swap_blocks out %u x %u", c.layers, c.n);
   c.dir = 1;
@@ -582,6 +553,21 @@ static int bench_blocks(kenv* e) {
   snprintf(label, sizeof label, "swap_blocks in %u x %u", c.layers, c.n);
   c.dir = 2;
   ok = ok && bench_one(e, call_blocks, &c, "swap_in", label, e->cuda ? moved : 2 * moved, CEIL_H2D, 0);
+  if (e->cuda) { /* the two methods KVB_SWAP_AUTO chooses between, each forced */
+    static const struct { uint32_t flags; const char* name; } methods[] = {{KVB_SWAP_USE_MEMCPY, "memcpy"},
+                                                                            {KVB_SWAP_USE_KERNEL, "kernel"}};
+    size_t k;
+    for (k = 0; k < 2 && ok; k++) {
+      char key[48];
+      c.swap_flags = methods[k].flags;
+      for (c.dir = 1; c.dir <= 2 && ok; c.dir++) {
+        snprintf(key, sizeof key, "swap_%s_%s", c.dir == 1 ? "out" : "in", methods[k].name);
+        snprintf(label, sizeof label, "swap_blocks %s %u x %u, %s", c.dir == 1 ? "out" : "in", c.layers, c.n,
+                 methods[k].name);
+        ok = bench_one(e, call_blocks, &c, key, label, moved, c.dir == 1 ? CEIL_D2H : CEIL_H2D, 0);
+      }
+    }
+  }
   blocks_free(&c);
   return ok;
 }
@@ -628,8 +614,8 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
             e.inner, e.inner > 1 ? "s" : "", "case", "median us", "min us", "max us", "spread", "GB/s", "of ceiling");
   }
   if (!r->json && e.quick) fputs("  (--quick: the working sets fit in the CPU caches; fractions above 100% are expected)\n", r->f);
-  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_write_kv(&e) &&
-       bench_blocks(&e);
+  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_prefill(&e) &&
+       bench_write_kv(&e) && bench_blocks(&e);
   cache_free(&e.fence_dev);
   cache_free(&e.fence_host);
   if (r->json) report_group_end(r);

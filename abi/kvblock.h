@@ -6,6 +6,10 @@
  *    pointers. kvb_last_error() holds a thread-local message with the detail of the last failure.
  *  - A failed call changes nothing.
  *  - Structs that may grow start with `uint32_t struct_size`; call the matching kvb_xxx_init() first.
+ *    The library reads only the fields the caller's struct_size covers. An array of such structs (e.g.
+ *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
+ *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
+ *    built against an older or newer header works as it is).
  *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
  *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager).
@@ -64,8 +68,11 @@ KVB_API const char* kvb_version_string(void);
 /* ------------------------------------------------------------------------------------------------ */
 
 typedef enum kvb_config_flags {
-  /* Match prefixes by a 128-bit XXH3 hash keyed with a secret per-manager seed (collision defence);
-     the public xxh64 chain hash is still computed and reported. */
+  /* Prefixes are matched by an index key, a 128-bit XXH3 hash of the block's whole history (parent's
+     key, no parent / parent / salt, tokens, extra key): a block matches only a block with the same
+     salt (or none) and the same tokens and extra keys in every block up to and including itself. This
+     flag runs that hash under a secret per-manager seed (collision defence; seed 0 otherwise); the
+     public xxh64 chain hash is still computed and reported. */
   KVB_CONFIG_KEYED_INDEX = 1,
   /* Record block stored / removed / cleared events for kvb_drain_events(). */
   KVB_CONFIG_EVENTS = 2
@@ -78,7 +85,7 @@ typedef struct kvb_config {
   uint32_t num_host_blocks;            /* host (swap/offload) blocks, 0 = none */
   float    watermark;                  /* fraction of blocks kept free for running sequences, default 0 */
   const int64_t* non_cacheable_tokens; /* copied at create */
-  size_t   num_non_cacheable_tokens;
+  size_t   num_non_cacheable_tokens;   /* at most 2^24 */
   /* --- fields below were added after the core contract; older callers' struct_size omits them --- */
   uint32_t flags;                      /* kvb_config_flags, default 0 */
   uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
@@ -97,7 +104,9 @@ KVB_API void kvb_manager_destroy(kvb_manager* m);
 /* ------------------------------------------------------------------------------------------------ */
 
 /* xxh64 (seed 0) over [*parent_hash as u64 LE if parent_hash != NULL] + tokens as i64 LE: the public
-   block hash, identical to nano-vllm's compute_hash. n == 0 hashes the parent alone. */
+   block hash, identical to nano-vllm's compute_hash. n == 0 hashes the parent alone (tokens may then be
+   NULL). tokens == NULL with n > 0 is invalid: the result is 0 and kvb_last_error() says so (a real
+   hash is 0 with probability 2^-64; pass valid arguments rather than test for it). */
 KVB_API uint64_t kvb_hash_tokens(const uint64_t* parent_hash /* NULL = first block */, const int64_t* tokens, size_t n);
 /* The hash block_id received when committed as a full block, while it still holds that content.
    KVB_ERR_BAD_STATE if it holds no committed full block (never committed, partial, non-cacheable, reused). */
@@ -137,7 +146,8 @@ typedef struct kvb_seq_options {
   uint32_t struct_size;
   uint32_t has_cache_salt;           /* 1: cache_salt is hashed in place of the first block's parent */
   uint64_t cache_salt;               /* per-tenant salt: prompts with different salts never share blocks */
-  const uint32_t* extra_key_blocks;  /* block indices (within the sequence) that carry an extra key */
+  const uint32_t* extra_key_blocks;  /* block indices (within the sequence) that carry an extra key; below
+                                        2^30 (no sequence has more blocks); later blocks may be named */
   const uint64_t* extra_keys;        /* the keys (e.g. image content hash, LoRA id), u64 LE after tokens */
   size_t num_extra_keys;             /* entries in both arrays, indices strictly increasing */
   uint32_t window_tokens;            /* sliding window (0 = none): see kvb_seq_set_window */
@@ -188,10 +198,18 @@ KVB_API kvb_status kvb_seq_fork_at(kvb_manager* m, int64_t parent_id, int64_t ch
    if capacity_pairs is too small nothing is drained, KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed. */
 KVB_API kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 /* Drop the last num_tokens tokens (rejected speculative tokens, TVM PopN). Blocks that become empty are
-   released; a committed full block that stops being full leaves the index unless shared. */
+   released; a committed full block that stops being full leaves the index unless shared. Always possible
+   for uncommitted tokens, also under a sliding window (see kvb_seq_set_window). */
 KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_tokens);
-/* Sliding window with attention sinks (window_tokens 0 = off): blocks wholly outside the first
-   sink_tokens and the last window_tokens tokens, and fully committed, are released; slots read -1. */
+/* Sliding window with attention sinks (window_tokens 0 = off): the query of position p attends positions
+   [p + 1 - window_tokens, p] and the first sink_tokens tokens. Blocks are released (their slots read -1,
+   they return to the free queue) by kvb_seq_commit, kvb_seq_allocate_ex, kvb_seq_fork(_at) and this call,
+   never by append or rollback: block i is released when it lies wholly before position
+   num_computed + 1 - window_tokens (the window of the first query still to come, at num_computed),
+   contains no sink token, and is not the block of the last computed token. So every appended but
+   uncomputed token's query finds its whole window held, and a rollback of uncommitted tokens always
+   succeeds; a rollback or fork_at that would end in a released block is refused (KVB_ERR_BAD_STATE).
+   Switching the window off or widening it brings no released block back. */
 KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -231,9 +249,19 @@ typedef struct kvb_batch {
 } kvb_batch;
 
 KVB_API void kvb_batch_init(kvb_batch* batch);
-/* Fill the kernel inputs of one step for num_seqs sequences (all on device) in one call.
+/* Fill the kernel inputs of one step for num_seqs distinct sequences (all on device) in one call; an id
+   listed twice is refused (KVB_ERR_INVALID_ARGUMENT), as its tokens would be written twice.
    KVB_ERR_BUFFER_TOO_SMALL (with num_slots / max_blocks_needed set) when a buffer is too small. */
 KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_seqs, kvb_batch* batch);
+
+/* Decode step for many sequences in one call: append tokens[i] to sequence seq_ids[i], i < num_seqs.
+   All-or-nothing: every id must exist, be on device and appear once, and the free queue must cover the
+   whole batch (new blocks and copy-on-write copies) before anything changes; else nothing changes.
+   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order. */
+KVB_API kvb_status kvb_batch_append(kvb_manager* m, const int64_t* seq_ids, const int64_t* tokens, size_t num_seqs);
+/* Commit num_tokens[i] tokens of sequence seq_ids[i] (NULL num_tokens = every uncomputed token of each).
+   All-or-nothing like kvb_batch_append; equivalent to kvb_seq_commit for each in order. */
+KVB_API kvb_status kvb_batch_commit(kvb_manager* m, const int64_t* seq_ids, const size_t* num_tokens, size_t num_seqs);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Statistics, events, prefix-cache control                                                          */
@@ -263,9 +291,13 @@ KVB_API void kvb_stats_init(kvb_stats* stats);
 /* Snapshot of the counters (fields beyond the caller's struct_size are not written). */
 KVB_API kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats);
 
+/* Events describe the set of public hashes that the prefix index holds. Blocks with different histories
+   can share a public xxh64 hash (the index keeps them apart by key): STORED is emitted when the first
+   indexed block with a hash enters the index (its parent, tokens and extra key are reported), REMOVED
+   when the last indexed block with that hash leaves it. So each hash alternates STORED, REMOVED. */
 typedef enum kvb_event_type {
-  KVB_EVENT_BLOCK_STORED = 1,  /* a hash entered the index */
-  KVB_EVENT_BLOCK_REMOVED = 2, /* a hash left the index */
+  KVB_EVENT_BLOCK_STORED = 1,  /* a public hash entered the index */
+  KVB_EVENT_BLOCK_REMOVED = 2, /* a public hash left the index (no indexed block carries it any more) */
   KVB_EVENT_ALL_CLEARED = 3    /* the index was emptied (kvb_reset_prefix_cache) */
 } kvb_event_type;
 
@@ -296,12 +328,15 @@ KVB_API kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t ca
    is in use, so no running sequence can lose its cached prefix mid-flight (vLLM's contract). */
 KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 
-/* ==== KERNELS BEGIN (owned by kernels/) ==== */
-
 /* ------------------------------------------------------------------------------------------------ */
 /* Kernels: write K/V, paged decode and prefill attention, copy and swap blocks (CPU / CUDA)     */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* Strides everywhere below are in elements, never negative (refused: no kernel walks backwards), and 0
+   selects the dense default. Every call checks, with overflow-checked arithmetic, that the largest
+   element offset any (block, token, head, dim) or (sequence, head, dim) reaches in each tensor it touches
+   (cache k/v, q, out, key, value) is below 2^60 elements and that the tensor does not wrap the address
+   space; otherwise KVB_ERR_INVALID_ARGUMENT names the stride. */
 typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
 typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
 
@@ -355,7 +390,9 @@ typedef struct kvb_write_kv_args {
   int64_t  key_head_stride;     /* 0 = head_dim */
   int64_t  value_token_stride;  /* 0 = num_kv_heads * head_dim */
   int64_t  value_head_stride;   /* 0 = head_dim */
-  const int64_t* slot_mapping;  /* [num_tokens]; CPU: other out-of-range slots are an error; CUDA: skipped */
+  const int64_t* slot_mapping;  /* [num_tokens]; other slots outside [0, num_blocks * block_size) are an
+                                   error (CPU: the call fails, nothing written; CUDA: that token is not
+                                   written and the fault is recorded, see kvb_cuda_take_fault) */
 } kvb_write_kv_args;
 
 KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
@@ -387,11 +424,16 @@ typedef struct kvb_attention_args {
 
 KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 /* Bytes of workspace kvb_paged_attention needs for these shapes (depends on num_seqs, num_q_heads,
-   max_blocks_per_seq and the cache shape only; pointers are not read). */
+   max_blocks_per_seq and the cache shape only; pointers are not read). A size that does not fit size_t
+   is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
-/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). CPU:
-   out-of-range block ids in the attended range and seq_lens beyond the table are errors. */
+/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+   seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
+   that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
+   too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks
+   this before anything is written and fails the call; CUDA checks the same on the device (see
+   kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
 
 /* Paged prefill / extend attention over a ragged batch: every sequence brings q_len_i >= 0 new query
@@ -479,7 +521,43 @@ typedef enum kvb_swap_flags {
 KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_cache_desc* dst_layers,
                                    size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
                                    void* stream);
-/* ==== KERNELS END ==== */
+/* CUDA input faults. A CUDA kernel reads seq_lens, block_tables and slot_mapping on the device after the
+   launching call has returned, so it cannot fail that call. It checks exactly what the CPU kernel checks
+   before running (see kvb_paged_attention and kvb_write_kv_args.slot_mapping), never reads or writes
+   through a bad value, makes the result visibly wrong (NaN outputs for every head of a faulty sequence;
+   a faulty slot's token is not written), and records the first fault per device (plus a count) in a
+   device-side record that stays until kvb_cuda_take_fault reads it. */
+typedef enum kvb_fault_kind {
+  KVB_FAULT_NONE = 0,
+  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table */
+  KVB_FAULT_BLOCK_ID = 2,  /* block_tables[index][column] = value is not in [0, num_blocks) where attended */
+  KVB_FAULT_SLOT = 3       /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+} kvb_fault_kind;
+
+typedef enum kvb_kernel_id { KVB_KERNEL_NONE = 0, KVB_KERNEL_WRITE_KV = 1, KVB_KERNEL_PAGED_ATTENTION = 2 } kvb_kernel_id;
+
+typedef struct kvb_kernel_fault {
+  uint32_t struct_size;
+  uint32_t kind;    /* kvb_fault_kind of the first fault since the last take; KVB_FAULT_NONE if none */
+  uint32_t kernel;  /* kvb_kernel_id that found it */
+  uint32_t reserved;
+  int64_t  index;   /* SEQ_LEN, BLOCK_ID: the sequence (row of block_tables); SLOT: the token */
+  int64_t  column;  /* BLOCK_ID: the block-table column; -1 otherwise */
+  int64_t  value;   /* the faulty seq_len, block id or slot */
+  uint64_t count;   /* faulty work items since the last take (a CTA per sequence part or token; >= 1) */
+} kvb_kernel_fault;
+
+/* Fill defaults (no fault) and struct_size. */
+KVB_API void kvb_kernel_fault_init(kvb_kernel_fault* fault);
+/* Waits for the work queued on stream (a cudaStream_t, NULL = default stream) of CUDA device
+   device_index, then reads and clears that device's fault record into *fault (only the fields its
+   struct_size covers). KVB_OK with kind KVB_FAULT_NONE when no kernel met bad input;
+   KVB_ERR_INVALID_ARGUMENT with *fault filled and kvb_last_error() naming the first fault otherwise.
+   Like cudaGetLastError it consumes what it reports, the one exception to "a failed call changes
+   nothing". It synchronises the stream, so call it outside graph capture (e.g. once per engine step, or
+   in debug runs). A fault of work still running on another stream may be reported by a later call.
+   KVB_ERR_UNSUPPORTED when built without CUDA, KVB_ERR_DEVICE when no usable device or driver. */
+KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_kernel_fault* fault);
 
 #ifndef KVB_CDEF
 #ifdef __cplusplus

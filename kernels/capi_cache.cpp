@@ -39,6 +39,55 @@ KVB_API kvb_status kvb_cuda_device_count(int32_t* count) {
   });
 }
 
+KVB_API void kvb_kernel_fault_init(kvb_kernel_fault* fault) {
+  if (!fault) return;
+  std::memset(fault, 0, sizeof *fault);
+  fault->struct_size = sizeof *fault;
+  fault->index = fault->column = -1;
+}
+
+KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_kernel_fault* fault) {
+  return guarded([&] {
+    KVB_REQUIRE_ARG(fault != nullptr, "fault is NULL");
+    KVB_REQUIRE_ARG(fault->struct_size >= sizeof(kvb_kernel_fault),
+                    "fault: struct_size %u is smaller than %zu (call kvb_kernel_fault_init)", fault->struct_size,
+                    sizeof(kvb_kernel_fault));
+    KVB_REQUIRE_ARG(device_index >= 0, "device_index %d is negative", device_index);
+    if (!cuda::built()) fail(Code::unsupported, "libkvblock was built without CUDA");
+    cuda::check_device(device_index);
+    const Fault f = cuda::take_fault(device_index, stream);
+    const uint32_t size = fault->struct_size;
+    kvb_kernel_fault_init(fault);
+    fault->struct_size = size;
+    fault->kind = f.kind;
+    fault->kernel = f.kernel;
+    fault->index = f.index;
+    fault->column = f.column;
+    fault->value = f.value;
+    fault->count = f.count;
+    if (f.count == 0 && f.kind == KVB_FAULT_NONE) return;
+    const char* kernel = f.kernel == KVB_KERNEL_WRITE_KV ? "kvb_write_kv" : "kvb_paged_attention";
+    const unsigned long long n = (unsigned long long)f.count;
+    switch (f.kind) {
+      case KVB_FAULT_SEQ_LEN:
+        fail(Code::invalid_argument, "CUDA device %d: %s met seq_lens[%lld] = %lld, not in [0, max_blocks_per_seq * "
+             "block_size] (outputs NaN; first of %llu faulty items since the last check)", device_index, kernel,
+             (long long)f.index, (long long)f.value, n);
+      case KVB_FAULT_BLOCK_ID:
+        fail(Code::invalid_argument, "CUDA device %d: %s met block_tables[%lld][%lld] = %lld, not in [0, num_blocks) "
+             "for an attended block (outputs NaN; first of %llu faulty items since the last check)", device_index,
+             kernel, (long long)f.index, (long long)f.column, (long long)f.value, n);
+      case KVB_FAULT_SLOT:
+        fail(Code::invalid_argument, "CUDA device %d: %s met slot_mapping[%lld] = %lld, neither -1 nor a slot of the "
+             "cache (token not written; first of %llu faulty items since the last check)", device_index, kernel,
+             (long long)f.index, (long long)f.value, n);
+      default:
+        fail(Code::invalid_argument, "CUDA device %d: %llu faulty kernel items whose details are still being "
+             "recorded by work on another stream (check again after it completes)", device_index, n);
+    }
+  });
+}
+
 KVB_API kvb_status kvb_cache_alloc(kvb_cache_desc* desc) {
   return guarded([&] {
     KVB_REQUIRE_ARG(desc != nullptr, "desc is NULL");

@@ -1,6 +1,7 @@
 // C boundary of kvb_copy_blocks and kvb_swap_blocks: per-layer descriptors and block pairs checked
 // here; the back ends copy.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -16,17 +17,26 @@ namespace {
 constexpr size_t kMaxLayers = 1 << 16;
 constexpr size_t kMaxPairs = size_t(1) << 31;
 
+// layers[] is an array of the caller's struct, which may be older (smaller) or newer (larger) than this
+// library's: element l starts l * layers[0].struct_size bytes in (the header's rule for arrays of
+// versioned structs), and every element must carry that same size.
 std::vector<Cache> read_layers(const kvb_cache_desc* layers, size_t num_layers, const char* name) {
   KVB_REQUIRE_ARG(layers != nullptr, "%s is NULL", name);
   std::vector<Cache> out;
+  if (num_layers == 0) return out;
+  const uint32_t size = layers[0].struct_size;
+  KVB_REQUIRE_ARG(size % alignof(kvb_cache_desc) == 0 && size <= (1u << 16),
+                  "%s[0]: struct_size %u is not the size of a kvb_cache_desc array element (a multiple of %zu)",
+                  name, size, alignof(kvb_cache_desc));
   out.reserve(num_layers);
+  const char* base = reinterpret_cast<const char*>(layers);
   char what[64];
   for (size_t l = 0; l < num_layers; ++l) {
     std::snprintf(what, sizeof what, "%s[%zu]", name, l);
-    out.push_back(read_cache(&layers[l], what));
-    // Layer descriptors share one struct size: layers[] is an array of the caller's struct.
-    KVB_REQUIRE_ARG(layers[l].struct_size == layers[0].struct_size, "%s: struct_size %u differs from %s[0] (%u)",
-                    what, layers[l].struct_size, name, layers[0].struct_size);
+    const kvb_cache_desc* layer = reinterpret_cast<const kvb_cache_desc*>(base + l * size);
+    KVB_REQUIRE_ARG(layer->struct_size == size, "%s: struct_size %u differs from %s[0] (%u)", what,
+                    layer->struct_size, name, size);
+    out.push_back(read_cache(layer, what));
     const Cache& a = out.front();
     const Cache& b = out.back();
     char first[64];

@@ -20,6 +20,7 @@ void write_kv(const Cache&, const WriteKv&, void*) { no_cuda(); }
 void paged_attention(const Cache&, const Attention&, void*) { no_cuda(); }
 void prefill_attention(const Cache&, const Prefill&, void*) { no_cuda(); }
 void copy_blocks(const BlockCopy&, void*) { no_cuda(); }
+Fault take_fault(int, void*) { no_cuda(); }
 void* alloc_device(int, size_t) { no_cuda(); }
 void free_device(int, void*) { no_cuda(); }
 void* alloc_pinned(size_t) { no_cuda(); }

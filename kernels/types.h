@@ -60,6 +60,7 @@ struct Attention {
 
 // Workspace layout when split: m[seq][head][part], l[seq][head][part], acc[seq][head][part][head_dim].
 // m is the running max in log2 units (logit * log2(e)), l the sum of exp2(s - m), acc = sum(p*v)/l.
+// Throws invalid_argument when the workspace size would not fit size_t.
 AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads, int64_t head_dim,
                         int64_t block_size, int64_t max_blocks);
 

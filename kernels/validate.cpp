@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -44,12 +45,6 @@ T read_versioned(const T* in, void (*init)(T*), size_t min_size, const char* wha
   return out;
 }
 
-// Default a stride of 0, reject negative ones.
-int64_t stride_or(int64_t s, int64_t dflt, const char* what, const char* name) {
-  KVB_REQUIRE_ARG(s >= 0, "%s: %s %lld is negative", what, name, (long long)s);
-  return s == 0 ? dflt : s;
-}
-
 // True when [extent_i] x stride_i boxes nested in increasing stride order never overlap
 // (the innermost dimension is `inner` contiguous elements).
 bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int64_t>> dims) {
@@ -67,6 +62,38 @@ bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int
 }
 
 }  // namespace
+
+int64_t stride_or(int64_t s, int64_t count, int64_t unit, const char* what, const char* name) {
+  KVB_REQUIRE_ARG(s >= 0, "%s: %s %lld is negative (negative strides are not supported)", what, name, (long long)s);
+  KVB_REQUIRE_ARG(s <= kMaxOffset, "%s: %s %lld exceeds 2^60 elements", what, name, (long long)s);
+  if (s != 0) return s;
+  int64_t d = 0;
+  if (__builtin_mul_overflow(count, unit, &d) || d > kMaxOffset)
+    fail(Code::invalid_argument, "%s: default %s = %lld * %lld exceeds 2^60 elements", what, name, (long long)count,
+         (long long)unit);
+  return d;
+}
+
+int64_t check_extent(const char* what, const void* base, size_t elem, int64_t inner, std::initializer_list<Dim> dims) {
+  // Largest offset reached = inner - 1 + sum (extent - 1) * stride; a tensor with an empty dimension
+  // touches nothing.
+  int64_t last = inner - 1;
+  for (const Dim& d : dims) {
+    KVB_REQUIRE_ARG(d.stride >= 0, "%s: %s %lld is negative (negative strides are not supported)", what, d.name,
+                    (long long)d.stride);
+    KVB_REQUIRE_ARG(d.extent >= 0, "%s: extent %lld of %s is negative", what, (long long)d.extent, d.name);
+    if (d.extent == 0) return 0;
+    int64_t step = 0;
+    if (__builtin_mul_overflow(d.stride, d.extent - 1, &step) || __builtin_add_overflow(last, step, &last) ||
+        last >= kMaxOffset)
+      fail(Code::invalid_argument, "%s: %s %lld times %lld reaches beyond 2^60 elements", what, d.name,
+           (long long)d.stride, (long long)(d.extent - 1));
+  }
+  const uint64_t bytes = uint64_t(last + 1) * elem;  // < 2^63: last < 2^60, elem <= 4
+  KVB_REQUIRE_ARG(base == nullptr || uint64_t(reinterpret_cast<uintptr_t>(base)) <= UINT64_MAX - bytes,
+                  "%s: %llu bytes from %p wrap around the address space", what, (unsigned long long)bytes, base);
+  return last + 1;
+}
 
 Cache read_cache(const kvb_cache_desc* desc, const char* what) {
   KVB_REQUIRE_ARG(desc != nullptr, "%s is NULL", what);
@@ -93,9 +120,13 @@ Cache read_cache(const kvb_cache_desc* desc, const char* what) {
   c.num_kv_heads = d.num_kv_heads;
   c.head_dim = d.head_dim;
   while ((int64_t(1) << c.block_shift) < c.block_size) c.block_shift++;
-  c.head_stride = stride_or(d.head_stride, c.head_dim, what, "head_stride");
-  c.token_stride = stride_or(d.token_stride, c.num_kv_heads * c.head_stride, what, "token_stride");
-  c.block_stride = stride_or(d.block_stride, c.block_size * c.token_stride, what, "block_stride");
+  c.head_stride = stride_or(d.head_stride, c.head_dim, 1, what, "head_stride");
+  c.token_stride = stride_or(d.token_stride, c.num_kv_heads, c.head_stride, what, "token_stride");
+  c.block_stride = stride_or(d.block_stride, c.block_size, c.token_stride, what, "block_stride");
+  for (const void* base : {c.k, c.v})
+    check_extent(what, base, c.elem(), c.head_dim, {{"head_stride", c.head_stride, c.num_kv_heads},
+                                                    {"token_stride", c.token_stride, c.block_size},
+                                                    {"block_stride", c.block_stride, c.num_blocks}});
   KVB_REQUIRE_ARG(non_overlapping(c.head_dim, {{c.head_stride, c.num_kv_heads},
                                                {c.token_stride, c.block_size},
                                                {c.block_stride, c.num_blocks}}),
@@ -126,11 +157,17 @@ WriteKv read_write_kv(const Cache& c, const kvb_write_kv_args* args) {
   WriteKv w;
   KVB_REQUIRE_ARG(a.num_tokens <= (size_t(1) << 40), "num_tokens %zu is too large", a.num_tokens);
   w.num_tokens = (int64_t)a.num_tokens;
-  w.key_head_stride = stride_or(a.key_head_stride, c.head_dim, "args", "key_head_stride");
-  w.key_token_stride = stride_or(a.key_token_stride, c.num_kv_heads * w.key_head_stride, "args", "key_token_stride");
-  w.value_head_stride = stride_or(a.value_head_stride, c.head_dim, "args", "value_head_stride");
+  w.key_head_stride = stride_or(a.key_head_stride, c.head_dim, 1, "args", "key_head_stride");
+  w.key_token_stride = stride_or(a.key_token_stride, c.num_kv_heads, w.key_head_stride, "args", "key_token_stride");
+  w.value_head_stride = stride_or(a.value_head_stride, c.head_dim, 1, "args", "value_head_stride");
   w.value_token_stride =
-      stride_or(a.value_token_stride, c.num_kv_heads * w.value_head_stride, "args", "value_token_stride");
+      stride_or(a.value_token_stride, c.num_kv_heads, w.value_head_stride, "args", "value_token_stride");
+  check_extent("args: key", a.key, c.elem(), c.head_dim,
+               {{"key_head_stride", w.key_head_stride, c.num_kv_heads},
+                {"key_token_stride", w.key_token_stride, w.num_tokens}});
+  check_extent("args: value", a.value, c.elem(), c.head_dim,
+               {{"value_head_stride", w.value_head_stride, c.num_kv_heads},
+                {"value_token_stride", w.value_token_stride, w.num_tokens}});
   if (w.num_tokens == 0) return w;
   KVB_REQUIRE_ARG(a.key != nullptr, "args: key is NULL");
   KVB_REQUIRE_ARG(a.value != nullptr, "args: value is NULL");
@@ -155,9 +192,16 @@ AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_he
          rows * ((max_ctx + 2 * p.partition_size - 1) / (2 * p.partition_size)) >= 4096)
     p.partition_size *= 2;
   p.num_partitions = std::max<int64_t>(1, (max_ctx + p.partition_size - 1) / p.partition_size);
-  if (p.num_partitions > 1)
-    p.workspace_bytes = size_t(num_seqs) * size_t(num_q_heads) * size_t(p.num_partitions) *
-                        size_t(head_dim + 2) * sizeof(float);
+  if (p.num_partitions > 1) {
+    // num_seqs * num_q_heads * num_partitions rows of head_dim + 2 floats; refused rather than wrapped.
+    uint64_t bytes = sizeof(float) * uint64_t(head_dim + 2);
+    for (int64_t f : {num_seqs, num_q_heads, p.num_partitions})
+      if (__builtin_mul_overflow(bytes, uint64_t(f), &bytes) || bytes > uint64_t(SIZE_MAX))
+        fail(Code::invalid_argument, "attention workspace for %lld sequences x %lld query heads x %lld partitions "
+             "of %lld floats exceeds the address space", (long long)num_seqs, (long long)num_q_heads,
+             (long long)p.num_partitions, (long long)(head_dim + 2));
+    p.workspace_bytes = size_t(bytes);
+  }
   return p;
 }
 
@@ -189,10 +233,15 @@ Attention read_attention(const Cache& c, const kvb_attention_args* args, bool ne
   t.soft_cap = a.logits_soft_cap;
   t.window = a.window_tokens;
   t.sink = a.sink_tokens;
-  t.q_head_stride = stride_or(a.q_head_stride, c.head_dim, "args", "q_head_stride");
-  t.q_seq_stride = stride_or(a.q_seq_stride, t.num_q_heads * t.q_head_stride, "args", "q_seq_stride");
-  t.out_head_stride = stride_or(a.out_head_stride, c.head_dim, "args", "out_head_stride");
-  t.out_seq_stride = stride_or(a.out_seq_stride, t.num_q_heads * t.out_head_stride, "args", "out_seq_stride");
+  t.q_head_stride = stride_or(a.q_head_stride, c.head_dim, 1, "args", "q_head_stride");
+  t.q_seq_stride = stride_or(a.q_seq_stride, t.num_q_heads, t.q_head_stride, "args", "q_seq_stride");
+  t.out_head_stride = stride_or(a.out_head_stride, c.head_dim, 1, "args", "out_head_stride");
+  t.out_seq_stride = stride_or(a.out_seq_stride, t.num_q_heads, t.out_head_stride, "args", "out_seq_stride");
+  check_extent("args: q", need_pointers ? a.q : nullptr, c.elem(), c.head_dim,
+               {{"q_head_stride", t.q_head_stride, t.num_q_heads}, {"q_seq_stride", t.q_seq_stride, t.num_seqs}});
+  check_extent("args: out", need_pointers ? a.out : nullptr, c.elem(), c.head_dim,
+               {{"out_head_stride", t.out_head_stride, t.num_q_heads},
+                {"out_seq_stride", t.out_seq_stride, t.num_seqs}});
   KVB_REQUIRE_ARG(non_overlapping(c.head_dim, {{t.out_head_stride, t.num_q_heads}, {t.out_seq_stride, t.num_seqs}}),
                   "args: out strides (seq %lld, head %lld) make elements overlap", (long long)t.out_seq_stride,
                   (long long)t.out_head_stride);

@@ -1,6 +1,8 @@
 // Argument checking shared by the kernel entry points: public structs -> validated internal forms.
 // Every function throws kvb::Error(invalid_argument, message naming the bad value) on bad input.
 #pragma once
+#include <initializer_list>
+
 #include "../abi/kvblock.h"
 #include "types.h"
 
@@ -8,6 +10,23 @@ namespace kvb {
 namespace kern {
 
 // Checks one cache descriptor (`what` names it in messages, e.g. "cache" or "layers[3]").
+// Strides of caller tensors. Every stride is in elements, >= 0 (negative strides are refused: no kernel
+// walks backwards, and refusing them keeps every offset a sum of non-negative terms) and <= 2^60.
+// 0 stands for the dense default count * unit, computed here with overflow checks.
+int64_t stride_or(int64_t s, int64_t count, int64_t unit, const char* what, const char* name);
+
+// One dimension of a strided tensor: `extent` indices `stride` elements apart (`name` for messages).
+struct Dim {
+  const char* name;
+  int64_t stride;
+  int64_t extent;
+};
+// Checks, with overflow-checked arithmetic, that every element of a tensor of `inner` contiguous
+// elements and dims (any order) lies at an offset below 2^60 elements, and that `base` (when not NULL)
+// plus its byte size (elem bytes per element) does not wrap the address space. Returns the span
+// (largest offset + 1, 0 if an extent is 0). Kernels may then compute any index * stride in int64.
+int64_t check_extent(const char* what, const void* base, size_t elem, int64_t inner, std::initializer_list<Dim> dims);
+
 Cache read_cache(const kvb_cache_desc* desc, const char* what);
 // Checks that a CUDA cache can be used here (built with CUDA, device present), else unsupported/device.
 void require_backend(const Cache& c, const char* what);

@@ -16,7 +16,8 @@ void require_pairs(int32_t* pairs, size_t capacity_pairs, size_t* num_pairs, siz
   if (!num_pairs) fail(Code::invalid_argument, "num_pairs is NULL");
   *num_pairs = needed;
   if (capacity_pairs < needed)
-    fail(Code::buffer_too_small, "%s produces %zu block pairs, capacity_pairs is %zu", what, needed, capacity_pairs);
+    fail(Code::buffer_too_small, "%s produces %zu block pair%s, capacity_pairs is %zu", what, needed, kvb::plural_s(needed),
+         capacity_pairs);
   if (!pairs && needed > 0) fail(Code::invalid_argument, "pairs is NULL");
 }
 

@@ -8,6 +8,7 @@
 
 #include "block_pool.h"
 #include "event_queue.h"
+#include "hash_counts.h"
 #include "open_table.h"
 #include "prefix_index.h"
 #include "sequence.h"
@@ -93,6 +94,9 @@ class Manager {
   void swap_out(int64_t id, int32_t* pairs);
   void swap_in(int64_t id, int32_t* pairs);
   void batch_export(const int64_t* ids, size_t n, BatchOut& out);
+  // Decode step for N sequences at once (manager_batch.cpp); all-or-nothing. counts NULL = all uncomputed.
+  void batch_append(const int64_t* ids, const int64_t* tokens, size_t n);
+  void batch_commit(const int64_t* ids, const size_t* counts, size_t n);
 
   // Stats, events, control (manager_core.cpp / manager_lifecycle.cpp).
   Stats stats() const;
@@ -117,6 +121,7 @@ class Manager {
   const Sequence* find_seq_const(int64_t id) const;
   Sequence& new_seq(int64_t id);         // throws sequence_exists; inserts into the table
   void drop_seq(Sequence& s);
+  void check_batch_ids(const int64_t* ids, size_t n, const char* what);  // on device, no duplicates
 
   void validate_options(const SeqOptions& opts, size_t n) const;
   void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
@@ -124,7 +129,6 @@ class Manager {
   bool is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const;
   bool contains_non_cacheable(const int64_t* tokens, size_t n) const;
   ChainLink link_after(const BlockMeta& m) const;
-  void compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash, Key128* key) const;
   uint32_t watermark_blocks() const { return watermark_blocks_; }
 
   int32_t take_free_block();             // queue head, evicting its cached content
@@ -132,9 +136,11 @@ class Manager {
   void release_block(int32_t b);         // drop a reference; to the queue tail at zero
   int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
-  bool index_block(int32_t b);           // enter a committed full block; true if its hash is new
+  void index_block(int32_t b, const ChainLink& parent);  // enter a committed full block (STORED event)
+  void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
-  void apply_window(Sequence& s);
+  void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
+  void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
   size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
   void emit(uint32_t type, int32_t b, const ChainLink* parent);
@@ -142,10 +148,11 @@ class Manager {
   ManagerConfig cfg_;
   uint32_t bs_;
   uint32_t watermark_blocks_;
-  uint64_t index_seed_;
+  BlockHasher hasher_;  // index keys: seed 0, or the secret seed of a keyed index
   BlockPool pool_;
   PrefixIndex index_;
   EventQueue events_;
+  HashCounts stored_hashes_;  // public hashes of indexed blocks, when events are on
   std::vector<int64_t> non_cacheable_;  // sorted, unique
 
   // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).
@@ -166,6 +173,7 @@ class Manager {
   std::vector<int32_t> host_free_;  // stack of free host block ids
   size_t host_used_ = 0;
 
+  uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
 

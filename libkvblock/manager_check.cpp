@@ -2,6 +2,7 @@
 // meant for tests and debugging, never called by the library itself.
 #include <cinttypes>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "error.h"
@@ -62,6 +63,11 @@ void Manager::check_invariants() const {
     }
     KVB_INVARIANT(s.host_table.empty(), "seq %" PRId64 " on device has a host table", s.id);
     KVB_INVARIANT(s.table.back() >= 0, "seq %" PRId64 ": last block released", s.id);
+    for (size_t i = 0; i < s.released_links.size(); ++i) {
+      uint32_t k = s.released_links[i].first;
+      KVB_INVARIANT(k + 1 < s.table.size() && s.table[k] < 0 && (i == 0 || s.released_links[i - 1].first < k),
+                    "seq %" PRId64 ": released link of block %u names a held, missing or unordered block", s.id, k);
+    }
     // Each hashed block still held must carry the hash its chain position implies.
     ChainLink chain = s.first_link;
     bool chain_known = true;
@@ -83,7 +89,7 @@ void Manager::check_invariants() const {
         ExtraKey extra = s.extra_key(static_cast<uint32_t>(i));
         uint64_t h;
         Key128 k;
-        compute_keys(chain, pool_.tokens(b), extra, &h, &k);
+        hasher_.hash_and_key(chain, pool_.tokens(b), bs_, extra, &h, &k);
         KVB_INVARIANT(h == m.hash && k == m.key, "seq %" PRId64 ": block %zu (block %d) hash does not match its chain",
                       s.id, i, b);
       }
@@ -123,8 +129,17 @@ void Manager::check_invariants() const {
       ++indexed;
       if (m.in_free) ++cached_free;
     }
-    if (!cfg_.keyed_index && m.has_hash)
-      KVB_INVARIANT(m.key.lo == m.hash && m.key.hi < 8, "block %u: unkeyed index key differs from its hash", b);
+  }
+  if (events_.enabled()) {
+    // Events speak of the set of public hashes in the index: the counts must be exactly those.
+    std::unordered_map<uint64_t, uint32_t> counts;
+    for (uint32_t b = 0; b < N; ++b)
+      if (pool_.meta(static_cast<int32_t>(b)).indexed) ++counts[pool_.meta(static_cast<int32_t>(b)).hash];
+    KVB_INVARIANT(counts.size() == stored_hashes_.size(), "%zu public hashes in the index, event counts hold %zu",
+                  counts.size(), stored_hashes_.size());
+    for (const auto& c : counts)
+      KVB_INVARIANT(stored_hashes_.count(c.first) == c.second, "hash %016" PRIx64 ": %u indexed blocks, counted %u",
+                    c.first, c.second, stored_hashes_.count(c.first));
   }
   KVB_INVARIANT(indexed == index_.size(), "%zu blocks marked indexed, index holds %zu", indexed, index_.size());
   KVB_INVARIANT(cached_free == cached_free_, "%" PRIu64 " cached-free blocks, counter says %" PRIu64, cached_free,

@@ -12,14 +12,17 @@ namespace kvb {
 
 static constexpr uint32_t kMaxBlockSize = 1u << 16;
 static constexpr uint32_t kMaxBlocks = 1u << 30;  // block ids are int32; slots (id*bs) must fit int64
+// No sequence has more blocks than this (its table alone would take 4 GiB): bounds extra-key indices.
+static constexpr uint32_t kMaxSeqBlocks = 1u << 30;
 
 Manager::Manager(const ManagerConfig& cfg)
     : cfg_((validate_config(cfg), cfg)),
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
-      index_seed_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
+      hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
       pool_(cfg.num_blocks, cfg.block_size),
       index_(pool_),
+      stored_hashes_(cfg.events ? cfg.num_blocks : 0),
       non_cacheable_(cfg.non_cacheable),
       seq_table_(64, SeqTraits{}) {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
@@ -90,6 +93,7 @@ Sequence& Manager::new_seq(int64_t id) {
   s.table.clear();
   s.host_table.clear();
   s.extra_keys.clear();
+  s.released_links.clear();
   s.num_tokens = s.num_computed = s.num_cached = 0;
   s.num_hashed = 0;
   s.uncacheable_from = kNoBlockIndex;
@@ -134,11 +138,9 @@ int32_t Manager::take_free_block() {
   int32_t b = pool_.pop_head();
   BlockMeta& m = pool_.meta(b);
   if (m.indexed) {
-    index_.erase_if_points_to(m.key, b);
-    m.indexed = 0;
+    unindex_block(b);
     --cached_free_;
     ++evictions_;
-    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
   }
   m.has_hash = 0;
   m.has_extra = 0;
@@ -188,26 +190,35 @@ void Manager::release_pending_copies() {
 void Manager::forget_hash(int32_t b) {
   BlockMeta& m = pool_.meta(b);
   if (m.indexed) {
-    index_.erase_if_points_to(m.key, b);
-    m.indexed = 0;
+    unindex_block(b);
     if (m.in_free) --cached_free_;
-    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
   }
   m.has_hash = 0;
   m.has_extra = 0;
 }
 
-bool Manager::index_block(int32_t b) {
+void Manager::unindex_block(int32_t b) {
+  BlockMeta& m = pool_.meta(b);
+  index_.erase_if_points_to(m.key, b);
+  m.indexed = 0;
+  if (events_.enabled() && stored_hashes_.remove(m.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+}
+
+void Manager::index_block(int32_t b, const ChainLink& parent) {
   BlockMeta& m = pool_.meta(b);
   int32_t old = index_.put(m.key, b);
-  if (old >= 0 && old != b) {
+  if (old == b) return;
+  if (!m.indexed && m.in_free) ++cached_free_;
+  m.indexed = 1;
+  // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
+  // hashes, so replacing a block by a recomputed copy emits nothing.
+  if (events_.enabled() && stored_hashes_.add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+  if (old >= 0) {
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
     if (o.in_free) --cached_free_;
+    if (events_.enabled() && stored_hashes_.remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
-  if (!m.indexed && m.in_free) ++cached_free_;
-  m.indexed = 1;
-  return old < 0;
 }
 
 ChainLink Manager::link_after(const BlockMeta& m) const {
@@ -216,15 +227,6 @@ ChainLink Manager::link_after(const BlockMeta& m) const {
   l.hash = m.hash;
   l.key = m.key;
   return l;
-}
-
-void Manager::compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash,
-                           Key128* key) const {
-  *hash = public_block_hash(link, tokens, bs_, extra);
-  // Unkeyed, a salted first block, a block with a parent and a first block with an extra key can hash
-  // the same bytes; the key's high word records that structure so such blocks never share an entry.
-  *key = cfg_.keyed_index ? keyed_block_hash(index_seed_, link, tokens, bs_, extra)
-                          : Key128{*hash, static_cast<uint64_t>(link.kind) | (extra.present ? 4u : 0u)};
 }
 
 bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
@@ -250,6 +252,9 @@ void Manager::validate_options(const SeqOptions& o, size_t n) const {
   if (o.num_extra_keys) {
     if (!o.extra_key_blocks || !o.extra_keys)
       fail(Code::invalid_argument, "num_extra_keys is %zu but extra_key_blocks or extra_keys is NULL", o.num_extra_keys);
+    if (o.extra_key_blocks[o.num_extra_keys - 1] >= kMaxSeqBlocks)  // indices increase: the last is largest
+      fail(Code::invalid_argument, "extra_key_blocks[%zu] = %u: no sequence has more than %u blocks",
+           o.num_extra_keys - 1, o.extra_key_blocks[o.num_extra_keys - 1], kMaxSeqBlocks);
     for (size_t i = 1; i < o.num_extra_keys; ++i)
       if (o.extra_key_blocks[i] <= o.extra_key_blocks[i - 1])
         fail(Code::invalid_argument, "extra_key_blocks[%zu] = %u is not greater than the previous index %u", i,
@@ -286,10 +291,7 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
     ExtraKey extra = opts.num_extra_keys ? option_extra_key(opts, i) : ExtraKey{};
     if (!is_cacheable(blk, bs_, extra)) break;
-    uint64_t h;
-    Key128 key;
-    compute_keys(out.chain, blk, extra, &h, &key);
-    int32_t b = index_.find(key);
+    int32_t b = index_.find(hasher_.key(out.chain, blk, bs_, extra));
     if (b < 0) break;
     const BlockMeta& m = pool_.meta(b);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
@@ -328,12 +330,13 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   lookup(tokens, n, first, opts, &scratch_hits_, lk);
   uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.free_hits;
   if (pool_.num_free() < needed + watermark_blocks_)
-    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free blocks (+%u watermark), %u are free", id,
-         needed, watermark_blocks_, pool_.num_free());
+    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s (+%u watermark), %u %s free", id, needed,
+         plural_s(needed), watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
 
   Sequence& s = new_seq(id);
   try {
     s.table.reserve(lk.num_blocks);
+    reserve_window_link(s, opts.window);
     if (opts.num_extra_keys) {
       s.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
@@ -398,17 +401,17 @@ void Manager::hash_committed_blocks(Sequence& s) {
         break;
       }
       BlockMeta& m = pool_.meta(b);
-      compute_keys(s.chain, toks, extra, &m.hash, &m.key);
+      hasher_.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
       m.has_hash = 1;
       m.has_extra = extra.present;
       m.extra = extra.value;
       index_.prefetch(m.key);
-      if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
+      if (lagging >= 0) index_block(lagging, lagging_parent);
       lagging = b;
       lagging_parent = s.chain;
       s.chain = link_after(m);
     }
-    if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
+    if (lagging >= 0) index_block(lagging, lagging_parent);
   }
   s.num_hashed = end;
 }
@@ -417,8 +420,9 @@ void Manager::commit(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
   uint64_t uncomputed = s.num_tokens - s.num_computed;
   if (n > uncomputed)
-    fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu tokens exceeds %" PRIu64 " uncomputed tokens", id, n,
-         uncomputed);
+    fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
+         plural_s(n), uncomputed, plural_s(uncomputed));
+  reserve_window_link(s, s.window);
   s.num_computed += n;
   computed_tokens_ += n;
   hash_committed_blocks(s);
@@ -438,19 +442,21 @@ size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n) const {
 
 bool Manager::can_append(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
-  if (n > static_cast<size_t>(kMaxBlocks) * bs_) return false;
+  if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
+    return false;
   return pool_.num_free() >= blocks_needed_to_append(s, n);
 }
 
 void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   Sequence& s = device_seq(id);
   if (n == 0) return;
-  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
-    fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens is longer than any pool", id, n);
+  if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
+    fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens to %" PRIu64 " would exceed %u blocks", id, n,
+         s.num_tokens, kMaxSeqBlocks);
   size_t needed = blocks_needed_to_append(s, n);
   if (pool_.num_free() < needed)
-    fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu tokens needs %zu free blocks, %u are free", id, n,
-         needed, pool_.num_free());
+    fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
+         plural_s(n), needed, plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
   size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
   if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
   const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1;
@@ -481,7 +487,8 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   }
   while (s.table.size() < total) s.table.push_back(take_free_block());
   write_tokens(s, tokens, n);
-  apply_window(s);
+  // No window release here: the new tokens' queries attend back from their own positions (see
+  // apply_window), and a rejected draft must be rollback-able.
 }
 
 // ---- free, queries ------------------------------------------------------------------------------
@@ -517,6 +524,9 @@ uint64_t Manager::block_hash(int32_t b) const {
 
 void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
   Sequence& s = seq(id);
+  if (block_index >= kMaxSeqBlocks)
+    fail(Code::invalid_argument, "seq %" PRId64 ": block index %u: no sequence has more than %u blocks", id,
+         block_index, kMaxSeqBlocks);
   if (block_index < s.num_hashed)
     fail(Code::bad_state, "seq %" PRId64 ": block %u is already committed and hashed", id, block_index);
   auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),

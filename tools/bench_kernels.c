@@ -398,12 +398,16 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t batch, uint32_t ctx) {
 }
 
 static int bench_attention(kenv* e) {
-  /* (batch, context): the GPU's at full size, the CPU's scaled down to stay short. */
-  static const uint32_t gpu[2][2] = {{32, 4096}, {128, 2048}}, gpu_quick[2][2] = {{8, 1024}, {32, 512}};
-  static const uint32_t cpu[2][2] = {{8, 2048}, {32, 1024}}, cpu_quick[2][2] = {{4, 256}, {8, 256}};
+  /* (batch, context), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of the
+     PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: scaled down to stay
+     short. */
+  static const uint32_t gpu[][2] = {{1, 4096}, {32, 4096}, {128, 2048}, {64, 8192}, {16, 32768}, {0, 0}};
+  static const uint32_t gpu_quick[][2] = {{8, 1024}, {32, 512}, {0, 0}};
+  static const uint32_t cpu[][2] = {{1, 4096}, {8, 2048}, {32, 1024}, {0, 0}};
+  static const uint32_t cpu_quick[][2] = {{4, 256}, {8, 256}, {0, 0}};
   const uint32_t(*shapes)[2] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
-  for (s = 0; s < 2 && ok; s++) {
+  for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
     uint32_t batch = shapes[s][0], ctx = shapes[s][1];
@@ -473,16 +477,19 @@ typedef struct blocks_ctx {
   kcache dev[KMAX_LAYERS];
   kvb_cache_desc devs[KMAX_LAYERS], hosts[KMAX_LAYERS];
   uint32_t layers, n;
-  int32_t* pairs;
-  int dir; /* 0 copy_blocks, 1 swap out (device -> host), 2 swap in */
+  int32_t *pairs, *runs; /* random block ids; consecutive ids (runs of adjacent blocks) */
+  int dir;               /* 0 copy_blocks, 1 swap out (device -> host), 2 swap in */
+  int use_runs;
+  uint32_t swap_flags;   /* KVB_SWAP_* */
 } blocks_ctx;
 
 static int call_blocks(void* p) {
   blocks_ctx* c = (blocks_ctx*)p;
   kvb_status st;
-  if (c->dir == 0) st = kvb_copy_blocks(c->devs, c->layers, c->pairs, c->n, NULL);
-  else if (c->dir == 1) st = kvb_swap_blocks(c->devs, c->hosts, c->layers, c->pairs, c->n, KVB_SWAP_AUTO, NULL);
-  else st = kvb_swap_blocks(c->hosts, c->devs, c->layers, c->pairs, c->n, KVB_SWAP_AUTO, NULL);
+  const int32_t* pairs = c->use_runs ? c->runs : c->pairs;
+  if (c->dir == 0) st = kvb_copy_blocks(c->devs, c->layers, pairs, c->n, NULL);
+  else if (c->dir == 1) st = kvb_swap_blocks(c->devs, c->hosts, c->layers, pairs, c->n, c->swap_flags, NULL);
+  else st = kvb_swap_blocks(c->hosts, c->devs, c->layers, pairs, c->n, c->swap_flags, NULL);
   if (st != KVB_OK) lib_error(c->dir ? "kvb_swap_blocks" : "kvb_copy_blocks", st);
   return st == KVB_OK;
 }
@@ -494,10 +501,12 @@ static void blocks_free(blocks_ctx* c) {
     cache_free(&c->hosts[l]);
   }
   free(c->pairs);
+  free(c->runs);
 }
 
 /* layers device caches and as many host caches (page-locked where CUDA is usable) of 2n + 16 blocks,
-   random data; n pairs from a random permutation (sources, then distinct destinations). */
+   random data; n pairs from a random permutation (sources, then distinct destinations), and n pairs of
+   consecutive ids (blocks 0..n-1 onto n..2n-1: what a copy that merges adjacent blocks can exploit). */
 static int blocks_setup(kenv* e, blocks_ctx* c) {
   uint32_t l, i, nblocks;
   int32_t* perm;
@@ -508,7 +517,10 @@ static int blocks_setup(kenv* e, blocks_ctx* c) {
   perm = (int32_t*)xmalloc(nblocks * sizeof *perm);
   random_tables(perm, nblocks, &e->seed);
   c->pairs = (int32_t*)xmalloc(2 * (size_t)c->n * sizeof *c->pairs);
+  c->runs = (int32_t*)xmalloc(2 * (size_t)c->n * sizeof *c->runs);
+  c->swap_flags = KVB_SWAP_AUTO;
   for (i = 0; i < c->n; i++) c->pairs[2 * i] = perm[i], c->pairs[2 * i + 1] = perm[c->n + i];
+  for (i = 0; i < c->n; i++) c->runs[2 * i] = (int32_t)i, c->runs[2 * i + 1] = (int32_t)(c->n + i);
   free(perm);
   for (l = 0; l < c->layers; l++) {
     if (!kc_alloc(e, &c->dev[l], nblocks, BS, HKV, HD, 64) || !kc_fill_random(e, &c->dev[l]) ||
@@ -530,6 +542,10 @@ static int bench_blocks(kenv* e) {
   snprintf(label, sizeof label, "copy_blocks %u layers x %u pairs", c.layers, c.n);
   c.dir = 0;
   ok = ok && bench_one(e, call_blocks, &c, "copy_blocks", label, 2 * moved, CEIL_COPY, 0);
+  snprintf(label, sizeof label, "copy_blocks %u x %u, adjacent ids", c.layers, c.n);
+  c.use_runs = 1;
+  ok = ok && bench_one(e, call_blocks, &c, "copy_blocks_runs", label, 2 * moved, CEIL_COPY, 0);
+  c.use_runs = 0;
   /* Across PCIe the bytes cross once (vs the one-way rate); on the CPU read + write (vs memcpy). */
   snprintf(label, sizeof label, "swap_blocks out %u x %u", c.layers, c.n);
   c.dir = 1;
@@ -537,6 +553,21 @@ static int bench_blocks(kenv* e) {
   snprintf(label, sizeof label, "swap_blocks in %u x %u", c.layers, c.n);
   c.dir = 2;
   ok = ok && bench_one(e, call_blocks, &c, "swap_in", label, e->cuda ? moved : 2 * moved, CEIL_H2D, 0);
+  if (e->cuda) { /* the two methods KVB_SWAP_AUTO chooses between, each forced */
+    static const struct { uint32_t flags; const char* name; } methods[] = {{KVB_SWAP_USE_MEMCPY, "memcpy"},
+                                                                            {KVB_SWAP_USE_KERNEL, "kernel"}};
+    size_t k;
+    for (k = 0; k < 2 && ok; k++) {
+      char key[48];
+      c.swap_flags = methods[k].flags;
+      for (c.dir = 1; c.dir <= 2 && ok; c.dir++) {
+        snprintf(key, sizeof key, "swap_%s_%s", c.dir == 1 ? "out" : "in", methods[k].name);
+        snprintf(label, sizeof label, "swap_blocks %s %u x %u, %s", c.dir == 1 ? "out" : "in", c.layers, c.n,
+                 methods[k].name);
+        ok = bench_one(e, call_blocks, &c, key, label, moved, c.dir == 1 ? CEIL_D2H : CEIL_H2D, 0);
+      }
+    }
+  }
   blocks_free(&c);
   return ok;
 }

@@ -7,7 +7,7 @@
 
 #include "chart.h"
 #include "progress.h"
-#include "replay.h"
+#include "timed.h"
 #include "report.h"
 #include "util.h"
 
@@ -39,16 +39,15 @@ typedef struct sim {
   int32_t* pairs;                  /* scratch: swap pairs */
   size_t pairs_cap;
   double mgr_s;                    /* time inside libkvblock calls */
-  uint64_t preempt_recompute, swap_outs, swap_ins, skipped, cut, shown;
+  uint64_t preempt_recompute, swap_outs, swap_ins, skipped, cut;
+  replay_notes notes;
   uint64_t first_query, first_hit; /* prompt tokens and hits at first admission */
   uint64_t prefill_tokens, decode_tokens, done;
   int failed;
 } sim;
 
 static void fail_lib(sim* S, const char* what, kvb_status st, size_t r) {
-  char buf[96];
-  snprintf(buf, sizeof buf, "%s (request on line %llu)", what, (unsigned long long)S->t->reqs[r].line);
-  lib_error(buf, st);
+  replay_call_error(what, st, S->t, r);
   S->failed = 1;
 }
 
@@ -79,10 +78,10 @@ static void drop(sim* S, size_t r, int cut) {
   if (cut) S->cut++;
   else S->skipped++;
   S->done++;
-  replay_note_skipped(S->o, S->t, r,
+  replay_note(S->o, S->t, r,
                       cut ? "cannot finish even alone in the pool: generation cut short"
                           : "does not fit in the pool: skipped",
-                      &S->shown);
+                      &S->notes);
 }
 
 /* Preempt the last running sequence (vLLM's victim): swap it out when asked and possible, otherwise
@@ -384,6 +383,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
     }
   }
   progress_finish(&pr);
+  replay_notes_finish(o, &S.notes);
   {
     double wall = now_s() - wall0, cpu = cpu_s() - cpu0;
     double* ttft = (double*)xmalloc((S.n ? S.n : 1) * sizeof(double));
@@ -394,8 +394,17 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       if (S.s[i].first_done) ttft[nt++] = S.s[i].ttft * 1000.0;
     qsort(ttft, nt, sizeof *ttft, cmp_double);
     if (rc == EXIT_OK && o->svg) {
-      char ct[256];
-      snprintf(ct, sizeof ct, "kvblock timed replay: %.120s, %llu blocks", o->path, (unsigned long long)num_blocks);
+      /* The title tells two runs apart: pool, preemption mode and what preemption did. */
+      char ct[384];
+      if (o->preempt_swap)
+        snprintf(ct, sizeof ct,
+                 "kvblock timed replay: %.120s, %llu blocks, preempt swap (%llu host blocks): %llu swap outs, "
+                 "%llu recomputes",
+                 o->path, (unsigned long long)num_blocks, (unsigned long long)o->num_host_blocks,
+                 (unsigned long long)S.swap_outs, (unsigned long long)S.preempt_recompute);
+      else
+        snprintf(ct, sizeof ct, "kvblock timed replay: %.120s, %llu blocks, preempt recompute: %llu preemptions",
+                 o->path, (unsigned long long)num_blocks, (unsigned long long)S.preempt_recompute);
       if (!chart_write_svg(&ch, o->svg, ct, (double)num_blocks)) rc = EXIT_FAIL;
     }
     if (rc == EXIT_OK) {
@@ -412,9 +421,10 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       report_u64(&rep, "max_seqs", "max running seqs", o->max_seqs, NULL);
       report_u64(&rep, "max_batch_tokens", "tokens per step", o->max_batch_tokens, NULL);
       report_f64(&rep, "watermark", "watermark", o->watermark, 3, NULL);
+      report_u64(&rep, "trace_requests", "requests in trace", S.n, NULL);
       report_u64(&rep, "requests", "requests finished", finished, NULL);
       report_u64(&rep, "skipped_requests", "skipped (never fit)", S.skipped, NULL);
-      report_u64(&rep, "decode_cut_requests", "cut short in decode", S.cut, NULL);
+      report_u64(&rep, "decode_cut_requests", "cut short in decode", S.cut, "(could not finish even alone)");
       report_u64(&rep, "prompt_tokens", "prompt tokens", S.first_query, "(first admissions)");
       report_u64(&rep, "cached_tokens", "cached prompt tokens", S.first_hit, "(first admissions)");
       report_ratio(&rep, "hit_ratio", "hit ratio", S.first_query ? (double)S.first_hit / (double)S.first_query : 0);
@@ -446,7 +456,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       report_f64(&rep, "load_s", "trace load", load_s, 3, "s");
       report_f64(&rep, "wall_s", "wall time", wall, 3, "s");
       report_f64(&rep, "cpu_s", "CPU time", cpu, 3, "s");
-      if (o->svg) report_str(&rep, "svg", "chart", o->svg);
+      if (o->svg) report_str(&rep, "svg", "chart written to", o->svg);
       report_end(&rep);
     }
     free(ttft);

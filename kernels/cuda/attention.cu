@@ -10,6 +10,7 @@
 // No allocation and no host synchronisation: capturable in a CUDA graph.
 #include <climits>
 
+#include "../../abi/kvblock.h"
 #include "../backends.h"
 #include "common.cuh"
 
@@ -43,12 +44,23 @@ struct AttnParams {
   int window, sink, partition_size, num_partitions;
   float q_scale;   // scale, times log2(e) when there is no soft cap
   float soft_cap;  // 0 = off
+  FaultRecord* fault;
 };
 
-__device__ __forceinline__ int clamp_len(const AttnParams& p, int seq) {
+// seq_lens[seq], or -1 when it is outside [0, max_blocks << block_shift] (a fault).
+__device__ __forceinline__ int checked_len(const AttnParams& p, int seq) {
   const int len = p.seq_lens[seq];
-  const int max_len = p.max_blocks << p.block_shift;
-  return len < 0 ? 0 : (len > max_len ? max_len : len);
+  return (len < 0 || len > (p.max_blocks << p.block_shift)) ? -1 : len;
+}
+
+// Every output element of heads [h0, h0 + count) of seq is NaN: a faulty sequence is visibly wrong.
+template <typename T, int D>
+__device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
+  for (int i = threadIdx.x; i < count * D; i += blockDim.x) {
+    const int h = h0 + i / D, d = i % D;
+    T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+    op[d] = Vec<T>::from_float(__int_as_float(0x7fffffff));
+  }
 }
 
 template <typename T, int D, int GC>
@@ -72,9 +84,15 @@ __global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnPara
   const int h0 = kvh * p.group + chunk * p.heads_per_chunk;
   const int gcount = min(p.heads_per_chunk, p.group - chunk * p.heads_per_chunk);
 
-  const int len = clamp_len(p, seq);
+  const int len = checked_len(p, seq);
   const int t_begin = part * p.partition_size;
   const bool split = p.num_partitions > 1;
+  if (len < 0) {  // recorded once per sequence; the reduce kernel writes NaN when split
+    if (part == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+      record_fault(p.fault, KVB_FAULT_SEQ_LEN, KVB_KERNEL_PAGED_ATTENTION, seq, -1, p.seq_lens[seq]);
+    if (!split) write_nan<T, D>(p, seq, h0, gcount);
+    return;
+  }
   if (split && t_begin >= len) return;  // the reduce kernel reads only ceil(len / P) partitions
   const int t_end = min(t_begin + p.partition_size, len);
   int lo = 0, sink = 0;
@@ -87,13 +105,26 @@ __global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnPara
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane / L, lig = lane - grp * L;
 
-  // Block ids of the partition, invalid ones as -1 (their tokens are masked, never read).
+  // Block ids of the partition. A block holding an attended token must have an id in [0, num_blocks)
+  // (what the CPU kernel checks); others are stored as -1 and never read (their tokens are masked).
+  __shared__ int s_bad;
+  if (threadIdx.x == 0) s_bad = 0;
+  __syncthreads();
   const int first_blk = t_begin >> p.block_shift;
   const int nblk = any ? ((t_end - 1) >> p.block_shift) - first_blk + 1 : 0;
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
   for (int i = threadIdx.x; i < nblk; i += kThreads) {
     const int id = table[first_blk + i];
-    s_blocks[i] = (id >= 0 && id < p.num_blocks) ? id : -1;
+    const int first = (first_blk + i) << p.block_shift;
+    const int last = min(len, first + (1 << p.block_shift)) - 1;
+    const bool attended = last >= lo || first < sink;
+    const bool valid = id >= 0 && id < p.num_blocks;
+    s_blocks[i] = valid ? id : -1;
+    if (attended && !valid) {
+      s_bad = 1;
+      if (blockIdx.y == 0)  // once per (sequence, partition), not per kv head
+        record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PAGED_ATTENTION, seq, first_blk + i, id);
+    }
   }
 
   // This lane's slice of every query head of the chunk, pre-scaled.
@@ -117,6 +148,17 @@ __global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnPara
     for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
   }
   __syncthreads();
+  if (s_bad) {  // NaN results: directly, or through NaN partition rows that the reduce kernel propagates
+    if (!split) {
+      write_nan<T, D>(p, seq, h0, gcount);
+    } else {
+      for (int g = threadIdx.x; g < gcount; g += kThreads) {
+        const int64_t row = (int64_t(seq) * p.num_q_heads + h0 + g) * p.num_partitions + part;
+        p.ws_m[row] = p.ws_l[row] = __int_as_float(0x7fffffff);
+      }
+    }
+    return;
+  }
 
   const int64_t head_off = int64_t(kvh) * p.head_stride;
   const int mask = (1 << p.block_shift) - 1;
@@ -269,12 +311,25 @@ __global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnPara
 template <typename T, int D>
 __global__ void __launch_bounds__(D) attn_reduce_kernel(const AttnParams p) {
   const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
-  const int len = clamp_len(p, seq);
+  const int len = checked_len(p, seq);
+  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+  if (len < 0) {  // the partition kernel recorded the fault
+    op[d] = Vec<T>::from_float(__int_as_float(0x7fffffff));
+    return;
+  }
   const int n = (len + p.partition_size - 1) / p.partition_size;
   const int64_t row0 = (int64_t(seq) * p.num_q_heads + h) * p.num_partitions;
   float M = -INFINITY;
-  for (int i = 0; i < n; ++i)
-    if (p.ws_l[row0 + i] > 0.f) M = fmaxf(M, p.ws_m[row0 + i]);
+  bool bad = false;  // a partition met a bad block id (NaN row)
+  for (int i = 0; i < n; ++i) {
+    const float li = p.ws_l[row0 + i];
+    bad |= li != li;
+    if (li > 0.f) M = fmaxf(M, p.ws_m[row0 + i]);
+  }
+  if (bad) {
+    op[d] = Vec<T>::from_float(__int_as_float(0x7fffffff));
+    return;
+  }
   float W = 0.f, A = 0.f;
   for (int i = 0; i < n; ++i) {
     const float li = p.ws_l[row0 + i];
@@ -283,27 +338,23 @@ __global__ void __launch_bounds__(D) attn_reduce_kernel(const AttnParams p) {
     W += w;
     A += w * p.ws_o[(row0 + i) * D + d];
   }
-  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
   op[d] = Vec<T>::from_float(W > 0.f ? A / W : 0.f);
 }
 
 template <typename T, int D>
-void launch_dim(const AttnParams& p, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
+void launch_dim(AttnParams& p, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
+  const char* what = "paged attention launch";
   switch (gc) {
-    case 1: attn_partition_kernel<T, D, 1><<<grid, kThreads, 0, s>>>(p); break;
-    case 2: attn_partition_kernel<T, D, 2><<<grid, kThreads, 0, s>>>(p); break;
-    case 4: attn_partition_kernel<T, D, 4><<<grid, kThreads, 0, s>>>(p); break;
-    default: attn_partition_kernel<T, D, 8><<<grid, kThreads, 0, s>>>(p); break;
+    case 1: launch(attn_partition_kernel<T, D, 1>, grid, dim3(kThreads), 0, s, what, p); break;
+    case 2: launch(attn_partition_kernel<T, D, 2>, grid, dim3(kThreads), 0, s, what, p); break;
+    case 4: launch(attn_partition_kernel<T, D, 4>, grid, dim3(kThreads), 0, s, what, p); break;
+    default: launch(attn_partition_kernel<T, D, 8>, grid, dim3(kThreads), 0, s, what, p); break;
   }
-  check(cudaGetLastError(), "paged attention launch");
-  if (p.num_partitions > 1) {
-    attn_reduce_kernel<T, D><<<rgrid, D, 0, s>>>(p);
-    check(cudaGetLastError(), "paged attention reduce launch");
-  }
+  if (p.num_partitions > 1) launch(attn_reduce_kernel<T, D>, rgrid, dim3(D), 0, s, "paged attention reduce launch", p);
 }
 
 template <typename T>
-void launch_type(const AttnParams& p, int head_dim, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
+void launch_type(AttnParams& p, int head_dim, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
   switch (head_dim) {
     case 64: launch_dim<T, 64>(p, gc, grid, rgrid, s); break;
     case 128: launch_dim<T, 128>(p, gc, grid, rgrid, s); break;
@@ -380,6 +431,7 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   p.num_partitions = int(a.plan.num_partitions);
   p.soft_cap = a.soft_cap;
   p.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
+  p.fault = fault_record(c.device_index);
 
   const dim3 grid(unsigned(a.plan.num_partitions), unsigned(c.num_kv_heads * chunks), unsigned(a.num_seqs));
   const dim3 rgrid(unsigned(a.num_q_heads), unsigned(a.num_seqs));

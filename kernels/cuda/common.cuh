@@ -22,6 +22,44 @@ inline void check(cudaError_t e, const char* what) {
   fail(Code::device, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+// Launches kernel<<<grid, block, smem, stream>>>(args...) and checks the launch through the call's own
+// return value. A <<<>>> launch followed by cudaGetLastError() would report (and clear) an error that the
+// caller's earlier, unrelated CUDA call left pending; a successful launch here leaves that state alone.
+template <typename... Params, typename... Args>
+inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   const char* what, Args&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "launch: argument count");
+  void* ptrs[sizeof...(Args) + 1] = {static_cast<void*>(&args)...};
+  check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, ptrs, smem, stream), what);
+}
+
+// Device-side record of the first bad input a kernel met (kvb_cuda_take_fault; faults.cu owns it).
+struct FaultRecord {
+  unsigned int claimed;  // 0 = free; the first faulting thread sets 1, fills the details, then kind
+  unsigned int kind;     // kvb_fault_kind, published last
+  unsigned int kernel;   // kvb_kernel_id
+  unsigned int reserved;
+  long long index, column, value;
+  unsigned long long count;  // faulty work items
+};
+
+// Counts a fault and, if it is the first since the last take, records its details.
+__device__ __forceinline__ void record_fault(FaultRecord* r, unsigned kind, unsigned kernel, long long index,
+                                             long long column, long long value) {
+  atomicAdd(&r->count, 1ull);
+  if (atomicCAS(&r->claimed, 0u, 1u) != 0u) return;
+  r->kernel = kernel;
+  r->index = index;
+  r->column = column;
+  r->value = value;
+  __threadfence();
+  atomicExch(&r->kind, kind);
+}
+
+// Device address of the calling thread's current device's record (`device` is its ordinal, for the
+// cache of addresses).
+FaultRecord* fault_record(int device);
+
 // Makes `device` current for the scope and restores the caller's device afterwards.
 class DeviceGuard {
  public:

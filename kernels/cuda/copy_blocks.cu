@@ -147,14 +147,14 @@ void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std:
         p.pairs[i][1] = b.pairs[2 * (i0 + i) + 1];
       }
       const dim3 grid(unsigned(np), unsigned(nl), 2);
+      const char* what = "copy_blocks launch";
       switch (w) {
-        case 16: copy_kernel<uint4, P><<<grid, 256, 0, stream>>>(p); break;
-        case 8: copy_kernel<uint2, P><<<grid, 256, 0, stream>>>(p); break;
-        case 4: copy_kernel<uint32_t, P><<<grid, 256, 0, stream>>>(p); break;
-        case 2: copy_kernel<uint16_t, P><<<grid, 256, 0, stream>>>(p); break;
-        default: copy_kernel<uint8_t, P><<<grid, 256, 0, stream>>>(p); break;
+        case 16: launch(copy_kernel<uint4, P>, grid, dim3(256), 0, stream, what, p); break;
+        case 8: launch(copy_kernel<uint2, P>, grid, dim3(256), 0, stream, what, p); break;
+        case 4: launch(copy_kernel<uint32_t, P>, grid, dim3(256), 0, stream, what, p); break;
+        case 2: launch(copy_kernel<uint16_t, P>, grid, dim3(256), 0, stream, what, p); break;
+        default: launch(copy_kernel<uint8_t, P>, grid, dim3(256), 0, stream, what, p); break;
       }
-      check(cudaGetLastError(), "copy_blocks launch");
     }
   }
 }

@@ -25,9 +25,10 @@ void check_device(int index) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    fail(Code::device, "no usable CUDA device: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    fail(Code::device, "no usable CUDA device or driver was found (the CUDA runtime reports: %s, %s)",
+         cudaGetErrorString(e), cudaGetErrorName(e));
   }
-  if (n == 0) fail(Code::device, "no CUDA device present");
+  if (n == 0) fail(Code::device, "no usable CUDA device was found (the driver reports 0 devices)");
   if (index >= n) fail(Code::invalid_argument, "device_index %d, but only %d CUDA device(s)", index, n);
 }
 

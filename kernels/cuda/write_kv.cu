@@ -1,8 +1,9 @@
 // CUDA write_kv (reshape_and_cache): one CTA per token copies its K and V rows into the cache slot in
-// the widest vector (up to 16 bytes) that every pointer and stride allows. Out-of-range slots are
-// never written.
+// the widest vector (up to 16 bytes) that every pointer and stride allows. A slot of -1 is skipped; any
+// other slot outside the cache is never written and is recorded as a fault (kvb_cuda_take_fault).
 #include <climits>
 
+#include "../../abi/kvblock.h"
 #include "../backends.h"
 #include "common.cuh"
 
@@ -25,13 +26,17 @@ struct WriteParams {
   int block_shift;
   int heads;
   int chunks_per_row;
+  FaultRecord* fault;
 };
 
 template <typename W>
 __global__ void write_kv_kernel(const WriteParams p) {
   const int64_t token = blockIdx.x;
   const int64_t slot = p.slots[token];
-  if (slot < 0 || slot >= p.num_slots) return;
+  if (slot < 0 || slot >= p.num_slots) {
+    if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
+    return;
+  }
   const int64_t base = (slot >> p.block_shift) * p.block_stride + (slot & p.block_mask) * p.token_stride;
   const int total = p.heads * p.chunks_per_row;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
@@ -45,10 +50,10 @@ __global__ void write_kv_kernel(const WriteParams p) {
 }
 
 template <typename W>
-void launch(const WriteParams& p, int64_t tokens, cudaStream_t s) {
+void launch_width(WriteParams& p, int64_t tokens, cudaStream_t s) {
   const int total = p.heads * p.chunks_per_row;
   const int threads = total >= 256 ? 256 : ((total + 31) / 32) * 32;
-  write_kv_kernel<W><<<unsigned(tokens), threads, 0, s>>>(p);
+  launch(write_kv_kernel<W>, dim3(unsigned(tokens)), dim3(unsigned(threads)), 0, s, "write_kv launch", p);
 }
 
 }  // namespace
@@ -81,6 +86,7 @@ void write_kv(const Cache& c, const WriteKv& a, void* stream) {
   p.block_mask = c.block_size - 1;
   p.block_shift = c.block_shift;
   p.heads = int(c.num_kv_heads);
+  p.fault = fault_record(c.device_index);
   const int w = common_width({uint64_t(uintptr_t(p.key)), uint64_t(uintptr_t(p.value)), uint64_t(uintptr_t(p.k)),
                               uint64_t(uintptr_t(p.v)), uint64_t(p.key_ts), uint64_t(p.key_hs), uint64_t(p.val_ts),
                               uint64_t(p.val_hs), uint64_t(p.block_stride), uint64_t(p.token_stride),
@@ -91,13 +97,12 @@ void write_kv(const Cache& c, const WriteKv& a, void* stream) {
   p.chunks_per_row = int(row / w);
   cudaStream_t s = as_stream(stream);
   switch (w) {
-    case 16: launch<uint4>(p, a.num_tokens, s); break;
-    case 8: launch<uint2>(p, a.num_tokens, s); break;
-    case 4: launch<uint32_t>(p, a.num_tokens, s); break;
-    case 2: launch<uint16_t>(p, a.num_tokens, s); break;
-    default: launch<uint8_t>(p, a.num_tokens, s); break;
+    case 16: launch_width<uint4>(p, a.num_tokens, s); break;
+    case 8: launch_width<uint2>(p, a.num_tokens, s); break;
+    case 4: launch_width<uint32_t>(p, a.num_tokens, s); break;
+    case 2: launch_width<uint16_t>(p, a.num_tokens, s); break;
+    default: launch_width<uint8_t>(p, a.num_tokens, s); break;
   }
-  check(cudaGetLastError(), "write_kv launch");
 }
 
 }  // namespace cuda

@@ -452,7 +452,7 @@ static void test_buffers_too_small(void) {
   CHECK_OK(kvb_seq_append(m, 20, t, 1));
   {
     int64_t ids5[5] = {1, 2, 3, 20, 99};
-    EXPECT_FAIL(m, ids5, 5, kvb_drain_copies(m, buf, 0, &n), KVB_ERR_BUFFER_TOO_SMALL, "1 block pairs");
+    EXPECT_FAIL(m, ids5, 5, kvb_drain_copies(m, buf, 0, &n), KVB_ERR_BUFFER_TOO_SMALL, "1 block pair,");
     CHECK(n == 1);
     EXPECT_FAIL(m, ids5, 5, kvb_drain_copies(m, NULL, 1, &n), KVB_ERR_INVALID_ARGUMENT, "pairs is NULL");
     /* nothing was drained: the pair is still there */
@@ -516,7 +516,7 @@ static void test_swap_errors(void) {
   CHECK(n == 1);
   CHECK_OK(kvb_seq_can_swap_out(m, 2, &a));
   CHECK(a == KVB_AVAIL_LATER);
-  EXPECT_FAIL(m, ids, 3, kvb_seq_swap_out(m, 2, buf, 8, &n), KVB_ERR_OUT_OF_BLOCKS, "1 are free");
+  EXPECT_FAIL(m, ids, 3, kvb_seq_swap_out(m, 2, buf, 8, &n), KVB_ERR_OUT_OF_BLOCKS, "1 is free");
   /* swap in with no free device blocks */
   CHECK_OK(kvb_seq_append(m, 2, t, 12)); /* 20 tokens = 5 blocks; device: 3 + 5 = 8 */
   {

@@ -82,6 +82,12 @@ inline int cuda_devices() {
   return kvb_cuda_device_count(&n) == KVB_OK ? n : 0;
 }
 
+// True when this library was built with CUDA (whether or not a device is usable).
+inline bool cuda_built() {
+  int32_t n = 0;
+  return kvb_cuda_device_count(&n) != KVB_ERR_UNSUPPORTED;
+}
+
 #if KVB_WITH_CUDA
 // A device copy of a host buffer, freed at scope exit.
 struct DeviceBuffer {

@@ -351,7 +351,7 @@ void test_validation() {
       {"out_head_stride", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_head_stride = -64; }, KVB_ERR_INVALID_ARGUMENT},
       {"out strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_head_stride = 32; }, KVB_ERR_INVALID_ARGUMENT},
       {"out strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_token_stride = 64; }, KVB_ERR_INVALID_ARGUMENT},
-      {"q strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.q_token_stride = int64_t(1) << 58; }, KVB_ERR_INVALID_ARGUMENT},
+      {"q_token_stride", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.q_token_stride = int64_t(1) << 58; }, KVB_ERR_INVALID_ARGUMENT},
       {"scale", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.scale = NAN; }, KVB_ERR_INVALID_ARGUMENT},
       {"logits_soft_cap", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.logits_soft_cap = -1.f; }, KVB_ERR_INVALID_ARGUMENT},
       {"sink_tokens", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.sink_tokens = 4; }, KVB_ERR_INVALID_ARGUMENT},

@@ -537,9 +537,12 @@ KVB_API void kvb_prefill_args_init(kvb_prefill_args* args);
 KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
                                                         size_t* bytes);
 /* Prefill / extend attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
-   CPU: query_start, seq_lens (q_len_i <= seq_lens[i] <= max_blocks_per_seq * block_size) and the block
-   ids in the attended range are checked before anything is written. CUDA: q and out 16-byte aligned
-   with strides a multiple of 16 bytes; rows of an inconsistent sequence are written as zeros. */
+   query_start (0 at 0, non-decreasing, total_q_tokens at num_seqs), seq_lens (q_len_i <= seq_lens[i] <=
+   max_blocks_per_seq * block_size) and the block ids of every block holding a token some row attends
+   (in [0, num_blocks); blocks wholly outside every row's window may read -1) must be valid. CPU checks
+   them before anything is written and fails the call; CUDA checks the same on the device (see
+   kvb_cuda_take_fault): the rows of a faulty sequence (for a block id: of the query tile that met it)
+   are NaN. CUDA also needs q and out 16-byte aligned with strides a multiple of 16 bytes. */
 KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
 
 /* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
@@ -566,12 +569,20 @@ KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_c
    device-side record that stays until kvb_cuda_take_fault reads it. */
 typedef enum kvb_fault_kind {
   KVB_FAULT_NONE = 0,
-  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table */
+  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table (prefill:
+                              or shorter than the sequence's query rows) */
   KVB_FAULT_BLOCK_ID = 2,  /* block_tables[index][column] = value is not in [0, num_blocks) where attended */
-  KVB_FAULT_SLOT = 3       /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+  KVB_FAULT_SLOT = 3,      /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+  KVB_FAULT_QUERY_START = 4 /* query_start[index] = value breaks 0 = query_start[0] <= query_start[1] <= ...
+                               <= query_start[num_seqs] = total_q_tokens (kvb_prefill_attention) */
 } kvb_fault_kind;
 
-typedef enum kvb_kernel_id { KVB_KERNEL_NONE = 0, KVB_KERNEL_WRITE_KV = 1, KVB_KERNEL_PAGED_ATTENTION = 2 } kvb_kernel_id;
+typedef enum kvb_kernel_id {
+  KVB_KERNEL_NONE = 0,
+  KVB_KERNEL_WRITE_KV = 1,
+  KVB_KERNEL_PAGED_ATTENTION = 2,
+  KVB_KERNEL_PREFILL_ATTENTION = 3
+} kvb_kernel_id;
 
 typedef struct kvb_kernel_fault {
   uint32_t struct_size;

@@ -7,18 +7,13 @@
 // vector arithmetic (GCC/Clang vector extensions: SSE2 on baseline x86-64, NEON on arm64, scalar
 // elsewhere), with one softmax rescale per tile rather than per token.
 //
-// Threads: items are shared out over up to hardware_concurrency() threads (including the caller) when
-// the call reads at least kParallelBytes of K/V; smaller calls stay on the calling thread. Threads are
-// created per call (about 20-50 us each, negligible above the threshold): no global pool to outlive the
-// library or to interact with fork(). If a thread cannot be created the remaining threads, or the
-// caller alone, do the work.
+// Threads (parallel.h): items are shared out over up to hardware_concurrency() threads (including the
+// caller) when the call reads at least kParallelBytes of K/V; smaller calls stay on the calling thread.
+// Threads are created per call (about 20-50 us each, negligible above the threshold).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 // KVB_ATTN_F16C=0 (e.g. in CXXFLAGS) builds the portable path only; tests use it to cover that path.
@@ -37,6 +32,7 @@
 #include "../../libkvblock/error.h"
 #include "../backends.h"
 #include "convert.h"
+#include "parallel.h"
 
 namespace kvb {
 namespace kern {
@@ -48,7 +44,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kTile = 16;                                // tokens per tile
 constexpr int64_t kParallelBytes = int64_t(1) << 20;     // K+V bytes below which one thread is used
-constexpr int kMaxThreads = 64;
 
 struct Window {
   int64_t len, lo, sink;
@@ -241,43 +236,19 @@ void paged_attention(const Cache& c, const Attention& a) {
     attended += w.len - w.lo + std::min(w.sink, w.lo);
   }
   const int64_t bytes = attended * Hkv * D * j.es * 2;
-  int64_t threads = 1;
-  if (bytes >= kParallelBytes) {
-    const unsigned hw = std::thread::hardware_concurrency();
-    threads = std::min<int64_t>({int64_t(hw == 0 ? 1 : hw), int64_t(kMaxThreads), num_items,
-                                 bytes / (kParallelBytes / 2)});
-    threads = std::max<int64_t>(threads, 1);
-  }
+  const int64_t threads = threads_for(bytes, kParallelBytes / 2, num_items);
 
   const size_t per = Scratch::floats(G, D);
   std::vector<float> scratch(per * size_t(threads) + 4);
   float* base = scratch.data();
   while (reinterpret_cast<uintptr_t>(base) % 16 != 0) ++base;
 
-  std::atomic<int64_t> next{0};
-  auto work = [&](int64_t tid) {
+  parallel_for(num_items, threads, [&](int64_t tid, int64_t i) {
+    const int64_t p = i % NP, sk = i / NP, kvh = sk % Hkv, s = sk / Hkv;
+    if (NP > 1 && p * j.P >= a.seq_lens[s]) return;  // past the end: no workspace row
     Scratch sc(base + per * size_t(tid), G, D);
-    for (;;) {
-      const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= num_items) break;
-      const int64_t p = i % NP, sk = i / NP, kvh = sk % Hkv, s = sk / Hkv;
-      if (NP > 1 && p * j.P >= a.seq_lens[s]) continue;  // past the end: no workspace row
-      item(j, sc, s, kvh, p);
-    }
-  };
-
-  std::thread pool[kMaxThreads];
-  int64_t started = 0;
-  for (int64_t t = 1; t < threads; ++t) {
-    try {
-      pool[started] = std::thread(work, t);
-      ++started;
-    } catch (const std::system_error&) {
-      break;  // fewer threads: the atomic counter hands their items to the others
-    }
-  }
-  work(0);
-  for (int64_t t = 0; t < started; ++t) pool[t].join();
+    item(j, sc, s, kvh, p);
+  });
 
   if (NP == 1) return;
   float* tmp = base;  // the first thread's scratch is free again: D floats for the reduction

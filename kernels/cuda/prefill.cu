@@ -104,6 +104,8 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   const SeqView sv = seq_view(p, seq);
   const int pr0 = (int(blockIdx.x) - int(int64_t(p.query_start[seq]) * G / BM + seq)) * BM;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
+  if (sv.fault != KVB_FAULT_NONE && pr0 == 0 && kvh == 0 && split == 0 && tid == 0)  // once per sequence
+    record_fault(p.fault, sv.fault, KVB_KERNEL_PREFILL_ATTENTION, sv.fault_index, -1, sv.fault_value);
   if (pr0 < 0 || rows <= 0) return;  // a surplus tile (uniform over the CTA)
 
   const int base = sv.len - sv.q_len;
@@ -120,7 +122,10 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   int b0 = max(lo_first / BN, a1), b1 = pos_last / BN + 1;
   a0 = max(a0, s0), a1 = min(a1, s1), b0 = max(b0, s0), b1 = min(b1, s1);
   const int na = max(0, a1 - a0), nb = max(0, b1 - b0);
-  const int n_tiles = sv.ok ? na + nb : 0;
+  const int n_tiles = sv.fault == KVB_FAULT_NONE ? na + nb : 0;
+  __shared__ int s_bad;  // an attended key's block id was out of range: this tile's rows are NaN
+  if (tid == 0) s_bad = 0;
+  __syncthreads();
 
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
   const int64_t head_off = int64_t(kvh) * p.head_stride;
@@ -130,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   for (int i = tid; i < BM * C; i += kThreads) {
     const int r = i / C, c = i - r * C;
     const int pr = pr0 + r;
-    const bool ok = sv.ok && r < rows;
+    const bool ok = sv.fault == KVB_FAULT_NONE && r < rows;
     const T* src = reinterpret_cast<const T*>(p.q);
     if (ok)
       src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
@@ -145,6 +150,11 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
       if (tok < sv.len) {
         const int id = table[tok >> p.block_shift];
         blk = (id >= 0 && id < p.num_blocks) ? id : -1;
+        // A token some row of this tile attends needs a valid block (what the CPU checks); other
+        // tokens of the key tile may sit in blocks a window released (-1): zero-filled, masked.
+        if (blk < 0 && c == 0 && tok <= pos_last && (tok < sink || tok >= lo_first))
+          if (atomicExch(&s_bad, 1) == 0 && kvh == 0)  // counted once per (query tile, split), not per kv head
+            record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, seq, tok >> p.block_shift, id);
       }
       const int64_t off = blk >= 0 ? int64_t(blk) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off + c * 8 : 0;
       cp_async16(sK + buf * kBuf + swz<C>(r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
@@ -242,6 +252,8 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
     __syncthreads();  // everyone is done with buf before the next iteration refills it
   }
   cp_async_wait<0>();
+  __syncthreads();
+  const bool bad = sv.fault != KVB_FAULT_NONE || s_bad != 0;
 
 #pragma unroll
   for (int o2 = 1; o2 <= 2; o2 <<= 1) {
@@ -254,7 +266,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
     const int r = warp * 16 + (lane >> 2) + half * 8;
     if (r >= rows) continue;
     const float l = half ? l1 : l0, m = half ? m1 : m0;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = bad ? nan_f() : (l > 0.f ? 1.f / l : 0.f);
     const int pr = pr0 + r;
     const int row = sv.row0 + pr / G, h = kvh * G + pr % G;
     if (row < 0 || row >= p.total_q) continue;
@@ -274,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
       }
       if ((lane & 3) == 0) {
         p.ws_m[wrow] = m;
-        p.ws_l[wrow] = l;
+        p.ws_l[wrow] = bad ? nan_f() : l;  // the reduce kernel passes a NaN weight on
       }
     }
   }
@@ -286,8 +298,12 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   const int64_t w0 = (int64_t(row) * p.num_q_heads + h) * p.num_splits;
   float M = -INFINITY;
-  for (int i = 0; i < p.num_splits; ++i)
-    if (p.ws_l[w0 + i] > 0.f) M = fmaxf(M, p.ws_m[w0 + i]);
+  bool poisoned = false;
+  for (int i = 0; i < p.num_splits; ++i) {
+    const float li = p.ws_l[w0 + i];
+    poisoned |= li != li;
+    if (li > 0.f) M = fmaxf(M, p.ws_m[w0 + i]);
+  }
   float Wt = 0.f, A = 0.f;
   for (int i = 0; i < p.num_splits; ++i) {
     const float li = p.ws_l[w0 + i];
@@ -297,7 +313,7 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
     A += w * p.ws_o[(w0 + i) * D + d];
   }
   T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride;
-  op[d] = Vec<T>::from_float(Wt > 0.f ? A / Wt : 0.f);
+  op[d] = Vec<T>::from_float(poisoned ? nan_f() : Wt > 0.f ? A / Wt : 0.f);
 }
 
 template <typename T, int D>
@@ -312,7 +328,7 @@ void launch_mma(const PrefillParams& p, dim3 grid, cudaStream_t s) {
   }
   prefill_mma_kernel<T, D, BN><<<grid, kThreads, smem, s>>>(p);
   check(cudaGetLastError(), "prefill attention launch");
-  if (p.num_splits > 1) {
+  if (p.num_splits > 1 && p.total_q > 0) {
     prefill_reduce_kernel<T, D><<<dim3(unsigned(p.total_q), unsigned(p.num_q_heads)), D, 0, s>>>(p);
     check(cudaGetLastError(), "prefill attention reduce launch");
   }
@@ -355,13 +371,14 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   if (a.total_q * (a.num_q_heads / c.num_kv_heads) > int64_t(INT_MAX) - BM || a.plan.num_tiles > INT_MAX)
     fail(Code::invalid_argument, "args: total_q_tokens %lld x %lld query heads per kv head is too many rows for CUDA "
          "prefill attention", (long long)a.total_q, (long long)(a.num_q_heads / c.num_kv_heads));
-  if (a.total_q == 0) return;
 
   DeviceGuard guard(c.device_index);
   check_pointer(c.k, c.device_index, "cache.k");
   check_pointer(c.v, c.device_index, "cache.v");
-  check_pointer(a.q, c.device_index, "args.q");
-  check_pointer(a.out, c.device_index, "args.out");
+  if (a.total_q > 0) {  // q and out may be NULL without rows; the sequences are still checked
+    check_pointer(a.q, c.device_index, "args.q");
+    check_pointer(a.out, c.device_index, "args.out");
+  }
   check_pointer(a.query_start, c.device_index, "args.query_start");
   check_pointer(a.seq_lens, c.device_index, "args.seq_lens");
   check_pointer(a.block_tables, c.device_index, "args.block_tables");
@@ -400,6 +417,7 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   p.scale = a.scale;
   p.soft_cap = a.soft_cap;
   p.q_scale = a.scale * kLog2e;
+  p.fault = fault_record(c.device_index);
 
   cudaStream_t s = as_stream(stream);
   const dim3 grid(unsigned(a.plan.num_tiles), unsigned(c.num_kv_heads), unsigned(a.plan.num_splits));

@@ -285,7 +285,11 @@ KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size
 /* Decode step for many sequences in one call: append tokens[i] to sequence seq_ids[i], i < num_seqs.
    All-or-nothing: every id must exist, be on device and appear once, and the free queue must cover the
    whole batch (new blocks and copy-on-write copies) before anything changes; else nothing changes.
-   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order. */
+   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order, refusals included: forked
+   siblings that share a partial last block copy it in turn (k of them among h holders make
+   min(k, h - 1) copies, the last writes in place), no watermark applies (as for kvb_seq_append), and
+   a sliding window releases nothing here (only commits release, so kvb_batch_commit is where a
+   windowed sequence gives blocks back; appending never counts on such releases). */
 KVB_API kvb_status kvb_batch_append(kvb_manager* m, const int64_t* seq_ids, const int64_t* tokens, size_t num_seqs);
 /* Commit num_tokens[i] tokens of sequence seq_ids[i] (NULL num_tokens = every uncomputed token of each).
    All-or-nothing like kvb_batch_append; equivalent to kvb_seq_commit for each in order. */

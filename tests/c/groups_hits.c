@@ -227,6 +227,13 @@ static void test_config_errors(void) {
   cfg.groups = spec;
   cfg.num_host_blocks = 4; /* host tier with several groups: not supported */
   CHECK_STATUS(kvb_manager_create(&cfg, &m), KVB_ERR_UNSUPPORTED);
+  cfg.num_groups = 1; /* one group: swapping works, the host cache does not (yet) */
+  cfg.flags = KVB_CONFIG_HOST_CACHE;
+  CHECK_STATUS(kvb_manager_create(&cfg, &m), KVB_ERR_UNSUPPORTED);
+  cfg.flags = 0;
+  CHECK_OK(kvb_manager_create(&cfg, &m));
+  kvb_manager_destroy(m);
+  cfg.num_groups = 2;
   cfg.num_host_blocks = 0;
   CHECK_OK(kvb_manager_create(&cfg, &m));
   kvbt_iota(t, 8, 1);

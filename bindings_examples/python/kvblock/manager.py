@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -106,7 +106,10 @@ class Manager:
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
-                 event_capacity: int = 65536, index_seed: int = 0) -> None:
+                 event_capacity: int = 65536, index_seed: int = 0, host_cache: bool = False) -> None:
+        """host_cache: the num_host_blocks host blocks are also a second prefix-cache level
+        (KVB_CONFIG_HOST_CACHE): evicted device blocks are offloaded there and prefix hits can be loaded
+        back; run the copies that drain_host_transfers hands out (see there)."""
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
@@ -118,7 +121,8 @@ class Manager:
         if non_cacheable_tokens is not None:
             keep, n = int64_ptr(non_cacheable_tokens, "non_cacheable_tokens")
             cfg.non_cacheable_tokens, cfg.num_non_cacheable_tokens = keep, n
-        cfg.flags = (lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+        cfg.flags = ((lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+                     | (lib.KVB_CONFIG_HOST_CACHE if host_cache else 0))
         cfg.event_capacity = as_index(event_capacity, "event_capacity")
         cfg.index_seed = as_index(index_seed, "index_seed")
         out = ffi.new("kvb_manager**")
@@ -127,7 +131,11 @@ class Manager:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_host_blocks
+        self.host_cache = bool(host_cache)
         self._pairs = np.zeros((64, 2), np.int32)
+        self._offloads = np.zeros((64, 2), np.int32)
+        self._loads = np.zeros((64, 2), np.int32)
+        self._size2 = ffi.new("size_t*")
         self._size = ffi.new("size_t*")
 
     def close(self) -> None:
@@ -291,6 +299,28 @@ class Manager:
     def swap_in(self, seq_id: int) -> np.ndarray:
         """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
         return self._pairs_call(self._lib.kvb_seq_swap_in, self._h, as_index(seq_id, "seq_id"))
+
+    def drain_host_transfers(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Every pending host-cache transfer, oldest first: (offloads, loads), [n, 2] int32 copies each.
+        offloads rows are (device src, host dst), loads rows (host src, device dst); run them with
+        swap_blocks before anything overwrites their device blocks, in this order: all offloads, then all
+        loads, then the copy-on-write copies (drain_copies) and swap-in pairs, then the forward step.
+        Until drained, a load holds its host source and device destination. Empty without host_cache."""
+        lib = self._lib
+        while True:
+            co, cl = self._offloads.shape[0], self._loads.shape[0]
+            status = lib.kvb_drain_host_transfers(self._h, ffi.from_buffer("int32_t[]", self._offloads), co,
+                                                  self._size, ffi.from_buffer("int32_t[]", self._loads), cl,
+                                                  self._size2)
+            if status == lib.KVB_ERR_BUFFER_TOO_SMALL:  # nothing was drained: grow and ask again
+                no, nl = self._size[0], self._size2[0]
+                if no > co:
+                    self._offloads = np.zeros((max(no, 2 * co), 2), np.int32)
+                if nl > cl:
+                    self._loads = np.zeros((max(nl, 2 * cl), 2), np.int32)
+                continue
+            check(status)
+            return self._offloads[: self._size[0]].copy(), self._loads[: self._size2[0]].copy()
 
     # -- the batched decode step -------------------------------------------------------------------
     def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:

@@ -14,7 +14,7 @@ from ._lib import ffi, load
 from .errors import KvbArgumentError, KvbError, Status
 from .kernels import (KVCache, copy_blocks, cuda_device_count, has_prefill_kernel, paged_attention, prefill_attention, swap_blocks,
                       write_kv)
-from .manager import Availability, Batch, BatchBuffers, Event, Manager, SeqInfo, hash_tokens
+from .manager import Availability, Batch, BatchBuffers, Event, Manager, Medium, SeqInfo, hash_tokens
 
 __version__ = "0.1.0"
 
@@ -28,7 +28,7 @@ def library_path() -> str:
     return _lib.LIBRARY_PATH
 
 
-__all__ = ["Manager", "KvbError", "KvbArgumentError", "Status", "Availability", "SeqInfo", "Event", "Batch",
+__all__ = ["Manager", "KvbError", "KvbArgumentError", "Status", "Availability", "SeqInfo", "Event", "Medium", "Batch",
            "BatchBuffers", "hash_tokens", "KVCache", "write_kv", "paged_attention", "prefill_attention",
            "copy_blocks", "swap_blocks", "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load",
            "__version__"]

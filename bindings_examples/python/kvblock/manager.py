@@ -40,18 +40,28 @@ class SeqInfo:
     sink_tokens: int
 
 
+# Where a block lives (kvb_medium, read from the header): Medium.DEVICE (the device pool) or Medium.HOST (the
+# host level of the host cache).
+Medium = enum.IntEnum("Medium", {name.removeprefix("KVB_MEDIUM_"): value
+                                 for value, name in sorted(ffi.typeof("kvb_medium").elements.items())})
+
+
 class Event(NamedTuple):
-    """A prefix-index event (kvb_event): type is "stored", "removed" or "cleared"."""
+    """A prefix-index event (kvb_event): type is "stored", "removed" or "cleared". Events describe, per
+    medium, the hashes each level's index holds: an offload is a REMOVED on the device (when no device block
+    keeps the hash) and a STORED on the host."""
     type: str
     block_hash: int
     parent_hash: Optional[int]      # previous block's hash (stored, not first block)
     cache_salt: Optional[int]       # first block of a salted sequence (stored)
     extra_key: Optional[int]
     tokens: np.ndarray              # the block's tokens (stored), else empty
-    block_id: int
+    block_id: int                   # on `medium`
+    medium: Medium = Medium.DEVICE
 
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
+_MEDIA = {int(m): m for m in Medium}
 
 
 class BatchBuffers:
@@ -395,7 +405,8 @@ class Manager:
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_BLOCK else None,
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_SALT else None,
                              int(e.extra_key) if e.has_extra_key else None,
-                             toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id)))
+                             toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id),
+                             _MEDIA.get(e.medium, e.medium)))  # a medium newer than this package: its number
         return out, int(dropped[0])
 
     def reset_prefix_cache(self) -> None:

@@ -334,7 +334,10 @@ class Manager:
 
     # -- the batched decode step -------------------------------------------------------------------
     def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
-        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append)."""
+        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as
+        append(seq_ids[i], [tokens[i]]) in order, refusals included. Forked siblings sharing a partial last
+        block copy it in turn (k of its h holders appending make min(k, h - 1) copies: drain_copies), no
+        watermark applies, and a sliding window releases nothing here: batch_commit releases."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         toks, nt = int64_ptr(tokens, "tokens")
         if n != nt:
@@ -342,7 +345,8 @@ class Manager:
         check(self._lib.kvb_batch_append(self._h, ids, toks, n))
 
     def batch_commit(self, seq_ids: TokenLike, num_tokens: Optional[TokenLike] = None) -> None:
-        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing."""
+        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
+        where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if num_tokens is None:
             check(self._lib.kvb_batch_commit(self._h, ids, ffi.NULL, n))

@@ -36,6 +36,7 @@ Manager::Manager(const ManagerConfig& cfg)
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
   std::reverse(host_empty_.begin(), host_empty_.end());
   host_twin_.assign(cfg.num_host_blocks, -1);
+  twin_budget_ = static_cast<uint32_t>(static_cast<uint64_t>(cfg.num_host_blocks) * cfg.host_twin_percent / 100);
   if (cfg.host_cache) {  // pending transfers have unique destinations: these bounds are never passed
     pending_offloads_.reserve(cfg.num_host_blocks);
     pending_loads_.reserve(cfg.num_blocks);
@@ -56,6 +57,8 @@ void validate_config(const ManagerConfig& cfg) {
     fail(Code::invalid_argument, "num_host_blocks %u exceeds %u", cfg.num_host_blocks, kMaxBlocks);
   if (!(cfg.watermark >= 0.0f && cfg.watermark < 1.0f))
     fail(Code::invalid_argument, "watermark %g is not in [0, 1)", static_cast<double>(cfg.watermark));
+  if (cfg.host_twin_percent > 100)
+    fail(Code::invalid_argument, "host_cache_twin_percent %u exceeds 100", cfg.host_twin_percent);
   if (cfg.host_cache && cfg.num_host_blocks == 0)
     fail(Code::invalid_argument, "KVB_CONFIG_HOST_CACHE needs num_host_blocks > 0");
   if (cfg.events && cfg.event_capacity == 0)
@@ -604,7 +607,7 @@ Stats Manager::stats() const {
   st.offloaded_blocks = offloaded_;
   st.loaded_blocks = loaded_;
   st.host_evictions = host_evictions_;
-  st.cached_host_blocks = host_pool_.num_free();
+  st.cached_host_blocks = host_pool_.num_free() + twins_.size;
   return st;
 }
 

@@ -151,7 +151,10 @@ class Manager {
   void release_block(int32_t b);         // drop a reference; to the queue tail at zero
   int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
-  void index_block(int32_t b, const ChainLink& parent);  // enter a committed full block (STORED event)
+  // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key
+  // (a load), -1 if none is, kUnknownHost to look it up.
+  static constexpr int32_t kUnknownHost = -2;
+  void index_block(int32_t b, const ChainLink& parent, int32_t host_copy = kUnknownHost);
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
   void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
@@ -164,7 +167,7 @@ class Manager {
   // Host tier (manager_host.cpp).
   int32_t take_host_block();              // empty, else evict the first cached block; -1 if none
   void offload(int32_t b);                // device block b is evicted: copy it to the host cache
-  void host_twin_enter(int32_t b);        // device block b entered the index
+  void host_twin_enter(int32_t b, int32_t h);  // device block b entered the index; h: its host copy
   void host_twin_leave(int32_t b);        // ... left it
   void pin_host(int32_t h);               // a pending load will read h
   void host_enqueue(int32_t h);           // a cached host block becomes evictable (twin list or LRU)

@@ -240,13 +240,13 @@ void Manager::unindex_block(int32_t b) {
   if (events_.enabled() && stored_hashes_.remove(m.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
 }
 
-void Manager::index_block(int32_t b, const ChainLink& parent) {
+void Manager::index_block(int32_t b, const ChainLink& parent, int32_t host_copy) {
   BlockMeta& m = pool_.meta(b);
   int32_t old = index_.put(m.key, b);
   if (old == b) return;
   if (!m.indexed && m.in_free) ++cached_free_;
   m.indexed = 1;
-  if (cfg_.host_cache) host_twin_enter(b);
+  if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_index_.find(m.key) : host_copy);
   if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
   // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
   // hashes, so replacing a block by a recomputed copy emits nothing.
@@ -335,6 +335,7 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
       return std::memcmp(stored, blk, bs_ * sizeof(int64_t)) == 0 && m.has_extra == extra.present &&
              (!extra.present || m.extra == extra.value);
     };
+    if (cfg_.host_cache) host_index_.prefetch(key);  // its slot loads while the device level is probed
     int32_t b = index_.find(key);  // the device level first
     if (b >= 0 && same(pool_.meta(b), pool_.tokens(b))) {
       ++out.hits;

@@ -112,8 +112,7 @@ void Manager::offload(int32_t b) {
   }
 }
 
-void Manager::host_twin_enter(int32_t b) {
-  int32_t h = host_index_.find(pool_.meta(b).key);
+void Manager::host_twin_enter(int32_t b, int32_t h) {
   if (h < 0) return;
   const bool queued = host_pool_.meta(h).in_free != 0;
   if (queued) host_unqueue(h);
@@ -143,7 +142,7 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
   ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
   pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
   ++loaded_;
-  index_block(d, parent);
+  index_block(d, parent, h);
   return d;
 }
 

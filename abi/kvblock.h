@@ -92,7 +92,7 @@ typedef struct kvb_config {
   uint32_t flags;                      /* kvb_config_flags, default 0 */
   uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
   uint64_t index_seed;                 /* KVB_CONFIG_KEYED_INDEX seed; 0 = random from the OS */
-  uint32_t host_cache_twin_percent;    /* KVB_CONFIG_HOST_CACHE: host blocks (percent, default 5) that may
+  uint32_t host_cache_twin_percent;    /* KVB_CONFIG_HOST_CACHE: host blocks (percent, default 1) that may
                                           keep the copy of a block loaded back to the device */
   uint32_t reserved;
 } kvb_config;                          /* may grow at the end */

@@ -69,7 +69,7 @@ void kvb_config_init(kvb_config* cfg) {
   cfg->struct_size = sizeof *cfg;
   cfg->block_size = 16;
   cfg->event_capacity = 65536;
-  cfg->host_cache_twin_percent = 5;
+  cfg->host_cache_twin_percent = 1;
 }
 
 kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {

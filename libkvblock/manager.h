@@ -24,7 +24,7 @@ struct ManagerConfig {
   bool keyed_index = false;
   bool events = false;
   bool host_cache = false;  // host blocks are a second prefix-cache level
-  uint32_t host_twin_percent = 5;  // host blocks that may keep copies of blocks also on the device
+  uint32_t host_twin_percent = 1;  // host blocks that may keep copies of blocks also on the device
   uint32_t event_capacity = 65536;
   uint64_t index_seed = 0;  // 0 = random
 };

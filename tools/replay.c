@@ -74,7 +74,7 @@ void replay_help(FILE* f) {
       "                       tier and gives the blocks and bytes moved each way (offloaded, loaded)\n"
       "    --num-host-blocks N  host blocks: the host cache, or the swap tier of --preempt swap\n"
       "                       (default: num-blocks). Sequential mode: with --host-cache only\n"
-      "    --host-twin-percent N  host blocks (percent, default 5) that may keep copies of blocks\n"
+      "    --host-twin-percent N  host blocks (percent, default 1) that may keep copies of blocks\n"
       "                       loaded back to the device: 0 = exclusive (most hits), more = fewer moves\n"
       "    --kv-bytes-per-block N  KV bytes per block for the bytes moved (default 131072 * block size:\n"
       "                       a Llama-3-8B-like layout, 32 layers x K,V x 8 heads x 128 dims x fp16)\n"
@@ -172,7 +172,7 @@ int replay_main(int argc, char** argv) {
   o.svg_points = 2000;
   o.num_host_blocks = UINT64_MAX; /* = num_blocks unless given */
   o.pcie_gbps = 25.0;
-  o.host_twin_percent = 5;
+  o.host_twin_percent = 1;
   for (i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* val = NULL;

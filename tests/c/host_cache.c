@@ -142,7 +142,7 @@ static void test_twin_budget_keeps_twin(void) {
   int64_t x[5], y[5], z[8], w[5];
   size_t cached = 0;
   kvb_config_init(&cfg);
-  CHECK(cfg.host_cache_twin_percent == 5);
+  CHECK(cfg.host_cache_twin_percent == 1);
   cfg.block_size = BS;
   cfg.num_blocks = 3;
   cfg.num_host_blocks = 3;

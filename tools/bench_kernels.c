@@ -6,7 +6,9 @@
    write_kv the K/V input bytes read plus the cache bytes written; copy_blocks read + write of the block
    bytes; swap_blocks read + write on the CPU, the bytes once across PCIe on the GPU.
 
-   Ceilings, measured in the same run: CPU, a memcpy of a large buffer, read + write (2 x bytes / time);
+   Ceilings, measured in the same run: CPU, a memcpy of a large buffer, read + write (2 x bytes / time),
+   and a streaming read of it by as many threads as the CPU has (bench_read.c), which CPU attention
+   (memory-bound, threaded) is compared with;
    GPU, kvb_copy_blocks of large dense 2 MiB blocks (read + write) for the on-device figures and
    kvb_swap_blocks of the same blocks with KVB_SWAP_USE_MEMCPY between device and page-locked host
    memory, one direction at a time (bytes / time), for the swaps.
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_read.h"
 #include "util.h"
 
 #define KMAX_REPS 1000
@@ -35,7 +38,7 @@
 #define KV_BLOCK_BYTES ((size_t)BS * HKV * HD * 2)  /* one block of K (or of V), fp16 */
 #define FENCE_TIMEOUT_S 60.0
 
-enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, NUM_CEILS };
+enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, CEIL_READ, NUM_CEILS };
 
 typedef struct kcache kcache;
 
@@ -94,6 +97,19 @@ static void fill16(uint16_t* p, size_t n, uint64_t* state) {
   *state = x;
 }
 
+/* Random fp32 values of magnitude 1/8..1, as fill16's. */
+static void fill32(float* p, size_t n, uint64_t* state) {
+  uint64_t x = *state;
+  size_t i;
+  for (i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p[i] = (float)(0.125 + 0.875 * (double)(x >> 40) / (double)(1u << 24)) * ((x & 1u) ? -1.f : 1.f);
+  }
+  *state = x;
+}
+
 static uint64_t next_rand(uint64_t* state) {
   *state ^= *state << 13;
   *state ^= *state >> 7;
@@ -101,13 +117,18 @@ static uint64_t next_rand(uint64_t* state) {
   return *state;
 }
 
-static size_t desc_bytes(const kvb_cache_desc* d) { return (size_t)d->num_blocks * (size_t)d->block_stride * 2; }
+static size_t dtype_bytes(uint32_t dtype) { return dtype == KVB_DTYPE_FP32 ? 4 : 2; }
 
-static int cache_alloc(kvb_cache_desc* d, int cuda, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd) {
+static size_t desc_bytes(const kvb_cache_desc* d) {
+  return (size_t)d->num_blocks * (size_t)d->block_stride * dtype_bytes(d->dtype);
+}
+
+static int cache_alloc_dtype(kvb_cache_desc* d, int cuda, uint32_t dtype, uint32_t nblocks, uint32_t bs,
+                             uint32_t heads, uint32_t hd) {
   kvb_status st;
   kvb_cache_desc_init(d);
   d->device_type = cuda ? KVB_DEVICE_CUDA : KVB_DEVICE_CPU;
-  d->dtype = KVB_DTYPE_FP16;
+  d->dtype = dtype;
   d->num_blocks = nblocks;
   d->block_size = bs;
   d->num_kv_heads = heads;
@@ -117,6 +138,10 @@ static int cache_alloc(kvb_cache_desc* d, int cuda, uint32_t nblocks, uint32_t b
     return 0;
   }
   return 1;
+}
+
+static int cache_alloc(kvb_cache_desc* d, int cuda, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd) {
+  return cache_alloc_dtype(d, cuda, KVB_DTYPE_FP16, nblocks, bs, heads, hd);
 }
 
 static void cache_free(kvb_cache_desc* d) {
@@ -129,21 +154,26 @@ static void kc_free(kcache* c) {
   memset(c, 0, sizeof *c);
 }
 
-/* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
-static int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
-                    uint32_t host_blocks) {
+/* A cache of the shape and dtype on e's device, with host_blocks blocks of staging on the GPU. */
+static int kc_alloc_dtype(const kenv* e, kcache* c, uint32_t dtype, uint32_t nblocks, uint32_t bs, uint32_t heads,
+                          uint32_t hd, uint32_t host_blocks) {
   memset(c, 0, sizeof *c);
-  if (!cache_alloc(&c->dev, e->cuda, nblocks, bs, heads, hd)) return 0;
+  if (!cache_alloc_dtype(&c->dev, e->cuda, dtype, nblocks, bs, heads, hd)) return 0;
   if (!e->cuda) {
     c->host = c->dev;
     return 1;
   }
   c->staged = 1;
-  if (!cache_alloc(&c->host, 0, host_blocks < nblocks ? host_blocks : nblocks, bs, heads, hd)) {
+  if (!cache_alloc_dtype(&c->host, 0, dtype, host_blocks < nblocks ? host_blocks : nblocks, bs, heads, hd)) {
     kc_free(c);
     return 0;
   }
   return 1;
+}
+
+static int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
+                    uint32_t host_blocks) {
+  return kc_alloc_dtype(e, c, KVB_DTYPE_FP16, nblocks, bs, heads, hd, host_blocks);
 }
 
 /* A raw buffer of at least bytes bytes: c->host.k on the host side, c->dev.k on the device. */
@@ -195,10 +225,18 @@ static int kc_upload(kenv* e, kcache* c) {
   return fence(e);
 }
 
+/* Random values of the dtype in n bytes at p. */
+static void fill_dtype(void* p, size_t bytes, uint32_t dtype, uint64_t* seed) {
+  if (dtype == KVB_DTYPE_FP32)
+    fill32((float*)p, bytes / 4, seed);
+  else
+    fill16((uint16_t*)p, bytes / 2, seed);
+}
+
 /* Random K and V on the host side, then uploaded. */
 static int kc_fill_random(kenv* e, kcache* c) {
-  fill16((uint16_t*)c->host.k, desc_bytes(&c->host) / 2, &e->seed);
-  fill16((uint16_t*)c->host.v, desc_bytes(&c->host) / 2, &e->seed);
+  fill_dtype(c->host.k, desc_bytes(&c->host), c->host.dtype, &e->seed);
+  fill_dtype(c->host.v, desc_bytes(&c->host), c->host.dtype, &e->seed);
   return kc_upload(e, c);
 }
 
@@ -300,7 +338,21 @@ static int call_memcpy(void* p) {
   return 1;
 }
 
-/* CPU: memcpy of a large buffer of random data, read + write counted; checked equal afterwards. */
+typedef struct read_ctx {
+  const unsigned char* buf;
+  size_t n;
+  int threads;
+} read_ctx;
+
+static int call_read(void* p) {
+  read_ctx* c = (read_ctx*)p;
+  int ok = 0;
+  g_ksink += read_all(c->buf, c->n, c->threads, &ok);
+  return ok;
+}
+
+/* CPU: memcpy of a large buffer of random data, read + write counted; checked equal afterwards. Then the
+   streaming read of the same buffer by every CPU (one byte count: the bytes read). */
 static int ceiling_cpu(kenv* e) {
   memcpy_ctx c;
   int ok;
@@ -318,8 +370,19 @@ static int ceiling_cpu(kenv* e) {
     ok = 0;
   }
   e->ceil[CEIL_D2H] = e->ceil[CEIL_H2D] = e->ceil[CEIL_COPY];
-  free(c.a);
   free(c.b);
+  if (ok) {
+    read_ctx rc;
+    char label[64];
+    rc.buf = c.a;
+    rc.n = c.n;
+    rc.threads = read_threads();
+    snprintf(label, sizeof label, "ceiling: read %u MiB, %d thread%s", (unsigned)(c.n >> 20), rc.threads,
+             rc.threads > 1 ? "s" : "");
+    e->ceil_name[CEIL_READ] = "read";
+    ok = bench_one(e, call_read, &rc, "ceiling_read", label, (double)c.n, CEIL_READ, 1);
+  }
+  free(c.a);
   return ok;
 }
 
@@ -412,16 +475,16 @@ static void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
   }
 }
 
-static int attn_setup(kenv* e, attn_ctx* c, uint32_t batch, uint32_t ctx) {
+static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx) {
   uint32_t i, maxb = ctx / BS, nblocks = batch * maxb;
-  size_t qbytes = (size_t)batch * HQ * HD * 2;
+  size_t qbytes = (size_t)batch * HQ * HD * dtype_bytes(dtype);
   kvb_status st;
   memset(c, 0, sizeof *c);
-  if (!kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) || !kc_fill_random(e, &c->cache) ||
+  if (!kc_alloc_dtype(e, &c->cache, dtype, nblocks, BS, HKV, HD, 2048) || !kc_fill_random(e, &c->cache) ||
       !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
       !kc_buffer(e, &c->tables, (size_t)nblocks * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
     return 0;
-  fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
+  fill_dtype(c->q.host.k, qbytes, dtype, &e->seed);
   random_tables((int32_t*)c->tables.host.k, nblocks, &e->seed);
   for (i = 0; i < batch; i++) ((int32_t*)c->lens.host.k)[i] = (int32_t)ctx;
   kvb_attention_args_init(&c->a);
@@ -443,19 +506,25 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t batch, uint32_t ctx) {
 }
 
 static int bench_attention(kenv* e) {
-  /* (batch, context): the GPU's at full size, the CPU's scaled down to stay short. */
-  static const uint32_t gpu[2][2] = {{32, 4096}, {128, 2048}}, gpu_quick[2][2] = {{8, 1024}, {32, 512}};
-  static const uint32_t cpu[2][2] = {{8, 2048}, {32, 1024}}, cpu_quick[2][2] = {{4, 256}, {8, 256}};
-  const uint32_t(*shapes)[2] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
+  /* (dtype, batch, context): the GPU's at full size, the CPU's smaller to stay short; the CPU's are
+     compared with the streaming-read ceiling (attention reads K and V once and writes little). */
+  static const uint32_t gpu[][3] = {{KVB_DTYPE_FP16, 32, 4096}, {KVB_DTYPE_FP16, 128, 2048}};
+  static const uint32_t gpu_quick[][3] = {{KVB_DTYPE_FP16, 8, 1024}, {KVB_DTYPE_FP16, 32, 512}};
+  static const uint32_t cpu[][3] = {{KVB_DTYPE_FP16, 8, 4096}, {KVB_DTYPE_FP16, 32, 1024}, {KVB_DTYPE_FP32, 8, 4096}};
+  static const uint32_t cpu_quick[][3] = {{KVB_DTYPE_FP16, 4, 256}, {KVB_DTYPE_FP16, 8, 256}, {KVB_DTYPE_FP32, 4, 256}};
+  const uint32_t(*shapes)[3] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
+  const int n = e->cuda ? 2 : 3;
   int s, ok = 1;
-  for (s = 0; s < 2 && ok; s++) {
+  for (s = 0; s < n && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
-    uint32_t batch = shapes[s][0], ctx = shapes[s][1];
-    snprintf(key, sizeof key, "attention_%ux%u", batch, ctx);
-    snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens", batch, ctx);
-    ok = attn_setup(e, &c, batch, ctx) &&
-         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * 2 * 2, CEIL_COPY, 0);
+    uint32_t dtype = shapes[s][0], batch = shapes[s][1], ctx = shapes[s][2];
+    const char* dt = dtype == KVB_DTYPE_FP32 ? "fp32 " : "";
+    snprintf(key, sizeof key, "attention_%s%ux%u", dtype == KVB_DTYPE_FP32 ? "fp32_" : "", batch, ctx);
+    snprintf(label, sizeof label, "paged_attention %s%u seqs x %u%s", dt, batch, ctx, *dt ? "" : " tokens");
+    ok = attn_setup(e, &c, dtype, batch, ctx) &&
+         bench_one(e, call_attention, &c, key, label,
+                   (double)batch * ctx * HKV * HD * (double)dtype_bytes(dtype) * 2, e->cuda ? CEIL_COPY : CEIL_READ, 0);
     attn_free(&c);
   }
   return ok;

@@ -89,28 +89,36 @@ int attended_ranges(const Window& w, int64_t a, int64_t b, int64_t r[2][2]) {
   return n;
 }
 
-// Per-thread scratch; every array starts on a 64-byte boundary. GP = G rounded up to 4 (padding heads).
+// Per-thread scratch for KG kv heads; every array starts on a 64-byte boundary. GP = G rounded up to 4
+// (padding heads).
 struct Scratch {
-  float* q;    // [GP][D] query rows, pre-scaled
-  float* acc;  // [GP][D] running sum of p * v
-  float* m;    // [GP] running max (log2 units)
-  float* l;    // [GP] running sum of exp2(x - m)
+  float* q;    // [KG][GP][D] query rows, pre-scaled
+  float* acc;  // [KG][GP][D] running sum of p * v
+  float* m;    // [KG][GP] running max (log2 units)
+  float* l;    // [KG][GP] running sum of exp2(x - m)
   float* s;    // [GP][kTile] logits, then probabilities
 
   static int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
-  static size_t floats(int64_t G, int64_t D) {
+  static size_t floats(int64_t KG, int64_t G, int64_t D) {
     const int64_t GP = (G + 3) / 4 * 4;
-    return size_t(2 * padded(GP * D) + 2 * padded(GP) + padded(GP * kTile));
+    return size_t(2 * padded(KG * GP * D) + 2 * padded(KG * GP) + padded(GP * kTile));
   }
-  Scratch(float* base, int64_t G, int64_t D) {
+  Scratch(float* base, int64_t KG, int64_t G, int64_t D) {
     const int64_t GP = (G + 3) / 4 * 4;
     q = base;
-    acc = q + padded(GP * D);
-    m = acc + padded(GP * D);
-    l = m + padded(GP);
-    s = l + padded(GP);
+    acc = q + padded(KG * GP * D);
+    m = acc + padded(KG * GP * D);
+    l = m + padded(KG * GP);
+    s = l + padded(KG * GP);
   }
 };
+
+// Kv heads per work item: all of them while the per-thread state stays within ~256 KiB (it is re-read
+// every tile), so that each item streams whole cache blocks.
+int64_t heads_per_item(int64_t Hkv, int64_t G, int64_t D) {
+  const int64_t per_head = 2 * ((G + 3) / 4 * 4) * D * int64_t(sizeof(float));
+  return std::max<int64_t>(1, std::min<int64_t>(Hkv, (int64_t(256) << 10) / per_head));
+}
 
 struct Job {
   const Cache* c;
@@ -121,7 +129,7 @@ struct Job {
   float* ws_o;
 };
 
-using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t);
+using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t, int64_t);
 
 // The item body once per code path.
 namespace baseline {
@@ -203,9 +211,14 @@ void paged_attention(const Cache& c, const Attention& a) {
   const ItemFn item = pick_item(D, c.dtype, G);
   if (!item) fail(Code::invalid_argument, "attention: head_dim %lld is not supported", (long long)D);
 
-  // Items in (sequence, kv head, partition) order; partitions past a sequence's end are skipped.
+  // Items in (sequence, kv head group, partition) order; partitions past a sequence's end are skipped.
+  // Groups of KG kv heads; smaller groups when there would be too few items to keep every thread busy.
+  const unsigned hw = std::thread::hardware_concurrency();
   const int64_t NP = j.NP;
-  const int64_t num_items = a.num_seqs * Hkv * NP;
+  int64_t KG = heads_per_item(Hkv, G, D);
+  while (KG > 1 && a.num_seqs * NP * ((Hkv + KG - 1) / KG) < 2 * int64_t(hw == 0 ? 1 : hw)) KG = (KG + 1) / 2;
+  const int64_t groups = (Hkv + KG - 1) / KG;
+  const int64_t num_items = a.num_seqs * groups * NP;
   int64_t attended = 0;
   for (int64_t s = 0; s < a.num_seqs; ++s) {
     const Window w = window_of(a, a.seq_lens[s]);
@@ -214,26 +227,25 @@ void paged_attention(const Cache& c, const Attention& a) {
   const int64_t bytes = attended * Hkv * D * j.es * 2;
   int64_t threads = 1;
   if (bytes >= kParallelBytes) {
-    const unsigned hw = std::thread::hardware_concurrency();
     threads = std::min<int64_t>({int64_t(hw == 0 ? 1 : hw), int64_t(kMaxThreads), num_items,
                                  bytes / (kParallelBytes / 2)});
     threads = std::max<int64_t>(threads, 1);
   }
 
-  const size_t per = Scratch::floats(G, D);
+  const size_t per = Scratch::floats(KG, G, D);
   std::vector<float> scratch(per * size_t(threads) + 16);
   float* base = scratch.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
 
   std::atomic<int64_t> next{0};
   auto work = [&](int64_t tid) {
-    Scratch sc(base + per * size_t(tid), G, D);
+    Scratch sc(base + per * size_t(tid), KG, G, D);
     for (;;) {
       const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= num_items) break;
-      const int64_t p = i % NP, sk = i / NP, kvh = sk % Hkv, s = sk / Hkv;
+      const int64_t p = i % NP, sk = i / NP, kg = sk % groups, s = sk / groups;
       if (NP > 1 && p * j.P >= a.seq_lens[s]) continue;  // past the end: no workspace row
-      item(j, sc, s, kvh, p);
+      item(j, sc, s, kg * KG, std::min(KG, Hkv - kg * KG), p);
     }
   };
 

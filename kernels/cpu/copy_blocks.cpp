@@ -4,6 +4,8 @@
 // when both caches are dense with blocks back to back). A call that moves more than kStreamBytes copies
 // with non-temporal stores: the destination is not read into the cache first (no read-for-ownership
 // traffic) and does not evict the caller's working set; this is what large memcpy calls do too.
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -113,9 +115,18 @@ void copy_blocks(const BlockCopy& b) {
   if (stream) fence_stores();
 }
 
+// Caches of 2 MiB and more are 2 MiB aligned and asked to be backed by transparent huge pages: a decode
+// reads each block's rows at the token stride, and on 4 KiB pages that means a TLB miss every few rows
+// and hardware prefetchers that stop at every page boundary.
 void* alloc_host(size_t bytes) {
-  const size_t align = 256;
-  return std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  const size_t huge = size_t(2) << 20;
+  const size_t align = bytes >= huge ? huge : 256;
+  const size_t n = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, n);
+#ifdef MADV_HUGEPAGE
+  if (p && align == huge) madvise(p, n, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
+  return p;
 }
 
 void free_host(void* p) { std::free(p); }

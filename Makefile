@@ -16,9 +16,15 @@ OPT      ?= -O2 -g
 SANITIZE ?=
 WARN     := -Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter
 CFLAGS_  := -std=c99 $(OPT) $(WARN) $(SANITIZE) $(CFLAGS)
+XXHASH_CFLAGS := $(shell pkg-config --cflags libxxhash 2>/dev/null)
 CXXFLAGS_:= -std=c++17 $(OPT) $(WARN) $(SANITIZE) -fPIC -fvisibility=hidden -fvisibility-inlines-hidden \
-            -pthread $(shell pkg-config --cflags libxxhash 2>/dev/null) $(CXXFLAGS)
-LDLIBS_  := $(shell pkg-config --libs libxxhash 2>/dev/null || echo -lxxhash) -pthread
+            -pthread $(XXHASH_CFLAGS) $(CXXFLAGS)
+XXHASH_LIBS := $(strip $(shell pkg-config --libs libxxhash 2>/dev/null || echo -lxxhash))
+LDLIBS_  := $(XXHASH_LIBS) -pthread
+# What a program linking libkvblock.a needs besides it (kvblock.pc's Libs.private): the C++ runtime,
+# since a C compiler does not add it, and the CUDA runtime under ${cudalibdir}, a variable of kvblock.pc
+# that a machine with CUDA elsewhere overrides (pkg-config --define-variable=cudalibdir=DIR).
+PC_LIBS_PRIVATE := $(XXHASH_LIBS) -lstdc++ -lm -pthread
 
 PREFIX     ?= /usr/local
 LIBDIR     ?= $(PREFIX)/lib
@@ -37,6 +43,7 @@ ifneq ($(NVCC),)
   NVCCFLAGS_ := -std=c++17 -O3 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden -DKVB_WITH_CUDA=1 $(NVCCFLAGS)
   CXXFLAGS_  += -DKVB_WITH_CUDA=1
   LDLIBS_    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+  PC_LIBS_PRIVATE += -L$${cudalibdir} -lcudart_static -ldl -lrt
   CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
 endif
 
@@ -71,7 +78,7 @@ $(BUILD)/obj/%.cu.o: %.cu
 
 $(BUILD)/obj/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) -MMD -MP -c $< -o $@
 
 $(SHLIB): $(LIB_OBJS) abi/libkvblock.map
 	@mkdir -p $(dir $@)
@@ -94,7 +101,7 @@ $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvbl
 	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
-$(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(STLIB)
+$(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h) $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_) -Iabi -Itests -o $@ $< $(STLIB) $(LDLIBS_)
 
@@ -113,26 +120,24 @@ check-sanitize:
 check-all: all
 	@MAKE="$(MAKE)" sh tests/check_all.sh
 
-bench: all bench-kernels
-	$(BUILD)/bin/kvblock bench
-
-# Kernel benchmark (bench/): decode attention, copy_blocks, swap_blocks vs measured copy ceilings, on
-# the GPU when one is usable, else on the CPU. BENCH_ARGS="--device cpu" etc. to choose.
-BENCH_KERNELS := $(BUILD)/bin/kernels_bench
-$(BENCH_KERNELS): bench/kernels_bench.cpp $(STLIB)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_) -Iabi -o $@ $< $(STLIB) $(LDLIBS_)
-
+# Benchmarks: `kvblock bench` (the manager's hot paths, then the kernels against copy ceilings measured
+# in the same run); bench-kernels runs its kernel section alone, on the CPU and on the GPU when one is
+# usable. BENCH_ARGS="--device cuda --reps 20" etc. (kvblock bench --help).
 .PHONY: bench-kernels
-bench-kernels: $(BENCH_KERNELS)
-	$(BENCH_KERNELS) $(BENCH_ARGS)
+BENCH_ARGS ?= --device auto
+bench: all
+	$(TOOL) bench $(BENCH_ARGS)
+
+bench-kernels: all
+	$(TOOL) bench --only kernels $(BENCH_ARGS)
 
 # Generated in the build tree on every install, so a PREFIX/LIBDIR change (or another build tree's
 # install running at the same time) can never leave a stale kvblock.pc behind.
 $(BUILD)/kvblock.pc: kvblock.pc.in abi/kvblock.h FORCE
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
-	  -e 's|@VERSION@|$(VERSION)|g' -e 's|@LIBS_PRIVATE@|$(LDLIBS_)|g' $< > $@
+	  -e 's|@VERSION@|$(VERSION)|g' -e 's|@LIBS_PRIVATE@|$(PC_LIBS_PRIVATE)|g' \
+	  -e 's|@CUDA_LIBDIR@|$(if $(NVCC),$(CUDA_HOME)/lib64)|g' -e '/^cudalibdir=$$/d' $< > $@
 
 INSTALLED := $(INCLUDEDIR)/kvblock.h $(LIBDIR)/libkvblock.so.$(VERSION) $(LIBDIR)/$(SONAME) \
              $(LIBDIR)/libkvblock.so $(LIBDIR)/libkvblock.a $(LIBDIR)/pkgconfig/kvblock.pc

@@ -68,11 +68,16 @@ KVB_API const char* kvb_version_string(void);
 /* ------------------------------------------------------------------------------------------------ */
 
 typedef enum kvb_config_flags {
-  /* Match prefixes by a 128-bit XXH3 hash keyed with a secret per-manager seed (collision defence);
-     the public xxh64 chain hash is still computed and reported. */
+  /* Prefixes are matched by an index key, a 128-bit XXH3 hash of the block's whole history (parent's
+     key, no parent / parent / salt, tokens, extra key): a block matches only a block with the same
+     salt (or none) and the same tokens and extra keys in every block up to and including itself. This
+     flag runs that hash under a secret per-manager seed (collision defence; seed 0 otherwise); the
+     public xxh64 chain hash is still computed and reported. */
   KVB_CONFIG_KEYED_INDEX = 1,
   /* Record block stored / removed / cleared events for kvb_drain_events(). */
-  KVB_CONFIG_EVENTS = 2
+  KVB_CONFIG_EVENTS = 2,
+  /* Host blocks are a second prefix-cache level (needs num_host_blocks > 0; see "Host cache" below). */
+  KVB_CONFIG_HOST_CACHE = 4
 } kvb_config_flags;
 
 typedef struct kvb_config {
@@ -82,7 +87,7 @@ typedef struct kvb_config {
   uint32_t num_host_blocks;            /* host (swap/offload) blocks, 0 = none */
   float    watermark;                  /* fraction of blocks kept free for running sequences, default 0 */
   const int64_t* non_cacheable_tokens; /* copied at create */
-  size_t   num_non_cacheable_tokens;
+  size_t   num_non_cacheable_tokens;   /* at most 2^24 */
   /* --- fields below were added after the core contract; older callers' struct_size omits them --- */
   uint32_t flags;                      /* kvb_config_flags, default 0 */
   uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
@@ -101,7 +106,9 @@ KVB_API void kvb_manager_destroy(kvb_manager* m);
 /* ------------------------------------------------------------------------------------------------ */
 
 /* xxh64 (seed 0) over [*parent_hash as u64 LE if parent_hash != NULL] + tokens as i64 LE: the public
-   block hash, identical to nano-vllm's compute_hash. n == 0 hashes the parent alone. */
+   block hash, identical to nano-vllm's compute_hash. n == 0 hashes the parent alone (tokens may then be
+   NULL). tokens == NULL with n > 0 is invalid: the result is 0 and kvb_last_error() says so (a real
+   hash is 0 with probability 2^-64; pass valid arguments rather than test for it). */
 KVB_API uint64_t kvb_hash_tokens(const uint64_t* parent_hash /* NULL = first block */, const int64_t* tokens, size_t n);
 /* The hash block_id received when committed as a full block, while it still holds that content.
    KVB_ERR_BAD_STATE if it holds no committed full block (never committed, partial, non-cacheable, reused). */
@@ -141,7 +148,8 @@ typedef struct kvb_seq_options {
   uint32_t struct_size;
   uint32_t has_cache_salt;           /* 1: cache_salt is hashed in place of the first block's parent */
   uint64_t cache_salt;               /* per-tenant salt: prompts with different salts never share blocks */
-  const uint32_t* extra_key_blocks;  /* block indices (within the sequence) that carry an extra key */
+  const uint32_t* extra_key_blocks;  /* block indices (within the sequence) that carry an extra key; below
+                                        2^30 (no sequence has more blocks); later blocks may be named */
   const uint64_t* extra_keys;        /* the keys (e.g. image content hash, LoRA id), u64 LE after tokens */
   size_t num_extra_keys;             /* entries in both arrays, indices strictly increasing */
   uint32_t window_tokens;            /* sliding window (0 = none): see kvb_seq_set_window */
@@ -192,10 +200,18 @@ KVB_API kvb_status kvb_seq_fork_at(kvb_manager* m, int64_t parent_id, int64_t ch
    if capacity_pairs is too small nothing is drained, KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed. */
 KVB_API kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 /* Drop the last num_tokens tokens (rejected speculative tokens, TVM PopN). Blocks that become empty are
-   released; a committed full block that stops being full leaves the index unless shared. */
+   released; a committed full block that stops being full leaves the index unless shared. Always possible
+   for uncommitted tokens, also under a sliding window (see kvb_seq_set_window). */
 KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_tokens);
-/* Sliding window with attention sinks (window_tokens 0 = off): blocks wholly outside the first
-   sink_tokens and the last window_tokens tokens, and fully committed, are released; slots read -1. */
+/* Sliding window with attention sinks (window_tokens 0 = off): the query of position p attends positions
+   [p + 1 - window_tokens, p] and the first sink_tokens tokens. Blocks are released (their slots read -1,
+   they return to the free queue) by kvb_seq_commit, kvb_seq_allocate_ex, kvb_seq_fork(_at) and this call,
+   never by append or rollback: block i is released when it lies wholly before position
+   num_computed + 1 - window_tokens (the window of the first query still to come, at num_computed),
+   contains no sink token, and is not the block of the last computed token. So every appended but
+   uncomputed token's query finds its whole window held, and a rollback of uncommitted tokens always
+   succeeds; a rollback or fork_at that would end in a released block is refused (KVB_ERR_BAD_STATE).
+   Switching the window off or widening it brings no released block back. */
 KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -219,6 +235,32 @@ KVB_API kvb_status kvb_seq_can_swap_in(kvb_manager* m, int64_t seq_id, kvb_avail
 KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* Host cache (KVB_CONFIG_HOST_CACHE): host blocks as a second prefix-cache level                    */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* With KVB_CONFIG_HOST_CACHE, a cached device block that is evicted (taken from the free queue for new
+   data) is first copied to a host block (write-back), which enters a host index keyed like the device
+   one. kvb_seq_allocate(_ex) and kvb_seq_can_allocate(_ex) match the longest prefix across both levels,
+   block by block along the chain (device first, else host; token comparison and whole-history keys in
+   both). A host hit takes a free device block and a host -> device load; its tokens count as cached:
+   the caller runs the loads before the step's forward pass, so they are computed from the step's point
+   of view. OUT_OF_BLOCKS stays all-or-nothing (a host hit needs a free device block).
+   Host blocks are shared with swapping: a swap out may evict cached host blocks (swapped-out sequences
+   win); the cache never takes a swapped-out sequence's blocks. The host copy of a block loaded back to
+   the device is kept (no transfer when the device copy is evicted again) but is the first to be
+   dropped when a host block is needed; other cached host blocks are dropped least recently used first.
+
+   kvb_drain_host_transfers hands out every pending transfer at once, oldest first: offload_pairs
+   (pairs[2*i] = device src, pairs[2*i+1] = host dst) and load_pairs (host src, device dst). Run them
+   before anything overwrites their device blocks, in this order: all offloads, then all loads, then the
+   copy-on-write copies (kvb_drain_copies) and swap-in pairs, then the forward step. Until drained, a
+   load holds its source host block and its destination device block. Both capacities must suffice
+   (KVB_ERR_BUFFER_TOO_SMALL sets both counts and drains nothing). */
+KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pairs, size_t offload_capacity,
+                                            size_t* num_offloads, int32_t* load_pairs, size_t load_capacity,
+                                            size_t* num_loads);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Batch export for kernels                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
@@ -235,9 +277,23 @@ typedef struct kvb_batch {
 } kvb_batch;
 
 KVB_API void kvb_batch_init(kvb_batch* batch);
-/* Fill the kernel inputs of one step for num_seqs sequences (all on device) in one call.
+/* Fill the kernel inputs of one step for num_seqs distinct sequences (all on device) in one call; an id
+   listed twice is refused (KVB_ERR_INVALID_ARGUMENT), as its tokens would be written twice.
    KVB_ERR_BUFFER_TOO_SMALL (with num_slots / max_blocks_needed set) when a buffer is too small. */
 KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_seqs, kvb_batch* batch);
+
+/* Decode step for many sequences in one call: append tokens[i] to sequence seq_ids[i], i < num_seqs.
+   All-or-nothing: every id must exist, be on device and appear once, and the free queue must cover the
+   whole batch (new blocks and copy-on-write copies) before anything changes; else nothing changes.
+   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order, refusals included: forked
+   siblings that share a partial last block copy it in turn (k of them among h holders make
+   min(k, h - 1) copies, the last writes in place), no watermark applies (as for kvb_seq_append), and
+   a sliding window releases nothing here (only commits release, so kvb_batch_commit is where a
+   windowed sequence gives blocks back; appending never counts on such releases). */
+KVB_API kvb_status kvb_batch_append(kvb_manager* m, const int64_t* seq_ids, const int64_t* tokens, size_t num_seqs);
+/* Commit num_tokens[i] tokens of sequence seq_ids[i] (NULL num_tokens = every uncomputed token of each).
+   All-or-nothing like kvb_batch_append; equivalent to kvb_seq_commit for each in order. */
+KVB_API kvb_status kvb_batch_commit(kvb_manager* m, const int64_t* seq_ids, const size_t* num_tokens, size_t num_seqs);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Statistics, events, prefix-cache control                                                          */
@@ -261,15 +317,26 @@ typedef struct kvb_stats {
   uint64_t num_host_blocks;
   uint64_t free_host_blocks;
   uint64_t events_dropped;     /* events lost to a full event queue, cumulative */
+  /* --- fields below were added with the host cache; older callers' struct_size omits them --- */
+  uint64_t device_hit_tokens;  /* of hit_tokens, found on the device */
+  uint64_t host_hit_tokens;    /* of hit_tokens, found on the host level (loaded back) */
+  uint64_t offloaded_blocks;   /* device -> host copies handed out (kvb_drain_host_transfers), cumulative */
+  uint64_t loaded_blocks;      /* host -> device copies handed out, cumulative */
+  uint64_t host_evictions;     /* cached host blocks dropped for new content */
+  uint64_t cached_host_blocks; /* host blocks holding cached content now */
 } kvb_stats;
 
 KVB_API void kvb_stats_init(kvb_stats* stats);
 /* Snapshot of the counters (fields beyond the caller's struct_size are not written). */
 KVB_API kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats);
 
+/* Events describe, per medium, the set of public hashes that the prefix index holds. Blocks with different histories
+   can share a public xxh64 hash (the index keeps them apart by key): STORED is emitted when the first
+   indexed block with a hash enters the index (its parent, tokens and extra key are reported), REMOVED
+   when the last indexed block with that hash leaves it. So each hash alternates STORED, REMOVED. */
 typedef enum kvb_event_type {
-  KVB_EVENT_BLOCK_STORED = 1,  /* a hash entered the index */
-  KVB_EVENT_BLOCK_REMOVED = 2, /* a hash left the index */
+  KVB_EVENT_BLOCK_STORED = 1,  /* a public hash entered the index */
+  KVB_EVENT_BLOCK_REMOVED = 2, /* a public hash left the index (no indexed block carries it any more) */
   KVB_EVENT_ALL_CLEARED = 3    /* the index was emptied (kvb_reset_prefix_cache) */
 } kvb_event_type;
 
@@ -288,9 +355,11 @@ typedef struct kvb_event {
   uint32_t has_extra_key;
   uint32_t num_tokens;    /* = block size (STORED), else 0 */
   size_t   token_offset;  /* the block's tokens are tokens[token_offset .. +num_tokens) (STORED) */
-  int32_t  block_id;      /* device block (STORED, REMOVED) */
-  uint32_t reserved;
+  int32_t  block_id;      /* block (STORED, REMOVED), on the medium below */
+  uint32_t medium;        /* kvb_medium: where the block lives (vLLM's "GPU" / "CPU") */
 } kvb_event;
+
+typedef enum kvb_medium { KVB_MEDIUM_DEVICE = 0, KVB_MEDIUM_HOST = 1 } kvb_medium;
 
 /* Drain events in order: as many as fit in events[capacity] and tokens[token_capacity].
    *num_events = drained (0 = queue empty); *dropped (may be NULL) = events lost since the last drain. */
@@ -300,10 +369,8 @@ KVB_API kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t ca
    is in use, so no running sequence can lose its cached prefix mid-flight (vLLM's contract). */
 KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 
-/* ==== KERNELS BEGIN (owned by kernels/) ==== */
-
 /* ------------------------------------------------------------------------------------------------ */
-/* Kernels: write K/V, paged decode attention, copy and swap blocks (CPU always, CUDA when built)  */
+/* Kernels: write K/V, paged decode and prefill attention, copy and swap blocks (CPU / CUDA)     */
 /* ------------------------------------------------------------------------------------------------ */
 
 /* Strides everywhere below are in elements, never negative (refused: no kernel walks backwards), and 0
@@ -412,6 +479,78 @@ KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cach
    kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
 
+/* Paged prefill / extend attention over a ragged batch: every sequence brings q_len_i >= 0 new query
+   tokens (a prompt, a chunk of one, speculative draft tokens or a single decode token: one call serves
+   a batch that mixes them), whose K/V are already in the cache (kvb_write_kv). Positions: with
+   q_len_i = query_start[i+1] - query_start[i], query row query_start[i] + j (0 <= j < q_len_i) is the
+   token at absolute position pos = seq_lens[i] - q_len_i + j of sequence i; it attends causally to the
+   cached positions t <= pos, limited (window_tokens > 0) to t > pos - window_tokens plus the sinks
+   t < sink_tokens.
+
+   Worked example (block_size 16): a 100-token prompt whose first 32 tokens hit the prefix cache
+   (kvb_seq_allocate reports 32 cached). In one step, kvb_batch_export writes seq_lens {100} and
+   query_start {0, 68}: query row j (0..67) is position 32 + j and sees positions 0 .. 32 + j.
+   Chunked into 40 + 28 new tokens instead, the engine passes
+     chunk 1: query_start {0, 40}, seq_lens {72} (32 cached + 40 new, their K/V written first):
+              row j is position 32 + j and sees 0 .. 32 + j; then kvb_seq_commit(40);
+     chunk 2: query_start {0, 28}, seq_lens {100}: row j is position 72 + j and sees 0 .. 72 + j.
+   With window_tokens 64 and sink_tokens 4, the last row (position 99) sees 0..3 and 36..99.
+   Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
+   exactly what kvb_paged_attention computes.
+
+   Work layout on CUDA (no host read of query_start or seq_lens, so a launch is CUDA-graph capturable
+   with the batch changing between replays as long as total_q_tokens and num_seqs stay within the
+   captured values): query rows are packed (token, query head of the GQA group) per kv head and cut
+   into tiles of 64 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
+   b_i = floor(query_start[i] * group / 64) + i, which is computable from query_start alone and leaves
+   every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 64) + num_seqs
+   tiles per kv head (and per key split) and each CTA finds its sequence by binary search over
+   query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
+   long, the key range is split into partitions written to the workspace and merged by a second
+   kernel (flash-decoding style), so the workspace size depends on the shapes below and the device.
+   fp16 / bf16 use tensor cores (mma.sync m16n8k16, fp32 accumulation); fp32 uses CUDA cores.
+   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls. */
+typedef struct kvb_prefill_args {
+  uint32_t struct_size;
+  uint32_t num_seqs;
+  uint32_t num_q_heads;         /* a multiple of num_kv_heads (GQA / MQA) */
+  uint32_t max_blocks_per_seq;  /* columns of block_tables */
+  uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (checked on CPU;
+                                   CUDA cannot read it on the host: rows past it are never touched) */
+  uint32_t reserved;
+  const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
+  int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
+  int64_t  q_head_stride;       /* 0 = head_dim */
+  void*    out;                 /* [total_q_tokens, num_q_heads, head_dim], every row written */
+  int64_t  out_token_stride;    /* 0 = num_q_heads * head_dim */
+  int64_t  out_head_stride;     /* 0 = head_dim */
+  const int32_t* query_start;   /* [num_seqs + 1], query_start[0] = 0, non-decreasing (kvb_batch_export) */
+  const int32_t* seq_lens;      /* [num_seqs] tokens in the cache INCLUDING the new ones (>= q_len_i) */
+  const int32_t* block_tables;  /* [num_seqs, max_blocks_per_seq] */
+  float    scale;               /* logits = scale * q.k, default 1/sqrt(head_dim) if left 0 */
+  float    logits_soft_cap;     /* > 0: logits = cap * tanh(logits / cap); 0 = off */
+  uint32_t window_tokens;       /* > 0: a row at pos attends only t > pos - window_tokens (plus sinks) */
+  uint32_t sink_tokens;         /* with a window: the first sink_tokens tokens are attended too */
+  void*    workspace;           /* kvb_prefill_attention_workspace_size() bytes on the device, 16-byte
+                                   aligned (may be NULL if 0) */
+  size_t   workspace_size;
+} kvb_prefill_args;
+
+/* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */
+KVB_API void kvb_prefill_args_init(kvb_prefill_args* args);
+/* Bytes of workspace kvb_prefill_attention needs: a function of the cache (device, shape), num_seqs,
+   num_q_heads, max_blocks_per_seq and total_q_tokens only; pointers are not read. 0 on the CPU. */
+KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
+                                                        size_t* bytes);
+/* Prefill / extend attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+   query_start (0 at 0, non-decreasing, total_q_tokens at num_seqs), seq_lens (q_len_i <= seq_lens[i] <=
+   max_blocks_per_seq * block_size) and the block ids of every block holding a token some row attends
+   (in [0, num_blocks); blocks wholly outside every row's window may read -1) must be valid. CPU checks
+   them before anything is written and fails the call; CUDA checks the same on the device (see
+   kvb_cuda_take_fault): the rows of a faulty sequence (for a block id: of the query tile that met it)
+   are NaN. CUDA also needs q and out 16-byte aligned with strides a multiple of 16 bytes. */
+KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
+
 /* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
    num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */
 KVB_API kvb_status kvb_copy_blocks(const kvb_cache_desc* layers, size_t num_layers, const int32_t* pairs,
@@ -436,12 +575,20 @@ KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_c
    device-side record that stays until kvb_cuda_take_fault reads it. */
 typedef enum kvb_fault_kind {
   KVB_FAULT_NONE = 0,
-  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table */
+  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table (prefill:
+                              or shorter than the sequence's query rows) */
   KVB_FAULT_BLOCK_ID = 2,  /* block_tables[index][column] = value is not in [0, num_blocks) where attended */
-  KVB_FAULT_SLOT = 3       /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+  KVB_FAULT_SLOT = 3,      /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+  KVB_FAULT_QUERY_START = 4 /* query_start[index] = value breaks 0 = query_start[0] <= query_start[1] <= ...
+                               <= query_start[num_seqs] = total_q_tokens (kvb_prefill_attention) */
 } kvb_fault_kind;
 
-typedef enum kvb_kernel_id { KVB_KERNEL_NONE = 0, KVB_KERNEL_WRITE_KV = 1, KVB_KERNEL_PAGED_ATTENTION = 2 } kvb_kernel_id;
+typedef enum kvb_kernel_id {
+  KVB_KERNEL_NONE = 0,
+  KVB_KERNEL_WRITE_KV = 1,
+  KVB_KERNEL_PAGED_ATTENTION = 2,
+  KVB_KERNEL_PREFILL_ATTENTION = 3
+} kvb_kernel_id;
 
 typedef struct kvb_kernel_fault {
   uint32_t struct_size;
@@ -465,7 +612,6 @@ KVB_API void kvb_kernel_fault_init(kvb_kernel_fault* fault);
    in debug runs). A fault of work still running on another stream may be reported by a later call.
    KVB_ERR_UNSUPPORTED when built without CUDA, KVB_ERR_DEVICE when no usable device or driver. */
 KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_kernel_fault* fault);
-/* ==== KERNELS END ==== */
 
 #ifndef KVB_CDEF
 #ifdef __cplusplus

@@ -19,13 +19,24 @@ run() { # run NAME COMMAND...: one language's tests
 skip() { echo "SKIP $1: $2"; skipped="$skipped $1"; }
 have() { command -v "$1" >/dev/null 2>&1; }
 
-# Python: cffi (ABI mode) + pytest; numpy for the kernel test.
+# Python: the kvblock package (cffi ABI mode). pip-installed into a venv under the build dir, reusing this
+# build tree (make is incremental: nothing is rebuilt), then its tests run from outside the source tree
+# against the bundled library. Without setuptools/wheel the tests run in-tree against $KVBLOCK_LIB.
+pydir="$root/bindings_examples/python"
 if ! have python3; then
   skip python "python3 not found"
-elif ! python3 -c 'import cffi, pytest' 2>/dev/null; then
-  skip python "python3 lacks cffi or pytest (pip install cffi pytest numpy)"
+elif ! python3 -c 'import cffi, pytest, numpy' 2>/dev/null; then
+  skip python "python3 lacks cffi, pytest or numpy (pip install cffi pytest numpy)"
+elif python3 -c 'import setuptools, wheel' 2>/dev/null &&
+     { [ -x "$build/py-venv/bin/python" ] || python3 -m venv --system-site-packages "$build/py-venv"; }; then
+  venv="$build/py-venv"
+  run python-install env KVBLOCK_BUILD_DIR="$build" "$venv/bin/python" -m pip install -q --no-build-isolation \
+    --no-deps --force-reinstall --disable-pip-version-check "$pydir"
+  run python env OPENBLAS_NUM_THREADS=1 sh -c "cd '$build' && env -u KVBLOCK_LIB '$venv/bin/python' -m kvblock --version &&
+    env -u KVBLOCK_LIB '$venv/bin/python' -m pytest -q -p no:cacheprovider '$pydir/tests'"
 else
-  run python python3 -m pytest -q -p no:cacheprovider bindings_examples/python
+  echo "note python: setuptools/wheel or venv missing; testing the package in-tree against $KVBLOCK_LIB"
+  run python env PYTHONPATH="$pydir" python3 -m pytest -q -p no:cacheprovider "$pydir/tests"
 fi
 
 # Rust: cargo, offline, no dependencies; target dir under the build dir.

@@ -2,6 +2,7 @@
 #if !defined(KVB_WITH_CUDA) || !KVB_WITH_CUDA
 #include "../libkvblock/error.h"
 #include "backends.h"
+#include "prefill.h"
 
 namespace kvb {
 namespace kern {
@@ -17,6 +18,7 @@ void check_device(int) { no_cuda(); }
 void check_pointer(const void*, int, const char*) { no_cuda(); }
 void write_kv(const Cache&, const WriteKv&, void*) { no_cuda(); }
 void paged_attention(const Cache&, const Attention&, void*) { no_cuda(); }
+void prefill_attention(const Cache&, const Prefill&, void*) { no_cuda(); }
 void copy_blocks(const BlockCopy&, void*) { no_cuda(); }
 Fault take_fault(int, void*) { no_cuda(); }
 void* alloc_device(int, size_t) { no_cuda(); }

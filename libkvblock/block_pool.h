@@ -18,7 +18,7 @@ struct BlockMeta {
   uint8_t indexed = 0;    // the prefix index points to this block
   uint8_t has_extra = 0;  // extra key hashed into this block
   uint64_t hash = 0;      // public xxh64 chain hash
-  Key128 key;             // index key: keyed hash, or {hash, 0}
+  Key128 key;             // index key: a hash of the whole history (see BlockHasher)
   uint64_t extra = 0;
 };
 
@@ -43,6 +43,8 @@ class BlockPool {
   void unlink(int32_t b);
   // Appends b at the tail.
   void push_tail(int32_t b);
+  // Puts b at the head (the host cache's free drops; see manager_host.cpp).
+  void push_head(int32_t b);
 
  private:
   uint32_t num_blocks_, block_size_;

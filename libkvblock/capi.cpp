@@ -82,16 +82,22 @@ kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {
     c.num_host_blocks = cfg->num_host_blocks;
     c.watermark = cfg->watermark;
     if (cfg->num_non_cacheable_tokens) {
+      // Vocabularies have well under 2^24 ids; a larger count is a caller bug (and ptr + n could wrap).
+      constexpr size_t kMaxNonCacheable = size_t{1} << 24;
+      if (cfg->num_non_cacheable_tokens > kMaxNonCacheable)
+        fail(Code::invalid_argument, "num_non_cacheable_tokens %zu exceeds %zu", cfg->num_non_cacheable_tokens,
+             kMaxNonCacheable);
       if (!cfg->non_cacheable_tokens)
         fail(Code::invalid_argument, "num_non_cacheable_tokens is %zu but non_cacheable_tokens is NULL",
              cfg->num_non_cacheable_tokens);
       c.non_cacheable.assign(cfg->non_cacheable_tokens, cfg->non_cacheable_tokens + cfg->num_non_cacheable_tokens);
     }
     if (KVB_COVERS(cfg, kvb_config, flags)) {
-      if (cfg->flags & ~uint32_t{KVB_CONFIG_KEYED_INDEX | KVB_CONFIG_EVENTS})
+      if (cfg->flags & ~uint32_t{KVB_CONFIG_KEYED_INDEX | KVB_CONFIG_EVENTS | KVB_CONFIG_HOST_CACHE})
         fail(Code::invalid_argument, "unknown config flags 0x%x", cfg->flags);
       c.keyed_index = cfg->flags & KVB_CONFIG_KEYED_INDEX;
       c.events = cfg->flags & KVB_CONFIG_EVENTS;
+      c.host_cache = cfg->flags & KVB_CONFIG_HOST_CACHE;
     }
     if (KVB_COVERS(cfg, kvb_config, event_capacity)) c.event_capacity = cfg->event_capacity;
     if (KVB_COVERS(cfg, kvb_config, index_seed)) c.index_seed = cfg->index_seed;
@@ -103,13 +109,17 @@ kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {
 void kvb_manager_destroy(kvb_manager* m) { delete m; }
 
 uint64_t kvb_hash_tokens(const uint64_t* parent_hash, const int64_t* tokens, size_t n) {
+  if (!tokens && n > 0) {  // no status to return: 0 and a message, documented in the header
+    kvb::set_last_error("kvb_hash_tokens: tokens is NULL but n is nonzero; returned 0");
+    return 0;
+  }
   kvb::ChainLink link;
   if (parent_hash) {
     link.kind = kvb::ChainLink::parent;
     link.hash = *parent_hash;
   }
   static const int64_t kNoTokens[1] = {0};
-  return kvb::public_block_hash(link, tokens ? tokens : kNoTokens, tokens ? n : 0, kvb::ExtraKey{});
+  return kvb::public_block_hash(link, tokens ? tokens : kNoTokens, n, kvb::ExtraKey{});
 }
 
 kvb_status kvb_block_hash(kvb_manager* m, int32_t block_id, uint64_t* hash) {
@@ -128,7 +138,9 @@ kvb_status kvb_seq_can_allocate_ex(kvb_manager* m, const int64_t* tokens, size_t
     size_t cached = 0;
     bool ok = mg.can_allocate(tokens, n, o, &cached);
     *num_cached_tokens = cached;
-    if (!ok) fail(Code::out_of_blocks, "not enough free blocks for a prompt of %zu tokens (%zu cached)", n, cached);
+    if (!ok)
+      fail(Code::out_of_blocks, "not enough free blocks for a prompt of %zu token%s (%zu cached)", n, kvb::plural_s(n),
+           cached);
   });
 }
 
@@ -157,7 +169,8 @@ kvb_status kvb_seq_commit(kvb_manager* m, int64_t seq_id, size_t num_tokens) {
 kvb_status kvb_seq_can_append(kvb_manager* m, int64_t seq_id, size_t num_tokens) {
   return with_manager(m, [&](kvb::Manager& mg) {
     if (!mg.can_append(seq_id, num_tokens))
-      fail(Code::out_of_blocks, "seq %" PRId64 ": not enough free blocks to append %zu tokens", seq_id, num_tokens);
+      fail(Code::out_of_blocks, "seq %" PRId64 ": not enough free blocks to append %zu token%s", seq_id, num_tokens,
+           kvb::plural_s(num_tokens));
   });
 }
 
@@ -178,7 +191,8 @@ kvb_status kvb_seq_block_table(kvb_manager* m, int64_t seq_id, int32_t* out, siz
     const std::vector<int32_t>& t = mg.block_table(seq_id);
     *len = t.size();
     if (capacity < t.size())
-      fail(Code::buffer_too_small, "seq %" PRId64 ": block table has %zu entries, capacity is %zu", seq_id, t.size(),
+      fail(Code::buffer_too_small, "seq %" PRId64 ": block table has %zu entr%s, capacity is %zu", seq_id, t.size(),
+           t.size() == 1 ? "y" : "ies",
            capacity);
     if (!out) fail(Code::invalid_argument, "out is NULL");
     std::memcpy(out, t.data(), t.size() * sizeof(int32_t));
@@ -260,6 +274,12 @@ kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats) {
     r.num_host_blocks = mg.config().num_host_blocks;
     r.free_host_blocks = s.free_host_blocks;
     r.events_dropped = s.events_dropped;
+    r.device_hit_tokens = s.device_hit_tokens;
+    r.host_hit_tokens = s.host_hit_tokens;
+    r.offloaded_blocks = s.offloaded_blocks;
+    r.loaded_blocks = s.loaded_blocks;
+    r.host_evictions = s.host_evictions;
+    r.cached_host_blocks = s.cached_host_blocks;
     kvb::write_versioned(stats, r);
   });
 }

@@ -32,6 +32,10 @@ class Error : public std::exception {
   std::string message_;
 };
 
+// Counts in messages agree with their noun: "%zu block%s", n, plural_s(n) -> "1 block", "3 blocks".
+inline const char* plural_s(unsigned long long n) { return n == 1 ? "" : "s"; }
+inline const char* is_are(unsigned long long n) { return n == 1 ? "is" : "are"; }
+
 // Throws Error(code, printf-style message).
 [[noreturn]] void fail(Code code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 

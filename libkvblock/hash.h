@@ -1,6 +1,7 @@
 // Block hashing. The public hash is the xxh64 chain of DESIGN §4 (bit-identical to nano-vllm's
-// compute_hash); the optional keyed hash is a 128-bit XXH3 chain under a secret seed, used as the
-// index key when KVB_CONFIG_KEYED_INDEX is set so that crafted xxh64 collisions cannot match.
+// compute_hash); the index key is a 128-bit XXH3 chain over the same input plus its structure (see
+// BlockHasher), under a secret seed when KVB_CONFIG_KEYED_INDEX is set so that crafted collisions
+// cannot match.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,7 +18,7 @@ struct Key128 {
 struct ChainLink {
   enum Kind : uint8_t { none = 0, parent = 1, salt = 2 } kind = none;
   uint64_t hash = 0;  // parent's public hash, or the salt
-  Key128 key;         // parent's keyed hash, or {salt, 0} (keyed mode only)
+  Key128 key;         // parent's index key, or {salt, 0}
 };
 
 // The optional per-block extra key (u64 LE after the tokens).
@@ -26,11 +27,28 @@ struct ExtraKey {
   uint64_t value = 0;
 };
 
-// xxh64(seed 0) over [link.hash if link.kind != none] + tokens (i64 LE) + [extra key].
+// xxh64(seed 0) over [link.hash if link.kind != none] + tokens (i64 LE) + [extra key]: the public hash.
 uint64_t public_block_hash(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra);
 
-// XXH3-128(seed) over [kind byte, link key] + tokens + [extra key].
-Key128 keyed_block_hash(uint64_t seed, const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra);
+// The index key of a block: XXH3-128 over
+//   [link.key (16 bytes), tag = kind | extra present << 8 | n << 16 (8 bytes)] + the public hash input.
+// The tag fixes the layout of what follows, and link.key is the parent's own index key, so equal keys
+// mean equal histories back to the first block (salt or none, every block's tokens and extra key), up
+// to 128-bit collisions. The public xxh64 chain cannot promise that: `salt ‖ tokens` and
+// `tokens ‖ extra` are the same bytes. Unkeyed managers use seed 0; KVB_CONFIG_KEYED_INDEX a secret seed.
+class BlockHasher {
+ public:
+  explicit BlockHasher(uint64_t seed);
+  // Public hash and index key together (commit): one copy of the input serves both.
+  void hash_and_key(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra, uint64_t* hash,
+                    Key128* key) const;
+  // The index key alone (prefix lookup needs no public hash).
+  Key128 key(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra) const;
+
+ private:
+  uint64_t seed_;
+  unsigned char secret_[192];  // XXH3 secret derived from the seed once (inputs over 240 bytes use it)
+};
 
 // Plain xxh64 of a buffer (benchmarks compare against it).
 uint64_t xxh64_bytes(const void* data, size_t len);

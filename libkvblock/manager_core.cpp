@@ -12,23 +12,38 @@ namespace kvb {
 
 static constexpr uint32_t kMaxBlockSize = 1u << 16;
 static constexpr uint32_t kMaxBlocks = 1u << 30;  // block ids are int32; slots (id*bs) must fit int64
+// No sequence has more blocks than this (its table alone would take 4 GiB): bounds extra-key indices.
+static constexpr uint32_t kMaxSeqBlocks = 1u << 30;
 
 Manager::Manager(const ManagerConfig& cfg)
     : cfg_((validate_config(cfg), cfg)),
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
-      index_seed_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
+      hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
       pool_(cfg.num_blocks, cfg.block_size),
       index_(pool_),
+      stored_hashes_(cfg.events ? cfg.num_blocks : 0),
       non_cacheable_(cfg.non_cacheable),
-      seq_table_(64, SeqTraits{}) {
+      seq_table_(64, SeqTraits{}),
+      host_pool_(cfg.num_host_blocks, cfg.block_size),
+      host_index_(host_pool_),
+      host_hashes_(cfg.events && cfg.host_cache ? cfg.num_host_blocks : 0) {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) events_.enable(cfg.event_capacity, bs_);
-  host_meta_.resize(cfg.num_host_blocks);
-  host_tokens_.resize(static_cast<size_t>(cfg.num_host_blocks) * bs_);
-  host_free_.reserve(cfg.num_host_blocks);
-  for (uint32_t h = cfg.num_host_blocks; h-- > 0;) host_free_.push_back(static_cast<int32_t>(h));
+  // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
+  host_empty_.reserve(cfg.num_host_blocks);
+  while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
+  std::reverse(host_empty_.begin(), host_empty_.end());
+  host_twin_.assign(cfg.num_host_blocks, -1);
+  if (cfg.host_cache) {  // pending transfers have unique destinations: these bounds are never passed
+    pending_offloads_.reserve(cfg.num_host_blocks);
+    pending_loads_.reserve(cfg.num_blocks);
+  }
+  if (cfg.events) {
+    parents_.resize(cfg.num_blocks);
+    if (cfg.host_cache) host_parents_.resize(cfg.num_host_blocks);
+  }
 }
 
 // Validation of a configuration happens before any memory is reserved (see capi).
@@ -41,6 +56,8 @@ void validate_config(const ManagerConfig& cfg) {
     fail(Code::invalid_argument, "num_host_blocks %u exceeds %u", cfg.num_host_blocks, kMaxBlocks);
   if (!(cfg.watermark >= 0.0f && cfg.watermark < 1.0f))
     fail(Code::invalid_argument, "watermark %g is not in [0, 1)", static_cast<double>(cfg.watermark));
+  if (cfg.host_cache && cfg.num_host_blocks == 0)
+    fail(Code::invalid_argument, "KVB_CONFIG_HOST_CACHE needs num_host_blocks > 0");
   if (cfg.events && cfg.event_capacity == 0)
     fail(Code::invalid_argument, "event_capacity must be > 0 when events are enabled");
 }
@@ -90,6 +107,7 @@ Sequence& Manager::new_seq(int64_t id) {
   s.table.clear();
   s.host_table.clear();
   s.extra_keys.clear();
+  s.released_links.clear();
   s.num_tokens = s.num_computed = s.num_cached = 0;
   s.num_hashed = 0;
   s.uncacheable_from = kNoBlockIndex;
@@ -130,15 +148,31 @@ void Manager::emit(uint32_t type, int32_t b, const ChainLink* parent) {
   events_.push(e, toks);
 }
 
+void Manager::emit_host(uint32_t type, int32_t h, bool stored) {
+  Event e;
+  e.type = type;
+  e.block = h;
+  e.medium = 1;
+  const BlockMeta& m = host_pool_.meta(h);
+  e.hash = m.hash;
+  if (stored) {
+    e.parent_kind = host_parents_[h].kind;
+    e.parent_hash = host_parents_[h].hash;
+    e.has_extra = m.has_extra;
+    e.extra = m.extra;
+    e.num_tokens = bs_;
+  }
+  events_.push(e, stored ? host_pool_.tokens(h) : nullptr);
+}
+
 int32_t Manager::take_free_block() {
   int32_t b = pool_.pop_head();
   BlockMeta& m = pool_.meta(b);
   if (m.indexed) {
-    index_.erase_if_points_to(m.key, b);
-    m.indexed = 0;
+    unindex_block(b);
     --cached_free_;
     ++evictions_;
-    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+    if (cfg_.host_cache) offload(b);  // write-back: the content moves to the host level
   }
   m.has_hash = 0;
   m.has_extra = 0;
@@ -188,26 +222,38 @@ void Manager::release_pending_copies() {
 void Manager::forget_hash(int32_t b) {
   BlockMeta& m = pool_.meta(b);
   if (m.indexed) {
-    index_.erase_if_points_to(m.key, b);
-    m.indexed = 0;
+    unindex_block(b);
     if (m.in_free) --cached_free_;
-    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
   }
   m.has_hash = 0;
   m.has_extra = 0;
 }
 
-bool Manager::index_block(int32_t b) {
+void Manager::unindex_block(int32_t b) {
+  BlockMeta& m = pool_.meta(b);
+  index_.erase_if_points_to(m.key, b);
+  m.indexed = 0;
+  if (cfg_.host_cache) host_twin_leave(b);
+  if (events_.enabled() && stored_hashes_.remove(m.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+}
+
+void Manager::index_block(int32_t b, const ChainLink& parent) {
   BlockMeta& m = pool_.meta(b);
   int32_t old = index_.put(m.key, b);
-  if (old >= 0 && old != b) {
+  if (old == b) return;
+  if (!m.indexed && m.in_free) ++cached_free_;
+  m.indexed = 1;
+  if (cfg_.host_cache) host_twin_enter(b);
+  if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
+  // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
+  // hashes, so replacing a block by a recomputed copy emits nothing.
+  if (events_.enabled() && stored_hashes_.add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+  if (old >= 0) {
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
     if (o.in_free) --cached_free_;
+    if (events_.enabled() && stored_hashes_.remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
-  if (!m.indexed && m.in_free) ++cached_free_;
-  m.indexed = 1;
-  return old < 0;
 }
 
 ChainLink Manager::link_after(const BlockMeta& m) const {
@@ -216,15 +262,6 @@ ChainLink Manager::link_after(const BlockMeta& m) const {
   l.hash = m.hash;
   l.key = m.key;
   return l;
-}
-
-void Manager::compute_keys(const ChainLink& link, const int64_t* tokens, ExtraKey extra, uint64_t* hash,
-                           Key128* key) const {
-  *hash = public_block_hash(link, tokens, bs_, extra);
-  // Unkeyed, a salted first block, a block with a parent and a first block with an extra key can hash
-  // the same bytes; the key's high word records that structure so such blocks never share an entry.
-  *key = cfg_.keyed_index ? keyed_block_hash(index_seed_, link, tokens, bs_, extra)
-                          : Key128{*hash, static_cast<uint64_t>(link.kind) | (extra.present ? 4u : 0u)};
 }
 
 bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
@@ -250,6 +287,9 @@ void Manager::validate_options(const SeqOptions& o, size_t n) const {
   if (o.num_extra_keys) {
     if (!o.extra_key_blocks || !o.extra_keys)
       fail(Code::invalid_argument, "num_extra_keys is %zu but extra_key_blocks or extra_keys is NULL", o.num_extra_keys);
+    if (o.extra_key_blocks[o.num_extra_keys - 1] >= kMaxSeqBlocks)  // indices increase: the last is largest
+      fail(Code::invalid_argument, "extra_key_blocks[%zu] = %u: no sequence has more than %u blocks",
+           o.num_extra_keys - 1, o.extra_key_blocks[o.num_extra_keys - 1], kMaxSeqBlocks);
     for (size_t i = 1; i < o.num_extra_keys; ++i)
       if (o.extra_key_blocks[i] <= o.extra_key_blocks[i - 1])
         fail(Code::invalid_argument, "extra_key_blocks[%zu] = %u is not greater than the previous index %u", i,
@@ -286,19 +326,26 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
     ExtraKey extra = opts.num_extra_keys ? option_extra_key(opts, i) : ExtraKey{};
     if (!is_cacheable(blk, bs_, extra)) break;
-    uint64_t h;
-    Key128 key;
-    compute_keys(out.chain, blk, extra, &h, &key);
-    int32_t b = index_.find(key);
-    if (b < 0) break;
-    const BlockMeta& m = pool_.meta(b);
+    const Key128 key = hasher_.key(out.chain, blk, bs_, extra);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
-    if (std::memcmp(pool_.tokens(b), blk, bs_ * sizeof(int64_t)) != 0) break;
-    if (m.has_extra != extra.present || (extra.present && m.extra != extra.value)) break;
+    auto same = [&](const BlockMeta& m, const int64_t* stored) {
+      return std::memcmp(stored, blk, bs_ * sizeof(int64_t)) == 0 && m.has_extra == extra.present &&
+             (!extra.present || m.extra == extra.value);
+    };
+    int32_t b = index_.find(key);  // the device level first
+    if (b >= 0 && same(pool_.meta(b), pool_.tokens(b))) {
+      ++out.hits;
+      if (pool_.meta(b).ref == 0) ++out.free_hits;
+      if (hits_out) hits_out->push_back(b);
+      out.chain = link_after(pool_.meta(b));
+      continue;
+    }
+    int32_t h = cfg_.host_cache ? host_index_.find(key) : -1;  // then the host level
+    if (h < 0 || !same(host_pool_.meta(h), host_pool_.tokens(h))) break;
     ++out.hits;
-    if (m.ref == 0) ++out.free_hits;
-    if (hits_out) hits_out->push_back(b);
-    out.chain = link_after(m);
+    ++out.host_hits;
+    if (hits_out) hits_out->push_back(-2 - h);  // host hits are stored as -2 - h
+    out.chain = link_after(host_pool_.meta(h));
   }
 }
 
@@ -311,7 +358,7 @@ bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& op
   Lookup lk;
   lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
   *num_cached = static_cast<size_t>(lk.hits) * bs_;
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.free_hits;
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits;
   return pool_.num_free() >= needed + watermark_blocks_;
 }
 
@@ -326,14 +373,15 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   scratch_hits_.clear();
   Lookup lk;
   lookup(tokens, n, first, opts, &scratch_hits_, lk);
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.free_hits;
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits;
   if (pool_.num_free() < needed + watermark_blocks_)
-    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free blocks (+%u watermark), %u are free", id,
-         needed, watermark_blocks_, pool_.num_free());
+    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s (+%u watermark), %u %s free", id, needed,
+         plural_s(needed), watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
 
   Sequence& s = new_seq(id);
   try {
     s.table.reserve(lk.num_blocks);
+    reserve_window_link(s, opts.window);
     if (opts.num_extra_keys) {
       s.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
@@ -342,10 +390,17 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
     drop_seq(s);
     throw;
   }
-  // From here on nothing allocates.
+  // From here on nothing allocates. Device hits are taken and host hits pinned before any block is taken
+  // from the free queue: its evictions (and their offloads) must not touch them.
   for (int32_t b : scratch_hits_) {
-    acquire_cached(b);
+    if (b >= 0) acquire_cached(b);
+    else pin_host(-2 - b);
+  }
+  ChainLink parent = first;
+  for (int32_t b : scratch_hits_) {
+    if (b < 0) b = load_from_host(-2 - b, parent);  // counts as cached: the load runs before the step
     s.table.push_back(b);
+    parent = link_after(pool_.meta(b));
   }
   while (s.table.size() < lk.num_blocks) s.table.push_back(take_free_block());
   size_t cached = static_cast<size_t>(lk.hits) * bs_;
@@ -360,6 +415,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   s.window_next = (opts.sink + bs_ - 1) / bs_;
   query_tokens_ += n;
   hit_tokens_ += cached;
+  host_hit_tokens_ += static_cast<uint64_t>(lk.host_hits) * bs_;
   apply_window(s);
   return cached;
 }
@@ -398,17 +454,17 @@ void Manager::hash_committed_blocks(Sequence& s) {
         break;
       }
       BlockMeta& m = pool_.meta(b);
-      compute_keys(s.chain, toks, extra, &m.hash, &m.key);
+      hasher_.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
       m.has_hash = 1;
       m.has_extra = extra.present;
       m.extra = extra.value;
       index_.prefetch(m.key);
-      if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
+      if (lagging >= 0) index_block(lagging, lagging_parent);
       lagging = b;
       lagging_parent = s.chain;
       s.chain = link_after(m);
     }
-    if (lagging >= 0 && index_block(lagging)) emit(1 /* KVB_EVENT_BLOCK_STORED */, lagging, &lagging_parent);
+    if (lagging >= 0) index_block(lagging, lagging_parent);
   }
   s.num_hashed = end;
 }
@@ -417,8 +473,9 @@ void Manager::commit(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
   uint64_t uncomputed = s.num_tokens - s.num_computed;
   if (n > uncomputed)
-    fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu tokens exceeds %" PRIu64 " uncomputed tokens", id, n,
-         uncomputed);
+    fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
+         plural_s(n), uncomputed, plural_s(uncomputed));
+  reserve_window_link(s, s.window);
   s.num_computed += n;
   computed_tokens_ += n;
   hash_committed_blocks(s);
@@ -438,19 +495,21 @@ size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n) const {
 
 bool Manager::can_append(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
-  if (n > static_cast<size_t>(kMaxBlocks) * bs_) return false;
+  if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
+    return false;
   return pool_.num_free() >= blocks_needed_to_append(s, n);
 }
 
 void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   Sequence& s = device_seq(id);
   if (n == 0) return;
-  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
-    fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens is longer than any pool", id, n);
+  if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
+    fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens to %" PRIu64 " would exceed %u blocks", id, n,
+         s.num_tokens, kMaxSeqBlocks);
   size_t needed = blocks_needed_to_append(s, n);
   if (pool_.num_free() < needed)
-    fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu tokens needs %zu free blocks, %u are free", id, n,
-         needed, pool_.num_free());
+    fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
+         plural_s(n), needed, plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
   size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
   if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
   const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1;
@@ -481,7 +540,8 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   }
   while (s.table.size() < total) s.table.push_back(take_free_block());
   write_tokens(s, tokens, n);
-  apply_window(s);
+  // No window release here: the new tokens' queries attend back from their own positions (see
+  // apply_window), and a rejected draft must be rollback-able.
 }
 
 // ---- free, queries ------------------------------------------------------------------------------
@@ -489,11 +549,7 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
 void Manager::free_seq(int64_t id) {
   Sequence& s = seq(id);
   if (s.swapped) {
-    for (size_t i = s.host_table.size(); i-- > 0;)
-      if (s.host_table[i] >= 0) {
-        host_free_.push_back(s.host_table[i]);  // capacity is num_host_blocks
-        --host_used_;
-      }
+    release_swapped(s);
   } else {
     for (size_t i = s.table.size(); i-- > 0;)
       if (s.table[i] >= 0) release_block(s.table[i]);
@@ -517,6 +573,9 @@ uint64_t Manager::block_hash(int32_t b) const {
 
 void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
   Sequence& s = seq(id);
+  if (block_index >= kMaxSeqBlocks)
+    fail(Code::invalid_argument, "seq %" PRId64 ": block index %u: no sequence has more than %u blocks", id,
+         block_index, kMaxSeqBlocks);
   if (block_index < s.num_hashed)
     fail(Code::bad_state, "seq %" PRId64 ": block %u is already committed and hashed", id, block_index);
   auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),
@@ -538,8 +597,14 @@ Stats Manager::stats() const {
   st.cow_copies = cow_copies_;
   st.swapped_out_blocks = swapped_out_;
   st.swapped_in_blocks = swapped_in_;
-  st.free_host_blocks = host_free_.size();
+  st.free_host_blocks = host_empty_.size();
   st.events_dropped = events_.dropped_total();
+  st.device_hit_tokens = hit_tokens_ - host_hit_tokens_;
+  st.host_hit_tokens = host_hit_tokens_;
+  st.offloaded_blocks = offloaded_;
+  st.loaded_blocks = loaded_;
+  st.host_evictions = host_evictions_;
+  st.cached_host_blocks = host_pool_.num_free();
   return st;
 }
 

@@ -1,5 +1,5 @@
-// Beyond the core (DESIGN §6): fork with copy-on-write, rollback, sliding window, host-tier swapping,
-// batch export for kernels and prefix-cache reset.
+// Beyond the core (DESIGN §6): fork with copy-on-write, rollback, sliding window, batch export for
+// kernels and prefix-cache reset. (The host tier is in manager_host.cpp.)
 #include <algorithm>
 #include <cinttypes>
 #include <climits>
@@ -11,13 +11,17 @@
 namespace kvb {
 
 // The chain link that block `num_hashed` of s would hash against, recomputed after num_hashed moved
-// back (fork at an earlier position, rollback). Fails if the block it needs was released.
+// back (fork at an earlier position, rollback). The block before may have been released by the
+// window: its link was kept then (released_links) while its next block is held.
 static ChainLink chain_at(const Sequence& s, uint32_t num_hashed, const BlockPool& pool, const char* what) {
   if (num_hashed == s.num_hashed) return s.chain;
   if (num_hashed == 0) return s.first_link;
   int32_t b = s.table[num_hashed - 1];
-  if (b < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": %s reaches into blocks released by the sliding window", s.id, what);
+  if (b < 0) {
+    if (const ChainLink* l = s.released_link(num_hashed - 1)) return *l;
+    fail(Code::bad_state, "seq %" PRId64 ": %s needs the hash of block %u, which the sliding window released", s.id,
+         what, num_hashed - 1);
+  }
   const BlockMeta& m = pool.meta(b);
   ChainLink l;
   if (m.has_hash) {  // otherwise the chain is already broken by a non-cacheable block: l is unused
@@ -38,12 +42,12 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     fail(Code::invalid_argument, "seq %" PRId64 ": fork position %zu is not in [1, %" PRIu64 "]", parent_id, pos,
          p.num_tokens);
   if (pos > p.num_computed)
-    fail(Code::bad_state, "seq %" PRId64 ": fork of %zu tokens but only %" PRIu64 " are committed", parent_id, pos,
-         p.num_computed);
+    fail(Code::bad_state, "seq %" PRId64 ": fork of %zu token%s but only %" PRIu64 " %s committed", parent_id, pos,
+         plural_s(pos), p.num_computed, is_are(p.num_computed));
   const uint32_t nb = static_cast<uint32_t>((pos + bs_ - 1) / bs_);
   if (p.table[nb - 1] < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in blocks released by the sliding window",
-         parent_id, pos);
+    fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in block %u, which the sliding window released",
+         parent_id, pos, nb - 1);
   const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
   ChainLink chain = chain_at(p, hashed, pool_, "fork position");
 
@@ -53,6 +57,8 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
   try {
     c.table.assign(par.table.begin(), par.table.begin() + nb);
     c.extra_keys = par.extra_keys;
+    for (const auto& e : par.released_links)
+      if (e.first + 1 < nb) c.released_links.push_back(e);
   } catch (...) {
     drop_seq(c);
     throw;
@@ -77,19 +83,21 @@ void Manager::rollback(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
   if (n == 0) return;
   if (n >= s.num_tokens)
-    fail(Code::invalid_argument, "seq %" PRId64 ": rollback of %zu tokens must leave at least 1 of %" PRIu64, id, n,
+    fail(Code::invalid_argument, "seq %" PRId64 ": rollback of %zu token%s must leave at least 1 of %" PRIu64, id, n,
+         plural_s(n),
          s.num_tokens);
   const uint64_t len = s.num_tokens - n;
   const uint32_t nb = static_cast<uint32_t>((len + bs_ - 1) / bs_);
   if (s.table[nb - 1] < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " tokens reaches blocks released by the window", id,
-         len);
+    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s ends in block %u, which the sliding window "
+         "released (only committed tokens can lie there)", id, len, plural_s(len), nb - 1);
   const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
   ChainLink chain = chain_at(s, hashed, pool_, "rollback");
 
   for (size_t i = s.table.size(); i-- > nb;)
     if (s.table[i] >= 0) release_block(s.table[i]);
   s.table.resize(nb);
+  while (!s.released_links.empty() && s.released_links.back().first + 1 >= nb) s.released_links.pop_back();
   // A committed full block that is about to be overwritten leaves the index, unless another sequence
   // still holds it as it is (the next append here then copies it first).
   if (len % bs_ != 0) {
@@ -110,6 +118,7 @@ void Manager::rollback(int64_t id, size_t n) {
 void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   Sequence& s = device_seq(id);
   if (window == 0 && sink != 0) fail(Code::invalid_argument, "seq %" PRId64 ": sink_tokens %u given without a window", id, sink);
+  reserve_window_link(s, window);  // before any change
   s.window = window;
   s.sink = sink;
   // A smaller sink frees former sink blocks too: rescan from the new sink boundary (released slots are
@@ -118,131 +127,37 @@ void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   apply_window(s);
 }
 
+void Manager::reserve_window_link(Sequence& s, uint32_t window) {
+  // apply_window adds at most one released link per call; reserving first keeps it allocation-free.
+  if (window && s.released_links.size() == s.released_links.capacity())
+    s.released_links.reserve(s.released_links.size() + 2);
+}
+
 void Manager::apply_window(Sequence& s) {
-  if (s.window == 0) return;
-  // Release blocks wholly before the last `window` tokens, past the sink, and fully computed.
-  uint64_t before_window = s.num_tokens > s.window ? s.num_tokens - s.window : 0;
-  uint32_t end = static_cast<uint32_t>(std::min(before_window, s.num_computed) / bs_);
-  uint32_t start = std::max(s.window_next, (s.sink + bs_ - 1) / bs_);
+  if (s.window == 0 || s.num_computed == 0) return;
+  // The earliest query still to come is that of position num_computed (the first uncomputed token, or
+  // the next one appended); it attends [num_computed + 1 - window, num_computed]. Blocks wholly before
+  // that are released, past the sink, except the block of the last computed token, so that rolling
+  // back every uncomputed token always leaves a held last block.
+  const uint64_t first_needed = s.num_computed + 1 > s.window ? s.num_computed + 1 - s.window : 0;
+  const uint32_t end = static_cast<uint32_t>(std::min(first_needed / bs_, (s.num_computed - 1) / bs_));
+  const uint32_t start = std::max(s.window_next, (s.sink + bs_ - 1) / bs_);
   for (uint32_t i = start; i < end; ++i) {
-    if (s.table[i] >= 0) {
-      release_block(s.table[i]);
-      s.table[i] = -1;
-    }
-  }
-  s.window_next = std::max(start, end);
-}
-
-// ---- host tier ----------------------------------------------------------------------------------
-
-static size_t held_blocks(const std::vector<int32_t>& table) {
-  size_t n = 0;
-  for (int32_t b : table) n += b >= 0;
-  return n;
-}
-
-Availability Manager::can_swap_out(int64_t id) {
-  size_t need = held_blocks(device_seq(id).table);
-  if (need > cfg_.num_host_blocks) return Availability::never;
-  return host_free_.size() >= need ? Availability::ok : Availability::later;
-}
-
-Availability Manager::can_swap_in(int64_t id) {
-  Sequence& s = seq(id);
-  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  size_t need = held_blocks(s.host_table);
-  if (need > pool_.num_blocks()) return Availability::never;
-  return pool_.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
-}
-
-size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id).table); }
-
-size_t Manager::swap_in_size(int64_t id) {
-  Sequence& s = seq(id);
-  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  return held_blocks(s.host_table);
-}
-
-void Manager::swap_out(int64_t id, int32_t* pairs) {
-  Sequence& s = device_seq(id);
-  size_t need = held_blocks(s.table);
-  if (need > host_free_.size())
-    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host blocks, %zu are free", id, need,
-         host_free_.size());
-  for (const BlockPair& p : pending_copies_)
-    if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
-      fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
-           id, p.second);
-  s.host_table.assign(s.table.size(), -1);  // the only allocation, before any change
-  size_t k = 0;
-  for (size_t i = 0; i < s.table.size(); ++i) {
     int32_t b = s.table[i];
     if (b < 0) continue;
-    int32_t h = host_free_.back();
-    host_free_.pop_back();
-    ++host_used_;
-    host_meta_[h] = pool_.meta(b);  // content description travels with the data
-    std::memcpy(&host_tokens_[static_cast<size_t>(h) * bs_], pool_.tokens(b), bs_ * sizeof(int64_t));
-    s.host_table[i] = h;
-    pairs[2 * k] = b;
-    pairs[2 * k + 1] = h;
-    ++k;
+    // Keep the link of the released block while the next one is held (an entry persists only for the
+    // last block of the loop: the next iteration drops it); the previous block's is no longer needed.
+    auto& links = s.released_links;
+    auto pos = links.begin();
+    while (pos != links.end() && pos->first < i) {
+      if (pos->first + 1 == i) pos = links.erase(pos);
+      else ++pos;
+    }
+    if (i + 1 < s.table.size() && s.table[i + 1] >= 0) links.emplace(pos, i, link_after(pool_.meta(b)));
+    release_block(b);
+    s.table[i] = -1;
   }
-  // The device copies stay valid until reused, so cached ones remain findable until evicted.
-  for (size_t i = s.table.size(); i-- > 0;)
-    if (s.table[i] >= 0) {
-      release_block(s.table[i]);
-      s.table[i] = -1;
-    }
-  s.swapped = true;
-  swapped_out_ += k;
-}
-
-void Manager::swap_in(int64_t id, int32_t* pairs) {
-  Sequence& s = seq(id);
-  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  size_t need = held_blocks(s.host_table);
-  if (need > pool_.num_free())
-    fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free blocks, %u are free", id, need,
-         pool_.num_free());
-  size_t k = 0;
-  ChainLink parent = s.first_link;  // the link of the next block, while the chain is unbroken
-  bool parent_known = true;
-  for (size_t i = 0; i < s.host_table.size(); ++i) {
-    int32_t h = s.host_table[i];
-    if (h < 0) {
-      parent_known = false;  // released by the window: its hash is gone with it
-      continue;
-    }
-    int32_t b = take_free_block();
-    const BlockMeta& hm = host_meta_[h];
-    BlockMeta& m = pool_.meta(b);
-    std::memcpy(pool_.tokens(b), &host_tokens_[static_cast<size_t>(h) * bs_], bs_ * sizeof(int64_t));
-    m.has_hash = hm.has_hash;
-    m.hash = hm.hash;
-    m.key = hm.key;
-    m.has_extra = hm.has_extra;
-    m.extra = hm.extra;
-    // A committed block becomes findable again where no other block holds its hash.
-    if (m.has_hash && parent_known && index_.find(m.key) < 0) {
-      index_block(b);
-      emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
-    }
-    parent_known = m.has_hash;
-    if (m.has_hash) parent = link_after(m);
-    s.table[i] = b;
-    pairs[2 * k] = h;
-    pairs[2 * k + 1] = b;
-    ++k;
-  }
-  for (size_t i = s.host_table.size(); i-- > 0;)
-    if (s.host_table[i] >= 0) {
-      host_free_.push_back(s.host_table[i]);
-      --host_used_;
-    }
-  s.host_table.clear();
-  s.swapped = false;
-  swapped_in_ += k;
+  s.window_next = std::max(start, end);
 }
 
 // ---- batch export -------------------------------------------------------------------------------
@@ -251,8 +166,14 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
   // First pass: validate and size everything, so that a failure writes nothing.
   size_t slots = 0;
   uint32_t max_blocks = 0;
+  const uint64_t epoch = ++export_epoch_;
   for (size_t i = 0; i < n; ++i) {
     Sequence& s = device_seq(ids[i]);
+    // A sequence listed twice would get its slots twice: two writes of one token's K/V in one step.
+    if (s.export_epoch == epoch)
+      fail(Code::invalid_argument, "seq_ids[%zu] = %" PRId64 " repeats seq_ids[%zu]", i, ids[i], s.export_index);
+    s.export_epoch = epoch;
+    s.export_index = i;
     if (s.num_tokens > static_cast<uint64_t>(INT32_MAX))
       fail(Code::invalid_argument, "seq %" PRId64 ": %" PRIu64 " tokens do not fit int32 seq_lens", s.id, s.num_tokens);
     slots += s.num_tokens - s.num_computed;
@@ -263,10 +184,12 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
   if (out.query_start && slots > static_cast<size_t>(INT32_MAX))
     fail(Code::invalid_argument, "batch of %zu new tokens does not fit int32 query_start", slots);
   if (out.block_tables && max_blocks > out.max_blocks_per_seq)
-    fail(Code::buffer_too_small, "block tables need %u columns, max_blocks_per_seq is %u", max_blocks,
+    fail(Code::buffer_too_small, "block tables need %u column%s, max_blocks_per_seq is %u", max_blocks,
+         plural_s(max_blocks),
          out.max_blocks_per_seq);
   if (out.slot_mapping && slots > out.slot_capacity)
-    fail(Code::buffer_too_small, "slot mapping needs %zu entries, slot_capacity is %zu", slots, out.slot_capacity);
+    fail(Code::buffer_too_small, "slot mapping needs %zu entr%s, slot_capacity is %zu", slots, slots == 1 ? "y" : "ies",
+         out.slot_capacity);
 
   size_t k = 0;
   if (out.query_start) out.query_start[0] = 0;
@@ -292,14 +215,17 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
 
 void Manager::reset_prefix_cache() {
   if (pool_.num_free() != pool_.num_blocks())
-    fail(Code::bad_state, "reset refused: %u blocks are in use by running sequences",
-         pool_.num_blocks() - pool_.num_free());
+    fail(Code::bad_state, "reset refused: %u block%s %s in use by running sequences",
+         pool_.num_blocks() - pool_.num_free(), plural_s(pool_.num_blocks() - pool_.num_free()),
+         is_are(pool_.num_blocks() - pool_.num_free()));
   index_.clear();
   for (uint32_t b = 0; b < pool_.num_blocks(); ++b) {
     BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
     m.has_hash = m.indexed = m.has_extra = 0;
   }
   cached_free_ = 0;
+  stored_hashes_.clear();
+  clear_host_cache();
   emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
 }
 

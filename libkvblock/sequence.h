@@ -26,9 +26,20 @@ struct Sequence {
   ChainLink first_link;            // none, or the cache salt
   std::vector<std::pair<uint32_t, uint64_t>> extra_keys;  // (block index, key), sorted by index
   uint32_t window = 0, sink = 0;   // sliding window; window == 0: off
+  uint64_t export_epoch = 0;       // batch_export call that last listed this sequence (duplicate check)
+  size_t export_index = 0;         // ... and where in seq_ids
   uint32_t window_next = 0;        // next block index the window may release
+  // Chain links of released blocks whose next block is still held: rollback or fork_at into that next
+  // block must hash it again, and the released block's metadata may be reused by then. Few entries
+  // (one per released -> held boundary), kept sorted by block index.
+  std::vector<std::pair<uint32_t, ChainLink>> released_links;
 
   uint32_t num_blocks() const { return static_cast<uint32_t>(table.size()); }
+  const ChainLink* released_link(uint32_t block_index) const {
+    for (const auto& e : released_links)
+      if (e.first == block_index) return &e.second;
+    return nullptr;
+  }
   ExtraKey extra_key(uint32_t block_index) const {
     // Few entries per sequence (images, LoRA): a linear scan beats a map.
     for (const auto& e : extra_keys)

@@ -1,7 +1,8 @@
 /* bench.c - `kvblock bench`: ns per block of the manager's prefix-cache miss and hit paths and ns per
-   decode token, against a bare XXH64 over the same bytes (block_size * 8 token bytes + 8 parent bytes,
-   computed with kvb_hash_tokens, which is exactly that XXH64); fork, copy-on-write, swap planning and
-   batch export; then the kernels (bench_kernels.c). */
+   decode token, against a bare XXH64 over the same bytes (block_size * 8 token bytes + 8 parent bytes:
+   the system xxHash, inlined as the library's hash.cpp inlines it, and checked equal to
+   kvb_hash_tokens); fork, copy-on-write, swap planning and batch export; then the kernels
+   (bench_kernels.c). */
 #include "bench.h"
 
 #include <stdlib.h>
@@ -10,7 +11,9 @@
 #include "bench_kernels.h"
 #include "report.h"
 #include "util.h"
-#include "xxh64.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define MAX_REPS 1000
 
@@ -60,7 +63,8 @@ void bench_help(FILE* f) {
       "    the minimum, the maximum and the spread ((max - min) / median) of the repetitions are printed.\n"
       "      hash    bare XXH64 of one block's bytes (block_size * 8 token bytes + 8 parent-hash bytes),\n"
       "              chained over the prompt's blocks: the floor any prefix cache pays per block. The tool\n"
-      "              computes it with its own one-shot XXH64 (xxh64.c, checked equal to kvb_hash_tokens).\n"
+      "              calls the system xxHash's XXH64 (inlined) on each block's bytes, laid out in advance\n"
+      "              (parent, then tokens), and checks it equals kvb_hash_tokens.\n"
       "      kvb_hash_tokens   the same hash through the library call (informative).\n"
       "      miss    kvb_seq_allocate + kvb_seq_commit + kvb_seq_free of a fresh prompt (every block is\n"
       "              a cache miss, hashed and indexed at commit; once the pool has wrapped, every block\n"
@@ -81,8 +85,10 @@ void bench_help(FILE* f) {
       "              tokens plus one new token each, into preallocated buffers (block tables, lengths,\n"
       "              query starts, slot mapping), per sequence; the time per call is printed too.\n"
       "    The ratios of the first five cases to the bare hash (\"vs hash\") and to kvb_hash_tokens (\"vs\n"
-      "    lib\") are printed, and the targets, judged against the bare hash: hit <= 3x, miss <= 4x,\n"
-      "    decode <= 100 ns/token (and, for information, hit and miss against kvb_hash_tokens).\n"
+      "    lib\") are printed, then the design goals of PERFORMANCE.md with what each means: a cached\n"
+      "    prompt block costs at most 3x its bare hash, a new one (hashed, indexed, evicting) at most 4x,\n"
+      "    a decode token at most 100 ns. They are marked met or missed on a full run only (not with\n"
+      "    --quick); a missed goal is a finding to look into, not an error.\n"
       "\n"
       ,
       f);
@@ -92,15 +98,23 @@ void bench_help(FILE* f) {
       "    warm-up call and --reps timed samples, each printed as time per call (median, min, max, spread),\n"
       "    GB/s and the fraction of a copy ceiling measured in the same run:\n"
       "      kvb_paged_attention  decode attention, block tables randomly permuted, every sequence at the\n"
-      "                     full context; GB/s = K+V bytes read / time. CPU: (8 seqs, 4096 tokens),\n"
-      "                     (32, 1024) and fp32 (8, 4096), against the streaming-read ceiling; GPU:\n"
-      "                     (32, 4096) and (128, 2048); --quick: smaller.\n"
+      "                     full context; GB/s = K+V bytes read / time. CPU: (1 seq, 4096 tokens),\n"
+      "                     (8, 4096), (32, 1024) and fp32 (8, 4096), against the streaming-read\n"
+      "                     ceiling; GPU: (1, 4096), (32, 4096), (128, 2048), (64, 8192)\n"
+      "                     and (16, 32768); --quick: smaller.\n"
+      "      kvb_prefill_attention  prefill / extend attention, fp16 and bf16, random block tables, in\n"
+      "                     TFLOP/s of the causal work (4 x attended keys x D per query row and head).\n"
+      "                     GPU: (1 prompt x 4096 new), (8 x 1024 new over 3072 cached), 4 x 512 new + 60\n"
+      "                     decodes over 2048; CPU: a quarter of the sequences and tokens (--quick: a\n"
+      "                     sixteenth), against an fp32 FMA peak measured in the same run on every CPU.\n"
       "      kvb_write_kv   new K/V of 32768 tokens (GPU 65536) to random distinct slots; input bytes read\n"
       "                     + cache bytes written.\n"
-      "      kvb_copy_blocks    8 layers x 512 random pairs of 32 KiB blocks (K and V); read + write.\n"
-      "      kvb_swap_blocks    the same blocks to (out) and from (in) a second, host cache (page-locked\n"
+      "      kvb_copy_blocks    8 layers x 512 random pairs of 32 KiB blocks (K and V); read + write;\n"
+      "                     again with adjacent ids (blocks 0..511 onto 512..1023).\n"
+      "      kvb_swap_blocks    the random pairs to (out) and from (in) a second, host cache (page-locked\n"
       "                     when a CUDA device is usable). CPU: read + write, against memcpy; GPU: the\n"
-      "                     bytes once, against the one-way transfer ceiling.\n"
+      "                     bytes once, against the one-way transfer ceiling, with KVB_SWAP_AUTO and\n"
+      "                     then each method it chooses between forced (memcpy, kernel).\n"
       "    Ceilings. CPU: memcpy of a 512 MiB buffer of random data into a touched destination that is\n"
       "    read after every copy and compared with the source at the end, counted as read + write\n"
       "    (2 x bytes / time); and a streaming read of that buffer by one thread per online CPU (each\n"
@@ -113,8 +127,7 @@ void bench_help(FILE* f) {
       "    stream and each sample of 10 calls ends with a fence: a one-block kvb_swap_blocks device ->\n"
       "    page-locked host that the tool waits for by polling host memory (stream order: it lands after\n"
       "    every call before it). The fence's cost (microseconds) is spread over the 10 calls.\n"
-      "    `make bench-kernels BENCH_ARGS=\"--device cuda\"` (bench/kernels_bench.cpp: CUDA graphs, events)\n"
-      "    is the reference for GPU figures.\n"
+      "    `make bench-kernels` runs this section alone (kvblock bench --only kernels --device auto).\n"
       "    With --quick the working sets fit in the CPU caches: the fractions can exceed 100%.\n"
       "\n"
       ,
@@ -148,7 +161,7 @@ void bench_help(FILE* f) {
       "    -h, --help           this text\n"
       "\n"
       "EXIT STATUS\n"
-      "    0 done (targets missed are reported, not an error), 1 library failure or no GPU for --device\n"
+      "    0 done (goals missed are reported, not an error), 1 library failure or no GPU for --device\n"
       "    cuda, 2 usage error.\n"
       "\n"
       "EXAMPLES\n"
@@ -181,16 +194,22 @@ static void summarize(bench_case* c) {
 
 static volatile uint64_t g_sink;
 
-/* One repetition of each case; returns ns per unit, or < 0 on a library failure. */
-static double run_hash(const bench_opts* o, const int64_t* tokens, int library) {
-  uint64_t it, b, nb = o->prompt_tokens / o->block_size, h = 0;
+/* One repetition of each case; returns ns per unit, or < 0 on a library failure. The bare hash reads
+   stripes: per block [parent u64][block_size tokens i64], so that only the parent word is stored
+   before each XXH64 and nothing but the hash is timed. */
+static double run_hash(const bench_opts* o, const int64_t* tokens, uint64_t* stripes, int library) {
+  uint64_t it, b, nb = o->prompt_tokens / o->block_size, h = 0, words = o->block_size + 1u;
   double t0 = now_s();
   for (it = 0; it < o->iters; it++) {
     h = it;
     if (library)
       for (b = 0; b < nb; b++) h = kvb_hash_tokens(&h, tokens + b * o->block_size, o->block_size);
     else
-      for (b = 0; b < nb; b++) h = xxh64_chain(h, tokens + b * o->block_size, o->block_size);
+      for (b = 0; b < nb; b++) {
+        uint64_t* stripe = stripes + b * words;
+        stripe[0] = h;
+        h = XXH64(stripe, (size_t)words * 8, 0);
+      }
   }
   g_sink += h;
   return (now_s() - t0) * 1e9 / (double)(o->iters * nb);
@@ -543,6 +562,7 @@ static void label_cases(bench_case* c) {
 typedef struct bench_state {
   kvb_manager *m, *md, *mf, *ms, *mb; /* miss/hit, decode, fork/cow, swap, batch */
   int64_t* tokens;
+  uint64_t* stripes; /* the bare hash's input: per block [parent][tokens] */
   int32_t* swap_pairs;
   batch_ctx batch;
   int64_t fresh, next_token;
@@ -555,6 +575,7 @@ static void state_release(bench_state* st) {
   kvb_manager_destroy(st->ms);
   kvb_manager_destroy(st->mb);
   free(st->tokens);
+  free(st->stripes);
   free(st->swap_pairs);
   batch_release(&st->batch);
 }
@@ -567,12 +588,17 @@ static int state_setup(const bench_opts* o, uint64_t decode_blocks, bench_state*
   st->next_token = (int64_t)1 << 52;
   st->tokens = (int64_t*)xmalloc(o->prompt_tokens * sizeof *st->tokens);
   st->swap_pairs = (int32_t*)xmalloc(2 * nb * sizeof *st->swap_pairs);
+  st->stripes = (uint64_t*)xmalloc(nb * (o->block_size + 1u) * sizeof *st->stripes);
   for (i = 0; i < o->prompt_tokens; i++) st->tokens[i] = (int64_t)(i * 2654435761u % 151936u);
+  for (i = 0; i < o->prompt_tokens / o->block_size * o->block_size; i++)
+    st->stripes[i / o->block_size * (o->block_size + 1u) + 1 + i % o->block_size] = (uint64_t)st->tokens[i];
   {
     /* The baseline must be the very hash the library computes. */
     uint64_t parent = 0x0123456789abcdefULL, n = o->block_size;
-    if (xxh64_chain(parent, st->tokens, (size_t)n) != kvb_hash_tokens(&parent, st->tokens, (size_t)n)) {
-      tool_error("bench: the tool's XXH64 differs from kvb_hash_tokens (big-endian host?)");
+    st->stripes[0] = parent;
+    if (o->prompt_tokens >= n &&
+        XXH64(st->stripes, (size_t)(n + 1) * 8, 0) != kvb_hash_tokens(&parent, st->tokens, (size_t)n)) {
+      tool_error("bench: XXH64 of [parent][tokens] differs from kvb_hash_tokens (big-endian host?)");
       return 0;
     }
   }
@@ -589,8 +615,8 @@ static int state_setup(const bench_opts* o, uint64_t decode_blocks, bench_state*
 /* One repetition of case k; < 0 on a library failure. */
 static double run_case(int k, const bench_opts* o, bench_state* st) {
   switch (k) {
-    case C_HASH: return run_hash(o, st->tokens, 0);
-    case C_LIBHASH: return run_hash(o, st->tokens, 1);
+    case C_HASH: return run_hash(o, st->tokens, st->stripes, 0);
+    case C_LIBHASH: return run_hash(o, st->tokens, st->stripes, 1);
     case C_MISS: return run_miss(o, st->m, st->tokens, &st->fresh);
     case C_HIT: return run_hit(o, st->m, st->tokens);
     case C_DECODE: return run_decode(o, st->md, &st->next_token);
@@ -651,7 +677,9 @@ static void print_config(report* r, const bench_opts* o) {
   report_group_end(r);
 }
 
-static void print_targets(report* r, const bench_case* cases) {
+/* The design goals of PERFORMANCE.md, as ratios to the bare hash so that they carry across machines.
+   Printed with what each means; judged only on a full run (a --quick run is too short to judge). */
+static void print_targets(report* r, const bench_opts* o, const bench_case* cases) {
   const bench_case *hash = &cases[C_HASH], *libhash = &cases[C_LIBHASH], *miss = &cases[C_MISS];
   const bench_case *hit = &cases[C_HIT], *dec = &cases[C_DECODE];
   double hr = hit->median / hash->median, mr = miss->median / hash->median;
@@ -666,10 +694,17 @@ static void print_targets(report* r, const bench_case* cases) {
     report_bool(r, "miss_le_4x_kvb_hash_tokens", "miss (lib hash)", ml <= 4.0);
     report_group_end(r);
   } else {
-    fprintf(r->f, "  targets: hit <= 3x hash: %s (%.2fx), miss <= 4x hash: %s (%.2fx), decode <= 100 ns/token: %s (%.1f)\n",
-            hit_ok ? "met" : "MISSED", hr, miss_ok ? "met" : "MISSED", mr, dec_ok ? "met" : "MISSED", dec->median);
-    fprintf(r->f, "  against kvb_hash_tokens instead: hit %.2fx (%s), miss %.2fx (%s)\n", hl, hl <= 3.0 ? "met" : "MISSED",
-            ml, ml <= 4.0 ? "met" : "MISSED");
+    const char* met = o->quick ? "not judged" : NULL;
+    fprintf(r->f,
+            "  design goals (PERFORMANCE.md; the manager's cost as a multiple of hashing the block, which any\n"
+            "  prefix cache must do, so the ratios carry across machines):\n"
+            "    hit:    a prompt block found in the cache costs <= 3x its hash     %5.2fx  %s\n"
+            "    miss:   a new prompt block (hash, index, evict) costs <= 4x        %5.2fx  %s\n"
+            "    decode: one generated token (append + commit) costs <= 100 ns   %6.1f ns  %s\n"
+            "    (against kvb_hash_tokens instead of the bare hash: hit %.2fx, miss %.2fx)\n",
+            hr, met ? met : hit_ok ? "met" : "missed", mr, met ? met : miss_ok ? "met" : "missed", dec->median,
+            met ? met : dec_ok ? "met" : "missed", hl, ml);
+    if (o->quick) fputs("    (--quick: too few, too short repetitions to judge the goals; run kvblock bench)\n", r->f);
   }
 }
 
@@ -688,7 +723,7 @@ static void print_manager(report* r, const bench_opts* o, const bench_case* case
   for (k = 0; k < NUM_CASES; k++)
     if (cases[k].n) print_case(r, &cases[k], cases[C_HASH].median, cases[C_LIBHASH].median);
   if (!o->json && !o->only && cow_position(o) == 0) fputs("  cow: not run (block size 1: no block is shared in part)\n", r->f);
-  if (!o->only) print_targets(r, cases);
+  if (!o->only) print_targets(r, o, cases);
 }
 
 static int run_kernels(const bench_opts* o, report* r) {

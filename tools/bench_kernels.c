@@ -6,9 +6,7 @@
    write_kv the K/V input bytes read plus the cache bytes written; copy_blocks read + write of the block
    bytes; swap_blocks read + write on the CPU, the bytes once across PCIe on the GPU.
 
-   Ceilings, measured in the same run: CPU, a memcpy of a large buffer, read + write (2 x bytes / time),
-   and a streaming read of it by as many threads as the CPU has (bench_read.c), which CPU attention
-   (memory-bound, threaded) is compared with;
+   Ceilings, measured in the same run: CPU, a memcpy of a large buffer, read + write (2 x bytes / time);
    GPU, kvb_copy_blocks of large dense 2 MiB blocks (read + write) for the on-device figures and
    kvb_swap_blocks of the same blocks with KVB_SWAP_USE_MEMCPY between device and page-locked host
    memory, one direction at a time (bytes / time), for the swaps.
@@ -21,58 +19,13 @@
    copy after every call before it, so its arrival means they are done; the fence's own cost (a few
    microseconds) is spread over the calls of one sample. */
 #include "bench_kernels.h"
+#include "bench_kernels_env.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_read.h"
 #include "util.h"
-
-#define KMAX_REPS 1000
-#define KMAX_LAYERS 8
-#define HQ 32
-#define HKV 8
-#define HD 128
-#define BS 16
-#define BUF_BLOCK 512                               /* bytes per block of a raw buffer */
-#define KV_BLOCK_BYTES ((size_t)BS * HKV * HD * 2)  /* one block of K (or of V), fp16 */
-#define FENCE_TIMEOUT_S 60.0
-
-enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, CEIL_READ, NUM_CEILS };
-
-typedef struct kcache kcache;
-
-/* One device's run: its timing and fence, and the ceilings measured so far (GB/s). */
-typedef struct kenv {
-  int cuda;
-  int quick;
-  uint64_t reps;
-  int inner;           /* calls per timed sample (GPU: spreads the fence) */
-  uint64_t seed;
-  kvb_cache_desc fence_dev, fence_host;
-  double ceil[NUM_CEILS];
-  const char* ceil_name[NUM_CEILS];
-  report* r;
-} kenv;
-
-/* A cache (or a raw buffer) on the run's device; on the GPU with a separate page-locked host staging
-   cache that fills it (host block i % host.num_blocks -> device block i). On the CPU host == dev. */
-struct kcache {
-  kvb_cache_desc dev, host;
-  int staged;
-};
-
-/* A timed kernel call: 1 on success, 0 on a failure (message printed). */
-typedef int (*kcall)(void* ctx);
-
-typedef struct kresult {
-  char key[48], label[64];
-  double bytes;  /* counted per call */
-  int ceil;      /* CEIL_* it is compared with */
-  double samples[KMAX_REPS];
-  size_t n;
-  double med, min, max;
-} kresult;
 
 static volatile uint64_t g_ksink;
 
@@ -81,7 +34,7 @@ static volatile uint64_t g_ksink;
 /* ---------------------------------------------------------------------------------------------- */
 
 /* Random fp16 values of magnitude 1/8..1 (no zeros, denormals, infinities or NaNs). */
-static void fill16(uint16_t* p, size_t n, uint64_t* state) {
+void fill16(uint16_t* p, size_t n, uint64_t* state) {
   uint64_t x = *state;
   size_t i, j;
   for (i = 0; i < n; i += 4) {
@@ -97,38 +50,20 @@ static void fill16(uint16_t* p, size_t n, uint64_t* state) {
   *state = x;
 }
 
-/* Random fp32 values of magnitude 1/8..1, as fill16's. */
-static void fill32(float* p, size_t n, uint64_t* state) {
-  uint64_t x = *state;
-  size_t i;
-  for (i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    p[i] = (float)(0.125 + 0.875 * (double)(x >> 40) / (double)(1u << 24)) * ((x & 1u) ? -1.f : 1.f);
-  }
-  *state = x;
-}
-
-static uint64_t next_rand(uint64_t* state) {
+uint64_t next_rand(uint64_t* state) {
   *state ^= *state << 13;
   *state ^= *state >> 7;
   *state ^= *state << 17;
   return *state;
 }
 
-static size_t dtype_bytes(uint32_t dtype) { return dtype == KVB_DTYPE_FP32 ? 4 : 2; }
+static size_t desc_bytes(const kvb_cache_desc* d) { return (size_t)d->num_blocks * (size_t)d->block_stride * 2; }
 
-static size_t desc_bytes(const kvb_cache_desc* d) {
-  return (size_t)d->num_blocks * (size_t)d->block_stride * dtype_bytes(d->dtype);
-}
-
-static int cache_alloc_dtype(kvb_cache_desc* d, int cuda, uint32_t dtype, uint32_t nblocks, uint32_t bs,
-                             uint32_t heads, uint32_t hd) {
+static int cache_alloc(kvb_cache_desc* d, int cuda, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd) {
   kvb_status st;
   kvb_cache_desc_init(d);
   d->device_type = cuda ? KVB_DEVICE_CUDA : KVB_DEVICE_CPU;
-  d->dtype = dtype;
+  d->dtype = KVB_DTYPE_FP16;
   d->num_blocks = nblocks;
   d->block_size = bs;
   d->num_kv_heads = heads;
@@ -140,50 +75,41 @@ static int cache_alloc_dtype(kvb_cache_desc* d, int cuda, uint32_t dtype, uint32
   return 1;
 }
 
-static int cache_alloc(kvb_cache_desc* d, int cuda, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd) {
-  return cache_alloc_dtype(d, cuda, KVB_DTYPE_FP16, nblocks, bs, heads, hd);
-}
-
 static void cache_free(kvb_cache_desc* d) {
   if (d->k) kvb_cache_free(d);
 }
 
-static void kc_free(kcache* c) {
+void kc_free(kcache* c) {
   if (c->staged) cache_free(&c->host);
   cache_free(&c->dev);
   memset(c, 0, sizeof *c);
 }
 
-/* A cache of the shape and dtype on e's device, with host_blocks blocks of staging on the GPU. */
-static int kc_alloc_dtype(const kenv* e, kcache* c, uint32_t dtype, uint32_t nblocks, uint32_t bs, uint32_t heads,
-                          uint32_t hd, uint32_t host_blocks) {
+/* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
+int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
+                    uint32_t host_blocks) {
   memset(c, 0, sizeof *c);
-  if (!cache_alloc_dtype(&c->dev, e->cuda, dtype, nblocks, bs, heads, hd)) return 0;
+  if (!cache_alloc(&c->dev, e->cuda, nblocks, bs, heads, hd)) return 0;
   if (!e->cuda) {
     c->host = c->dev;
     return 1;
   }
   c->staged = 1;
-  if (!cache_alloc_dtype(&c->host, 0, dtype, host_blocks < nblocks ? host_blocks : nblocks, bs, heads, hd)) {
+  if (!cache_alloc(&c->host, 0, host_blocks < nblocks ? host_blocks : nblocks, bs, heads, hd)) {
     kc_free(c);
     return 0;
   }
   return 1;
 }
 
-static int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd,
-                    uint32_t host_blocks) {
-  return kc_alloc_dtype(e, c, KVB_DTYPE_FP16, nblocks, bs, heads, hd, host_blocks);
-}
-
 /* A raw buffer of at least bytes bytes: c->host.k on the host side, c->dev.k on the device. */
-static int kc_buffer(const kenv* e, kcache* c, size_t bytes) {
+int kc_buffer(const kenv* e, kcache* c, size_t bytes) {
   size_t blocks = (bytes + BUF_BLOCK - 1) / BUF_BLOCK;
   return kc_alloc(e, c, (uint32_t)(blocks ? blocks : 1), 1, 1, BUF_BLOCK / 2, (uint32_t)(blocks ? blocks : 1));
 }
 
 /* Waits until every GPU call issued so far has finished (see the top of the file); 1 on the CPU. */
-static int fence(kenv* e) {
+int fence(kenv* e) {
   volatile const unsigned char* landed;
   int32_t pair[2] = {0, 1};
   kvb_status st;
@@ -206,7 +132,7 @@ static int fence(kenv* e) {
 }
 
 /* Copies the staging cache into the device cache (GPU) and waits for it; nothing on the CPU. */
-static int kc_upload(kenv* e, kcache* c) {
+int kc_upload(kenv* e, kcache* c) {
   int32_t* pairs;
   uint32_t i, n = c->dev.num_blocks;
   kvb_status st;
@@ -225,18 +151,10 @@ static int kc_upload(kenv* e, kcache* c) {
   return fence(e);
 }
 
-/* Random values of the dtype in n bytes at p. */
-static void fill_dtype(void* p, size_t bytes, uint32_t dtype, uint64_t* seed) {
-  if (dtype == KVB_DTYPE_FP32)
-    fill32((float*)p, bytes / 4, seed);
-  else
-    fill16((uint16_t*)p, bytes / 2, seed);
-}
-
 /* Random K and V on the host side, then uploaded. */
-static int kc_fill_random(kenv* e, kcache* c) {
-  fill_dtype(c->host.k, desc_bytes(&c->host), c->host.dtype, &e->seed);
-  fill_dtype(c->host.v, desc_bytes(&c->host), c->host.dtype, &e->seed);
+int kc_fill_random(kenv* e, kcache* c) {
+  fill16((uint16_t*)c->host.k, desc_bytes(&c->host) / 2, &e->seed);
+  fill16((uint16_t*)c->host.v, desc_bytes(&c->host) / 2, &e->seed);
   return kc_upload(e, c);
 }
 
@@ -260,7 +178,7 @@ static int fence_setup(kenv* e) {
 /* ---------------------------------------------------------------------------------------------- */
 
 /* One warm-up call, then reps samples of e->inner calls each (fenced); seconds per call. */
-static int time_calls(kenv* e, kcall fn, void* ctx, kresult* res) {
+int time_calls(kenv* e, kcall fn, void* ctx, kresult* res) {
   double sorted[KMAX_REPS];
   uint64_t rep;
   int i;
@@ -351,8 +269,9 @@ static int call_read(void* p) {
   return ok;
 }
 
-/* CPU: memcpy of a large buffer of random data, read + write counted; checked equal afterwards. Then the
-   streaming read of the same buffer by every CPU (one byte count: the bytes read). */
+/* CPU: memcpy of a large buffer of random data, read + write counted; checked equal afterwards. Then a
+   streaming read of the same buffer by one thread per online CPU (bench_read.c), bytes read counted:
+   the ceiling of CPU attention, which reads K and V once with as many threads. */
 static int ceiling_cpu(kenv* e) {
   memcpy_ctx c;
   int ok;
@@ -465,7 +384,7 @@ static void attn_free(attn_ctx* c) {
 }
 
 /* Block tables: a random permutation of every block, batch rows of ctx / BS. */
-static void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
+void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
   uint32_t i;
   for (i = 0; i < n; i++) t[i] = (int32_t)i;
   for (i = n; i > 1; i--) {
@@ -475,16 +394,41 @@ static void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
   }
 }
 
+/* Random fp32 values of magnitude 1/8..1, as fill16's. */
+static void fill32(float* p, size_t n, uint64_t* state) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    uint64_t x = next_rand(state);
+    p[i] = (float)(0.125 + 0.875 * (double)(x >> 40) / (double)(1u << 24)) * ((x & 1u) ? -1.f : 1.f);
+  }
+}
+
+/* An fp32 cache of nblocks blocks: the fp16 allocation of twice the blocks, relabelled (strides are in
+   elements, so they stay), filled with random fp32 values. */
+static int kc_alloc_fp32(kenv* e, kcache* c, uint32_t nblocks) {
+  if (!kc_alloc(e, c, 2 * nblocks, BS, HKV, HD, 4096)) return 0;
+  c->dev.dtype = c->host.dtype = KVB_DTYPE_FP32;
+  c->dev.num_blocks = nblocks;
+  c->host.num_blocks = c->host.num_blocks / 2;
+  fill32((float*)c->host.k, (size_t)c->host.num_blocks * (size_t)c->host.block_stride, &e->seed);
+  fill32((float*)c->host.v, (size_t)c->host.num_blocks * (size_t)c->host.block_stride, &e->seed);
+  return kc_upload(e, c);
+}
+
 static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx) {
   uint32_t i, maxb = ctx / BS, nblocks = batch * maxb;
-  size_t qbytes = (size_t)batch * HQ * HD * dtype_bytes(dtype);
+  size_t es = dtype == KVB_DTYPE_FP32 ? 4 : 2, qbytes = (size_t)batch * HQ * HD * es;
   kvb_status st;
   memset(c, 0, sizeof *c);
-  if (!kc_alloc_dtype(e, &c->cache, dtype, nblocks, BS, HKV, HD, 2048) || !kc_fill_random(e, &c->cache) ||
+  if (!(dtype == KVB_DTYPE_FP32 ? kc_alloc_fp32(e, &c->cache, nblocks)
+                                : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
       !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
       !kc_buffer(e, &c->tables, (size_t)nblocks * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
     return 0;
-  fill_dtype(c->q.host.k, qbytes, dtype, &e->seed);
+  if (dtype == KVB_DTYPE_FP32)
+    fill32((float*)c->q.host.k, qbytes / 4, &e->seed);
+  else
+    fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
   random_tables((int32_t*)c->tables.host.k, nblocks, &e->seed);
   for (i = 0; i < batch; i++) ((int32_t*)c->lens.host.k)[i] = (int32_t)ctx;
   kvb_attention_args_init(&c->a);
@@ -506,25 +450,28 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
 }
 
 static int bench_attention(kenv* e) {
-  /* (dtype, batch, context): the GPU's at full size, the CPU's smaller to stay short; the CPU's are
-     compared with the streaming-read ceiling (attention reads K and V once and writes little). */
-  static const uint32_t gpu[][3] = {{KVB_DTYPE_FP16, 32, 4096}, {KVB_DTYPE_FP16, 128, 2048}};
-  static const uint32_t gpu_quick[][3] = {{KVB_DTYPE_FP16, 8, 1024}, {KVB_DTYPE_FP16, 32, 512}};
-  static const uint32_t cpu[][3] = {{KVB_DTYPE_FP16, 8, 4096}, {KVB_DTYPE_FP16, 32, 1024}, {KVB_DTYPE_FP32, 8, 4096}};
-  static const uint32_t cpu_quick[][3] = {{KVB_DTYPE_FP16, 4, 256}, {KVB_DTYPE_FP16, 8, 256}, {KVB_DTYPE_FP32, 4, 256}};
+  /* (batch, context, fp32?), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of
+     the PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: the goal's shapes
+     (fp16 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling (attention reads K
+     and V once, with every thread). */
+  static const uint32_t gpu[][3] = {{1, 4096, 0}, {32, 4096, 0}, {128, 2048, 0}, {64, 8192, 0}, {16, 32768, 0}, {0, 0, 0}};
+  static const uint32_t gpu_quick[][3] = {{8, 1024, 0}, {32, 512, 0}, {0, 0, 0}};
+  static const uint32_t cpu[][3] = {{1, 4096, 0}, {8, 4096, 0}, {32, 1024, 0}, {8, 4096, 1}, {0, 0, 0}};
+  static const uint32_t cpu_quick[][3] = {{4, 256, 0}, {8, 256, 0}, {4, 256, 1}, {0, 0, 0}};
   const uint32_t(*shapes)[3] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
-  const int n = e->cuda ? 2 : 3;
   int s, ok = 1;
-  for (s = 0; s < n && ok; s++) {
+  for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
-    uint32_t dtype = shapes[s][0], batch = shapes[s][1], ctx = shapes[s][2];
-    const char* dt = dtype == KVB_DTYPE_FP32 ? "fp32 " : "";
-    snprintf(key, sizeof key, "attention_%s%ux%u", dtype == KVB_DTYPE_FP32 ? "fp32_" : "", batch, ctx);
-    snprintf(label, sizeof label, "paged_attention %s%u seqs x %u%s", dt, batch, ctx, *dt ? "" : " tokens");
-    ok = attn_setup(e, &c, dtype, batch, ctx) &&
-         bench_one(e, call_attention, &c, key, label,
-                   (double)batch * ctx * HKV * HD * (double)dtype_bytes(dtype) * 2, e->cuda ? CEIL_COPY : CEIL_READ, 0);
+    uint32_t batch = shapes[s][0], ctx = shapes[s][1], fp32 = shapes[s][2];
+    snprintf(key, sizeof key, "attention_%s%ux%u", fp32 ? "fp32_" : "", batch, ctx);
+    if (fp32)
+      snprintf(label, sizeof label, "paged_attention fp32 %u seqs x %u", batch, ctx);
+    else
+      snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens", batch, ctx);
+    ok = attn_setup(e, &c, fp32 ? KVB_DTYPE_FP32 : KVB_DTYPE_FP16, batch, ctx) &&
+         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * (fp32 ? 4 : 2) * 2,
+                   e->cuda ? CEIL_COPY : CEIL_READ, 0);
     attn_free(&c);
   }
   return ok;
@@ -587,16 +534,19 @@ typedef struct blocks_ctx {
   kcache dev[KMAX_LAYERS];
   kvb_cache_desc devs[KMAX_LAYERS], hosts[KMAX_LAYERS];
   uint32_t layers, n;
-  int32_t* pairs;
-  int dir; /* 0 copy_blocks, 1 swap out (device -> host), 2 swap in */
+  int32_t *pairs, *runs; /* random block ids; consecutive ids (runs of adjacent blocks) */
+  int dir;               /* 0 copy_blocks, 1 swap out (device -> host), 2 swap in */
+  int use_runs;
+  uint32_t swap_flags;   /* KVB_SWAP_* */
 } blocks_ctx;
 
 static int call_blocks(void* p) {
   blocks_ctx* c = (blocks_ctx*)p;
   kvb_status st;
-  if (c->dir == 0) st = kvb_copy_blocks(c->devs, c->layers, c->pairs, c->n, NULL);
-  else if (c->dir == 1) st = kvb_swap_blocks(c->devs, c->hosts, c->layers, c->pairs, c->n, KVB_SWAP_AUTO, NULL);
-  else st = kvb_swap_blocks(c->hosts, c->devs, c->layers, c->pairs, c->n, KVB_SWAP_AUTO, NULL);
+  const int32_t* pairs = c->use_runs ? c->runs : c->pairs;
+  if (c->dir == 0) st = kvb_copy_blocks(c->devs, c->layers, pairs, c->n, NULL);
+  else if (c->dir == 1) st = kvb_swap_blocks(c->devs, c->hosts, c->layers, pairs, c->n, c->swap_flags, NULL);
+  else st = kvb_swap_blocks(c->hosts, c->devs, c->layers, pairs, c->n, c->swap_flags, NULL);
   if (st != KVB_OK) lib_error(c->dir ? "kvb_swap_blocks" : "kvb_copy_blocks", st);
   return st == KVB_OK;
 }
@@ -608,10 +558,12 @@ static void blocks_free(blocks_ctx* c) {
     cache_free(&c->hosts[l]);
   }
   free(c->pairs);
+  free(c->runs);
 }
 
 /* layers device caches and as many host caches (page-locked where CUDA is usable) of 2n + 16 blocks,
-   random data; n pairs from a random permutation (sources, then distinct destinations). */
+   random data; n pairs from a random permutation (sources, then distinct destinations), and n pairs of
+   consecutive ids (blocks 0..n-1 onto n..2n-1: what a copy that merges adjacent blocks can exploit). */
 static int blocks_setup(kenv* e, blocks_ctx* c) {
   uint32_t l, i, nblocks;
   int32_t* perm;
@@ -622,7 +574,10 @@ static int blocks_setup(kenv* e, blocks_ctx* c) {
   perm = (int32_t*)xmalloc(nblocks * sizeof *perm);
   random_tables(perm, nblocks, &e->seed);
   c->pairs = (int32_t*)xmalloc(2 * (size_t)c->n * sizeof *c->pairs);
+  c->runs = (int32_t*)xmalloc(2 * (size_t)c->n * sizeof *c->runs);
+  c->swap_flags = KVB_SWAP_AUTO;
   for (i = 0; i < c->n; i++) c->pairs[2 * i] = perm[i], c->pairs[2 * i + 1] = perm[c->n + i];
+  for (i = 0; i < c->n; i++) c->runs[2 * i] = (int32_t)i, c->runs[2 * i + 1] = (int32_t)(c->n + i);
   free(perm);
   for (l = 0; l < c->layers; l++) {
     if (!kc_alloc(e, &c->dev[l], nblocks, BS, HKV, HD, 64) || !kc_fill_random(e, &c->dev[l]) ||
@@ -644,6 +599,10 @@ static int bench_blocks(kenv* e) {
   snprintf(label, sizeof label, "copy_blocks %u layers x %u pairs", c.layers, c.n);
   c.dir = 0;
   ok = ok && bench_one(e, call_blocks, &c, "copy_blocks", label, 2 * moved, CEIL_COPY, 0);
+  snprintf(label, sizeof label, "copy_blocks %u x %u, adjacent ids", c.layers, c.n);
+  c.use_runs = 1;
+  ok = ok && bench_one(e, call_blocks, &c, "copy_blocks_runs", label, 2 * moved, CEIL_COPY, 0);
+  c.use_runs = 0;
   /* Across PCIe the bytes cross once (vs the one-way rate); on the CPU read + write (vs memcpy). */
   snprintf(label, sizeof label, "swap_blocks out %u x %u", c.layers, c.n);
   c.dir = 1;
@@ -651,6 +610,21 @@ static int bench_blocks(kenv* e) {
   snprintf(label, sizeof label, "swap_blocks in %u x %u", c.layers, c.n);
   c.dir = 2;
   ok = ok && bench_one(e, call_blocks, &c, "swap_in", label, e->cuda ? moved : 2 * moved, CEIL_H2D, 0);
+  if (e->cuda) { /* the two methods KVB_SWAP_AUTO chooses between, each forced */
+    static const struct { uint32_t flags; const char* name; } methods[] = {{KVB_SWAP_USE_MEMCPY, "memcpy"},
+                                                                            {KVB_SWAP_USE_KERNEL, "kernel"}};
+    size_t k;
+    for (k = 0; k < 2 && ok; k++) {
+      char key[48];
+      c.swap_flags = methods[k].flags;
+      for (c.dir = 1; c.dir <= 2 && ok; c.dir++) {
+        snprintf(key, sizeof key, "swap_%s_%s", c.dir == 1 ? "out" : "in", methods[k].name);
+        snprintf(label, sizeof label, "swap_blocks %s %u x %u, %s", c.dir == 1 ? "out" : "in", c.layers, c.n,
+                 methods[k].name);
+        ok = bench_one(e, call_blocks, &c, key, label, moved, c.dir == 1 ? CEIL_D2H : CEIL_H2D, 0);
+      }
+    }
+  }
   blocks_free(&c);
   return ok;
 }
@@ -697,8 +671,8 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
             e.inner, e.inner > 1 ? "s" : "", "case", "median us", "min us", "max us", "spread", "GB/s", "of ceiling");
   }
   if (!r->json && e.quick) fputs("  (--quick: the working sets fit in the CPU caches; fractions above 100% are expected)\n", r->f);
-  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_write_kv(&e) &&
-       bench_blocks(&e);
+  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_prefill(&e) &&
+       bench_write_kv(&e) && bench_blocks(&e);
   cache_free(&e.fence_dev);
   cache_free(&e.fence_host);
   if (r->json) report_group_end(r);

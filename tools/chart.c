@@ -2,9 +2,12 @@
 #include "chart.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -46,6 +49,60 @@ void chart_add(chart* c, double t, double used, double cached_free, double hit) 
   c->n++;
 }
 
+int chart_path_writable(const char* path) {
+  struct stat sb;
+  char dir[4096];
+  const char* slash = strrchr(path, '/');
+  if (stat(path, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode)) {
+      tool_error("--svg %s: is a folder, not a file", path);
+      return 0;
+    }
+    if (access(path, W_OK) != 0) {
+      tool_error("--svg %s: cannot write: %s", path, strerror(errno));
+      return 0;
+    }
+    return 1;
+  }
+  if (!slash) {
+    strcpy(dir, ".");
+  } else if (slash == path) {
+    strcpy(dir, "/");
+  } else if ((size_t)(slash - path) < sizeof dir) {
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+  } else {
+    tool_error("--svg: path too long");
+    return 0;
+  }
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    tool_error("--svg %s: folder %s does not exist", path, dir);
+    return 0;
+  }
+  if (access(dir, W_OK | X_OK) != 0) {
+    tool_error("--svg %s: cannot create a file in %s: %s", path, dir, strerror(errno));
+    return 0;
+  }
+  return 1;
+}
+
+/* A round tick step (1, 2 or 5 times a power of ten) giving about `ticks` intervals up to max. */
+static double tick_step(double max, int ticks) {
+  double raw, mag, f;
+  if (!(max > 0)) return 1.0;
+  raw = max / ticks;
+  mag = pow(10.0, floor(log10(raw)));
+  f = raw / mag;
+  return (f <= 1.0 ? 1.0 : f <= 2.0 ? 2.0 : f <= 5.0 ? 5.0 : 10.0) * mag;
+}
+
+/* Digits after the point needed to print multiples of step exactly (0.25 -> 2, 20 -> 0). */
+static int step_decimals(double step) {
+  int d = 0;
+  while (d < 6 && fabs(step * pow(10.0, d) - floor(step * pow(10.0, d) + 0.5)) > 1e-9) d++;
+  return d;
+}
+
 static void escape(FILE* f, const char* s) {
   for (; *s; s++) {
     if (*s == '<') fputs("&lt;", f);
@@ -79,7 +136,8 @@ static void polyline(FILE* f, const chart* c, const double* y, double ymax, doub
 
 int chart_write_svg(const chart* c, const char* path, const char* title, double num_blocks) {
   FILE* f = fopen(path, "w");
-  double tmax = c->n ? c->t[c->n - 1] : 0.0;
+  double tmax = c->n ? c->t[c->n - 1] : 0.0, hmax = 0.0, bstep, tstep, hstep, v;
+  size_t k;
   int i;
   if (!f) {
     tool_error("%s: cannot write: %s", path, strerror(errno));
@@ -90,16 +148,34 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"24\" font-size=\"15\">", L);
   escape(f, title);
   fputs("</text>\n", f);
-  /* Grid and axes: left = blocks, right = hit ratio, bottom = simulated seconds. */
-  for (i = 0; i <= 4; i++) {
-    double y = T + (H - T - B) * (1.0 - i / 4.0);
+  /* Grid and axes: left = blocks (0 to the pool size), right = hit ratio (0 to a round value just above
+     its largest sample, so that a 5% line is not flat), bottom = simulated seconds; ticks at 1-2-5 steps. */
+  for (k = 0; k < c->n; k++)
+    if (c->hit[k] > hmax) hmax = c->hit[k];
+  hstep = tick_step(hmax > 0 ? hmax : 1.0, 4);
+  hmax = hmax > 0 ? ceil(hmax / hstep - 1e-9) * hstep : 1.0;
+  if (hmax > 1.0) hmax = 1.0;
+  bstep = tick_step(num_blocks, 5);
+  tstep = tick_step(tmax, 6);
+  for (i = 0; (v = i * bstep) <= num_blocks * (1 + 1e-9); i++) {
+    double y = T + (H - T - B) * (1.0 - (num_blocks > 0 ? v / num_blocks : 0));
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, y + 4, num_blocks * i / 4.0);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">%d%%</text>\n", W - R + 6, y + 4, 25 * i);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 6, y + 4,
+            step_decimals(bstep), v);
   }
-  for (i = 0; i <= 5; i++) {
-    double x = L + (W - L - R) * i / 5.0;
-    fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.1f</text>\n", x, H - B + 18, tmax * i / 5.0);
+  if (num_blocks > 0 && floor(num_blocks / bstep + 1e-9) * bstep < 0.93 * num_blocks) /* label the pool's top */
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, T + 4, num_blocks);
+  for (i = 0; (v = i * hstep) <= hmax * (1 + 1e-9); i++) {
+    double y = T + (H - T - B) * (1.0 - v / hmax);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#2ca02c\"/>\n", W - R, y, W - R + 4,
+            y);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">%.*f%%</text>\n", W - R + 6, y + 4, step_decimals(hstep * 100),
+            v * 100);
+  }
+  for (i = 0; tmax > 0 && (v = i * tstep) <= tmax * (1 + 1e-9); i++) {
+    double x = L + (W - L - R) * v / tmax;
+    fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.*f</text>\n", x, H - B + 18,
+            step_decimals(tstep), v);
   }
   fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n", L, T,
           W - L - R, H - T - B);
@@ -111,7 +187,7 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
           W - 20, (T + H - B) / 2, W - 20, (T + H - B) / 2);
   polyline(f, c, c->used, num_blocks, tmax, "#1f77b4", " id=\"used\"");
   polyline(f, c, c->cached_free, num_blocks, tmax, "#ff7f0e", " id=\"cached_free\"");
-  polyline(f, c, c->hit, 1.0, tmax, "#2ca02c", " id=\"hit_ratio\" stroke-dasharray=\"5,3\"");
+  polyline(f, c, c->hit, hmax, tmax, "#2ca02c", " id=\"hit_ratio\" stroke-dasharray=\"5,3\"");
   /* Legend. */
   fprintf(f, "<g transform=\"translate(%.0f,%.0f)\">\n", L + 10, H - 16);
   fputs("<line x1=\"0\" y1=\"-4\" x2=\"20\" y2=\"-4\" stroke=\"#1f77b4\" stroke-width=\"2\"/><text x=\"25\" y=\"0\">blocks in use</text>\n"

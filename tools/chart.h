@@ -17,6 +17,9 @@ void chart_init(chart* c, size_t max_points);
 void chart_free(chart* c);
 /* One sample: simulated time (s), blocks in use, cached-free blocks, running hit ratio (0..1). */
 void chart_add(chart* c, double t, double used, double cached_free, double hit);
+/* Checks, before a run, that path can be written (an existing writable file, or a new file in an
+   existing writable folder); prints why not and returns 0. */
+int chart_path_writable(const char* path);
 /* Write the SVG; title is plain text (escaped). Returns 1 on success (else prints the error). */
 int chart_write_svg(const chart* c, const char* path, const char* title, double num_blocks);
 

@@ -1,15 +1,15 @@
-/* replay.c - `kvblock replay`: options, the trace, the manager and the sequential mode. The timed
-   (scheduler) mode lives in timed.c. */
+/* replay.c - `kvblock replay`: help, options, loading the trace, then the sequential (sequential.c)
+   or the timed (timed.c) replay. */
 #include "replay.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "progress.h"
-#include "report.h"
+#include "chart.h"
+#include "replay_common.h"
+#include "sequential.h"
+#include "timed.h"
 #include "util.h"
-
-#define MAX_SKIPPED_SHOWN 5
 
 void replay_help(FILE* f) {
   fputs(
@@ -18,6 +18,7 @@ void replay_help(FILE* f) {
       "\n"
       "SYNOPSIS\n"
       "    kvblock replay TRACE [--block-size N] [--num-blocks N] [--format auto|mooncake|tokens]\n"
+      "                   [--host-cache --num-host-blocks N [--kv-bytes-per-block N]]\n"
       "                   [--json] [--quiet] [--check]\n"
       "    kvblock replay TRACE --mode timed [--speed X] [--max-seqs N] [--max-batch-tokens N]\n"
       "                   [--preempt recompute|swap] [--num-host-blocks N] [--watermark F]\n"
@@ -40,9 +41,17 @@ void replay_help(FILE* f) {
       "    a continuous-batching scheduler model on a simulated clock; see TIMED MODE below.\n"
       "\n"
       "    A malformed line is an error naming the line and column (exit status 1). A last line without a\n"
-      "    newline that does not parse (a truncated file) is reported on stderr and ignored. A request that\n"
-      "    cannot fit in the pool (KVB_ERR_OUT_OF_BLOCKS) is counted as skipped, the first few are listed on\n"
-      "    stderr, and the replay goes on.\n"
+      "    newline that does not parse (a truncated file) is reported on stderr and ignored.\n"
+      "\n"
+      "    Requests the pool cannot hold do not stop the replay; they are counted in the report, the first 5\n"
+      "    are listed on stderr and the rest summarised in one line (\"... and 41 more\"):\n"
+      "      skipped              the prompt alone needs more blocks than the pool can give\n"
+      "                           (kvb_seq_allocate fails with KVB_ERR_OUT_OF_BLOCKS); nothing is replayed\n"
+      "      cut short in decode  the prompt fitted, but a generated token found no free block\n"
+      "                           (kvb_seq_append: KVB_ERR_OUT_OF_BLOCKS) with the request alone in the pool:\n"
+      "                           generation stops there, the tokens generated so far are counted, and\n"
+      "                           the request is freed. A larger --num-blocks (or a smaller --block-size\n"
+      "                           for short requests) avoids both.\n"
       "\n",
       f);
   fputs(
@@ -52,23 +61,35 @@ void replay_help(FILE* f) {
       "                       (sum over requests of ceil((prompt + output) / block size)), so nothing is\n"
       "                       ever evicted, capped at 4194304 (64M tokens at block size 16)\n"
       "    --format F         auto (default), mooncake or tokens\n"
-      "    --mode M           sequential (default) or timed\n"
+      "    --mode M           sequential (default) or timed; the options under TIMED MODE are refused\n"
+      "                       in sequential mode (it has no clock, scheduler, preemption or chart)\n"
       "    --json             print one JSON object instead of the human-readable report\n"
       "    --quiet            no progress line and no per-request notes on stderr\n"
       "    --progress         show the progress line even when stderr is not a terminal\n"
       "    --check            run kvb_check_invariants at the end (timed mode: after every step)\n"
+      "    --host-cache       host blocks are a second prefix-cache level (KVB_CONFIG_HOST_CACHE): evicted\n"
+      "                       device blocks are offloaded to --num-host-blocks host blocks and prefix hits\n"
+      "                       may come from there (loaded back); both modes. The report splits hits by\n"
+      "                       tier and gives the blocks and bytes moved each way (offloaded, loaded)\n"
+      "    --num-host-blocks N  host blocks: the host cache, or the swap tier of --preempt swap\n"
+      "                       (default: num-blocks). Sequential mode: with --host-cache only\n"
+      "    --kv-bytes-per-block N  KV bytes per block for the bytes moved (default 131072 * block size:\n"
+      "                       a Llama-3-8B-like layout, 32 layers x K,V x 8 heads x 128 dims x fp16)\n"
       "    -h, --help         this text\n"
       "\n",
       f);
   fputs(
       "OUTPUT (sequential)\n"
-      "    requests replayed and skipped, prompt tokens, cached prompt tokens (prefix-cache hits) and the hit\n"
-      "    ratio cached/prompt, generated tokens, evictions (cached blocks reused for new data, from\n"
-      "    kvb_get_stats), elapsed wall time of the replay loop, and blocks/s: block-table entries handled\n"
-      "    (ceil((prompt + generated) / block size) per request) per second. JSON keys: trace, format, mode,\n"
-      "    block_size, num_blocks, requests, skipped_requests, decode_cut_requests, prompt_tokens,\n"
-      "    cached_tokens, hit_ratio, generated_tokens, evictions, blocks, load_s, elapsed_s, blocks_per_s,\n"
-      "    tokens_per_s, ns_per_block.\n"
+      "    requests in the trace, replayed, skipped and cut short (see above), prompt tokens, cached prompt\n"
+      "    tokens (prefix-cache hits) and the hit ratio cached/prompt, generated tokens, evictions (cached\n"
+      "    blocks reused for new data, from kvb_get_stats). Times: the trace load (reading and parsing the\n"
+      "    file), elapsed (wall time of the replay loop), split into trace expansion (turning hash ids into\n"
+      "    prompt token ids, the tool's work) and manager (the rest: the libkvblock calls). blocks/s,\n"
+      "    tokens/s and ns/block use the manager time; blocks are block-table entries handled\n"
+      "    (ceil((prompt + generated) / block size) per request). JSON keys: trace, format, mode,\n"
+      "    block_size, num_blocks, trace_requests, requests (replayed), skipped_requests,\n"
+      "    decode_cut_requests, prompt_tokens, cached_tokens, hit_ratio, generated_tokens, evictions, blocks,\n"
+      "    load_s, elapsed_s, expand_s, manager_s, blocks_per_s, tokens_per_s, ns_per_block.\n"
       "\n",
       f);
   fputs(
@@ -83,21 +104,29 @@ void replay_help(FILE* f) {
       "    falling back to recompute when the host tier is full.\n"
       "    Step time (simulated) = step-base-us + step-prefill-us * prefill tokens + step-decode-us *\n"
       "    decode tokens + step-kv-us * KV blocks read by the step's sequences. Defaults 2000, 25, 60,\n"
-      "    0.5 us: roughly an 8B model on one H100. When nothing runs the clock jumps to the next arrival.\n"
+      "    0.5 us: roughly an 8B model on one H100 (at most 40,000 prefill tokens/s). One such GPU holds\n"
+      "    about 28,672 blocks of 16 tokens (128 KiB of KV per token, ~56 GiB after the weights). The\n"
+      "    Mooncake synthetic trace asks for ~60,000 prompt tokens/s, more than one GPU prefills: run it at\n"
+      "    --speed 0.5 (half its arrival rate) to model one busy GPU; at --speed 1 the queue grows all run\n"
+      "    long and TTFT reaches minutes. When nothing runs the clock jumps to the next arrival.\n"
       "    Timed options:\n"
       "      --speed X              divide trace timestamps by X (default 1; 2 = twice the load)\n"
       "      --max-seqs N           running sequences at most (default 128)\n"
       "      --max-batch-tokens N   tokens per step, prefill chunks and decode tokens (default 8192)\n"
       "      --preempt P            recompute (default) or swap\n"
-      "      --num-host-blocks N    host-tier blocks for --preempt swap (default: num-blocks)\n"
+      "      --pcie-gbps F          with --host-cache: each step also takes (offloaded + loaded blocks) *\n"
+      "                             kv-bytes-per-block / F GB/s of simulated time (default 25)\n"
       "      --watermark F          fraction of blocks kept free at admission (default 0.01)\n"
       "      --step-base-us, --step-prefill-us, --step-decode-us, --step-kv-us   the step-time model\n"
       "      --svg FILE             write a plain SVG chart: blocks in use, cached-free blocks and the\n"
-      "                             running hit ratio over simulated time\n"
+      "                             running hit ratio over simulated time; FILE's folder must exist\n"
+      "                             (checked before the run); the report names the file written\n"
       "      --svg-points N         samples kept for the chart (default 2000)\n"
-      "    It reports the hit ratio, simulated time and tokens/s, preemptions, swaps, peak and mean blocks\n"
-      "    in use, TTFT percentiles (p50, p90, p99, max) on the simulated clock, and the manager's CPU time\n"
-      "    per request (wall time of the libkvblock calls).\n"
+      "    It reports the requests in the trace, finished, skipped (never fit, even alone) and cut short\n"
+      "    (could not finish decoding even alone in the pool), the hit ratio, simulated time and\n"
+      "    tokens/s, preemptions, swaps, peak and mean blocks in use, TTFT percentiles (p50, p90, p99,\n"
+      "    max) on the simulated clock, and the manager's time per request (wall time of the libkvblock\n"
+      "    calls, trace expansion excluded).\n"
       "\n",
       f);
   fputs(
@@ -107,170 +136,9 @@ void replay_help(FILE* f) {
       "EXAMPLES\n"
       "    kvblock replay traces/sample_mooncake.jsonl\n"
       "    kvblock replay mooncake_synthetic_trace.jsonl --num-blocks 187500 --json\n"
-      "    kvblock replay mooncake_synthetic_trace.jsonl --mode timed --num-blocks 65536 --svg run.svg\n",
+      "    kvblock replay mooncake_synthetic_trace.jsonl --mode timed --num-blocks 28672 --speed 0.5 \\\n"
+      "        --svg run.svg\n",
       f);
-}
-
-uint64_t replay_default_blocks(const trace* t, uint32_t block_size) {
-  uint64_t sum = 0, biggest = 0;
-  size_t r;
-  for (r = 0; r < t->num_reqs; r++) {
-    uint64_t b = (t->reqs[r].input_length + t->reqs[r].output_length + block_size - 1) / block_size;
-    sum += b;
-    if (b > biggest) biggest = b;
-  }
-  if (sum > REPLAY_MAX_DEFAULT_BLOCKS) sum = REPLAY_MAX_DEFAULT_BLOCKS;
-  if (sum < biggest) sum = biggest;
-  if (sum > (1u << 30)) sum = 1u << 30;
-  return sum ? sum : 1;
-}
-
-kvb_manager* replay_create_manager(const replay_opts* o, uint64_t num_blocks) {
-  kvb_config cfg;
-  kvb_manager* m = NULL;
-  kvb_status s;
-  kvb_config_init(&cfg);
-  cfg.block_size = o->block_size;
-  cfg.num_blocks = (uint32_t)num_blocks;
-  if (o->timed) {
-    cfg.num_host_blocks = o->preempt_swap ? (uint32_t)o->num_host_blocks : 0;
-    cfg.watermark = (float)o->watermark;
-  }
-  s = kvb_manager_create(&cfg, &m);
-  if (s != KVB_OK) {
-    lib_error("kvb_manager_create", s);
-    return NULL;
-  }
-  return m;
-}
-
-void replay_note_skipped(const replay_opts* o, const trace* t, size_t r, const char* why, uint64_t* shown) {
-  const trace_request* q = &t->reqs[r];
-  if (o->quiet) return;
-  if (*shown < MAX_SKIPPED_SHOWN) {
-    fprintf(stderr, "kvblock: %s:%llu: request of %llu prompt + %llu output tokens %s\n", o->path,
-            (unsigned long long)q->line, (unsigned long long)q->input_length,
-            (unsigned long long)q->output_length, why);
-  } else if (*shown == MAX_SKIPPED_SHOWN) {
-    fprintf(stderr, "kvblock: (further requests that do not fit are counted, not listed)\n");
-  }
-  ++*shown;
-}
-
-static int fail_call(const char* what, kvb_status s, const trace* t, size_t r) {
-  char buf[96];
-  snprintf(buf, sizeof buf, "%s (request on line %llu)", what, (unsigned long long)t->reqs[r].line);
-  lib_error(buf, s);
-  return EXIT_FAIL;
-}
-
-int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks, double load_s) {
-  kvb_manager* m = replay_create_manager(o, num_blocks);
-  int64_t* tokens;
-  uint64_t prompt = 0, cached = 0, generated = 0, blocks = 0, skipped = 0, cut = 0, shown = 0, replayed = 0;
-  uint64_t max_prompt = 0;
-  size_t r;
-  double t0, elapsed;
-  kvb_stats st;
-  kvb_status s;
-  progress pr;
-  report rep;
-  char title[512];
-  int rc = EXIT_OK;
-  if (!m) return EXIT_FAIL;
-  for (r = 0; r < t->num_reqs; r++)
-    if (t->reqs[r].input_length > max_prompt) max_prompt = t->reqs[r].input_length;
-  tokens = (int64_t*)xmalloc((size_t)(max_prompt ? max_prompt : 1) * sizeof *tokens);
-  progress_init(&pr, "replay", t->num_reqs, o->quiet ? 0 : o->progress);
-  t0 = now_s();
-  for (r = 0; r < t->num_reqs; r++) {
-    const trace_request* q = &t->reqs[r];
-    int64_t id = (int64_t)r;
-    size_t hit = 0;
-    uint64_t k, n = q->input_length;
-    trace_prompt_tokens(t, r, tokens);
-    s = kvb_seq_allocate(m, id, tokens, (size_t)n, &hit);
-    if (s == KVB_ERR_OUT_OF_BLOCKS) {
-      skipped++;
-      replay_note_skipped(o, t, r, "does not fit in the pool: skipped", &shown);
-      continue;
-    }
-    if (s != KVB_OK) {
-      rc = fail_call("kvb_seq_allocate", s, t, r);
-      break;
-    }
-    replayed++;
-    prompt += n;
-    cached += hit;
-    if (n > hit && (s = kvb_seq_commit(m, id, (size_t)(n - hit))) != KVB_OK) {
-      rc = fail_call("kvb_seq_commit", s, t, r);
-      break;
-    }
-    for (k = 0; k < q->output_length; k++) {
-      int64_t tok = trace_output_token(t, r, k);
-      s = kvb_seq_append(m, id, &tok, 1);
-      if (s == KVB_ERR_OUT_OF_BLOCKS) {
-        cut++;
-        replay_note_skipped(o, t, r, "ran out of blocks while decoding: generation cut short", &shown);
-        break;
-      }
-      if (s != KVB_OK || (s = kvb_seq_commit(m, id, 1)) != KVB_OK) {
-        rc = fail_call(s == KVB_OK ? "kvb_seq_commit" : "kvb_seq_append", s, t, r);
-        break;
-      }
-      generated++;
-    }
-    if (rc != EXIT_OK) break;
-    blocks += (n + k + o->block_size - 1) / o->block_size;
-    if ((s = kvb_seq_free(m, id)) != KVB_OK) {
-      rc = fail_call("kvb_seq_free", s, t, r);
-      break;
-    }
-    if ((r & 63) == 0) progress_update(&pr, r, NULL);
-  }
-  elapsed = now_s() - t0;
-  progress_finish(&pr);
-  free(tokens);
-  if (rc == EXIT_OK && o->check && (s = kvb_check_invariants(m)) != KVB_OK) {
-    lib_error("kvb_check_invariants", s);
-    rc = EXIT_FAIL;
-  }
-  kvb_stats_init(&st);
-  if (rc == EXIT_OK && (s = kvb_get_stats(m, &st)) != KVB_OK) {
-    lib_error("kvb_get_stats", s);
-    rc = EXIT_FAIL;
-  }
-  kvb_manager_destroy(m);
-  if (rc != EXIT_OK) return rc;
-  if (st.hit_tokens != cached)
-    tool_error("warning: kvb_get_stats reports %llu hit tokens, the replay counted %llu",
-               (unsigned long long)st.hit_tokens, (unsigned long long)cached);
-
-  snprintf(title, sizeof title, "kvblock replay: %s", o->path);
-  report_begin(&rep, stdout, o->json, title);
-  report_str(&rep, "trace", "trace", o->path);
-  report_str(&rep, "format", "format",
-             t->mixed_formats ? "mixed" : t->num_reqs ? trace_format_name(t->reqs[0].format) : "none");
-  report_str(&rep, "mode", "mode", "sequential");
-  report_u64(&rep, "block_size", "block size", o->block_size, "tokens");
-  report_u64(&rep, "num_blocks", "blocks", num_blocks, o->num_blocks ? NULL : "(default)");
-  report_u64(&rep, "requests", "requests", replayed, NULL);
-  report_u64(&rep, "skipped_requests", "skipped (out of blocks)", skipped, NULL);
-  report_u64(&rep, "decode_cut_requests", "cut short in decode", cut, NULL);
-  report_u64(&rep, "prompt_tokens", "prompt tokens", prompt, NULL);
-  report_u64(&rep, "cached_tokens", "cached prompt tokens", cached, NULL);
-  report_ratio(&rep, "hit_ratio", "hit ratio", prompt ? (double)cached / (double)prompt : 0.0);
-  report_u64(&rep, "generated_tokens", "generated tokens", generated, NULL);
-  report_u64(&rep, "evictions", "evictions", st.evictions, "blocks");
-  report_u64(&rep, "blocks", "blocks handled", blocks, NULL);
-  report_f64(&rep, "load_s", "trace load", load_s, 3, "s");
-  report_f64(&rep, "elapsed_s", "elapsed", elapsed, 3, "s");
-  report_f64(&rep, "blocks_per_s", "blocks/s", elapsed > 0 ? (double)blocks / elapsed : 0.0, 0, NULL);
-  report_f64(&rep, "tokens_per_s", "tokens/s", elapsed > 0 ? (double)(prompt + generated) / elapsed : 0.0, 0,
-             NULL);
-  report_f64(&rep, "ns_per_block", "ns/block", blocks ? elapsed * 1e9 / (double)blocks : 0.0, 1, NULL);
-  report_end(&rep);
-  return EXIT_OK;
 }
 
 static int usage(const char* msg) {
@@ -284,7 +152,9 @@ int replay_main(int argc, char** argv) {
   trace t;
   int i, rc;
   uint64_t v, num_blocks;
-  double d, t0, load_s;
+  double t0, load_s;
+  const char* timed_only = NULL; /* the first timed-mode option given, refused in sequential mode */
+  int host_blocks_given = 0;       /* --num-host-blocks: timed mode, or sequential with --host-cache */
   memset(&o, 0, sizeof o);
   o.block_size = 16;
   o.progress = -1;
@@ -298,11 +168,14 @@ int replay_main(int argc, char** argv) {
   o.step_kv_us = 0.5;
   o.svg_points = 2000;
   o.num_host_blocks = UINT64_MAX; /* = num_blocks unless given */
+  o.pcie_gbps = 25.0;
   for (i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* val = NULL;
     int got;
 #define OPT(name) ((got = opt_value(argc, argv, &i, name, &val)) != 0)
+/* An option of --mode timed: the first one given is remembered, to be refused in sequential mode. */
+#define TIMED_OPT(name) (OPT(name) && (timed_only = timed_only ? timed_only : name) != NULL)
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       replay_help(stdout);
       return EXIT_OK;
@@ -327,34 +200,41 @@ int replay_main(int argc, char** argv) {
       if (!strcmp(val, "timed")) o.timed = 1;
       else if (!strcmp(val, "sequential")) o.timed = 0;
       else return usage("--mode must be sequential or timed");
-    } else if (OPT("--speed")) {
+    } else if (TIMED_OPT("--speed")) {
       if (got < 0 || !parse_double("--speed", val, 1e-6, 1e9, &o.speed)) return EXIT_USAGE;
-    } else if (OPT("--max-seqs")) {
+    } else if (TIMED_OPT("--max-seqs")) {
       if (got < 0 || !parse_u64("--max-seqs", val, 1, 1u << 20, &v)) return EXIT_USAGE;
       o.max_seqs = (uint32_t)v;
-    } else if (OPT("--max-batch-tokens")) {
+    } else if (TIMED_OPT("--max-batch-tokens")) {
       if (got < 0 || !parse_u64("--max-batch-tokens", val, 1, 1u << 30, &o.max_batch_tokens)) return EXIT_USAGE;
-    } else if (OPT("--preempt")) {
+    } else if (TIMED_OPT("--preempt")) {
       if (got < 0) return EXIT_USAGE;
       if (!strcmp(val, "swap")) o.preempt_swap = 1;
       else if (!strcmp(val, "recompute")) o.preempt_swap = 0;
       else return usage("--preempt must be recompute or swap");
+    } else if (!strcmp(a, "--host-cache")) {
+      o.host_cache = 1;
+    } else if (OPT("--kv-bytes-per-block")) {
+      if (got < 0 || !parse_u64(a, val, 1, UINT64_C(1) << 40, &o.kv_bytes_per_block)) return EXIT_USAGE;
+    } else if (TIMED_OPT("--pcie-gbps")) {
+      if (got < 0 || !parse_double(a, val, 1e-3, 1e6, &o.pcie_gbps)) return EXIT_USAGE;
     } else if (OPT("--num-host-blocks")) {
+      host_blocks_given = 1;
       if (got < 0 || !parse_u64("--num-host-blocks", val, 0, 1u << 30, &o.num_host_blocks)) return EXIT_USAGE;
-    } else if (OPT("--watermark")) {
+    } else if (TIMED_OPT("--watermark")) {
       if (got < 0 || !parse_double("--watermark", val, 0, 0.99, &o.watermark)) return EXIT_USAGE;
-    } else if (OPT("--step-base-us")) {
+    } else if (TIMED_OPT("--step-base-us")) {
       if (got < 0 || !parse_double(a, val, 0, 1e9, &o.step_base_us)) return EXIT_USAGE;
-    } else if (OPT("--step-prefill-us")) {
+    } else if (TIMED_OPT("--step-prefill-us")) {
       if (got < 0 || !parse_double(a, val, 0, 1e9, &o.step_prefill_us)) return EXIT_USAGE;
-    } else if (OPT("--step-decode-us")) {
+    } else if (TIMED_OPT("--step-decode-us")) {
       if (got < 0 || !parse_double(a, val, 0, 1e9, &o.step_decode_us)) return EXIT_USAGE;
-    } else if (OPT("--step-kv-us")) {
+    } else if (TIMED_OPT("--step-kv-us")) {
       if (got < 0 || !parse_double(a, val, 0, 1e9, &o.step_kv_us)) return EXIT_USAGE;
-    } else if (OPT("--svg")) {
+    } else if (TIMED_OPT("--svg")) {
       if (got < 0) return EXIT_USAGE;
       o.svg = val;
-    } else if (OPT("--svg-points")) {
+    } else if (TIMED_OPT("--svg-points")) {
       if (got < 0 || !parse_u64("--svg-points", val, 2, 1000000, &o.svg_points)) return EXIT_USAGE;
     } else if (a[0] == '-' && a[1] != '\0') {
       char msg[128];
@@ -365,12 +245,26 @@ int replay_main(int argc, char** argv) {
     } else {
       return usage("more than one TRACE given");
     }
+#undef TIMED_OPT
 #undef OPT
   }
-  (void)d;
   if (!o.path) return usage("no TRACE given");
-  if (!o.timed && (o.svg || o.preempt_swap))
-    return usage("--svg and --preempt need --mode timed");
+  if (!o.timed && host_blocks_given && !o.host_cache)
+    return usage("--num-host-blocks applies to --mode timed or to --host-cache");
+  if (o.host_cache && host_blocks_given && o.num_host_blocks == 0)
+    return usage("--host-cache needs --num-host-blocks > 0");
+  /* Llama-3-8B-like: 32 layers x (K, V) x 8 KV heads x 128 dims x 2 bytes = 128 KiB per token. */
+  if (o.kv_bytes_per_block == 0) o.kv_bytes_per_block = (uint64_t)131072 * o.block_size;
+  if (!o.timed && timed_only) {
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "%s applies only to --mode timed: the sequential replay runs one request at a time, with no "
+             "clock, scheduler, preemption or chart",
+             timed_only);
+    return usage(msg);
+  }
+  /* Before the run, not after it: a long replay must not end in "cannot write". */
+  if (o.svg && !chart_path_writable(o.svg)) return EXIT_FAIL;
   t0 = now_s();
   if (!trace_load(o.path, (trace_format)o.format, &t)) return EXIT_FAIL;
   load_s = now_s() - t0;

@@ -7,7 +7,7 @@
 
 #include "chart.h"
 #include "progress.h"
-#include "replay.h"
+#include "timed.h"
 #include "report.h"
 #include "util.h"
 
@@ -39,16 +39,17 @@ typedef struct sim {
   int32_t* pairs;                  /* scratch: swap pairs */
   size_t pairs_cap;
   double mgr_s;                    /* time inside libkvblock calls */
-  uint64_t preempt_recompute, swap_outs, swap_ins, skipped, cut, shown;
+  replay_host host;                /* --host-cache transfers: blocks moved this step */
+  double transfer_s;               /* simulated time charged to them */
+  uint64_t preempt_recompute, swap_outs, swap_ins, skipped, cut;
+  replay_notes notes;
   uint64_t first_query, first_hit; /* prompt tokens and hits at first admission */
   uint64_t prefill_tokens, decode_tokens, done;
   int failed;
 } sim;
 
 static void fail_lib(sim* S, const char* what, kvb_status st, size_t r) {
-  char buf[96];
-  snprintf(buf, sizeof buf, "%s (request on line %llu)", what, (unsigned long long)S->t->reqs[r].line);
-  lib_error(buf, st);
+  replay_call_error(what, st, S->t, r);
   S->failed = 1;
 }
 
@@ -79,10 +80,10 @@ static void drop(sim* S, size_t r, int cut) {
   if (cut) S->cut++;
   else S->skipped++;
   S->done++;
-  replay_note_skipped(S->o, S->t, r,
+  replay_note(S->o, S->t, r,
                       cut ? "cannot finish even alone in the pool: generation cut short"
                           : "does not fit in the pool: skipped",
-                      &S->shown);
+                      &S->notes);
 }
 
 /* Preempt the last running sequence (vLLM's victim): swap it out when asked and possible, otherwise
@@ -137,6 +138,7 @@ static int admit(sim* S, size_t r) {
   }
   t0 = now_s();
   st = kvb_seq_allocate(S->m, (int64_t)r, S->tokens, (size_t)q->ntok, &cached);
+  if (st == KVB_OK) st = replay_host_drain(S->m, &S->host); /* its loads run before the step */
   S->mgr_s += now_s() - t0;
   if (st == KVB_ERR_OUT_OF_BLOCKS) return 0;
   if (st != KVB_OK) {
@@ -199,6 +201,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
   S.t = t;
   S.n = t->num_reqs;
   if (!(S.m = replay_create_manager(o, num_blocks))) return EXIT_FAIL;
+  replay_host_init(&S.host, o, num_blocks);
   S.s = (tseq*)xcalloc(S.n ? S.n : 1, sizeof *S.s);
   S.running = (size_t*)xmalloc((S.n ? S.n : 1) * sizeof(size_t));
   S.waitq = (size_t*)xmalloc((S.n ? S.n : 1) * sizeof(size_t));
@@ -249,6 +252,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       t0 = now_s();
       s2 = kvb_seq_can_swap_in(S.m, (int64_t)r, &a);
       if (s2 == KVB_OK && a == KVB_AVAIL_OK) s2 = kvb_seq_swap_in(S.m, (int64_t)r, S.pairs, S.pairs_cap, &np);
+      if (s2 == KVB_OK && a == KVB_AVAIL_OK) s2 = replay_host_drain(S.m, &S.host);
       S.mgr_s += now_s() - t0;
       if (s2 != KVB_OK) {
         fail_lib(&S, "kvb_seq_swap_in", s2, r);
@@ -272,6 +276,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       for (;;) {
         t0 = now_s();
         s2 = kvb_seq_append(S.m, (int64_t)r, &tok, 1);
+        if (s2 == KVB_OK) s2 = replay_host_drain(S.m, &S.host);
         if (s2 == KVB_OK) s2 = kvb_seq_commit(S.m, (int64_t)r, 1);
         S.mgr_s += now_s() - t0;
         if (s2 != KVB_ERR_OUT_OF_BLOCKS) break;
@@ -338,6 +343,12 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
     /* 4. Advance the simulated clock by the modelled step time. */
     dt = (o->step_base_us + o->step_prefill_us * (double)(S.prefill_tokens - prefill0) +
           o->step_decode_us * (double)(S.decode_tokens - decode0) + o->step_kv_us * (double)kv) * 1e-6;
+    if (S.host.moved) { /* host-cache offloads and loads at --pcie-gbps, before the forward pass */
+      double move = (double)S.host.moved * (double)o->kv_bytes_per_block / (o->pcie_gbps * 1e9);
+      dt += move;
+      S.transfer_s += move;
+      S.host.moved = 0;
+    }
     clock += dt;
     steps++;
     /* 5. First tokens and completions at the end of the step. */
@@ -384,6 +395,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
     }
   }
   progress_finish(&pr);
+  replay_notes_finish(o, &S.notes);
   {
     double wall = now_s() - wall0, cpu = cpu_s() - cpu0;
     double* ttft = (double*)xmalloc((S.n ? S.n : 1) * sizeof(double));
@@ -394,8 +406,17 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       if (S.s[i].first_done) ttft[nt++] = S.s[i].ttft * 1000.0;
     qsort(ttft, nt, sizeof *ttft, cmp_double);
     if (rc == EXIT_OK && o->svg) {
-      char ct[256];
-      snprintf(ct, sizeof ct, "kvblock timed replay: %.120s, %llu blocks", o->path, (unsigned long long)num_blocks);
+      /* The title tells two runs apart: pool, preemption mode and what preemption did. */
+      char ct[384];
+      if (o->preempt_swap)
+        snprintf(ct, sizeof ct,
+                 "kvblock timed replay: %.120s, %llu blocks, preempt swap (%llu host blocks): %llu swap outs, "
+                 "%llu recomputes",
+                 o->path, (unsigned long long)num_blocks, (unsigned long long)o->num_host_blocks,
+                 (unsigned long long)S.swap_outs, (unsigned long long)S.preempt_recompute);
+      else
+        snprintf(ct, sizeof ct, "kvblock timed replay: %.120s, %llu blocks, preempt recompute: %llu preemptions",
+                 o->path, (unsigned long long)num_blocks, (unsigned long long)S.preempt_recompute);
       if (!chart_write_svg(&ch, o->svg, ct, (double)num_blocks)) rc = EXIT_FAIL;
     }
     if (rc == EXIT_OK) {
@@ -412,9 +433,10 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       report_u64(&rep, "max_seqs", "max running seqs", o->max_seqs, NULL);
       report_u64(&rep, "max_batch_tokens", "tokens per step", o->max_batch_tokens, NULL);
       report_f64(&rep, "watermark", "watermark", o->watermark, 3, NULL);
+      report_u64(&rep, "trace_requests", "requests in trace", S.n, NULL);
       report_u64(&rep, "requests", "requests finished", finished, NULL);
       report_u64(&rep, "skipped_requests", "skipped (never fit)", S.skipped, NULL);
-      report_u64(&rep, "decode_cut_requests", "cut short in decode", S.cut, NULL);
+      report_u64(&rep, "decode_cut_requests", "cut short in decode", S.cut, "(could not finish even alone)");
       report_u64(&rep, "prompt_tokens", "prompt tokens", S.first_query, "(first admissions)");
       report_u64(&rep, "cached_tokens", "cached prompt tokens", S.first_hit, "(first admissions)");
       report_ratio(&rep, "hit_ratio", "hit ratio", S.first_query ? (double)S.first_hit / (double)S.first_query : 0);
@@ -433,6 +455,8 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       report_u64(&rep, "swap_outs", "  by swap out", S.swap_outs, NULL);
       report_u64(&rep, "swap_ins", "swap ins", S.swap_ins, NULL);
       report_u64(&rep, "evictions", "evictions", st.evictions, "blocks");
+      replay_host_report(&rep, o, &st);
+      if (o->host_cache) report_f64(&rep, "transfer_s", "  transfer time", S.transfer_s, 3, "s (simulated, in steps)");
       report_f64(&rep, "peak_blocks_used", "peak blocks in use", peak_used, 0, NULL);
       report_f64(&rep, "mean_blocks_used", "mean blocks in use", clock > 0 ? used_area / clock : 0.0, 1,
                  "(time-weighted)");
@@ -446,7 +470,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       report_f64(&rep, "load_s", "trace load", load_s, 3, "s");
       report_f64(&rep, "wall_s", "wall time", wall, 3, "s");
       report_f64(&rep, "cpu_s", "CPU time", cpu, 3, "s");
-      if (o->svg) report_str(&rep, "svg", "chart", o->svg);
+      if (o->svg) report_str(&rep, "svg", "chart written to", o->svg);
       report_end(&rep);
     }
     free(ttft);
@@ -458,6 +482,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
   free(S.swapped);
   free(S.tokens);
   free(S.pairs);
+  replay_host_free(&S.host);
   free(order);
   kvb_manager_destroy(S.m);
   return rc;

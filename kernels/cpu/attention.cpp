@@ -1,28 +1,24 @@
 // CPU paged decode attention: the same split-K plan and workspace layout as the CUDA kernels (so results
 // and the workspace contract agree), online softmax in fp32 with exp2.
 //
-// Work item = (sequence, kv head, partition); attention_item.inc holds its body, compiled once per CPU
-// code path (simd.h: AVX-512, AVX2+FMA+F16C, portable baseline) and chosen at run time. Each K and V
-// row is read straight from the cache once per item (converted in registers) and used by every query
-// head of the GQA group.
+// Work item = (sequence, group of kv heads, partition); attention_item.inc holds its body, compiled once
+// per CPU code path (simd.h: AVX-512, AVX2+FMA+F16C, portable baseline) and chosen at run time. Each K
+// and V row is read straight from the cache once (converted in registers) and used by every query head
+// of its GQA group; an item walks its tiles for all of its kv heads so whole cache blocks stream.
 //
-// Threads: items are shared out over up to hardware_concurrency() threads (including the caller) when
-// the call reads at least kParallelBytes of K/V; smaller calls stay on the calling thread. Threads are
-// created per call (about 20-50 us each, negligible above the threshold): no global pool to outlive the
-// library or to interact with fork(). If a thread cannot be created the remaining threads, or the
-// caller alone, do the work.
+// Threads (parallel.h): items are shared out over up to hardware_concurrency() threads (including the
+// caller) when the call reads at least kParallelBytes of K/V; smaller calls stay on the calling thread.
+// Threads are created per call (about 20-50 us each, negligible above the threshold).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "../../libkvblock/error.h"
 #include "../backends.h"
 #include "convert.h"
+#include "parallel.h"
 #include "simd.h"
 
 namespace kvb {
@@ -35,7 +31,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kTile = 32;                                // tokens per tile
 constexpr int64_t kParallelBytes = int64_t(1) << 20;     // K+V bytes below which one thread is used
-constexpr int kMaxThreads = 64;
 
 struct Window {
   int64_t len, lo, sink;
@@ -225,42 +220,19 @@ void paged_attention(const Cache& c, const Attention& a) {
     attended += w.len - w.lo + std::min(w.sink, w.lo);
   }
   const int64_t bytes = attended * Hkv * D * j.es * 2;
-  int64_t threads = 1;
-  if (bytes >= kParallelBytes) {
-    threads = std::min<int64_t>({int64_t(hw == 0 ? 1 : hw), int64_t(kMaxThreads), num_items,
-                                 bytes / (kParallelBytes / 2)});
-    threads = std::max<int64_t>(threads, 1);
-  }
+  const int64_t threads = threads_for(bytes, kParallelBytes / 2, num_items);
 
   const size_t per = Scratch::floats(KG, G, D);
   std::vector<float> scratch(per * size_t(threads) + 16);
   float* base = scratch.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
 
-  std::atomic<int64_t> next{0};
-  auto work = [&](int64_t tid) {
+  parallel_for(num_items, threads, [&](int64_t tid, int64_t i) {
+    const int64_t p = i % NP, sk = i / NP, kg = sk % groups, s = sk / groups;
+    if (NP > 1 && p * j.P >= a.seq_lens[s]) return;  // past the end: no workspace row
     Scratch sc(base + per * size_t(tid), KG, G, D);
-    for (;;) {
-      const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= num_items) break;
-      const int64_t p = i % NP, sk = i / NP, kg = sk % groups, s = sk / groups;
-      if (NP > 1 && p * j.P >= a.seq_lens[s]) continue;  // past the end: no workspace row
-      item(j, sc, s, kg * KG, std::min(KG, Hkv - kg * KG), p);
-    }
-  };
-
-  std::thread pool[kMaxThreads];
-  int64_t started = 0;
-  for (int64_t t = 1; t < threads; ++t) {
-    try {
-      pool[started] = std::thread(work, t);
-      ++started;
-    } catch (const std::system_error&) {
-      break;  // fewer threads: the atomic counter hands their items to the others
-    }
-  }
-  work(0);
-  for (int64_t t = 0; t < started; ++t) pool[t].join();
+    item(j, sc, s, kg * KG, std::min(KG, Hkv - kg * KG), p);
+  });
 
   if (NP == 1) return;
   float* tmp = base;  // the first thread's scratch is free again: D floats for the reduction

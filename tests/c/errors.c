@@ -63,7 +63,8 @@ static void test_bad_config(void) {
   BASE(); cfg.watermark = 1.5f; expect_bad_config(&cfg, "watermark 1.5", __LINE__);
   BASE(); cfg.watermark = -0.25f; expect_bad_config(&cfg, "watermark -0.25", __LINE__);
   BASE(); cfg.watermark = (float)NAN; expect_bad_config(&cfg, "nan", __LINE__);
-  BASE(); cfg.flags = 4; expect_bad_config(&cfg, "0x4", __LINE__);
+  BASE(); cfg.flags = 8; expect_bad_config(&cfg, "0x8", __LINE__);
+  BASE(); cfg.flags = KVB_CONFIG_HOST_CACHE; expect_bad_config(&cfg, "num_host_blocks > 0", __LINE__);
   BASE(); cfg.flags = KVB_CONFIG_EVENTS | 0x80; expect_bad_config(&cfg, "0x82", __LINE__);
   BASE(); cfg.non_cacheable_tokens = NULL; cfg.num_non_cacheable_tokens = 3; expect_bad_config(&cfg, "3", __LINE__);
   CHECK_MSG("non_cacheable_tokens");
@@ -452,7 +453,7 @@ static void test_buffers_too_small(void) {
   CHECK_OK(kvb_seq_append(m, 20, t, 1));
   {
     int64_t ids5[5] = {1, 2, 3, 20, 99};
-    EXPECT_FAIL(m, ids5, 5, kvb_drain_copies(m, buf, 0, &n), KVB_ERR_BUFFER_TOO_SMALL, "1 block pairs");
+    EXPECT_FAIL(m, ids5, 5, kvb_drain_copies(m, buf, 0, &n), KVB_ERR_BUFFER_TOO_SMALL, "1 block pair,");
     CHECK(n == 1);
     EXPECT_FAIL(m, ids5, 5, kvb_drain_copies(m, NULL, 1, &n), KVB_ERR_INVALID_ARGUMENT, "pairs is NULL");
     /* nothing was drained: the pair is still there */
@@ -516,7 +517,7 @@ static void test_swap_errors(void) {
   CHECK(n == 1);
   CHECK_OK(kvb_seq_can_swap_out(m, 2, &a));
   CHECK(a == KVB_AVAIL_LATER);
-  EXPECT_FAIL(m, ids, 3, kvb_seq_swap_out(m, 2, buf, 8, &n), KVB_ERR_OUT_OF_BLOCKS, "1 are free");
+  EXPECT_FAIL(m, ids, 3, kvb_seq_swap_out(m, 2, buf, 8, &n), KVB_ERR_OUT_OF_BLOCKS, "1 is free");
   /* swap in with no free device blocks */
   CHECK_OK(kvb_seq_append(m, 2, t, 12)); /* 20 tokens = 5 blocks; device: 3 + 5 = 8 */
   {

@@ -214,11 +214,12 @@ static void test_sliding_window(void) {
   CHECK(kvbt_free(m) == 10);
   info = kvbt_info(m, 1);
   CHECK(info.window_tokens == 8 && info.sink_tokens == 4 && info.num_held_blocks == 6);
-  CHECK_OK(kvb_seq_commit(m, 1, 10)); /* window [16, 24): blocks 1, 2 wholly outside; only block 1 committed */
+  /* The query of token 10 (the first uncomputed) attends tokens 3..10: nothing is released yet. */
+  CHECK_OK(kvb_seq_commit(m, 1, 10));
   CHECK(kvbt_table(m, 1, tab) == 6);
-  CHECK(tab[0] == 0 && tab[1] == -1 && tab[2] == 2);
-  CHECK(kvbt_free(m) == 11);
-  CHECK_OK(kvb_seq_commit(m, 1, 14));
+  CHECK(tab[0] == 0 && tab[1] == 1 && tab[2] == 2);
+  CHECK(kvbt_free(m) == 10);
+  CHECK_OK(kvb_seq_commit(m, 1, 14)); /* next query at 24 attends 17..24: blocks 1..3 go (0 is the sink) */
   CHECK(kvbt_table(m, 1, tab) == 6);
   CHECK(tab[0] == 0 && tab[1] == -1 && tab[2] == -1 && tab[3] == -1 && tab[4] == 4 && tab[5] == 5);
   CHECK(kvbt_free(m) == 13);

@@ -616,6 +616,9 @@ void run(const uint8_t* data, size_t size) {
         batch.slot_mapping = (f & 8) ? sm.get() : nullptr;
         if ((f & 0x30) == 0x30) batch.struct_size = 8;
         s = kvb_batch_export(m, (f & 0x40) && ns ? nullptr : ids.data(), ns, (f & 0x80) && r.u8() < 40 ? nullptr : &batch);
+        for (size_t i = 0; i < ns; ++i)
+          for (size_t j = 0; j < i; ++j)
+            REQUIRE(s != KVB_OK || ids[i] != ids[j], "batch: seq %" PRId64 " listed twice was accepted", ids[i]);
         if (s == KVB_OK && batch.slot_mapping)
           for (size_t i = 0; i < batch.num_slots; ++i)
             REQUIRE(sm[i] >= 0 && sm[i] < static_cast<int64_t>(md.nblocks) * bs, "batch: slot %" PRId64, sm[i]);

@@ -54,7 +54,7 @@ PY
   if CC=/nonexistent/cc KVBLOCK_CDEF="$cdef" KVBLOCK_LIB="$lib" PYTHONPATH=bindings_examples/python \
      PYTHONDONTWRITEBYTECODE=1 python3 -c '
 import kvblock
-assert kvblock.CDEF_SOURCE.endswith("kvblock_cdef.h"), kvblock.CDEF_SOURCE
+assert kvblock._lib.CDEF_SOURCE.endswith("kvblock_cdef.h"), kvblock._lib.CDEF_SOURCE
 with kvblock.Manager(num_blocks=4) as m:
     assert m.allocate(1, [1, 2, 3]) == 0
 '; then ok "python example loads through the cdef file without a C compiler"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # `make install` into a temporary PREFIX, build a C consumer with `pkg-config --cflags --libs kvblock`,
-# run it, check that the shared library exports only kvb_* symbols, then `make uninstall` and check that
-# only empty directories are left. Uses the build tree under test ($BUILD) and its CUDA setting, so
-# nothing is rebuilt.
+# run it (with LD_LIBRARY_PATH, and with an rpath as the README says), link it statically through
+# `pkg-config --static` (against libkvblock.a alone too), check that the shared library exports only
+# kvb_* symbols, then `make uninstall` and check that only empty directories are left. Uses the build
+# tree under test ($BUILD) and its CUDA setting, so nothing is rebuilt.
 BUILD=${BUILD:-build}
 CC=${CC:-cc}
 MAKE=${MAKE:-make}
@@ -88,6 +89,62 @@ if $CC -std=c99 -Wall -Wextra -Wpedantic -Werror $san -o "$work/consumer" "$work
   fi
 else
   bad "consumer did not compile:"
+  cat "$work/cc.log"
+fi
+
+# The README's command for a prefix the loader does not search: an rpath from pkg-config's libdir.
+# shellcheck disable=SC2086
+if $CC -std=c99 $san -o "$work/consumer_rpath" "$work/consumer.c" $flags \
+     -Wl,-rpath,"$(pkg-config --variable=libdir kvblock)" 2>"$work/cc.log" &&
+   out=$(env -u LD_LIBRARY_PATH "$work/consumer_rpath") && echo "$out" | grep -q "consumer ok"; then
+  ok "with -Wl,-rpath,\$(pkg-config --variable=libdir kvblock) it runs without LD_LIBRARY_PATH"
+else
+  bad "rpath consumer: $(cat "$work/cc.log") $out"
+fi
+
+# Static linking: --static adds Libs.private, what libkvblock.a needs besides itself (the C++ runtime
+# for a C compiler, xxHash, and with CUDA the static CUDA runtime from ${cudalibdir}).
+sflags=$(pkg-config --static --cflags --libs kvblock)
+missing=""
+for l in -lkvblock -lxxhash -lstdc++ -lm -pthread; do
+  echo " $sflags " | grep -q -- " $l " || missing="$missing $l"
+done
+[ -z "$missing" ] && ok "pkg-config --static --libs: $sflags" || bad "pkg-config --static --libs lacks$missing: $sflags"
+if [ -z "$cuda_arg" ]; then
+  echo "$sflags" | grep -q -- "-lcudart_static" && ok "--static: the CUDA runtime" || bad "--static lacks -lcudart_static"
+  over=$(pkg-config --static --define-variable=cudalibdir=/opt/cuda-elsewhere/lib64 --libs kvblock)
+  echo "$over" | grep -q -- "-L/opt/cuda-elsewhere/lib64 -lcudart_static" &&
+    ok "cudalibdir can be overridden" || bad "--define-variable=cudalibdir ignored: $over"
+else
+  echo "$sflags" | grep -q cuda && bad "CUDA in a CUDA=0 kvblock.pc: $sflags" || ok "--static: nothing of CUDA in a CUDA=0 build"
+fi
+# The issue's command, as written, against the installed prefix.
+# shellcheck disable=SC2086
+if $CC -std=c99 $san -o "$work/consumer_s1" "$work/consumer.c" $sflags 2>"$work/cc.log" &&
+   LD_LIBRARY_PATH="$prefix/lib" "$work/consumer_s1" | grep -q "consumer ok"; then
+  ok "cc app.c \$(pkg-config --static --cflags --libs kvblock) links and runs"
+else
+  bad "static-flags consumer: $(cat "$work/cc.log")"
+fi
+# Where only libkvblock.a is installed, the same command links it in: no libkvblock.so needed at run time.
+mkdir -p "$work/static_only"
+cp "$prefix/lib/libkvblock.a" "$work/static_only/"
+sflags2=$(pkg-config --static --define-variable=libdir="$work/static_only" --cflags --libs kvblock)
+# shellcheck disable=SC2086
+if $CC -std=c99 $san -o "$work/consumer_static" "$work/consumer.c" $sflags2 2>"$work/cc.log"; then
+  ok "static link against libkvblock.a alone"
+  if out=$(env -u LD_LIBRARY_PATH "$work/consumer_static") && echo "$out" | grep -q "consumer ok"; then
+    ok "statically linked consumer runs ($out)"
+  else
+    bad "statically linked consumer failed: $out"
+  fi
+  if ldd "$work/consumer_static" 2>/dev/null | grep -q libkvblock; then
+    bad "statically linked consumer still loads libkvblock.so"
+  else
+    ok "statically linked consumer needs no libkvblock.so"
+  fi
+else
+  bad "static link failed ($sflags2):"
   cat "$work/cc.log"
 fi
 

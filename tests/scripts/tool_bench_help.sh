@@ -9,6 +9,7 @@ for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config
          ceiling_memcpy attention_4x256 attention_8x256 write_kv copy_blocks swap_out swap_in; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done
+check "bench json: copy_blocks_runs" grep -q '"copy_blocks_runs": {' "$TMP/b.json"
 for k in median_per_call cow_fork_position batch_seqs batch_tokens gbps of_ceiling median_us; do
   check "bench json: has $k" grep -q "\"$k\": " "$TMP/b.json"
 done
@@ -27,7 +28,8 @@ check "bench --only kernels: exit 0" [ $? -eq 0 ]
 check "bench --only kernels: table" grep -Eq '^  paged_attention 4 seqs x 256 tokens +[0-9.]+ ' "$TMP/k.txt"
 check "bench --only kernels: ceiling row" grep -Eq '^  ceiling: memcpy 32 MiB +[0-9.]+ .* 100\.0% of memcpy' "$TMP/k.txt"
 check "bench --only kernels: no manager table" sh -c "! grep -q 'hit: allocate' '$TMP/k.txt'"
-for r in write_kv copy_blocks 'swap_blocks out' 'swap_blocks in'; do
+for r in write_kv copy_blocks 'copy_blocks .* adjacent ids' 'swap_blocks out' 'swap_blocks in' \
+         'paged_attention 4 seqs' 'paged_attention 8 seqs'; do
   check "bench --only kernels: $r" grep -q "^  $r" "$TMP/k.txt"
 done
 # --device: cuda without a usable GPU fails with a message; auto notes the skip and succeeds.
@@ -56,7 +58,12 @@ check "bench json: reps 3" grep -q '"reps": 3' "$TMP/b.json"
 "$KVB" bench --quick --reps 2 --iters 4 --prompt-tokens 256 --decode-tokens 16 >"$TMP/b.txt"
 check "bench human: exit 0" [ $? -eq 0 ]
 check "bench human: table" grep -Eq '^  hit: allocate\+free \(cached\) +[0-9.]+ ' "$TMP/b.txt"
-check "bench human: targets line" grep -q 'targets: hit <= 3x hash' "$TMP/b.txt"
+check "bench human: goals say what they mean" grep -q 'design goals (PERFORMANCE.md; the manager.s cost as a multiple of hashing the block' "$TMP/b.txt"
+check "bench human: hit goal" grep -Eq '^    hit: +a prompt block found in the cache costs <= 3x its hash +[0-9.]+x  not judged$' "$TMP/b.txt"
+check "bench human: miss goal" grep -Eq '^    miss: +a new prompt block \(hash, index, evict\) costs <= 4x +[0-9.]+x  not judged$' "$TMP/b.txt"
+check "bench human: decode goal" grep -Eq '^    decode: one generated token \(append \+ commit\) costs <= 100 ns +[0-9.]+ ns  not judged$' "$TMP/b.txt"
+check "bench human: no bare MISSED" sh -c "! grep -q MISSED '$TMP/b.txt'"
+check "bench --quick: says why" grep -q '(--quick: too few, too short repetitions to judge the goals; run kvblock bench)' "$TMP/b.txt"
 check "bench human: fork row" grep -Eq '^  fork: fork\+free \(shared\) +[0-9.]+ .*ns/block$' "$TMP/b.txt"
 check "bench human: cow row" grep -Eq '^  cow: fork_at\+append\+drain\+free +[0-9.]+ .*ns/op$' "$TMP/b.txt"
 check "bench human: swap row" grep -Eq '^  swap: swap_out\+swap_in +[0-9.]+ .*ns/block$' "$TMP/b.txt"
@@ -92,6 +99,10 @@ for o in NAME SYNOPSIS KERNELS --quick --reps --json --only --device fork cow sw
 done
 "$KVB" help replay | cmp -s - "$TMP/r.txt"
 check "help replay = replay --help" [ $? -eq 0 ]
+check "bench --help: no second kernel benchmark" sh -c "! grep -q kernels_bench '$TMP/bh.txt'"
+check "bench --help: make bench-kernels runs this" grep -q 'make bench-kernels. runs this section alone' "$TMP/bh.txt"
+${MAKE:-make} -n -s bench-kernels BUILD="$BUILD" >"$TMP/mk.txt" 2>&1
+check "make bench-kernels calls kvblock bench --only kernels" grep -q "$BUILD/bin/kvblock bench --only kernels --device auto" "$TMP/mk.txt"
 "$KVB" --version >"$TMP/v.txt"
 check "--version" grep -Eq '^kvblock [0-9]+\.[0-9]+\.[0-9]+ \(libkvblock [0-9.]+\)$' "$TMP/v.txt"
 finish

@@ -7,13 +7,13 @@ SAMPLE=traces/sample_mooncake.jsonl
 # Sample trace, default pool (enough for the whole trace: 244,544 blocks), human output.
 "$KVB" replay "$SAMPLE" >"$TMP/h.txt" 2>"$TMP/h.err"
 check "sample human: exit 0" [ $? -eq 0 ]
-check "sample human: requests" grep -Eq '^  requests +300$' "$TMP/h.txt"
+check "sample human: requests" grep -Eq '^  requests replayed +300$' "$TMP/h.txt"
 check "sample human: prompt tokens" grep -Eq '^  prompt tokens +3,853,165$' "$TMP/h.txt"
 check "sample human: cached tokens" grep -Eq '^  cached prompt tokens +187,920$' "$TMP/h.txt"
 check "sample human: hit ratio" grep -Eq '^  hit ratio +4\.88%$' "$TMP/h.txt"
 check "sample human: evictions" grep -Eq '^  evictions +0 blocks$' "$TMP/h.txt"
 check "sample human: default pool" grep -Eq '^  blocks +244,544 \(default\)$' "$TMP/h.txt"
-check "sample human: blocks/s" grep -Eq '^  blocks/s +[0-9]+$' "$TMP/h.txt"
+check "sample human: blocks/s" grep -Eq '^  blocks/s +[0-9]+ \(manager time\)$' "$TMP/h.txt"
 check "sample human: quiet stderr" [ ! -s "$TMP/h.err" ]
 
 # JSON, smaller pools: 32768 blocks evicts; 4096 blocks cannot hold two of the requests.

@@ -1,0 +1,34 @@
+"""kvblock: Python bindings of libkvblock, the KV-cache block manager and kernels of an LLM inference engine.
+
+    import kvblock
+    m = kvblock.Manager(num_blocks=1024, block_size=16)
+    cached = m.allocate(1, prompt_tokens)
+
+See Manager (the block manager), KVCache and the kernel functions (write_kv, paged_attention,
+prefill_attention, copy_blocks, swap_blocks), and `python -m kvblock.engine` (a mini serving engine).
+"""
+from __future__ import annotations
+
+from . import _lib
+from ._lib import ffi, load
+from .errors import KvbArgumentError, KvbError, Status
+from .kernels import (KVCache, copy_blocks, cuda_device_count, has_prefill_kernel, paged_attention, prefill_attention, swap_blocks,
+                      write_kv)
+from .manager import Availability, Batch, BatchBuffers, Event, Manager, SeqInfo, hash_tokens
+
+__version__ = "0.1.0"
+
+
+def library_version() -> str:
+    """Version of the loaded libkvblock ("MAJOR.MINOR.PATCH")."""
+    return ffi.string(_lib.lib.kvb_version_string()).decode()
+
+
+def library_path() -> str:
+    return _lib.LIBRARY_PATH
+
+
+__all__ = ["Manager", "KvbError", "KvbArgumentError", "Status", "Availability", "SeqInfo", "Event", "Batch",
+           "BatchBuffers", "hash_tokens", "KVCache", "write_kv", "paged_attention", "prefill_attention",
+           "copy_blocks", "swap_blocks", "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load",
+           "__version__"]

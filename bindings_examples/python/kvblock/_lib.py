@@ -1,0 +1,91 @@
+"""The loaded libkvblock: `ffi` (the declarations) and `lib` (the shared library), through cffi in ABI mode.
+
+Which library: `load(path)` / `load(system=True)` when called, else $KVBLOCK_LIB=/path/to/libkvblock.so,
+else $KVBLOCK_USE_SYSTEM=1 (pkg-config's libdir, else the loader path), else the copy bundled in the
+installed package, else the repository's build tree (running from a source checkout).
+Which declarations: $KVBLOCK_CDEF, else the cdef bundled with the package (generated at build time by
+`cc -E -P -DKVB_CDEF abi/kvblock.h`), else the repository header run through $CC (source checkout only),
+else build/kvblock_cdef.h (`make cdef`). No compiler is needed once the package is installed.
+"""
+from __future__ import annotations
+
+import ctypes.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Optional, Tuple
+
+import cffi
+
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parent.parent.parent  # bindings_examples/python/kvblock -> repository (source checkout)
+BUNDLED_LIBRARY = _HERE / "libkvblock.so"
+BUNDLED_CDEF = _HERE / "kvblock_cdef.h"
+
+
+def _system_library() -> str:
+    """An installed libkvblock: pkg-config's libdir when it knows kvblock, else the loader path."""
+    pc = shutil.which("pkg-config")
+    if pc:
+        r = subprocess.run([pc, "--variable=libdir", "kvblock"], capture_output=True, text=True)
+        so = Path(r.stdout.strip()) / "libkvblock.so.0"
+        if r.returncode == 0 and so.exists():
+            return str(so)
+    return ctypes.util.find_library("kvblock") or "libkvblock.so.0"
+
+
+def _default_library() -> str:
+    if os.environ.get("KVBLOCK_LIB"):
+        return os.environ["KVBLOCK_LIB"]
+    if os.environ.get("KVBLOCK_USE_SYSTEM", "") not in ("", "0"):
+        return _system_library()
+    if BUNDLED_LIBRARY.exists():
+        return str(BUNDLED_LIBRARY)
+    built = _REPO / "build" / "lib" / "libkvblock.so"
+    if built.exists():
+        return str(built)
+    return _system_library()
+
+
+def _cdef_source() -> Tuple[str, str]:
+    """Returns (declarations, where they came from)."""
+    env = os.environ.get("KVBLOCK_CDEF")
+    if env:
+        return Path(env).read_text(), env
+    if BUNDLED_CDEF.exists():
+        return BUNDLED_CDEF.read_text(), str(BUNDLED_CDEF)
+    header = _REPO / "abi" / "kvblock.h"
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc and header.exists():
+        text = subprocess.run([cc, "-E", "-P", "-DKVB_CDEF", str(header)], check=True,
+                              capture_output=True, text=True).stdout
+        return text, f"{Path(cc).name} -E {header}"
+    built = _REPO / "build" / "kvblock_cdef.h"
+    if built.exists():
+        return built.read_text(), str(built)
+    raise ImportError("kvblock: no bundled cdef, no C compiler for abi/kvblock.h and no build/kvblock_cdef.h; "
+                      "install the package with pip, run `make cdef`, or set KVBLOCK_CDEF")
+
+
+DECLARATIONS, CDEF_SOURCE = _cdef_source()
+ffi = cffi.FFI()
+ffi.cdef(DECLARATIONS)
+lib: Any = None
+LIBRARY_PATH = ""
+
+
+def load(path: Optional[str] = None, *, system: bool = False) -> None:
+    """(Re)binds `lib` to a libkvblock: `path`, the system one (`system=True`), or the default above.
+    Call it before creating managers or caches: objects made earlier keep the library they were made with."""
+    global lib, LIBRARY_PATH
+    where = path if path else (_system_library() if system else _default_library())
+    try:
+        lib = ffi.dlopen(where)
+    except OSError as e:
+        raise ImportError(f"kvblock: cannot load {where} ({e}); reinstall the package, set KVBLOCK_LIB, "
+                          "or install libkvblock") from None
+    LIBRARY_PATH = where
+
+
+load()

@@ -1,0 +1,311 @@
+"""A continuous-batching engine in the style of nano-vllm on libkvblock: waiting / running / swapped queues,
+a token budget per step with chunked prefill, prefix caching through allocate, decode through batched append
+and commit, preemption by recompute or by swap (host tier + swap_blocks), parallel sampling through fork with
+copy-on-write pairs run by copy_blocks, and an optional sliding window.
+
+Every step: batch_export -> write_kv -> paged (decode rows) and prefill (prompt chunks) attention kernels."""
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .. import BatchBuffers, KVCache, KvbError, Manager, Status as KvbStatus
+from .. import copy_blocks, paged_attention, prefill_attention, swap_blocks, write_kv
+from ..manager import Availability
+from .model import Model, sample
+from .sequence import Request, Seq, Status
+
+
+@dataclass
+class EngineConfig:
+    num_blocks: int = 1024
+    block_size: int = 16
+    num_host_blocks: int = 0         # > 0 with preemption="swap"
+    max_num_seqs: int = 64
+    max_batched_tokens: int = 256    # token budget per step: decode tokens + prefill chunks
+    preemption: str = "recompute"    # or "swap"
+    prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
+    record_logits: bool = False
+    max_steps: int = 100000          # guard against a scheduler that stops making progress
+    # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):
+    kv_events_endpoint: Optional[str] = None         # e.g. "tcp://*:5557"; None = no events
+    kv_events_replay_endpoint: Optional[str] = None  # optional ROUTER for replay, e.g. "tcp://*:5558"
+    kv_events_topic: str = ""
+    kv_events_encoding: str = "map"                  # or "array"
+
+
+@dataclass
+class Metrics:
+    steps: int = 0
+    generated_tokens: int = 0
+    preemptions: int = 0             # by recompute
+    swaps_out: int = 0
+    swaps_in: int = 0
+    cow_copies: int = 0
+    manager_s: float = 0.0           # time in libkvblock manager calls
+    kernel_s: float = 0.0            # time in libkvblock kernels (write_kv, attention, copy/swap blocks)
+    total_s: float = 0.0
+
+
+class _Clock:
+    def __init__(self, metrics: Metrics, attr: str) -> None:
+        self.m, self.attr = metrics, attr
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self.m, self.attr, getattr(self.m, self.attr) + time.perf_counter() - self.t0)
+
+
+class Engine:
+    def __init__(self, model: Model, cfg: EngineConfig = EngineConfig()) -> None:
+        self.model, self.cfg = model, cfg
+        mc = model.cfg
+        if cfg.preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption must be 'recompute' or 'swap', got {cfg.preemption!r}")
+        self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks,
+                           events=cfg.kv_events_endpoint is not None)
+        self.publisher = None
+        if cfg.kv_events_endpoint is not None:
+            from ..events import KvEventPublisher  # pyzmq and msgpack only when events are on
+            self.publisher = KvEventPublisher(self.mgr, endpoint=cfg.kv_events_endpoint,
+                                              replay_endpoint=cfg.kv_events_replay_endpoint,
+                                              topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding)
+        self.cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
+        self.host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
+                             "float32") if cfg.num_host_blocks else None)
+        self.bufs = BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)
+        self.waiting: Deque[Seq] = collections.deque()
+        self.running: List[Seq] = []
+        self.swapped: Deque[Seq] = collections.deque()
+        self.finished: Dict[int, List[Seq]] = collections.defaultdict(list)
+        self.metrics = Metrics()
+        self._next_seq = 0
+        self._mgr_clock = _Clock(self.metrics, "manager_s")
+        self._kernel_clock = _Clock(self.metrics, "kernel_s")
+
+    # -- requests ------------------------------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        self.waiting.append(self._new_seq(req, 0, list(req.prompt)))
+
+    def _new_seq(self, req: Request, index: int, tokens: List[int]) -> Seq:
+        self._next_seq += 1
+        return Seq(self._next_seq, req, index, tokens)
+
+    def _salt(self, s: Seq) -> Optional[int]:
+        return None if self.cfg.prefix_caching else s.request.req_id + 1
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def run(self) -> Dict[int, List[Seq]]:
+        t0 = time.perf_counter()
+        while self.has_work():
+            if self.metrics.steps >= self.cfg.max_steps:
+                raise RuntimeError(f"engine: no completion after {self.metrics.steps} steps")
+            self.step()
+            self.publish_events()
+        self.metrics.total_s += time.perf_counter() - t0
+        return self.finished
+
+    def publish_events(self) -> None:
+        """Sends the KV events of the steps so far (run() does it after every step)."""
+        if self.publisher is not None:
+            self.publisher.flush()
+
+    def close(self) -> None:
+        """Stops the event publisher (after sending what it holds)."""
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
+
+    # -- scheduling ----------------------------------------------------------------------------------
+    def _free_blocks_after(self, new_tokens: int) -> int:
+        return self.mgr.num_free_blocks - -(-new_tokens // self.cfg.block_size)
+
+    def _preempt(self, victim: Seq) -> None:
+        self.running.remove(victim)
+        if (self.cfg.preemption == "swap" and victim.pending and self.host is not None
+                and self.mgr.can_swap_out(victim.seq_id) == Availability.OK):
+            with self._mgr_clock:
+                pairs = self.mgr.swap_out(victim.seq_id)
+            with self._kernel_clock:
+                swap_blocks(self.cache, self.host, pairs)
+            victim.status = Status.SWAPPED
+            self.swapped.append(victim)
+            self.metrics.swaps_out += 1
+            return
+        with self._mgr_clock:
+            self.mgr.free(victim.seq_id)
+        victim.num_computed, victim.pending, victim.status = 0, False, Status.WAITING
+        self.waiting.appendleft(victim)  # recomputed from its tokens (prompt + generated) when readmitted
+        self.metrics.preemptions += 1
+
+    def _schedule(self) -> Tuple[List[Seq], List[Tuple[Seq, int]]]:
+        cfg, mgr = self.cfg, self.mgr
+        budget = cfg.max_batched_tokens
+        # Swapped sequences come back first, when the pool can take them and still grow every running one.
+        while self.swapped and len(self.running) < cfg.max_num_seqs:
+            s = self.swapped[0]
+            with self._mgr_clock:
+                if (mgr.can_swap_in(s.seq_id) != Availability.OK or
+                        mgr.num_free_blocks - mgr.info(s.seq_id).num_held_blocks <= len(self.running)):
+                    break
+                pairs = mgr.swap_in(s.seq_id)
+            with self._kernel_clock:
+                swap_blocks(self.host, self.cache, pairs)
+            self.swapped.popleft()
+            s.status = Status.RUNNING
+            self.running.append(s)
+            self.metrics.swaps_in += 1
+        # Decode: append every sampled token in one call; out of blocks -> preempt the newest and retry.
+        decodes = [s for s in self.running if s.pending]
+        while decodes:
+            ids = np.fromiter((s.seq_id for s in decodes), np.int64, len(decodes))
+            toks = np.fromiter((s.tokens[-1] for s in decodes), np.int64, len(decodes))
+            try:
+                with self._mgr_clock:
+                    mgr.batch_append(ids, toks)
+                break
+            except KvbError as e:
+                if e.status != KvbStatus.OUT_OF_BLOCKS or len(self.running) == 1:
+                    raise
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim in decodes:
+                    decodes.remove(victim)
+        for s in decodes:
+            s.pending = False
+        budget -= len(decodes)
+        with self._mgr_clock:
+            pairs = mgr.drain_copies()
+        if len(pairs):
+            with self._kernel_clock:
+                copy_blocks(self.cache, pairs)
+            self.metrics.cow_copies += len(pairs)
+        # Prompts being prefilled continue, then new requests, chunked to the budget.
+        prefills: List[Tuple[Seq, int]] = []
+        decoding = {s.seq_id for s in decodes}
+        for s in self.running:
+            if budget <= 0:
+                break
+            if s.seq_id not in decoding and s.num_computed < len(s.tokens):
+                chunk = min(len(s.tokens) - s.num_computed, budget)
+                prefills.append((s, chunk))
+                budget -= chunk
+        while self.waiting and not self.swapped and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            s = self.waiting[0]
+            with self._mgr_clock:
+                cached = mgr.can_allocate(s.tokens, cache_salt=self._salt(s))
+                if cached is None or self._free_blocks_after(len(s.tokens) - cached) < len(self.running):
+                    if not self.running and cached is None and mgr.num_free_blocks == mgr.num_blocks:
+                        raise RuntimeError(f"request {s.request.req_id}: {len(s.tokens)} tokens never fit the pool")
+                    break
+                cached = mgr.allocate(s.seq_id, s.tokens, cache_salt=self._salt(s))
+            self.waiting.popleft()
+            s.num_computed, s.status = cached, Status.RUNNING
+            self.running.append(s)
+            chunk = min(len(s.tokens) - cached, budget)
+            prefills.append((s, chunk))
+            budget -= chunk
+        return decodes, prefills
+
+    # -- one step ------------------------------------------------------------------------------------
+    def step(self) -> None:
+        decodes, prefills = self._schedule()
+        self.metrics.steps += 1
+        if not decodes and not prefills:
+            return
+        seqs = decodes + [s for s, _ in prefills]
+        nd = len(decodes)
+        ids = np.fromiter((s.seq_id for s in seqs), np.int64, len(seqs))
+        with self._mgr_clock:
+            batch = self.mgr.batch_export(ids, self.bufs)
+        # Decode rows are the first nd export rows (one uncomputed token each); a prompt chunk takes the
+        # first `chunk` of its sequence's uncomputed rows.
+        chunks = np.array([c for _, c in prefills], np.int64)
+        qs = batch.query_start
+        slot_parts, tok_parts, pos_parts = [batch.slot_mapping[:nd]], [], []
+        tok_parts.append(np.fromiter((s.tokens[-1] for s in decodes), np.int64, nd))
+        pos_parts.append(np.fromiter((len(s.tokens) - 1 for s in decodes), np.int64, nd))
+        for j, (s, c) in enumerate(prefills):
+            start = int(qs[nd + j])
+            slot_parts.append(batch.slot_mapping[start:start + c])
+            tok_parts.append(np.asarray(s.tokens[s.num_computed:s.num_computed + c], np.int64))
+            pos_parts.append(np.arange(s.num_computed, s.num_computed + c))
+        slots = np.concatenate(slot_parts)
+        tokens, positions = np.concatenate(tok_parts), np.concatenate(pos_parts)
+        bt_d, sl_d = batch.block_tables[:nd], batch.seq_lens[:nd]
+        bt_p = batch.block_tables[nd:]
+        qs_p = np.zeros(len(prefills) + 1, np.int32)
+        np.cumsum(chunks, out=qs_p[1:])
+        sl_p = np.array([s.num_computed + c for s, c in prefills], np.int32)
+        mc = self.model.cfg
+
+        def attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+            out = np.empty_like(q)
+            with self._kernel_clock:
+                write_kv(self.cache, layer, k, v, slots)
+                if nd:
+                    paged_attention(self.cache, layer, q[:nd], bt_d, sl_d, out[:nd], window=mc.window, sink=mc.sink)
+                if prefills:
+                    prefill_attention(self.cache, layer, q[nd:], qs_p, sl_p, bt_p, out[nd:], window=mc.window,
+                                      sink=mc.sink)
+            return out
+
+        # Logits for decode rows and for the last row of each chunk that completes its prompt.
+        finishing = [(s, nd + int(qs_p[j + 1]) - 1) for j, (s, c) in enumerate(prefills)
+                     if s.num_computed + c == len(s.tokens)]
+        rows = np.concatenate([np.arange(nd), np.array([r for _, r in finishing], np.int64)]).astype(np.int64)
+        logits = self.model.forward(tokens, positions, attention, logit_rows=rows)
+        counts = np.concatenate([np.ones(nd, np.int64), chunks])
+        with self._mgr_clock:
+            self.mgr.batch_commit(ids, counts)
+        for s, c in zip(seqs, counts):
+            s.num_computed += int(c)
+        for s, lg in zip(decodes, logits[:nd]):
+            self._emit(s, lg)
+        for (s, _), lg in zip(finishing, logits[nd:]):
+            for t in self._prompt_done(s):
+                self._emit(t, lg)
+
+    def _prompt_done(self, s: Seq) -> List[Seq]:
+        """s has computed all its tokens through prefill. The window starts releasing blocks only now (a
+        later chunk would need them), and an n > 1 request forks its samples now: they sample from the same
+        logits, and their first appends copy the shared partial block (copy-on-write)."""
+        out = [s]
+        if self.model.cfg.window:
+            with self._mgr_clock:
+                self.mgr.set_window(s.seq_id, self.model.cfg.window, self.model.cfg.sink)
+        if s.request.n > 1 and s.index == 0 and not s.output:
+            for i in range(1, s.request.n):
+                child = self._new_seq(s.request, i, list(s.tokens))
+                with self._mgr_clock:
+                    self.mgr.fork(s.seq_id, child.seq_id)
+                    if self.model.cfg.window:
+                        self.mgr.set_window(child.seq_id, self.model.cfg.window, self.model.cfg.sink)
+                child.num_computed, child.status = s.num_computed, Status.RUNNING
+                self.running.append(child)
+                out.append(child)
+        return out
+
+    def _emit(self, s: Seq, logits: np.ndarray) -> None:
+        r = s.request
+        tok = sample(logits, r.temperature, r.seed, r.req_id, s.index, len(s.tokens))
+        s.tokens.append(tok)
+        s.output.append(tok)
+        if self.cfg.record_logits:
+            s.logits.append(logits.copy())
+        s.pending = True
+        self.metrics.generated_tokens += 1
+        if s.done:
+            with self._mgr_clock:
+                self.mgr.free(s.seq_id)
+            self.running.remove(s)
+            s.status, s.pending = Status.FINISHED, False
+            self.finished[r.req_id].append(s)

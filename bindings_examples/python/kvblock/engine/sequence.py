@@ -1,0 +1,45 @@
+"""Requests and their sequences as the scheduler sees them."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+
+class Status(enum.Enum):
+    WAITING = 0
+    RUNNING = 1
+    SWAPPED = 2
+    FINISHED = 3
+
+
+@dataclass
+class Request:
+    req_id: int
+    prompt: List[int]
+    max_tokens: int
+    n: int = 1                 # parallel samples (fork after the prompt)
+    temperature: float = 0.0   # 0 = greedy
+    seed: int = 0
+
+
+@dataclass
+class Seq:
+    """One sample of a request. `tokens` = prompt + generated; when `pending`, the last token is sampled but
+    not yet in the manager (the next step appends it and computes its K/V). `num_computed` mirrors the
+    manager's count of tokens whose K/V are written."""
+    seq_id: int
+    request: Request
+    index: int                 # sample index within the request
+    tokens: List[int]
+    num_computed: int = 0
+    pending: bool = False
+    status: Status = Status.WAITING
+    output: List[int] = field(default_factory=list)
+    logits: List[np.ndarray] = field(default_factory=list)  # per generated token, when recorded
+
+    @property
+    def done(self) -> bool:
+        return len(self.output) >= self.request.max_tokens

@@ -1,0 +1,403 @@
+"""Publish a libkvblock manager's prefix-cache events in vLLM's KV-event wire format.
+
+KV-aware routers (NVIDIA Dynamo's KV router and standalone indexer, llm-d's KV-cache indexer, vLLM's
+router) learn which engine caches which prefix from the stream that vLLM's `ZmqEventPublisher` sends.
+`KvEventPublisher` sends the same stream for an engine built on libkvblock, so those routers route to it
+unchanged.
+
+Wire format (one message per batch, ZMQ multipart, PUB semantics):
+  frame 0  topic (bytes, default b"")
+  frame 1  sequence number, u64 big-endian, from 0 per publisher, +1 per batch
+  frame 2  msgpack [ts (float seconds), [event, ...], data_parallel_rank]
+           (always positional: Dynamo 1.6.1 rejects a map-shaped batch, "expected a tuple of size 3")
+Events, "map" encoding (vLLM's current tagged form):
+  {"type": "BlockStored", "block_hashes": [u64, ...], "parent_block_hash": u64 | nil,
+   "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU", "lora_name": nil
+   [, "extra_keys": [entry | nil per block]]}
+  {"type": "BlockRemoved", "block_hashes": [u64, ...], "medium": "GPU"}
+  {"type": "AllBlocksCleared"}
+"array" encoding (the older positional form some consumers read):
+  ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium, lora_name[, extra_keys]]
+  ["BlockRemoved", hashes, medium]      ["AllBlocksCleared"]
+Consecutive blocks stored as one chain (each block's parent is the previous block) share one
+BlockStored; consecutive removals share one BlockRemoved. Block hashes are the manager's public xxh64
+chain hashes; consumers key blocks by their own hash of `token_ids` and link them by these hashes.
+A first block hashed with a cache salt goes out with parent nil (the chain starts there) and the salt in
+its extra_keys entry ["kvb_salt", salt]; a block with a caller extra key gets ["kvb_extra_key", key]
+in its entry. Consumers that do not understand these entries (Dynamo ignores them) treat those blocks as
+plain text blocks: a routing estimate, never a correctness issue, since the engine checks every hit.
+
+Replay (optional ROUTER socket, vLLM's protocol): a DEALER sends [b"", start_seq u64 BE]; it receives
+[b"", seq, payload] for every buffered batch with seq >= start_seq, then [b"", -1 as i64 BE, b""].
+
+Gaps are never silent. Events can be lost in three places: the manager's bounded event buffer
+(kvb_drain_events reports a dropped count), this publisher's bounded queue (a batch that does not fit),
+and a batch refused because a token id does not fit 32 bits. In each case the consumer's picture of this
+engine is no longer exact, so the next batch that goes out ends with (or begins with, for a queue drop)
+an AllBlocksCleared event: routers forget everything they knew about this engine and rebuild from the
+events that follow (they under-estimate its cache until then, which at worst costs a missed hit, instead
+of over-estimating it, which would route requests to a prefix that is gone). Each resync is counted in
+`stats()["resyncs"]`, the lost events in `stats()["dropped_events"]`, and a warning is logged. Lost
+*messages* on the wire (a subscriber's high-water mark) show up as a sequence gap that the subscriber
+repairs through the replay socket.
+
+The manager must be made with kvblock.Manager(..., events=True) (KVB_CONFIG_EVENTS); the publisher drains it
+with Manager.drain_events. pyzmq and msgpack are needed by this module only (pip install kvblock[events]);
+the C library knows nothing of them.
+"""
+import logging
+import os
+import queue
+import threading
+import time
+
+import msgpack
+import zmq
+
+log = logging.getLogger("kvblock.events")
+
+MAX_TOKEN_ID = 2**32 - 1  # vLLM's events carry token ids as u32 (Dynamo decodes them as u32)
+END_SEQ = (-1).to_bytes(8, "big", signed=True)  # end of a replay answer (vLLM's marker)
+
+_DROP_LOG_EVERY_S = 10.0
+
+
+class TokenIdRangeError(ValueError):
+    """A stored block holds a token id that does not fit the wire format's 32 bits."""
+
+
+# -- draining the manager ------------------------------------------------------------------------------
+def drain_all(manager, chunk):
+    """Everything the manager holds now: (events, dropped). When the manager dropped events, they were
+    dropped after everything it still held (its buffer was full), so the drain continues until the buffer
+    is empty and the caller places its resync marker after all of these events."""
+    events, dropped = manager.drain_events(chunk)
+    more = len(events) == chunk
+    while more:
+        part, d = manager.drain_events(chunk)
+        events.extend(part)
+        dropped += d
+        more = len(part) == chunk
+    return events, dropped
+
+
+# -- encoding ------------------------------------------------------------------------------------------
+def group_events(raw, block_size, medium, lora_name=None):
+    """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
+    Consecutive stored blocks that form one chain share a BlockStored; consecutive removals share a
+    BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32)."""
+    out = []
+    cur = None  # the BlockStored being extended
+    for ev in raw:
+        if ev.type == "stored":
+            toks = ev.tokens.tolist()
+            if toks and (min(toks) < 0 or max(toks) > MAX_TOKEN_ID):
+                bad = next(t for t in toks if t < 0 or t > MAX_TOKEN_ID)
+                raise TokenIdRangeError(
+                    f"block {ev.block_hash:#018x}: token id {bad} does not fit 32 bits; vLLM's KV-event format "
+                    f"carries token ids as u32, so this block cannot be published (keep token ids in "
+                    f"[0, {MAX_TOKEN_ID}] for engines that publish events)")
+            extra = None
+            if ev.cache_salt is not None:  # first block of a salted chain
+                extra = [["kvb_salt", ev.cache_salt]]
+            if ev.extra_key is not None:
+                extra = (extra or []) + [["kvb_extra_key", ev.extra_key]]
+            if cur is not None and ev.parent_hash is not None and ev.parent_hash == cur["block_hashes"][-1]:
+                cur["block_hashes"].append(ev.block_hash)
+                cur["token_ids"].extend(toks)
+                if extra is not None or "extra_keys" in cur:
+                    cur.setdefault("extra_keys", [None] * (len(cur["block_hashes"]) - 1)).append(extra)
+            else:
+                cur = {"type": "BlockStored", "block_hashes": [ev.block_hash], "parent_block_hash": ev.parent_hash,
+                       "token_ids": toks, "block_size": block_size, "lora_id": None,
+                       "medium": medium, "lora_name": lora_name}
+                if extra is not None:
+                    cur["extra_keys"] = [extra]
+                out.append(cur)
+        elif ev.type == "removed":
+            cur = None
+            if out and out[-1]["type"] == "BlockRemoved":
+                out[-1]["block_hashes"].append(ev.block_hash)
+            else:
+                out.append({"type": "BlockRemoved", "block_hashes": [ev.block_hash], "medium": medium})
+        else:
+            cur = None
+            out.append({"type": "AllBlocksCleared"})
+    return out
+
+
+_STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+                  "lora_name")
+
+
+def to_array_form(ev):
+    """A map-form event in the older positional form ([tag, fields...] in declaration order)."""
+    t = ev["type"]
+    if t == "BlockStored":
+        arr = [t] + [ev[f] for f in _STORED_FIELDS]
+        if "extra_keys" in ev:
+            arr.append(ev["extra_keys"])
+        return arr
+    if t == "BlockRemoved":
+        return [t, ev["block_hashes"], ev["medium"]]
+    return [t]
+
+
+def encode_batch(events, dp_rank, encoding, ts=None):
+    """msgpack [ts, [events], dp_rank] (the batch is always positional, as vLLM and Dynamo read it)."""
+    if encoding == "array":
+        events = [to_array_form(e) for e in events]
+    return msgpack.packb([time.time() if ts is None else ts, events, dp_rank], use_bin_type=True)
+
+
+def decode_batch(payload):
+    """The inverse of encode_batch, for tests and tools: (ts, [events as sent], dp_rank)."""
+    ts, events, dp_rank = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    return ts, events, dp_rank
+
+
+# -- the publisher -------------------------------------------------------------------------------------
+class KvEventPublisher:
+    """Drains a manager's events on flush() and publishes them from a background thread.
+
+    endpoint: where the PUB socket binds (connect=True: connects instead, e.g. to a proxy).
+    topic: frame 0 of every message. encoding: "map" (vLLM's current form) or "array".
+    replay_endpoint: optional ROUTER address serving the last `replay_buffer` batches.
+    dp_rank: data-parallel rank written into every batch. medium: "GPU" (or "CPU" for a host manager).
+    max_queue_batches: batches waiting for the sender thread before new ones are dropped (and counted).
+    The socket is an XPUB (wire-identical to PUB for subscribers) so that wait_for_subscribers() can
+    tell when a router has subscribed: messages published before that are lost on a PUB socket.
+    """
+
+    def __init__(self, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
+                 replay_endpoint=None, dp_rank=0, medium="GPU", lora_name=None, connect=False,
+                 max_queue_batches=1024, replay_buffer=10000, hwm=100000, drain_capacity=4096,
+                 linger_ms=1000):
+        if encoding not in ("map", "array"):
+            raise ValueError(f"encoding must be 'map' or 'array', got {encoding!r}")
+        if not isinstance(dp_rank, int) or dp_rank < 0:
+            raise ValueError(f"dp_rank must be a non-negative int, got {dp_rank!r}")
+        if max_queue_batches < 1 or drain_capacity < 1:
+            raise ValueError("max_queue_batches and drain_capacity must be >= 1")
+        self.block_size = manager.block_size
+        self.endpoint, self.encoding = endpoint, encoding
+        self.topic = topic if isinstance(topic, bytes) else topic.encode()
+        self.replay_endpoint, self.dp_rank, self.medium, self.lora_name = (
+            replay_endpoint, dp_rank, medium, lora_name)
+        self._manager = manager
+        self._drain_capacity = drain_capacity
+        self._flush_lock = threading.Lock()
+        self._queue = queue.Queue(maxsize=max_queue_batches)
+        self._replay_buf = []
+        self._replay_max = replay_buffer
+        self._stats = dict(batches=0, events=0, dropped_events=0, resyncs=0, replay_requests=0)
+        self._stats_lock = threading.RLock()
+        self._resync_pending = False  # a queue drop happened: the next queued batch starts with a clear
+        self._last_drop_log = 0.0
+        self._subscribers = 0
+        self._cv = threading.Condition()
+
+        self._ctx = zmq.Context.instance()
+        self._pub = self._ctx.socket(zmq.XPUB)
+        self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, and (VERBOSER) every unsubscription
+        if hasattr(zmq, "XPUB_VERBOSER"):
+            self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)
+        self._pub.setsockopt(zmq.SNDHWM, hwm)
+        self._pub.setsockopt(zmq.LINGER, linger_ms)
+        self._replay = None
+        try:
+            (self._pub.connect if connect else self._pub.bind)(endpoint)
+            if replay_endpoint:
+                self._replay = self._ctx.socket(zmq.ROUTER)
+                self._replay.setsockopt(zmq.LINGER, 0)
+                self._replay.bind(replay_endpoint)
+        except zmq.ZMQError as e:
+            self._close_sockets()
+            raise OSError(f"kvblock.events: cannot {'connect' if connect else 'bind'} "
+                          f"{endpoint if not replay_endpoint else endpoint + ' / ' + replay_endpoint}: {e}") from None
+        #: the addresses actually bound (a "tcp://127.0.0.1:*" endpoint gets its port here)
+        self.bound_endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.bound_replay_endpoint = (self._replay.getsockopt_string(zmq.LAST_ENDPOINT)
+                                      if self._replay is not None else None)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="kvblock-events", daemon=True)
+        self._thread.start()
+
+    # -- caller side ---------------------------------------------------------------------------------
+    def flush(self):
+        """Drain the manager's pending events and queue them as one batch. Returns the number of wire
+        events queued (0 when there was nothing to say). Raises TokenIdRangeError for a token id that
+        does not fit 32 bits: that batch is not sent and the stream resyncs (see the module notes)."""
+        with self._flush_lock:
+            if not self._running:
+                raise RuntimeError("KvEventPublisher is closed")
+            raw, dropped = drain_all(self._manager, self._drain_capacity)
+            resync = dropped > 0
+            error = None
+            try:
+                events = group_events(raw, self.block_size, self.medium, self.lora_name)
+            except TokenIdRangeError as e:
+                events, error = [], e
+                dropped += len(raw)
+                resync = True
+            if dropped:
+                self._count_drop(dropped, "manager event buffer" if error is None else "token id range")
+            if resync:
+                events.append({"type": "AllBlocksCleared"})
+            if self._resync_pending:
+                events.insert(0, {"type": "AllBlocksCleared"})
+            if events:
+                try:
+                    self._queue.put_nowait(events)
+                    self._resync_pending = False
+                    self._wake()
+                except queue.Full:
+                    self._count_drop(len(raw) or 1, "publisher queue")
+                    self._resync_pending = True
+            if error is not None:
+                raise error
+            return len(events)
+
+    def _count_drop(self, n, where):
+        with self._stats_lock:
+            self._stats["dropped_events"] += n
+            self._stats["resyncs"] += 1
+        now = time.monotonic()
+        if now - self._last_drop_log >= _DROP_LOG_EVERY_S:
+            self._last_drop_log = now
+            log.warning("kvblock.events %s: %d event(s) lost in the %s; subscribers get AllBlocksCleared "
+                        "and rebuild from the following events", self.bound_endpoint, n, where)
+
+    def wait_for_subscribers(self, n=1, timeout=10.0):
+        """True once n subscriptions are live (a router has connected), False after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._subscribers < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+            return True
+
+    def wait_sent(self, timeout=10.0):
+        """True once every queued batch has been handed to ZMQ (for tests and orderly shutdown)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def stats(self):
+        """batches / events (wire events) sent; dropped_events (manager events lost: in its buffer, refused
+        for a token id, or in a batch the full queue could not take); resyncs (AllBlocksCleared sent for
+        gaps); replay_requests; subscribers (live subscriptions that match the topic); queued_batches."""
+        with self._stats_lock:
+            s = dict(self._stats)
+        s["subscribers"] = self._subscribers
+        s["queued_batches"] = self._queue.qsize()
+        return s
+
+    def close(self, timeout=5.0):
+        """Flush what the manager still holds, send everything queued (bounded by timeout), stop."""
+        if not self._running:
+            return
+        try:
+            self.flush()
+        except Exception:  # the manager may be gone already; what was queued still goes out
+            pass
+        self.wait_sent(timeout)
+        with self._flush_lock:
+            self._running = False
+        self._wake()
+        self._thread.join(timeout)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self._close_sockets()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _close_sockets(self):
+        for s in (self._pub, self._replay):
+            if s is not None:
+                s.close()
+
+    def _wake(self):
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:  # the pipe is full: the thread is awake already
+            pass
+
+    # -- sender thread: owns both sockets --------------------------------------------------------------
+    def _run(self):
+        poller = zmq.Poller()
+        poller.register(self._pub, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        if self._replay is not None:
+            poller.register(self._replay, zmq.POLLIN)
+        seq = 0
+        while True:
+            ready = dict(poller.poll(1000))
+            if self._wake_r in ready:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            if self._pub in ready:
+                self._read_subscriptions()
+            if self._replay is not None and self._replay in ready:
+                self._serve_replay()
+            while True:
+                try:
+                    events = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                payload = encode_batch(events, self.dp_rank, self.encoding)
+                seq_bytes = seq.to_bytes(8, "big")
+                self._pub.send_multipart([self.topic, seq_bytes, payload])
+                self._replay_buf.append((seq_bytes, payload))
+                if len(self._replay_buf) > self._replay_max:
+                    del self._replay_buf[: len(self._replay_buf) - self._replay_max]
+                seq += 1
+                with self._stats_lock:
+                    self._stats["batches"] += 1
+                    self._stats["events"] += len(events)
+                self._queue.task_done()
+            if not self._running and self._queue.empty():
+                return
+
+    def _read_subscriptions(self):
+        while True:
+            try:
+                msg = self._pub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            # a subscription to a prefix of our topic receives our messages; others are not ours
+            if msg[:1] in (b"\x01", b"\x00") and self.topic.startswith(msg[1:]):
+                with self._cv:
+                    self._subscribers += 1 if msg[:1] == b"\x01" else -1
+                    self._cv.notify_all()
+
+    def _serve_replay(self):
+        while True:
+            try:
+                frames = self._replay.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 3 or len(frames[2]) != 8:
+                log.warning("kvblock.events: ignoring a malformed replay request (%d frames)", len(frames))
+                continue
+            client, _, start = frames
+            start_seq = int.from_bytes(start, "big")
+            with self._stats_lock:
+                self._stats["replay_requests"] += 1
+            for seq_bytes, payload in self._replay_buf:
+                if int.from_bytes(seq_bytes, "big") >= start_seq:
+                    self._replay.send_multipart([client, b"", seq_bytes, payload])
+            self._replay.send_multipart([client, b"", END_SEQ, b""])

@@ -1,0 +1,249 @@
+"""Kernels on caller memory (numpy arrays, torch tensors on CPU or CUDA), no copies: a KVCache holding every
+layer's K/V and its kvb_cache_desc descriptors, and write_kv, paged_attention (decode), prefill_attention,
+copy_blocks and swap_blocks. Every argument is checked (dtype, shape, strides, device) before the C call."""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+from . import _lib
+from ._tensor import CPU, CUDA, View, device_name, require, view
+from .errors import KvbArgumentError, KvbError, check
+
+ffi = _lib.ffi
+_KVB_DTYPE = {"float16": "KVB_DTYPE_FP16", "bfloat16": "KVB_DTYPE_BF16", "float32": "KVB_DTYPE_FP32"}
+
+
+def has_prefill_kernel() -> bool:
+    """Whether the loaded library has kvb_prefill_attention (a system libkvblock may be older)."""
+    try:
+        return "kvb_prefill_attention" in _lib.DECLARATIONS and bool(_lib.lib.kvb_prefill_attention)
+    except AttributeError:
+        return False
+
+
+def cuda_device_count() -> int:
+    """Usable CUDA devices for libkvblock's kernels (0 without a driver, a device, or a CUDA build)."""
+    n = ffi.new("int32_t*")
+    status = _lib.lib.kvb_cuda_device_count(n)
+    if status == _lib.lib.KVB_ERR_UNSUPPORTED:
+        return 0
+    check(status)
+    return int(n[0])
+
+
+def _stream(stream: Any) -> Any:
+    if stream is None:
+        return ffi.NULL
+    if isinstance(stream, int):
+        return ffi.cast("void*", stream)
+    handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    if handle is None:
+        handle = getattr(stream, "ptr", None)  # cupy Stream
+    if handle is None:
+        raise KvbArgumentError(f"stream must be None, an int handle or a CUDA stream object, got {type(stream).__name__}")
+    return ffi.cast("void*", int(handle))
+
+
+def _alloc(shape: tuple, dtype: str, device: str) -> Any:
+    if device == "cpu":
+        if dtype == "bfloat16":
+            raise KvbArgumentError("dtype bfloat16 on the CPU needs torch tensors (numpy has no bfloat16)")
+        return np.zeros(shape, dtype)
+    import torch  # CUDA caches: torch is the allocator
+    return torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
+
+
+class KVCache:
+    """K and V caches of every layer, [num_blocks, block_size, num_kv_heads, head_dim] each (NHD), with their
+    descriptors built once. Either allocated here (numpy on "cpu", torch on "cuda[:i]") or wrapping the
+    caller's arrays / tensors (KVCache.wrap), which must stay alive as long as the cache."""
+
+    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+                 dtype: str = "float32", device: str = "cpu") -> None:
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        ks = [_alloc(shape, dtype, device) for _ in range(num_layers)]
+        vs = [_alloc(shape, dtype, device) for _ in range(num_layers)]
+        self._init(ks, vs)
+
+    @classmethod
+    def wrap(cls, k_layers: Sequence[Any], v_layers: Sequence[Any]) -> "KVCache":
+        """A cache over existing per-layer K and V arrays (any strides with a contiguous head_dim)."""
+        self = cls.__new__(cls)
+        self._init(list(k_layers), list(v_layers))
+        return self
+
+    def _init(self, ks: List[Any], vs: List[Any]) -> None:
+        if not ks or len(ks) != len(vs):
+            raise KvbArgumentError(f"k_layers and v_layers must be non-empty and equally long, got {len(ks)} and {len(vs)}")
+        self.k, self.v = ks, vs
+        self.num_layers = len(ks)
+        first = view(ks[0], "k_layers[0]")
+        require(first, "k_layers[0]", ndim=4, inner_contiguous=True, writable=True)
+        if first.dtype not in _KVB_DTYPE:
+            raise KvbArgumentError(f"k_layers[0]: dtype must be float16, bfloat16 or float32, got {first.dtype}")
+        self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim = first.shape
+        self.dtype, self.device = first.dtype, first.device
+        self.descs = ffi.new("kvb_cache_desc[]", self.num_layers)
+        lib = _lib.lib
+        for layer in range(self.num_layers):
+            kv = [view(ks[layer], f"k_layers[{layer}]"), view(vs[layer], f"v_layers[{layer}]")]
+            for name, v in zip(("k_layers", "v_layers"), kv):
+                require(v, f"{name}[{layer}]", dtype=first.dtype, shape=first.shape, device=first.device,
+                        inner_contiguous=True, writable=True)
+                if v.strides != kv[0].strides:
+                    raise KvbArgumentError(f"{name}[{layer}]: strides {v.strides} differ from K's {kv[0].strides}")
+            d = self.descs + layer
+            lib.kvb_cache_desc_init(d)
+            d.device_type = lib.KVB_DEVICE_CUDA if first.device[0] == CUDA else lib.KVB_DEVICE_CPU
+            d.device_index = first.device[1]
+            d.dtype = getattr(lib, _KVB_DTYPE[first.dtype])
+            d.k, d.v = ffi.cast("void*", kv[0].ptr), ffi.cast("void*", kv[1].ptr)
+            d.num_blocks, d.block_size, d.num_kv_heads, d.head_dim = first.shape
+            d.block_stride, d.token_stride, d.head_stride = kv[0].strides[:3]
+        self._workspace: Any = None
+        self._workspace_bytes = 0
+
+    def desc(self, layer: int) -> Any:
+        if not 0 <= layer < self.num_layers:
+            raise KvbArgumentError(f"layer {layer} is out of range [0, {self.num_layers})")
+        return self.descs + layer
+
+    def workspace(self, nbytes: int) -> Any:
+        """A reusable kernel workspace of at least nbytes on the cache's device (void*)."""
+        if nbytes > self._workspace_bytes:
+            size = max(nbytes, 2 * self._workspace_bytes)
+            if self.device[0] == CPU:
+                self._workspace = np.zeros(size + 16, np.uint8)
+                ptr = self._workspace.__array_interface__["data"][0]
+            else:
+                import torch
+                self._workspace = torch.empty(size + 16, dtype=torch.uint8, device=device_name(self.device))
+                ptr = self._workspace.data_ptr()
+            self._workspace_ptr = ffi.cast("void*", (ptr + 15) & ~15)
+            self._workspace_bytes = size
+        return self._workspace_ptr if nbytes else ffi.NULL
+
+
+def _int_array(x: Any, what: str, dtype: str, ndim: int, cache: KVCache, shape: Optional[tuple] = None) -> View:
+    v = view(x, what)
+    require(v, what, dtype=dtype, ndim=ndim, shape=shape, device=cache.device, contiguous=True)
+    return v
+
+
+def _rows(x: Any, what: str, cache: KVCache, heads: int, *, writable: bool = False) -> View:
+    v = view(x, what)
+    require(v, what, dtype=cache.dtype, ndim=3, shape=(None, heads, cache.head_dim), device=cache.device,
+            inner_contiguous=True, writable=writable)
+    return v
+
+
+def write_kv(cache: KVCache, layer: int, key: Any, value: Any, slot_mapping: Any, stream: Any = None) -> None:
+    """reshape_and_cache: key/value [num_tokens, num_kv_heads, head_dim] into slots slot_mapping[i] (-1 skips)."""
+    k = _rows(key, "key", cache, cache.num_kv_heads)
+    v = _rows(value, "value", cache, cache.num_kv_heads)
+    n = k.shape[0]
+    if v.shape[0] != n:
+        raise KvbArgumentError(f"value: {v.shape[0]} tokens, key has {n}")
+    s = _int_array(slot_mapping, "slot_mapping", "int64", 1, cache, (n,))
+    a = ffi.new("kvb_write_kv_args*")
+    _lib.lib.kvb_write_kv_args_init(a)
+    a.num_tokens = n
+    a.key, a.value = ffi.cast("void*", k.ptr), ffi.cast("void*", v.ptr)
+    a.key_token_stride, a.key_head_stride = k.strides[0], k.strides[1]
+    a.value_token_stride, a.value_head_stride = v.strides[0], v.strides[1]
+    a.slot_mapping = ffi.cast("int64_t*", s.ptr)
+    check(_lib.lib.kvb_write_kv(cache.desc(layer), a, _stream(stream)))
+
+
+def _attention_common(cache: KVCache, q: Any, out: Any, block_tables: Any, seq_lens: Any, num_seqs: int):
+    qv = view(q, "q")
+    require(qv, "q", dtype=cache.dtype, ndim=3, shape=(None, None, cache.head_dim), device=cache.device,
+            inner_contiguous=True)
+    heads = qv.shape[1]
+    if heads % cache.num_kv_heads:
+        raise KvbArgumentError(f"q: {heads} query heads is not a multiple of {cache.num_kv_heads} kv heads")
+    ov = _rows(out, "out", cache, heads, writable=True)
+    if ov.shape[0] != qv.shape[0]:
+        raise KvbArgumentError(f"out: {ov.shape[0]} rows, q has {qv.shape[0]}")
+    bt = _int_array(block_tables, "block_tables", "int32", 2, cache, (num_seqs, None))
+    sl = _int_array(seq_lens, "seq_lens", "int32", 1, cache, (num_seqs,))
+    return qv, ov, bt, sl, heads
+
+
+def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_lens: Any, out: Any, *,
+                    scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
+                    stream: Any = None) -> Any:
+    """Decode attention: q, out [num_seqs, num_q_heads, head_dim]; block_tables [num_seqs, max_blocks] int32;
+    seq_lens [num_seqs] int32. Returns out."""
+    qv0 = view(q, "q")
+    num_seqs = qv0.shape[0] if qv0.shape else 0
+    qv, ov, bt, sl, heads = _attention_common(cache, q, out, block_tables, seq_lens, num_seqs)
+    lib = _lib.lib
+    a = ffi.new("kvb_attention_args*")
+    lib.kvb_attention_args_init(a)
+    a.num_seqs, a.num_q_heads, a.max_blocks_per_seq = num_seqs, heads, bt.shape[1]
+    a.q, a.q_seq_stride, a.q_head_stride = ffi.cast("void*", qv.ptr), qv.strides[0], qv.strides[1]
+    a.out, a.out_seq_stride, a.out_head_stride = ffi.cast("void*", ov.ptr), ov.strides[0], ov.strides[1]
+    a.block_tables, a.seq_lens = ffi.cast("int32_t*", bt.ptr), ffi.cast("int32_t*", sl.ptr)
+    a.scale, a.logits_soft_cap, a.window_tokens, a.sink_tokens = scale, soft_cap, window, sink
+    size = ffi.new("size_t*")
+    d = cache.desc(layer)
+    check(lib.kvb_paged_attention_workspace_size(d, a, size))
+    a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
+    check(lib.kvb_paged_attention(d, a, _stream(stream)))
+    return out
+
+
+def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_lens: Any, block_tables: Any,
+                      out: Any, *, scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
+                      stream: Any = None) -> Any:
+    """Prefill / extend attention over a ragged batch (query_start as batch_export writes it; seq_lens include
+    the new tokens, whose K/V are already written). q, out [total_q_tokens, num_q_heads, head_dim]."""
+    qs = _int_array(query_start, "query_start", "int32", 1, cache)
+    num_seqs = qs.shape[0] - 1
+    if num_seqs < 0:
+        raise KvbArgumentError("query_start: needs num_seqs + 1 entries, got 0")
+    qv, ov, bt, sl, heads = _attention_common(cache, q, out, block_tables, seq_lens, num_seqs)
+    lib = _lib.lib
+    if not has_prefill_kernel():
+        raise KvbError(lib.KVB_ERR_UNSUPPORTED, f"{_lib.LIBRARY_PATH} predates kvb_prefill_attention")
+    a = ffi.new("kvb_prefill_args*")
+    lib.kvb_prefill_args_init(a)
+    a.num_seqs, a.num_q_heads, a.max_blocks_per_seq, a.total_q_tokens = num_seqs, heads, bt.shape[1], qv.shape[0]
+    a.q, a.q_token_stride, a.q_head_stride = ffi.cast("void*", qv.ptr), qv.strides[0], qv.strides[1]
+    a.out, a.out_token_stride, a.out_head_stride = ffi.cast("void*", ov.ptr), ov.strides[0], ov.strides[1]
+    a.query_start, a.seq_lens = ffi.cast("int32_t*", qs.ptr), ffi.cast("int32_t*", sl.ptr)
+    a.block_tables = ffi.cast("int32_t*", bt.ptr)
+    a.scale, a.logits_soft_cap, a.window_tokens, a.sink_tokens = scale, soft_cap, window, sink
+    size = ffi.new("size_t*")
+    d = cache.desc(layer)
+    check(lib.kvb_prefill_attention_workspace_size(d, a, size))
+    a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
+    check(lib.kvb_prefill_attention(d, a, _stream(stream)))
+    return out
+
+
+def _pairs(pairs: Any) -> tuple:
+    p = np.ascontiguousarray(pairs, dtype=np.int32) if not isinstance(pairs, np.ndarray) else pairs
+    if p.dtype != np.int32 or p.ndim != 2 or p.shape[1:] != (2,):
+        raise KvbArgumentError(f"pairs must be an [n, 2] int32 array (src, dst), got {p.dtype} {p.shape}")
+    p = np.ascontiguousarray(p)
+    return ffi.from_buffer("int32_t[]", p), p.shape[0]
+
+
+def copy_blocks(cache: KVCache, pairs: Any, stream: Any = None) -> None:
+    """Copies block src -> dst for every (src, dst) row of pairs in every layer (Manager.drain_copies)."""
+    buf, n = _pairs(pairs)
+    if n:
+        check(_lib.lib.kvb_copy_blocks(cache.descs, cache.num_layers, buf, n, _stream(stream)))
+
+
+def swap_blocks(src: KVCache, dst: KVCache, pairs: Any, stream: Any = None) -> None:
+    """Copies block pairs[i, 0] of src to pairs[i, 1] of dst in every layer (Manager.swap_out / swap_in)."""
+    if src.num_layers != dst.num_layers:
+        raise KvbArgumentError(f"dst: {dst.num_layers} layers, src has {src.num_layers}")
+    buf, n = _pairs(pairs)
+    if n:
+        check(_lib.lib.kvb_swap_blocks(src.descs, dst.descs, src.num_layers, buf, n, 0, _stream(stream)))

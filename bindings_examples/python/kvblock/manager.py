@@ -1,0 +1,375 @@
+"""Manager: the whole C manager API (DESIGN §4 and §6) with numpy arrays where C returns arrays.
+
+The decode step of an engine is three calls with no Python loop over sequences:
+    m.batch_append(seq_ids, new_tokens)      # one token per sequence, all-or-nothing
+    batch = m.batch_export(seq_ids, buffers)  # block tables, seq lens, query starts, slot mapping
+    ... kernels ...
+    m.batch_commit(seq_ids)                   # their K/V are written
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from . import _lib
+from ._convert import TokenLike, as_index, as_int64_array, int64_ptr
+from .errors import KvbArgumentError, KvbError, check
+
+ffi = _lib.ffi
+
+
+class Availability(enum.IntEnum):
+    """Answer of can_swap_out / can_swap_in (vLLM's AllocStatus)."""
+    OK = 0
+    LATER = 1
+    NEVER = 2
+
+
+@dataclass(frozen=True)
+class SeqInfo:
+    swapped_out: bool
+    num_tokens: int
+    num_computed: int
+    num_cached: int
+    num_blocks: int
+    num_held_blocks: int
+    window_tokens: int
+    sink_tokens: int
+
+
+class Event(NamedTuple):
+    """A prefix-index event (kvb_event): type is "stored", "removed" or "cleared"."""
+    type: str
+    block_hash: int
+    parent_hash: Optional[int]      # previous block's hash (stored, not first block)
+    cache_salt: Optional[int]       # first block of a salted sequence (stored)
+    extra_key: Optional[int]
+    tokens: np.ndarray              # the block's tokens (stored), else empty
+    block_id: int
+
+
+_EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
+
+
+class BatchBuffers:
+    """Preallocated outputs of kvb_batch_export, reused step after step (no allocation per step).
+    Grows (rarely) when a step needs more rows, columns or slots than it has."""
+
+    def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0) -> None:
+        self._alloc(max(1, max_seqs), max(1, max_blocks_per_seq), max(1, slot_capacity or max_seqs))
+
+    def _alloc(self, seqs: int, cols: int, slots: int) -> None:
+        self.block_tables_all = np.full((seqs, cols), -1, np.int32)
+        self.seq_lens_all = np.zeros(seqs, np.int32)
+        self.query_start_all = np.zeros(seqs + 1, np.int32)
+        self.slot_mapping_all = np.full(slots, -1, np.int64)
+        b = ffi.new("kvb_batch*")
+        _lib.lib.kvb_batch_init(b)
+        b.max_blocks_per_seq = cols
+        b.block_tables = ffi.from_buffer("int32_t[]", self.block_tables_all)
+        b.seq_lens = ffi.from_buffer("int32_t[]", self.seq_lens_all)
+        b.query_start = ffi.from_buffer("int32_t[]", self.query_start_all)
+        b.slot_mapping = ffi.from_buffer("int64_t[]", self.slot_mapping_all)
+        b.slot_capacity = slots
+        self._keep = (b.block_tables, b.seq_lens, b.query_start, b.slot_mapping)
+        self.c = b
+
+    @property
+    def capacity(self) -> tuple:
+        return (self.seq_lens_all.shape[0], self.block_tables_all.shape[1], self.slot_mapping_all.shape[0])
+
+
+class Batch(NamedTuple):
+    """Views into BatchBuffers for one step's sequences (valid until the buffers' next export)."""
+    block_tables: np.ndarray   # [num_seqs, max_blocks_per_seq] int32, -1 padded
+    seq_lens: np.ndarray       # [num_seqs] int32
+    query_start: np.ndarray    # [num_seqs + 1] int32
+    slot_mapping: np.ndarray   # [num_slots] int64: the cache slot of every uncomputed token
+    num_slots: int
+    max_blocks_needed: int
+
+
+def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
+    """The public xxh64 block hash (identical to nano-vllm's compute_hash)."""
+    buf, n = int64_ptr(tokens)
+    parent_ptr = ffi.new("uint64_t*", parent) if parent is not None else ffi.NULL
+    return int(_lib.lib.kvb_hash_tokens(parent_ptr, buf, n))
+
+
+class Manager:
+    """A KV-cache block manager (one kvb_manager). Use it as a context manager, or call close()."""
+
+    _m = None
+
+    def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
+                 non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
+                 event_capacity: int = 65536, index_seed: int = 0) -> None:
+        self._lib = lib = _lib.lib
+        cfg = ffi.new("kvb_config*")
+        lib.kvb_config_init(cfg)
+        cfg.num_blocks = as_index(num_blocks, "num_blocks")
+        cfg.block_size = as_index(block_size, "block_size")
+        cfg.num_host_blocks = as_index(num_host_blocks, "num_host_blocks")
+        cfg.watermark = float(watermark)
+        keep = None
+        if non_cacheable_tokens is not None:
+            keep, n = int64_ptr(non_cacheable_tokens, "non_cacheable_tokens")
+            cfg.non_cacheable_tokens, cfg.num_non_cacheable_tokens = keep, n
+        cfg.flags = (lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+        cfg.event_capacity = as_index(event_capacity, "event_capacity")
+        cfg.index_seed = as_index(index_seed, "index_seed")
+        out = ffi.new("kvb_manager**")
+        check(lib.kvb_manager_create(cfg, out))
+        self._m = out[0]
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.num_host_blocks = num_host_blocks
+        self._pairs = np.zeros((64, 2), np.int32)
+        self._size = ffi.new("size_t*")
+
+    def close(self) -> None:
+        if self._m is not None:
+            self._lib.kvb_manager_destroy(self._m)
+            self._m = None
+
+    def __enter__(self) -> "Manager":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    @property
+    def _h(self) -> Any:
+        if self._m is None:
+            raise KvbArgumentError("kvblock.Manager is closed")
+        return self._m
+
+    _handle = _h  # the kvb_manager* for code that calls the C API directly (kvblock.events)
+
+    # -- sequences: the core flow ----------------------------------------------------------------
+    def _options(self, n: int, cache_salt: Optional[int], extra_keys: Optional[Mapping[int, int]],
+                 window: int, sink: int) -> Any:
+        if cache_salt is None and not extra_keys and not window and not sink:
+            return ffi.NULL, None
+        o = ffi.new("kvb_seq_options*")
+        self._lib.kvb_seq_options_init(o)
+        keep = []
+        if cache_salt is not None:
+            o.has_cache_salt, o.cache_salt = 1, as_index(cache_salt, "cache_salt")
+        if extra_keys:
+            items = sorted((as_index(k, "extra_keys block index"), as_index(v, "extra key")) for k, v in extra_keys.items())
+            blocks = ffi.new("uint32_t[]", [k for k, _ in items])
+            keys = ffi.new("uint64_t[]", [v for _, v in items])
+            keep += [blocks, keys]
+            o.extra_key_blocks, o.extra_keys, o.num_extra_keys = blocks, keys, len(items)
+        o.window_tokens, o.sink_tokens = as_index(window, "window"), as_index(sink, "sink")
+        return o, keep
+
+    def can_allocate(self, tokens: TokenLike, *, cache_salt: Optional[int] = None,
+                     extra_keys: Optional[Mapping[int, int]] = None) -> Optional[int]:
+        """Cached tokens an allocate would reuse, or None if the pool cannot hold the prompt now."""
+        buf, n = int64_ptr(tokens)
+        opts, _keep = self._options(n, cache_salt, extra_keys, 0, 0)
+        status = self._lib.kvb_seq_can_allocate_ex(self._h, buf, n, opts, self._size)
+        if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
+            return None
+        check(status)
+        return int(self._size[0])
+
+    def allocate(self, seq_id: int, tokens: TokenLike, *, cache_salt: Optional[int] = None,
+                 extra_keys: Optional[Mapping[int, int]] = None, window: int = 0, sink: int = 0) -> int:
+        """Creates sequence seq_id holding the prompt; returns the number of prefix-cached tokens.
+        extra_keys: {block index: key} (image content hash, LoRA id); window/sink: sliding window."""
+        buf, n = int64_ptr(tokens)
+        opts, _keep = self._options(n, cache_salt, extra_keys, window, sink)
+        check(self._lib.kvb_seq_allocate_ex(self._h, as_index(seq_id, "seq_id"), buf, n, opts, self._size))
+        return int(self._size[0])
+
+    def commit(self, seq_id: int, num_tokens: int) -> None:
+        check(self._lib.kvb_seq_commit(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens")))
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        status = self._lib.kvb_seq_can_append(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
+            return False
+        check(status)
+        return True
+
+    def append(self, seq_id: int, tokens: TokenLike) -> None:
+        buf, n = int64_ptr(tokens)
+        check(self._lib.kvb_seq_append(self._h, as_index(seq_id, "seq_id"), buf, n))
+
+    def free(self, seq_id: int) -> None:
+        check(self._lib.kvb_seq_free(self._h, as_index(seq_id, "seq_id")))
+
+    def block_table(self, seq_id: int) -> np.ndarray:
+        """The sequence's block ids (int32; -1 where a sliding window released the block)."""
+        sid = as_index(seq_id, "seq_id")
+        status = self._lib.kvb_seq_block_table(self._h, sid, ffi.NULL, 0, self._size)
+        if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
+            check(status)
+        out = np.empty(self._size[0], np.int32)
+        check(self._lib.kvb_seq_block_table(self._h, sid, ffi.from_buffer("int32_t[]", out), out.shape[0], self._size))
+        return out
+
+    def block_hash(self, block_id: int) -> Optional[int]:
+        """The hash block_id got when committed full, or None if it holds no committed full block."""
+        h = ffi.new("uint64_t*")
+        status = self._lib.kvb_block_hash(self._h, as_index(block_id, "block_id"), h)
+        if status == self._lib.KVB_ERR_BAD_STATE:
+            return None
+        check(status)
+        return int(h[0])
+
+    def set_extra_key(self, seq_id: int, block_index: int, key: int) -> None:
+        check(self._lib.kvb_seq_set_extra_key(self._h, as_index(seq_id, "seq_id"),
+                                              as_index(block_index, "block_index"), as_index(key, "key")))
+
+    def info(self, seq_id: int) -> SeqInfo:
+        i = ffi.new("kvb_seq_info*")
+        self._lib.kvb_seq_info_init(i)
+        check(self._lib.kvb_seq_get_info(self._h, as_index(seq_id, "seq_id"), i))
+        return SeqInfo(i.location == self._lib.KVB_SEQ_SWAPPED_OUT, i.num_tokens, i.num_computed, i.num_cached,
+                       i.num_blocks, i.num_held_blocks, i.window_tokens, i.sink_tokens)
+
+    # -- fork, copy-on-write, rollback, window ---------------------------------------------------
+    def fork(self, parent_id: int, child_id: int, num_tokens: Optional[int] = None) -> None:
+        """child shares parent's blocks (the first num_tokens tokens' with fork_at semantics)."""
+        p, c = as_index(parent_id, "parent_id"), as_index(child_id, "child_id")
+        if num_tokens is None:
+            check(self._lib.kvb_seq_fork(self._h, p, c))
+        else:
+            check(self._lib.kvb_seq_fork_at(self._h, p, c, as_index(num_tokens, "num_tokens")))
+
+    def fork_at(self, parent_id: int, child_id: int, num_tokens: int) -> None:
+        self.fork(parent_id, child_id, num_tokens)
+
+    def _pairs_call(self, fn: Any, *args: Any) -> np.ndarray:
+        """Calls fn(*args, pairs, capacity, &n), growing the buffer on BUFFER_TOO_SMALL; [n, 2] int32 copy."""
+        while True:
+            cap = self._pairs.shape[0]
+            status = fn(*args, ffi.from_buffer("int32_t[]", self._pairs), cap, self._size)
+            if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
+                self._pairs = np.zeros((max(self._size[0], 2 * cap), 2), np.int32)
+                continue
+            check(status)
+            return self._pairs[: self._size[0]].copy()
+
+    def drain_copies(self) -> np.ndarray:
+        """Pending copy-on-write pairs [n, 2] (src, dst): run them with copy_blocks before the next step."""
+        return self._pairs_call(self._lib.kvb_drain_copies, self._h)
+
+    def rollback(self, seq_id: int, num_tokens: int) -> None:
+        check(self._lib.kvb_seq_rollback(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens")))
+
+    def set_window(self, seq_id: int, window_tokens: int, sink_tokens: int = 0) -> None:
+        check(self._lib.kvb_seq_set_window(self._h, as_index(seq_id, "seq_id"), as_index(window_tokens, "window_tokens"),
+                                           as_index(sink_tokens, "sink_tokens")))
+
+    # -- host tier ---------------------------------------------------------------------------------
+    def _availability(self, fn: Any, seq_id: int) -> Availability:
+        a = ffi.new("kvb_availability*")
+        check(fn(self._h, as_index(seq_id, "seq_id"), a))
+        return Availability(a[0])
+
+    def can_swap_out(self, seq_id: int) -> Availability:
+        return self._availability(self._lib.kvb_seq_can_swap_out, seq_id)
+
+    def can_swap_in(self, seq_id: int) -> Availability:
+        return self._availability(self._lib.kvb_seq_can_swap_in, seq_id)
+
+    def swap_out(self, seq_id: int) -> np.ndarray:
+        """Moves the sequence to host blocks; returns [n, 2] (device src, host dst) pairs for swap_blocks."""
+        return self._pairs_call(self._lib.kvb_seq_swap_out, self._h, as_index(seq_id, "seq_id"))
+
+    def swap_in(self, seq_id: int) -> np.ndarray:
+        """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
+        return self._pairs_call(self._lib.kvb_seq_swap_in, self._h, as_index(seq_id, "seq_id"))
+
+    # -- the batched decode step -------------------------------------------------------------------
+    def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
+        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append)."""
+        ids, n = int64_ptr(seq_ids, "seq_ids")
+        toks, nt = int64_ptr(tokens, "tokens")
+        if n != nt:
+            raise KvbArgumentError(f"seq_ids has {n} entries but tokens has {nt}")
+        check(self._lib.kvb_batch_append(self._h, ids, toks, n))
+
+    def batch_commit(self, seq_ids: TokenLike, num_tokens: Optional[TokenLike] = None) -> None:
+        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing."""
+        ids, n = int64_ptr(seq_ids, "seq_ids")
+        if num_tokens is None:
+            check(self._lib.kvb_batch_commit(self._h, ids, ffi.NULL, n))
+            return
+        counts = as_int64_array(num_tokens, "num_tokens")
+        if counts.shape[0] != n:
+            raise KvbArgumentError(f"seq_ids has {n} entries but num_tokens has {counts.shape[0]}")
+        if counts.size and int(counts.min()) < 0:
+            raise KvbArgumentError(f"num_tokens: {int(counts.min())} is negative")
+        counts = np.ascontiguousarray(counts, dtype=np.uint64)
+        check(self._lib.kvb_batch_commit(self._h, ids, ffi.from_buffer("size_t[]", counts), n))
+
+    def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None) -> Batch:
+        """Kernel inputs for the sequences (kvb_batch_export) written into `buffers` (grown if too small;
+        a fresh one if None). Returns views into the buffers."""
+        ids, n = int64_ptr(seq_ids, "seq_ids")
+        if buffers is None:
+            buffers = BatchBuffers(n, 1, 1)
+        rows, cols, slots = buffers.capacity
+        if n > rows:
+            buffers._alloc(max(n, 2 * rows), cols, slots)
+        b = buffers.c
+        status = self._lib.kvb_batch_export(self._h, ids, n, b)
+        if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
+            rows, cols, slots = buffers.capacity
+            buffers._alloc(rows, max(cols, b.max_blocks_needed + b.max_blocks_needed // 4),
+                           max(slots, b.num_slots + b.num_slots // 4))
+            b = buffers.c
+            status = self._lib.kvb_batch_export(self._h, ids, n, b)
+        check(status)
+        k = b.num_slots
+        return Batch(buffers.block_tables_all[:n], buffers.seq_lens_all[:n], buffers.query_start_all[: n + 1],
+                     buffers.slot_mapping_all[:k], k, b.max_blocks_needed)
+
+    # -- pool, stats, events, control ---------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        check(self._lib.kvb_num_free_blocks(self._h, self._size))
+        return int(self._size[0])
+
+    def stats(self) -> Dict[str, int]:
+        """The counters of kvb_stats."""
+        s = ffi.new("kvb_stats*")
+        self._lib.kvb_stats_init(s)
+        check(self._lib.kvb_get_stats(self._h, s))
+        return {name: int(getattr(s, name)) for name, _ in ffi.typeof("kvb_stats").fields if name != "struct_size"}
+
+    def drain_events(self, max_events: int = 4096) -> tuple:
+        """(events in order, number dropped since the last drain). Needs Manager(events=True)."""
+        evs = ffi.new("kvb_event[]", max_events)
+        toks = np.empty(max_events * self.block_size, np.int64)
+        n, dropped = ffi.new("size_t*"), ffi.new("uint64_t*")
+        check(self._lib.kvb_drain_events(self._h, evs, max_events, ffi.from_buffer("int64_t[]", toks), toks.shape[0],
+                                         n, dropped))
+        out: List[Event] = []
+        for i in range(n[0]):
+            e = evs[i]
+            kind = e.parent_kind
+            out.append(Event(_EVENT_TYPES.get(e.type, str(e.type)), int(e.block_hash),
+                             int(e.parent_hash) if kind == self._lib.KVB_PARENT_BLOCK else None,
+                             int(e.parent_hash) if kind == self._lib.KVB_PARENT_SALT else None,
+                             int(e.extra_key) if e.has_extra_key else None,
+                             toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id)))
+        return out, int(dropped[0])
+
+    def reset_prefix_cache(self) -> None:
+        check(self._lib.kvb_reset_prefix_cache(self._h))
+
+    def check_invariants(self) -> None:
+        check(self._lib.kvb_check_invariants(self._h))

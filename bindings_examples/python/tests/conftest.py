@@ -1,0 +1,18 @@
+import os
+
+# The engine's matmuls are tiny: a multi-threaded BLAS only spins against the other processes of a CI box.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest
+
+import kvblock
+
+BLOCK = 16
+
+
+@pytest.fixture
+def mgr():
+    with kvblock.Manager(num_blocks=8, block_size=BLOCK) as m:
+        yield m
+        m.check_invariants()

@@ -1,0 +1,69 @@
+"""The package as installed: `python -m kvblock --version`, import from any directory, choice of library
+(bundled by default, $KVBLOCK_LIB / $KVBLOCK_USE_SYSTEM / load(path) when asked)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvblock
+
+PKG_PARENT = str(Path(kvblock.__file__).resolve().parent.parent)
+
+
+def run_python(code, env_extra=None, cwd="/"):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVBLOCK_")}
+    env["PYTHONPATH"] = PKG_PARENT  # the same kvblock as this test run, whether installed or in-tree
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, *code], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_version_command():
+    r = run_python(["-m", "kvblock", "--version"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"kvblock {kvblock.__version__} (libkvblock {kvblock.library_version()} at ")
+
+
+def test_import_from_another_directory_without_env():
+    r = run_python(["-c", "import kvblock; m = kvblock.Manager(4); print(m.allocate(1, [1, 2]), kvblock.library_path())"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("0 ")
+
+
+def test_library_chosen_by_env_and_argument(tmp_path):
+    lib = kvblock.library_path()
+    r = run_python(["-c", "import kvblock; print(kvblock.library_path())"], {"KVBLOCK_LIB": lib})
+    assert r.stdout.strip() == lib
+    r = run_python(["-c", "import kvblock"], {"KVBLOCK_LIB": str(tmp_path / "nope.so")})
+    assert r.returncode != 0 and "cannot load" in r.stderr and "nope.so" in r.stderr
+    r = run_python(["-c", "import kvblock"], {"KVBLOCK_USE_SYSTEM": "1", "LD_LIBRARY_PATH": str(tmp_path)})
+    assert r.returncode == 0 or "cannot load" in r.stderr  # a system libkvblock may or may not be installed
+    with pytest.raises(ImportError, match="cannot load"):
+        kvblock.load(str(tmp_path / "missing.so"))
+    kvblock.load(lib)
+    assert kvblock.library_path() == lib
+    with kvblock.Manager(4) as m:
+        assert m.allocate(1, [1]) == 0
+
+
+def test_bench_runs_small():
+    from kvblock import bench
+    r = bench.run(n=8, length=40, bs=16, reps=5)
+    assert set(r) == {"per_sequence_us", "batched_us", "raw_cffi_us"}
+    assert all(med >= low > 0 for med, low in r.values())
+
+
+def test_system_library_through_pkg_config(tmp_path):
+    """KVBLOCK_USE_SYSTEM=1 loads libkvblock.so.0 from pkg-config's libdir (a stand-in pkg-config here)."""
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (libdir / "libkvblock.so.0").symlink_to(Path(kvblock.library_path()).resolve())
+    fake = tmp_path / "bin" / "pkg-config"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\n[ \"$2\" = kvblock ] && echo {libdir} && exit 0\nexit 1\n")
+    fake.chmod(0o755)
+    r = run_python(["-c", "import kvblock; print(kvblock.library_path())"],
+                   {"KVBLOCK_USE_SYSTEM": "1", "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(libdir / "libkvblock.so.0")

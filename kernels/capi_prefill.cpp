@@ -1,0 +1,42 @@
+// C boundary of paged prefill / extend attention and its workspace query.
+#include <cstring>
+
+#include "../libkvblock/capi_guard.h"
+#include "backends.h"
+#include "prefill.h"
+#include "validate.h"
+
+using namespace kvb;
+using namespace kvb::kern;
+
+extern "C" {
+
+KVB_API void kvb_prefill_args_init(kvb_prefill_args* args) {
+  if (!args) return;
+  std::memset(args, 0, sizeof *args);
+  args->struct_size = sizeof *args;
+}
+
+KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
+                                                        size_t* bytes) {
+  return guarded([&] {
+    KVB_REQUIRE_ARG(bytes != nullptr, "bytes is NULL");
+    Cache c = read_cache(cache, "cache");
+    *bytes = read_prefill(c, args, false).plan.workspace_bytes;
+  });
+}
+
+KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream) {
+  return guarded([&] {
+    Cache c = read_cache(cache, "cache");
+    Prefill a = read_prefill(c, args, true);
+    require_backend(c, "cache");
+    if (a.num_seqs == 0) return;
+    if (c.cuda)
+      cuda::prefill_attention(c, a, stream);
+    else
+      cpu::prefill_attention(c, a);
+  });
+}
+
+}  // extern "C"

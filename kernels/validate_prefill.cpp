@@ -1,0 +1,121 @@
+// Argument checking and work plan of kvb_prefill_attention (host-side only: the arrays query_start,
+// seq_lens and block_tables are checked by the back ends, the CPU before it writes, CUDA on the device).
+// Strides and extents go through validate.h's overflow-checked helpers, as every kernel argument does.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "../libkvblock/capi_guard.h"
+#include "prefill.h"
+#include "validate.h"
+
+namespace kvb {
+namespace kern {
+
+PrefillPlan plan_prefill(const Cache& c, int64_t num_seqs, int64_t num_q_heads, int64_t max_blocks, int64_t total_q) {
+  PrefillPlan p;
+  const int64_t group = num_q_heads / c.num_kv_heads;
+  p.num_tiles = total_q * group / kPrefillTileRows + num_seqs;
+  const int64_t max_ctx = max_blocks * c.block_size;
+  const int64_t bn = prefill_key_tile(c.head_dim);
+  p.split_tokens = (max_ctx + bn - 1) / bn * bn;
+  // The CPU threads over query tiles and kv heads, one pass per item; CUDA fp32 (CUDA cores, one warp
+  // per query row and head) does not split either.
+  if (!c.cuda || c.dtype == Dtype::f32) return p;
+  // Split the keys while the grid has fewer than 1024 CTAs and every partition keeps >= 1024 tokens:
+  // few query rows over a long cache (decode-heavy batches) then still fill the GPU. Shapes only, so
+  // the workspace query and the launch agree.
+  const int64_t ctas = p.num_tiles * c.num_kv_heads;
+  while (p.num_splits < 32 && ctas * p.num_splits < 1024 && max_ctx >= p.num_splits * 2 * 1024) p.num_splits *= 2;
+  if (p.num_splits == 1) return p;
+  const int64_t per = (max_ctx + p.num_splits - 1) / p.num_splits;
+  p.split_tokens = (per + bn - 1) / bn * bn;
+  p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
+  if (p.num_splits > 1) {
+    uint64_t bytes = 4 * uint64_t(c.head_dim + 2);
+    for (int64_t f : {total_q, num_q_heads, p.num_splits})
+      if (__builtin_mul_overflow(bytes, uint64_t(f), &bytes) || bytes > uint64_t(SIZE_MAX))
+        fail(Code::invalid_argument, "args: the prefill workspace for %lld query rows x %lld heads x %lld key splits "
+             "does not fit size_t", (long long)total_q, (long long)num_q_heads, (long long)p.num_splits);
+    p.workspace_bytes = size_t(bytes);
+  }
+  return p;
+}
+
+Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_pointers) {
+  KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
+  KVB_REQUIRE_ARG(args->struct_size >= sizeof(kvb_prefill_args),
+                  "args: struct_size %u is smaller than %zu (call kvb_prefill_args_init)", args->struct_size,
+                  sizeof(kvb_prefill_args));
+  kvb_prefill_args a;
+  std::memcpy(&a, args, sizeof a);
+  Prefill t;
+  KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
+                  "prefill attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);
+  KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
+  KVB_REQUIRE_ARG(a.num_q_heads >= 1, "args: num_q_heads is 0");
+  KVB_REQUIRE_ARG(a.num_q_heads % c.num_kv_heads == 0, "args: num_q_heads %u is not a multiple of num_kv_heads %lld",
+                  a.num_q_heads, (long long)c.num_kv_heads);
+  KVB_REQUIRE_ARG(a.num_q_heads / c.num_kv_heads <= 256, "args: %lld query heads per kv head exceeds 256",
+                  (long long)(a.num_q_heads / c.num_kv_heads));
+  KVB_REQUIRE_ARG(a.max_blocks_per_seq >= 1, "args: max_blocks_per_seq is 0");
+  KVB_REQUIRE_ARG(int64_t(a.max_blocks_per_seq) * c.block_size <= 0x7fffffff,
+                  "args: max_blocks_per_seq %u * block_size %lld exceeds 2^31-1 tokens", a.max_blocks_per_seq,
+                  (long long)c.block_size);
+  KVB_REQUIRE_ARG(a.total_q_tokens <= 0x7fffffffu, "args: total_q_tokens %u exceeds 2^31-1 (query_start is int32)",
+                  a.total_q_tokens);
+  KVB_REQUIRE_ARG(a.num_seqs > 0 || a.total_q_tokens == 0, "args: total_q_tokens %u with num_seqs 0",
+                  a.total_q_tokens);
+  KVB_REQUIRE_ARG(std::isfinite(a.scale) && a.scale >= 0.f, "args: scale %g is not a finite value >= 0", (double)a.scale);
+  KVB_REQUIRE_ARG(std::isfinite(a.logits_soft_cap) && a.logits_soft_cap >= 0.f,
+                  "args: logits_soft_cap %g is not a finite value >= 0", (double)a.logits_soft_cap);
+  KVB_REQUIRE_ARG(a.window_tokens > 0 || a.sink_tokens == 0, "args: sink_tokens %u without window_tokens",
+                  a.sink_tokens);
+  t.num_seqs = a.num_seqs;
+  t.num_q_heads = a.num_q_heads;
+  t.max_blocks = a.max_blocks_per_seq;
+  t.total_q = a.total_q_tokens;
+  t.scale = a.scale > 0.f ? a.scale : float(1.0 / std::sqrt(double(c.head_dim)));
+  t.soft_cap = a.logits_soft_cap;
+  t.window = a.window_tokens;
+  t.sink = a.sink_tokens;
+  const int64_t H = t.num_q_heads, D = c.head_dim;
+  t.q_head_stride = stride_or(a.q_head_stride, D, 1, "args", "q_head_stride");
+  t.q_token_stride = stride_or(a.q_token_stride, H, t.q_head_stride, "args", "q_token_stride");
+  t.out_head_stride = stride_or(a.out_head_stride, D, 1, "args", "out_head_stride");
+  t.out_token_stride = stride_or(a.out_token_stride, H, t.out_head_stride, "args", "out_token_stride");
+  check_extent("args: q", need_pointers ? a.q : nullptr, c.elem(), D,
+               {{"q_head_stride", t.q_head_stride, H}, {"q_token_stride", t.q_token_stride, t.total_q}});
+  check_extent("args: out", need_pointers ? a.out : nullptr, c.elem(), D,
+               {{"out_head_stride", t.out_head_stride, H}, {"out_token_stride", t.out_token_stride, t.total_q}});
+  KVB_REQUIRE_ARG(non_overlapping(D, {{t.out_head_stride, H}, {t.out_token_stride, t.total_q}}),
+                  "args: out strides (token %lld, head %lld) make elements overlap", (long long)t.out_token_stride,
+                  (long long)t.out_head_stride);
+  t.plan = plan_prefill(c, t.num_seqs, t.num_q_heads, t.max_blocks, t.total_q);
+  if (!need_pointers || t.num_seqs == 0) return t;
+  KVB_REQUIRE_ARG(a.query_start != nullptr, "args: query_start is NULL");
+  KVB_REQUIRE_ARG(a.seq_lens != nullptr, "args: seq_lens is NULL");
+  KVB_REQUIRE_ARG(a.block_tables != nullptr, "args: block_tables is NULL");
+  if (t.total_q > 0) {
+    KVB_REQUIRE_ARG(a.q != nullptr, "args: q is NULL");
+    KVB_REQUIRE_ARG(a.out != nullptr, "args: out is NULL");
+  }
+  if (t.plan.workspace_bytes > 0) {
+    if (a.workspace_size < t.plan.workspace_bytes)
+      fail(Code::buffer_too_small, "args: workspace_size %zu is smaller than the %zu bytes needed "
+           "(kvb_prefill_attention_workspace_size)", a.workspace_size, t.plan.workspace_bytes);
+    KVB_REQUIRE_ARG(a.workspace != nullptr, "args: workspace is NULL");
+    KVB_REQUIRE_ARG(reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0, "args: workspace is not 16-byte aligned");
+  }
+  t.q = a.q;
+  t.out = a.out;
+  t.query_start = a.query_start;
+  t.seq_lens = a.seq_lens;
+  t.block_tables = a.block_tables;
+  t.workspace = a.workspace;
+  return t;
+}
+
+}  // namespace kern
+}  // namespace kvb

@@ -1,0 +1,127 @@
+// Differential test of the block manager: the full comparison after every step. Block tables, sequence
+// info, the KV read back through each table ("data is never lost"), every block's hash, stats and
+// kvb_check_invariants. State a new feature makes observable is compared here.
+#pragma once
+
+#include <algorithm>
+#include <cinttypes>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "run.h"
+
+namespace {
+
+int64_t Run::read_slot(const std::map<int32_t, std::vector<int64_t>>& overlay, int32_t b, size_t off) const {
+  auto it = overlay.find(b);
+  if (it != overlay.end()) return it->second[off];
+  return content_[static_cast<size_t>(b) * cfg_.bs + off];
+}
+
+void Run::compare() {
+  size_t nf = 0;
+  expect(kvb_num_free_blocks(m_, &nf), KVB_OK, "num_free_blocks");
+  if (nf != model_.freeq.size()) fail(fmt("free blocks %zu, model %zu", nf, model_.freeq.size()));
+
+  // Pending copies not yet run: read destinations through their sources (what kvb_copy_blocks would do).
+  std::map<int32_t, std::vector<int64_t>> overlay;
+  for (const auto& p : model_.pending) {
+    std::vector<int64_t> row(cfg_.bs);
+    for (size_t o = 0; o < cfg_.bs; ++o) row[o] = read_slot(overlay, p.first, o);
+    overlay[p.second] = row;
+  }
+
+  std::vector<int32_t> tab;
+  for (const auto& kv : model_.seqs) {
+    const int64_t id = kv.first;
+    const MSeq& s = kv.second;
+    tab.assign(s.table.size() + 1, -8);
+    size_t len = 0;
+    kvb_status st = kvb_seq_block_table(m_, id, tab.data(), tab.size(), &len);
+    expect(st, s.swapped ? KVB_ERR_BAD_STATE : KVB_OK, "block_table");
+    if (!s.swapped) {
+      tab.resize(len);
+      if (tab != s.table)
+        fail(fmt("block table of %" PRId64 ": %s, model %s", id, vec_str(tab).c_str(), vec_str(s.table).c_str()));
+    }
+    kvb_seq_info info;
+    kvb_seq_info_init(&info);
+    expect(kvb_seq_get_info(m_, id, &info), KVB_OK, "get_info");
+    const std::vector<int32_t>& t = s.swapped ? s.host_table : s.table;
+    if (info.location != (s.swapped ? KVB_SEQ_SWAPPED_OUT : KVB_SEQ_ON_DEVICE) ||
+        info.num_tokens != s.tokens.size() || info.num_computed != s.computed || info.num_cached != s.cached ||
+        info.num_blocks != t.size() || info.num_held_blocks != Model::held(t) || info.window_tokens != s.window ||
+        info.sink_tokens != s.sink)
+      fail(fmt("info of %" PRId64 ": loc %u tokens %" PRIu64 " computed %" PRIu64 " cached %" PRIu64
+               " blocks %" PRIu64 " held %" PRIu64 " window %u sink %u; model loc %d tokens %zu computed %zu "
+               "cached %zu blocks %zu held %zu window %u sink %u",
+               id, info.location, info.num_tokens, info.num_computed, info.num_cached, info.num_blocks,
+               info.num_held_blocks, info.window_tokens, info.sink_tokens, s.swapped, s.tokens.size(), s.computed,
+               s.cached, t.size(), Model::held(t), s.window, s.sink));
+    // Data is never lost: every computed token reads back through the table (device or host).
+    for (size_t p = 0; p < s.computed; ++p) {
+      int32_t b = t[p / cfg_.bs];
+      if (b < 0) continue;
+      int64_t got = s.swapped ? host_content_[static_cast<size_t>(b) * cfg_.bs + p % cfg_.bs]
+                              : read_slot(overlay, b, p % cfg_.bs);
+      if (got != s.tokens[p])
+        fail(fmt("KV of seq %" PRId64 " token %zu (%s block %d slot %zu) holds %" PRId64 ", want %" PRId64, id, p,
+                 s.swapped ? "host" : "device", b, p % cfg_.bs, got, s.tokens[p]));
+    }
+  }
+
+  // The hash of every block. A BAD_STATE answer costs the library an exception and a message, so for
+  // large pools a step checks the blocks the model gives a hash, the blocks in tables and a rotating
+  // slice of 32, and every 32nd step (and the last) all of them.
+  std::vector<char> want(cfg_.N, 0);
+  bool sweep = cfg_.N <= 64 || step_ % 32 == 0 || step_ >= cfg_.steps;
+  if (!sweep) {
+    for (uint32_t b = 0; b < cfg_.N; ++b) want[b] = model_.blk[b].has_hash;
+    for (const auto& kv : model_.seqs)
+      for (int32_t b : kv.second.table)
+        if (b >= 0) want[static_cast<size_t>(b)] = 1;
+    for (uint32_t k = 0; k < 32; ++k) want[(static_cast<uint32_t>(step_) * 32 + k) % cfg_.N] = 1;
+  }
+  for (uint32_t b = 0; b < cfg_.N; ++b) {
+    if (!sweep && !want[b]) continue;
+    uint64_t h = 0;
+    const MBlock& mb = model_.blk[b];
+    kvb_status st = kvb_block_hash(m_, static_cast<int32_t>(b), &h);
+    if (mb.has_hash) {
+      if (st != KVB_OK || h != mb.hash)
+        fail(fmt("block_hash(%u) = %s %016" PRIx64 ", model %016" PRIx64, b, sname(st), h, mb.hash));
+    } else if (st != KVB_ERR_BAD_STATE) {
+      fail(fmt("block_hash(%u) = %s %016" PRIx64 ", model: no committed full block (BAD_STATE)", b, sname(st), h));
+    }
+  }
+
+  kvb_stats st;
+  kvb_stats_init(&st);
+  expect(kvb_get_stats(m_, &st), KVB_OK, "get_stats");
+  struct F { const char* name; uint64_t got, want; } fields[] = {
+      {"block_size", st.block_size, cfg_.bs},
+      {"num_blocks", st.num_blocks, cfg_.N},
+      {"free_blocks", st.free_blocks, model_.freeq.size()},
+      {"used_blocks", st.used_blocks, cfg_.N - model_.freeq.size()},
+      {"cached_free_blocks", st.cached_free_blocks, model_.cached_free()},
+      {"num_seqs", st.num_seqs, model_.seqs.size()},
+      {"query_tokens", st.query_tokens, model_.query},
+      {"hit_tokens", st.hit_tokens, model_.hit},
+      {"computed_tokens", st.computed_tokens, model_.computed},
+      {"evictions", st.evictions, model_.evictions},
+      {"cow_copies", st.cow_copies, model_.cow},
+      {"swapped_out_blocks", st.swapped_out_blocks, model_.sw_out},
+      {"swapped_in_blocks", st.swapped_in_blocks, model_.sw_in},
+      {"num_host_blocks", st.num_host_blocks, cfg_.host},
+      {"free_host_blocks", st.free_host_blocks, model_.host_free.size()},
+      {"events_dropped", st.events_dropped, 0},
+  };
+  for (const F& f : fields)
+    if (f.got != f.want) fail(fmt("stats.%s = %" PRIu64 ", model %" PRIu64, f.name, f.got, f.want));
+
+  if (kvb_check_invariants(m_) != KVB_OK) fail(fmt("kvb_check_invariants: %s", kvb_last_error()));
+}
+
+
+}  // namespace

@@ -1,0 +1,52 @@
+// Differential test of the block manager: the pool configurations every seed runs against, and the
+// activity counters printed with each configuration's result line.
+#pragma once
+
+#include <cstdint>
+
+#include "kvblock.h"
+
+namespace {
+
+struct Config {
+  const char* name;
+  uint32_t bs, N, host;
+  bool nc;        // non-cacheable token configured (and used in prompts)
+  float wm;       // watermark
+  uint32_t flags; // kvb_config_flags
+  int vocab;
+  int steps;
+  int seed_weight;  // seeds per configuration = weight * base seeds / 4
+};
+
+const Config kConfigs[] = {
+    {"bs1_tiny", 1, 6, 4, false, 0.0f, 0, 3, 200, 12},
+    {"bs1_small_nc", 1, 40, 16, true, 0.0f, 0, 4, 200, 4},
+    {"bs1_large_wm", 1, 2000, 300, false, 0.05f, 0, 3, 250, 1},
+    {"bs2_tiny", 2, 4, 3, false, 0.0f, 0, 3, 200, 12},
+    {"bs2_small_wm_nc", 2, 24, 12, true, 0.1f, 0, 3, 200, 4},
+    {"bs2_medium_keyed", 2, 200, 64, false, 0.0f, KVB_CONFIG_KEYED_INDEX, 4, 250, 2},
+    {"bs4_tiny", 4, 5, 2, false, 0.0f, 0, 3, 200, 12},
+    {"bs4_tiny_nc", 4, 8, 8, true, 0.0f, 0, 3, 200, 12},
+    {"bs4_small", 4, 32, 16, false, 0.0f, 0, 3, 250, 4},
+    {"bs4_small_wm", 4, 48, 0, true, 0.1f, 0, 4, 250, 4},
+    {"bs4_large", 4, 3000, 500, true, 0.02f, 0, 3, 250, 1},
+    {"bs16_tiny", 16, 6, 4, false, 0.0f, 0, 2, 200, 12},
+    {"bs16_small_nc", 16, 24, 16, true, 0.0f, 0, 2, 200, 4},
+    {"bs16_medium_wm", 16, 128, 64, false, 0.05f, KVB_CONFIG_KEYED_INDEX, 3, 250, 2},
+    {"bs32_tiny", 32, 4, 4, false, 0.0f, 0, 2, 200, 12},
+    {"bs32_small_nc_wm", 32, 20, 10, true, 0.1f, 0, 2, 200, 4},
+    {"bs32_large", 32, 1024, 256, false, 0.0f, 0, 2, 250, 1},
+};
+
+constexpr int64_t kNC = 1000;  // the non-cacheable (image placeholder) token
+
+// Activity over a configuration's runs (printed with its result line, so a reader sees what was exercised).
+struct Activity {
+  uint64_t seeds = 0, steps = 0, allocs = 0, alloc_oob = 0, hit_tokens = 0, commits = 0, appends = 0, forks = 0,
+           cow = 0, rollbacks = 0, released = 0, swaps_out = 0, swaps_in = 0, evictions = 0, errors = 0;
+};
+Activity g_act;
+
+
+}  // namespace

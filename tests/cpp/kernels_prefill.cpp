@@ -1,0 +1,532 @@
+// Paged prefill / extend attention: the CPU kernel against a float64 reference written for clarity over
+// ragged batches (every q_len / cached-prefix combination, window + sinks, soft cap, GQA, every dtype,
+// head_dim and several block sizes, random block permutations, poisoned outputs); whole-prompt ==
+// chunked == token-by-token decode; every bad argument refused by name; then the CUDA kernels against
+// the CPU kernel on the same inputs (SKIP without a GPU). KVB_TEST_QUICK=1 runs a subset (valgrind).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+
+#include "kernels_util.h"
+
+using namespace kt;
+
+namespace {
+
+bool quick() {
+  const char* q = getenv("KVB_TEST_QUICK");
+  return q && q[0] == '1';
+}
+
+struct Config {
+  uint32_t dtype, head_dim, block_size, num_kv_heads, group;
+  uint32_t window, sink;
+  float soft_cap;
+  bool strided;  // padded q / out strides
+  unsigned seed;
+};
+
+struct SeqSpec {
+  int32_t q_len, cached;  // new tokens, tokens already in the cache before them
+};
+
+// One prefill call on the CPU: cache, q, tables, and the float64 expected output.
+struct Problem {
+  Config cf;
+  HostCache cache;
+  std::vector<SeqSpec> seqs;
+  uint32_t num_q_heads = 0, max_blocks = 0;
+  int32_t total_q = 0;
+  std::vector<int32_t> qstart, lens, tables;
+  Tensor q, out;
+  int64_t q_hs = 0, q_ts = 0, o_hs = 0, o_ts = 0;
+  std::vector<double> ref;  // [row][head][d]
+
+  Problem(const Config& c, std::vector<SeqSpec> specs)
+      : cf(c), cache(c.dtype, 1, c.block_size, c.num_kv_heads, c.head_dim), seqs(std::move(specs)) {
+    std::mt19937 rng(c.seed);
+    const int32_t bs = int32_t(c.block_size);
+    num_q_heads = c.num_kv_heads * c.group;
+    qstart.push_back(0);
+    int32_t longest = 1;
+    for (const SeqSpec& s : seqs) {
+      qstart.push_back(qstart.back() + s.q_len);
+      lens.push_back(s.cached + s.q_len);
+      longest = std::max(longest, s.cached + s.q_len);
+    }
+    total_q = qstart.back();
+    max_blocks = uint32_t((longest + bs - 1) / bs + 1);  // one spare padded column
+    uint32_t total_blocks = 7;                            // never-used blocks too
+    for (int32_t L : lens) total_blocks += uint32_t((L + bs - 1) / bs);
+    cache = HostCache(c.dtype, total_blocks, c.block_size, c.num_kv_heads, c.head_dim);
+    cache.k.fill_random(rng);
+    cache.v.fill_random(rng);
+    std::vector<int32_t> ids(total_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    tables.assign(seqs.size() * max_blocks, -1);
+    size_t next = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const int32_t L = lens[s], first = seqs[s].cached;  // position of the first query row
+      for (int32_t b = 0; b * bs < L; ++b) {
+        const int32_t t0 = b * bs, t1 = std::min(L, t0 + bs);
+        // Blocks no row can see (before the first row's window, after the sinks) read -1, as a window
+        // that released them would leave them.
+        const bool unseen = c.window > 0 && t1 <= first - int32_t(c.window) + 1 && t0 >= int32_t(c.sink);
+        tables[s * max_blocks + size_t(b)] = unseen ? -1 : ids[next];
+        next++;
+      }
+    }
+    const int64_t pad = c.strided ? 8 : 0;
+    q_hs = c.head_dim + pad;
+    q_ts = int64_t(num_q_heads) * q_hs + (c.strided ? 24 : 0);
+    o_hs = c.head_dim + pad;
+    o_ts = int64_t(num_q_heads) * o_hs + (c.strided ? 40 : 0);
+    q = Tensor(c.dtype, size_t(q_ts) * size_t(std::max(total_q, 1)));
+    q.fill_random(rng, -2.f, 2.f);
+    out = Tensor(c.dtype, size_t(o_ts) * size_t(std::max(total_q, 1)));
+    out.poison();
+    reference();
+  }
+
+  double scale() const { return 1.0 / std::sqrt(double(cf.head_dim)); }
+
+  // Float64, one (row, head) at a time: the attended positions, their logits, softmax, sum of V.
+  void reference() {
+    const int64_t D = cf.head_dim, bs = cf.block_size;
+    ref.assign(size_t(total_q) * num_q_heads * D, 0.0);
+    for (size_t s = 0; s < seqs.size(); ++s)
+      for (int32_t j = 0; j < seqs[s].q_len; ++j) {
+        const int64_t row = qstart[s] + j, pos = lens[s] - seqs[s].q_len + j;
+        std::vector<int64_t> keys;
+        for (int64_t t = 0; t <= pos; ++t)
+          if (cf.window == 0 || t > pos - int64_t(cf.window) || t < int64_t(cf.sink)) keys.push_back(t);
+        for (uint32_t h = 0; h < num_q_heads; ++h) {
+          const uint32_t kvh = h / cf.group;
+          std::vector<double> w(keys.size());
+          for (size_t i = 0; i < keys.size(); ++i) {
+            const int32_t blk = tables[s * max_blocks + size_t(keys[i] / bs)];
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d)
+              dot += double(q.get(size_t(row * q_ts + h * q_hs + d))) *
+                     double(cache.k.get(cache.offset(blk, keys[i] % bs, kvh, d)));
+            double x = scale() * dot;
+            if (cf.soft_cap > 0) x = cf.soft_cap * std::tanh(x / cf.soft_cap);
+            w[i] = x;
+          }
+          const double mx = *std::max_element(w.begin(), w.end());
+          double sum = 0;
+          for (double& x : w) sum += (x = std::exp(x - mx));
+          for (size_t i = 0; i < keys.size(); ++i) {
+            const int32_t blk = tables[s * max_blocks + size_t(keys[i] / bs)];
+            for (int64_t d = 0; d < D; ++d)
+              ref[(size_t(row) * num_q_heads + h) * D + d] +=
+                  w[i] / sum * double(cache.v.get(cache.offset(blk, keys[i] % bs, kvh, d)));
+          }
+        }
+      }
+  }
+
+  kvb_prefill_args args(const void* q_ptr, void* out_ptr, const int32_t* qs, const int32_t* len, const int32_t* tab,
+                        void* ws, size_t ws_size) const {
+    kvb_prefill_args a;
+    kvb_prefill_args_init(&a);
+    a.num_seqs = uint32_t(seqs.size());
+    a.num_q_heads = num_q_heads;
+    a.max_blocks_per_seq = max_blocks;
+    a.total_q_tokens = uint32_t(total_q);
+    a.q = q_ptr;
+    a.q_token_stride = q_ts;
+    a.q_head_stride = q_hs;
+    a.out = out_ptr;
+    a.out_token_stride = o_ts;
+    a.out_head_stride = o_hs;
+    a.query_start = qs;
+    a.seq_lens = len;
+    a.block_tables = tab;
+    a.scale = float(scale());
+    a.logits_soft_cap = cf.soft_cap;
+    a.window_tokens = cf.window;
+    a.sink_tokens = cf.sink;
+    a.workspace = ws;
+    a.workspace_size = ws_size;
+    return a;
+  }
+  kvb_prefill_args host_args() { return args(q.data(), out.data(), qstart.data(), lens.data(), tables.data(), nullptr, 0); }
+
+  // Every output element matches want(row, h, d); the padding between rows still holds the poison.
+  template <class Want>
+  int compare(const Tensor& got, Want want, const char* what) const {
+    int bad = 0;
+    std::vector<bool> logical(got.n, false);
+    for (int32_t r = 0; r < total_q; ++r)
+      for (uint32_t h = 0; h < num_q_heads; ++h)
+        for (uint32_t d = 0; d < cf.head_dim; ++d) {
+          const size_t i = size_t(r * o_ts + h * o_hs + d);
+          logical[i] = true;
+          const double w = want(r, h, d), g = got.get(i);
+          if (!close(g, w, cf.dtype) && bad++ < 3)
+            fprintf(stderr, "  %s %s D=%u bs=%u G=%u win=%u sink=%u cap=%g: row %d head %u d %u: got %g want %g\n", what,
+                    dname(cf.dtype), cf.head_dim, cf.block_size, cf.group, cf.window, cf.sink, (double)cf.soft_cap, r, h,
+                    d, g, w);
+        }
+    for (size_t i = 0; i < got.n; ++i)
+      if (!logical[i] && !std::isnan(got.get(i)) && bad++ < 3) fprintf(stderr, "  %s: padding element %zu overwritten\n", what, i);
+    return bad;
+  }
+  int compare_ref(const Tensor& got, const char* what) const {
+    const uint32_t D = cf.head_dim, H = num_q_heads;
+    return compare(got, [&](int32_t r, uint32_t h, uint32_t d) { return ref[(size_t(r) * H + h) * D + d]; }, what);
+  }
+};
+
+// Every q_len of {1, 2, bs-1, bs, bs+1, 100} over a cached prefix of 0, a partial block and several
+// blocks, plus a sequence with no new tokens; shuffled so long and short rows interleave.
+std::vector<SeqSpec> ragged(uint32_t bs, std::mt19937& rng, bool small) {
+  const int32_t b = int32_t(bs);
+  std::vector<int32_t> qlens = {1, 2, std::max(b - 1, 1), b, b + 1, 100};
+  std::vector<int32_t> cached = {0, b / 2 + 1, 3 * b + 5};
+  if (small) qlens = {1, b + 1, 37}, cached = {0, 3 * b + 5};
+  std::vector<SeqSpec> out;
+  for (int32_t ql : qlens)
+    for (int32_t c : cached) out.push_back({ql, c});
+  out.push_back({0, 9});
+  std::shuffle(out.begin(), out.end(), rng);
+  return out;
+}
+
+std::vector<Config> configs() {
+  std::vector<Config> out;
+  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+  const uint32_t dims[] = {64, 128, 256};
+  const uint32_t groups[] = {1, 4, 8};
+  const uint32_t blocks[] = {8, 16, 32};
+  unsigned i = 0;
+  for (uint32_t dt : dtypes)
+    for (uint32_t d : dims)
+      for (uint32_t g : groups) {
+        Config c{dt, d, blocks[i % 3], g == 8 ? 1u : 2u, g, 0, 0, 0.f, (i % 2) == 1, 2000 + i};
+        if ((i / 3) % 2 == 1) {  // window on for half the configs, with sinks for some
+          c.window = 20 + 3 * i;
+          c.sink = (i % 4 == 1) ? 5 : 0;
+        }
+        if (i % 5 == 2) c.soft_cap = 5.f;
+        out.push_back(c);
+        ++i;
+      }
+  // Odd group (3, 12), MQA, block sizes 1 and 64, a sink larger than the window.
+  out.push_back({KVB_DTYPE_FP16, 128, 16, 1, 12, 0, 0, 0.f, false, 77});
+  out.push_back({KVB_DTYPE_BF16, 64, 64, 2, 3, 0, 0, 30.f, true, 78});
+  out.push_back({KVB_DTYPE_FP32, 128, 1, 1, 16, 0, 0, 0.f, false, 79});
+  out.push_back({KVB_DTYPE_FP16, 64, 8, 2, 2, 6, 12, 0.f, false, 80});
+  return out;
+}
+
+void run_cpu(Problem& p) {
+  kvb_prefill_args a = p.host_args();
+  size_t ws = 1;
+  CHECK_OK(kvb_prefill_attention_workspace_size(&p.cache.desc, &a, &ws));
+  CHECK(ws == 0);  // the CPU never splits the keys
+  CHECK_OK(kvb_prefill_attention(&p.cache.desc, &a, nullptr));
+}
+
+void test_cpu_against_reference() {
+  int bad = 0, n = 0;
+  const std::vector<Config> all = configs();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (quick() && i % 6 != 0) continue;
+    std::mt19937 rng(all[i].seed);
+    Problem p(all[i], ragged(all[i].block_size, rng, quick() || all[i].head_dim == 256));
+    run_cpu(p);
+    bad += p.compare_ref(p.out, "cpu");
+    ++n;
+  }
+  CHECK(bad == 0);
+  CHECK(n > 0);
+}
+
+// Large enough for several threads and query tiles per sequence.
+void test_cpu_threaded() {
+  Config c{KVB_DTYPE_BF16, 128, 16, 4, 4, 0, 0, 0.f, false, 31};
+  std::vector<SeqSpec> s = {{quick() ? 40 : 300, 64}, {1, 500}, {quick() ? 17 : 129, 0}};
+  Problem p(c, s);
+  run_cpu(p);
+  CHECK(p.compare_ref(p.out, "cpu-threaded") == 0);
+}
+
+// One prompt three ways: one call, chunks (each over the cache the previous ones filled), and one
+// kvb_paged_attention decode call per token. All three agree with each other and the reference.
+void consistency(const Config& c, int32_t prompt, int32_t cached) {
+  Problem whole(c, {{prompt, cached}});
+  run_cpu(whole);
+  CHECK(whole.compare_ref(whole.out, "whole") == 0);
+  const uint32_t H = whole.num_q_heads, D = c.head_dim;
+  auto row_of = [&](const Tensor& t, int32_t r, uint32_t h, uint32_t d) {
+    return double(t.get(size_t(r * whole.o_ts + h * whole.o_hs + d)));
+  };
+  // Chunks of 1, 23, then the rest in pieces of 40.
+  Tensor chunked(c.dtype, whole.out.n);
+  chunked.poison();
+  for (int32_t j0 = 0; j0 < prompt;) {
+    const int32_t n = std::min(prompt - j0, j0 == 0 ? 1 : j0 == 1 ? 23 : 40);
+    int32_t qs[2] = {0, n}, len = cached + j0 + n;
+    kvb_prefill_args a = whole.args(static_cast<const char*>(whole.q.data()) + size_t(j0 * whole.q_ts) * esize(c.dtype),
+                                    static_cast<char*>(chunked.data()) + size_t(j0 * whole.o_ts) * esize(c.dtype), qs,
+                                    &len, whole.tables.data(), nullptr, 0);
+    a.total_q_tokens = uint32_t(n);
+    CHECK_OK(kvb_prefill_attention(&whole.cache.desc, &a, nullptr));
+    j0 += n;
+  }
+  // Token by token through the decode call.
+  Tensor decoded(c.dtype, whole.out.n);
+  decoded.poison();
+  for (int32_t j = 0; j < prompt; ++j) {
+    kvb_attention_args a;
+    kvb_attention_args_init(&a);
+    int32_t len = cached + j + 1;
+    a.num_seqs = 1;
+    a.num_q_heads = H;
+    a.max_blocks_per_seq = whole.max_blocks;
+    a.q = static_cast<const char*>(whole.q.data()) + size_t(j * whole.q_ts) * esize(c.dtype);
+    a.q_head_stride = whole.q_hs;
+    a.out = static_cast<char*>(decoded.data()) + size_t(j * whole.o_ts) * esize(c.dtype);
+    a.out_head_stride = whole.o_hs;
+    a.block_tables = whole.tables.data();
+    a.seq_lens = &len;
+    a.logits_soft_cap = c.soft_cap;
+    a.window_tokens = c.window;
+    a.sink_tokens = c.sink;
+    size_t ws = 0;
+    CHECK_OK(kvb_paged_attention_workspace_size(&whole.cache.desc, &a, &ws));
+    std::vector<float> work(ws / 4 + 4);
+    a.workspace = work.data();
+    a.workspace_size = ws;
+    CHECK_OK(kvb_paged_attention(&whole.cache.desc, &a, nullptr));
+  }
+  CHECK(whole.compare(chunked, [&](int32_t r, uint32_t h, uint32_t d) { return row_of(whole.out, r, h, d); }, "chunked") == 0);
+  CHECK(whole.compare(decoded, [&](int32_t r, uint32_t h, uint32_t d) { return row_of(whole.out, r, h, d); }, "decode") == 0);
+  (void)D;
+}
+
+void test_whole_chunked_decode_agree() {
+  consistency({KVB_DTYPE_FP32, 64, 16, 2, 4, 0, 0, 0.f, false, 41}, quick() ? 30 : 90, 0);
+  consistency({KVB_DTYPE_FP32, 128, 8, 1, 8, 24, 3, 0.f, true, 42}, quick() ? 30 : 90, 13);
+  consistency({KVB_DTYPE_FP16, 64, 32, 2, 1, 0, 0, 10.f, false, 43}, quick() ? 30 : 70, 40);
+  if (!quick()) consistency({KVB_DTYPE_BF16, 256, 16, 1, 4, 50, 0, 0.f, false, 44}, 64, 100);
+}
+
+// A failed call leaves out untouched; each bad argument is refused with a message that names it.
+void test_validation() {
+  Config c{KVB_DTYPE_FP16, 64, 16, 2, 4, 0, 0, 0.f, false, 7};
+  Problem base(c, {{5, 20}, {1, 40}, {30, 0}});
+  struct Bad {
+    const char* name;
+    void (*edit)(Problem&, kvb_prefill_args&, kvb_cache_desc&);
+    kvb_status want;
+  };
+  static const Bad bads[] = {
+      {"num_q_heads", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.num_q_heads = 0; }, KVB_ERR_INVALID_ARGUMENT},
+      {"num_q_heads", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.num_q_heads = 7; }, KVB_ERR_INVALID_ARGUMENT},
+      {"max_blocks_per_seq", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.max_blocks_per_seq = 0; }, KVB_ERR_INVALID_ARGUMENT},
+      {"max_blocks_per_seq", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.max_blocks_per_seq = 0x10000000u; }, KVB_ERR_INVALID_ARGUMENT},
+      {"num_seqs", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.num_seqs = 70000; }, KVB_ERR_INVALID_ARGUMENT},
+      {"total_q_tokens", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.total_q_tokens = 35; }, KVB_ERR_INVALID_ARGUMENT},
+      {"total_q_tokens", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.total_q_tokens = 0x80000000u; }, KVB_ERR_INVALID_ARGUMENT},
+      {"total_q_tokens", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.num_seqs = 0; }, KVB_ERR_INVALID_ARGUMENT},
+      {"query_start[0]", [](Problem& p, kvb_prefill_args&, kvb_cache_desc&) { p.qstart[0] = 1; }, KVB_ERR_INVALID_ARGUMENT},
+      {"query_start[2]", [](Problem& p, kvb_prefill_args&, kvb_cache_desc&) { p.qstart[2] = 4; }, KVB_ERR_INVALID_ARGUMENT},
+      {"seq_lens[1]", [](Problem& p, kvb_prefill_args&, kvb_cache_desc&) { p.lens[1] = 0; }, KVB_ERR_INVALID_ARGUMENT},
+      {"seq_lens[2]", [](Problem& p, kvb_prefill_args&, kvb_cache_desc&) { p.lens[2] = 29; }, KVB_ERR_INVALID_ARGUMENT},
+      {"seq_lens[0]", [](Problem& p, kvb_prefill_args&, kvb_cache_desc&) { p.lens[0] = int32_t(p.max_blocks * 16 + 1); }, KVB_ERR_INVALID_ARGUMENT},
+      {"block_tables[2][1]", [](Problem& p, kvb_prefill_args&, kvb_cache_desc&) { p.tables[2 * p.max_blocks + 1] = -1; }, KVB_ERR_INVALID_ARGUMENT},
+      {"block_tables[0][0]", [](Problem& p, kvb_prefill_args&, kvb_cache_desc& d) { p.tables[0] = int32_t(d.num_blocks); }, KVB_ERR_INVALID_ARGUMENT},
+      {"q is NULL", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.q = nullptr; }, KVB_ERR_INVALID_ARGUMENT},
+      {"out is NULL", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out = nullptr; }, KVB_ERR_INVALID_ARGUMENT},
+      {"query_start is NULL", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.query_start = nullptr; }, KVB_ERR_INVALID_ARGUMENT},
+      {"seq_lens is NULL", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.seq_lens = nullptr; }, KVB_ERR_INVALID_ARGUMENT},
+      {"block_tables is NULL", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.block_tables = nullptr; }, KVB_ERR_INVALID_ARGUMENT},
+      {"q_token_stride", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.q_token_stride = -1; }, KVB_ERR_INVALID_ARGUMENT},
+      {"out_head_stride", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_head_stride = -64; }, KVB_ERR_INVALID_ARGUMENT},
+      {"out strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_head_stride = 32; }, KVB_ERR_INVALID_ARGUMENT},
+      {"out strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_token_stride = 64; }, KVB_ERR_INVALID_ARGUMENT},
+      {"q_token_stride", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.q_token_stride = int64_t(1) << 58; }, KVB_ERR_INVALID_ARGUMENT},
+      {"scale", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.scale = NAN; }, KVB_ERR_INVALID_ARGUMENT},
+      {"logits_soft_cap", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.logits_soft_cap = -1.f; }, KVB_ERR_INVALID_ARGUMENT},
+      {"sink_tokens", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.sink_tokens = 4; }, KVB_ERR_INVALID_ARGUMENT},
+      {"struct_size", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.struct_size = 8; }, KVB_ERR_INVALID_ARGUMENT},
+      {"head_dim 32", [](Problem&, kvb_prefill_args&, kvb_cache_desc& d) { d.head_dim = 32; }, KVB_ERR_INVALID_ARGUMENT},
+#if !KVB_WITH_CUDA
+      {"built without CUDA", [](Problem&, kvb_prefill_args&, kvb_cache_desc& d) { d.device_type = KVB_DEVICE_CUDA; }, KVB_ERR_UNSUPPORTED},
+#endif
+  };
+  for (const Bad& b : bads) {
+    Problem t = base;
+    t.cache.desc.k = t.cache.k.data();
+    t.cache.desc.v = t.cache.v.data();
+    kvb_prefill_args a = t.host_args();
+    kvb_cache_desc d = t.cache.desc;
+    b.edit(t, a, d);
+    const kvb_status st = kvb_prefill_attention(&d, &a, nullptr);
+    if (st != b.want || strstr(kvb_last_error(), b.name) == nullptr) {
+      fprintf(stderr, "  bad %s: got %s (%s)\n", b.name, kvb_status_string(st), kvb_last_error());
+      CHECK(false);
+    }
+    for (size_t i = 0; i < t.out.n; ++i)
+      if (!std::isnan(t.out.get(i))) {
+        fprintf(stderr, "  bad %s: out[%zu] written by a failed call\n", b.name, i);
+        CHECK(false);
+        break;
+      }
+  }
+  Problem& p = base;
+  CHECK_STATUS(kvb_prefill_attention(&p.cache.desc, nullptr, nullptr), KVB_ERR_INVALID_ARGUMENT);
+  kvb_prefill_args a = p.host_args();
+  CHECK_STATUS(kvb_prefill_attention_workspace_size(&p.cache.desc, &a, nullptr), KVB_ERR_INVALID_ARGUMENT);
+  CHECK_STATUS(kvb_prefill_attention(nullptr, &a, nullptr), KVB_ERR_INVALID_ARGUMENT);
+  // The unmodified call works (the table above is not failing for an unrelated reason).
+  CHECK_OK(kvb_prefill_attention(&p.cache.desc, &a, nullptr));
+  CHECK(p.compare_ref(p.out, "valid") == 0);
+  // An empty batch and a batch of sequences without new tokens are no-ops.
+  kvb_prefill_args e = a;
+  e.num_seqs = 0;
+  e.total_q_tokens = 0;
+  CHECK_OK(kvb_prefill_attention(&p.cache.desc, &e, nullptr));
+}
+
+#if KVB_WITH_CUDA
+// The CUDA kernels on the CPU kernel's inputs, optionally captured in a CUDA graph.
+int run_cuda_case(Problem& p, bool graph) {
+  run_cpu(p);
+  const Tensor cpu_out = p.out;
+  HostCache dev_cache = p.cache;
+  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
+  dev_cache.desc.device_type = KVB_DEVICE_CUDA;
+  dev_cache.desc.k = k.p;
+  dev_cache.desc.v = v.p;
+  Tensor out(p.cf.dtype, p.out.n);
+  out.poison();
+  DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
+  DeviceBuffer qs(p.qstart.data(), p.qstart.size() * 4), len(p.lens.data(), p.lens.size() * 4);
+  DeviceBuffer tab(p.tables.data(), p.tables.size() * 4);
+  kvb_prefill_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+  size_t ws = 0;
+  CHECK_OK(kvb_prefill_attention_workspace_size(&dev_cache.desc, &a, &ws));
+  DeviceBuffer work(ws);
+  a = p.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p), work.p, ws);
+  if (graph) {
+    void* stream = kvb::kern::devutil::stream_create();
+    kvb::kern::devutil::capture_begin(stream);
+    CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, stream));
+    void* exec = kvb::kern::devutil::capture_end(stream);
+    kvb::kern::devutil::graph_launch(exec, stream);
+    kvb::kern::devutil::stream_sync(stream);
+    kvb::kern::devutil::graph_destroy(exec);
+    kvb::kern::devutil::stream_destroy(stream);
+  } else {
+    CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, nullptr));
+    kvb::kern::devutil::synchronize();
+  }
+  o.to_host(out.data());
+  return p.compare(out, [&](int32_t r, uint32_t h, uint32_t d) {
+    return double(cpu_out.get(size_t(r * p.o_ts + h * p.o_hs + d)));
+  }, graph ? "cuda-graph" : "cuda");
+}
+
+void test_cuda_against_cpu() {
+  int bad = 0, i = 0;
+  for (const Config& c : configs()) {
+    std::mt19937 rng(c.seed);
+    Problem p(c, ragged(c.block_size, rng, quick()));
+    bad += run_cuda_case(p, (i++ % 7) == 3);
+  }
+  // Few rows over a long cache: the key range is split and merged.
+  Config c{KVB_DTYPE_FP16, 128, 16, 2, 4, 0, 0, 0.f, false, 90};
+  Problem p(c, {{1, 5000}, {3, 7000}});
+  bad += run_cuda_case(p, false);
+  Config w{KVB_DTYPE_BF16, 64, 16, 1, 8, 1000, 4, 0.f, false, 91};
+  Problem pw(w, {{2, 6000}, {17, 3000}});
+  bad += run_cuda_case(pw, true);
+  CHECK(bad == 0);
+}
+
+// Bad device-side inputs: the faulty sequence's rows are NaN, the others still match the CPU, and
+// kvb_cuda_take_fault names the first fault (fp16: tensor-core kernel; fp32: CUDA-core kernel).
+void test_cuda_faults() {
+  kvb_kernel_fault f;
+  kvb_kernel_fault_init(&f);
+  kvb_cuda_take_fault(0, nullptr, &f);  // start clean whatever earlier tests left
+  for (uint32_t dtype : {KVB_DTYPE_FP16, KVB_DTYPE_FP32}) {
+    Config c{dtype, 64, 16, 2, 4, 0, 0, 0.f, false, 95};
+    Problem p(c, {{5, 20}, {3, 40}, {30, 0}});
+    run_cpu(p);
+    const Tensor cpu_out = p.out;
+    HostCache dev_cache = p.cache;
+    DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
+    dev_cache.desc.device_type = KVB_DEVICE_CUDA;
+    dev_cache.desc.k = k.p;
+    dev_cache.desc.v = v.p;
+    DeviceBuffer q(p.q.data(), p.q.bytes()), o(p.out.bytes());
+    auto run = [&](std::vector<int32_t> qs, std::vector<int32_t> lens, std::vector<int32_t> tab, Tensor& out) {
+      DeviceBuffer dq(qs.data(), qs.size() * 4), dl(lens.data(), lens.size() * 4), dt(tab.data(), tab.size() * 4);
+      kvb_prefill_args a = p.args(q.p, o.p, static_cast<int32_t*>(dq.p), static_cast<int32_t*>(dl.p),
+                                  static_cast<int32_t*>(dt.p), nullptr, 0);
+      CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, nullptr));
+      const kvb_status st = kvb_cuda_take_fault(0, nullptr, &f);
+      o.to_host(out.data());
+      return st;
+    };
+    // Rows [row0, row1) all NaN (or all finite) and, when finite, equal to the CPU's.
+    auto rows_are = [&](const Tensor& out, int32_t row0, int32_t row1, bool nan) {
+      for (int32_t r = row0; r < row1; ++r)
+        for (uint32_t i = 0; i < p.num_q_heads * 64; ++i) {
+          const float g = out.get(size_t(r * p.o_ts) + i);
+          if (std::isnan(g) != nan) return false;
+          if (!nan && !close(g, cpu_out.get(size_t(r * p.o_ts) + i), dtype)) return false;
+        }
+      return true;
+    };
+    Tensor out(dtype, p.out.n);
+    CHECK_STATUS(run(p.qstart, p.lens, p.tables, out), KVB_OK);
+    CHECK(f.kind == KVB_FAULT_NONE && rows_are(out, 0, 38, false));
+    std::vector<int32_t> lens = p.lens;
+    lens[1] = 2;  // fewer tokens than its 3 query rows
+    CHECK_STATUS(run(p.qstart, lens, p.tables, out), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_SEQ_LEN && f.kernel == KVB_KERNEL_PREFILL_ATTENTION && f.index == 1 && f.value == 2);
+    CHECK(rows_are(out, 0, 5, false) && rows_are(out, 5, 8, true) && rows_are(out, 8, 38, false));
+    std::vector<int32_t> tab = p.tables;
+    tab[2 * p.max_blocks + 1] = 99999;  // an attended block of sequence 2
+    CHECK_STATUS(run(p.qstart, p.lens, tab, out), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.index == 2 && f.column == 1 && f.value == 99999);
+    CHECK(rows_are(out, 0, 8, false) && rows_are(out, 24, 38, true));
+    std::vector<int32_t> qs = p.qstart;
+    qs[3] = 37;  // != total_q_tokens
+    CHECK_STATUS(run(qs, p.lens, p.tables, out), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_QUERY_START && f.index == 3 && f.value == 37);
+    CHECK(strstr(kvb_last_error(), "query_start[3] = 37") != nullptr);
+  }
+}
+#endif
+
+}  // namespace
+
+int main() {
+  RUN_TEST(test_cpu_against_reference);
+  RUN_TEST(test_cpu_threaded);
+  RUN_TEST(test_whole_chunked_decode_agree);
+  RUN_TEST(test_validation);
+#if KVB_WITH_CUDA
+  if (cuda_devices() > 0) {
+    RUN_TEST(test_cuda_against_cpu);
+    RUN_TEST(test_cuda_faults);
+  } else {
+    SKIP_TEST(test_cuda_against_cpu, "no CUDA device");
+    SKIP_TEST(test_cuda_faults, "no CUDA device");
+  }
+#else
+  SKIP_TEST(test_cuda_against_cpu, "built without CUDA");
+  SKIP_TEST(test_cuda_faults, "built without CUDA");
+#endif
+  TEST_SUMMARY();
+}

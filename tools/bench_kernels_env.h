@@ -1,0 +1,81 @@
+/* bench_kernels_env.h - what the kernel benchmark files share (internal to the tool): one device's run
+   (timing, fence, ceilings), caches and buffers on that device, and the timing loop. Defined in
+   bench_kernels.c; bench_prefill.c adds the prefill cases. */
+#ifndef KVBLOCK_TOOL_BENCH_KERNELS_ENV_H
+#define KVBLOCK_TOOL_BENCH_KERNELS_ENV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvblock.h"
+#include "report.h"
+
+#define KMAX_REPS 1000
+#define KMAX_LAYERS 8
+#define HQ 32
+#define HKV 8
+#define HD 128
+#define BS 16
+#define BUF_BLOCK 512                               /* bytes per block of a raw buffer */
+#define KV_BLOCK_BYTES ((size_t)BS * HKV * HD * 2)  /* one block of K (or of V), fp16 */
+#define FENCE_TIMEOUT_S 60.0
+
+enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, CEIL_READ, NUM_CEILS }; /* CEIL_READ: CPU streaming read */
+
+typedef struct kcache kcache;
+
+/* One device's run: its timing and fence, and the ceilings measured so far (GB/s). */
+typedef struct kenv {
+  int cuda;
+  int quick;
+  uint64_t reps;
+  int inner;           /* calls per timed sample (GPU: spreads the fence) */
+  uint64_t seed;
+  kvb_cache_desc fence_dev, fence_host;
+  double ceil[NUM_CEILS];
+  const char* ceil_name[NUM_CEILS];
+  report* r;
+} kenv;
+
+/* A cache (or a raw buffer) on the run's device; on the GPU with a separate page-locked host staging
+   cache that fills it (host block i % host.num_blocks -> device block i). On the CPU host == dev. */
+struct kcache {
+  kvb_cache_desc dev, host;
+  int staged;
+};
+
+/* A timed kernel call: 1 on success, 0 on a failure (message printed). */
+typedef int (*kcall)(void* ctx);
+
+typedef struct kresult {
+  char key[48], label[64];
+  double bytes;  /* counted per call */
+  int ceil;      /* CEIL_* it is compared with */
+  double samples[KMAX_REPS];
+  size_t n;
+  double med, min, max;
+} kresult;
+
+/* Random fp16 values of magnitude 1/8..1 (no zeros, denormals, infinities or NaNs). */
+void fill16(uint16_t* p, size_t n, uint64_t* state);
+uint64_t next_rand(uint64_t* state);
+/* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
+int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd, uint32_t host_blocks);
+void kc_free(kcache* c);
+/* A raw buffer of at least bytes bytes: c->host.k on the host side, c->dev.k on the device. */
+int kc_buffer(const kenv* e, kcache* c, size_t bytes);
+/* Waits until every GPU call issued so far has finished; 1 on the CPU. */
+int fence(kenv* e);
+/* Copies the staging cache into the device cache (GPU) and waits for it; nothing on the CPU. */
+int kc_upload(kenv* e, kcache* c);
+/* Random K and V on the host side, then uploaded. */
+int kc_fill_random(kenv* e, kcache* c);
+/* One warm-up call, then e->reps samples of e->inner calls each (fenced); seconds per call in res. */
+int time_calls(kenv* e, kcall fn, void* ctx, kresult* res);
+/* A random permutation of 0..n-1. */
+void random_tables(int32_t* t, uint32_t n, uint64_t* seed);
+
+/* bench_prefill.c: kvb_prefill_attention cases in TFLOP/s (CPU: and of a measured FMA peak). */
+int bench_prefill(kenv* e);
+
+#endif

@@ -1,0 +1,280 @@
+/* bench_prefill.c - the prefill cases of `kvblock bench`: kvb_prefill_attention over a paged cache in
+   TFLOP/s (causal flops actually needed: 4 * attended keys * head_dim per query row and head), fp16
+   and bf16, Hq=32 Hkv=8 D=128, block 16, random data and random block tables.
+
+   Shapes (prompts x new tokens over cached tokens): the GPU runs the issue's three, (1 x 4096),
+   (8 x 1024 over 3072) and a mixed batch (4 prefills of 512 + 60 decodes over 2048); the CPU runs them
+   with a quarter of the sequences and tokens (a sixteenth with --quick) to stay short. On the CPU the
+   ceiling is a measured fp32 FMA peak: independent multiply-add chains on every online CPU at once
+   (AVX2 + FMA where the CPU has it, the same instructions as the kernel's fast path), in the same run. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_kernels_env.h"
+#include "util.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86_FMA 1
+#endif
+
+/* ---------------------------------------------------------------------------------------------- */
+/* fp32 FMA peak                                                                                   */
+/* ---------------------------------------------------------------------------------------------- */
+
+static volatile float g_fma_sink; /* the chains' results are used: the loops cannot be dropped */
+
+typedef struct peak_job {
+  uint64_t iters;
+  int avx2;
+  float sink;
+} peak_job;
+
+/* Twelve named accumulators (an array would live in memory at -O2 and time store forwarding instead). */
+#define CHAINS 12
+#define FOR_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+#ifdef HAVE_X86_FMA
+__attribute__((target("avx2,fma"))) static float fma_chains_avx2(uint64_t iters) {
+  const __m256 x = _mm256_set1_ps(0.9999f), y = _mm256_set1_ps(1e-4f);
+  __m256 s = _mm256_setzero_ps();
+  float out[8];
+  uint64_t i;
+#define DECL(k) __m256 a##k = _mm256_set1_ps(1.0f + (float)k);
+#define STEP(k) a##k = _mm256_fmadd_ps(a##k, x, y);
+#define SUM(k) s = _mm256_add_ps(s, a##k);
+  FOR_CHAINS(DECL)
+  for (i = 0; i < iters; i++) {
+    FOR_CHAINS(STEP)
+  }
+  FOR_CHAINS(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+#endif
+
+/* Portable: 8-wide multiply then add (2 flops per lane), as the kernel's portable build does. */
+static float fma_chains_portable(uint64_t iters) {
+  typedef float v8 __attribute__((vector_size(32)));
+  const v8 x = {0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f};
+  const v8 y = {1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f};
+  v8 s = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint64_t i;
+#define DECL(k) v8 a##k = x * (float)(k + 1);
+#define STEP(k) a##k = a##k * x + y;
+#define SUM(k) s += a##k;
+  FOR_CHAINS(DECL)
+  for (i = 0; i < iters; i++) {
+    FOR_CHAINS(STEP)
+  }
+  FOR_CHAINS(SUM)
+#undef DECL
+#undef STEP
+#undef SUM
+  return s[0];
+}
+
+static void* peak_thread(void* p) {
+  peak_job* j = (peak_job*)p;
+#ifdef HAVE_X86_FMA
+  if (j->avx2) {
+    j->sink = fma_chains_avx2(j->iters);
+    return NULL;
+  }
+#endif
+  j->sink = fma_chains_portable(j->iters);
+  return NULL;
+}
+
+/* GFLOP/s of CHAINS x 8 lanes x 2 flops per iteration on every online CPU at once; *what says which. */
+static double fma_peak(int quick, const char** what) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  pthread_t th[256];
+  peak_job jobs[256];
+  int avx2 = 0, i, started = 0;
+  double t0, secs;
+  if (n < 1) n = 1;
+  if (n > 256) n = 256;
+#ifdef HAVE_X86_FMA
+  __builtin_cpu_init();
+  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  *what = avx2 ? "AVX2 FMA" : "8-wide mul+add";
+  for (i = 0; i < n; i++) {
+    jobs[i].iters = quick ? 4000000 : 40000000;
+    jobs[i].avx2 = avx2;
+  }
+  t0 = now_s();
+  for (i = 1; i < n; i++)
+    if (pthread_create(&th[i], NULL, peak_thread, &jobs[i]) == 0) started = i;
+    else break;
+  peak_thread(&jobs[0]);
+  for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
+  secs = now_s() - t0;
+  for (i = 0; i <= started; i++) g_fma_sink += jobs[i].sink;
+  return secs > 0 ? (double)(started + 1) * (double)jobs[0].iters * CHAINS * 8 * 2 / secs / 1e9 : 0.0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Prefill cases                                                                                   */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef struct pshape {
+  const char* key;
+  uint32_t prompts, new_tokens, cached, decodes, decode_ctx;
+} pshape;
+
+typedef struct prefill_ctx {
+  kcache cache, q, out, qs, lens, tables, ws;
+  kvb_prefill_args a;
+  double flops;
+} prefill_ctx;
+
+static int call_prefill(void* p) {
+  prefill_ctx* c = (prefill_ctx*)p;
+  kvb_status st = kvb_prefill_attention(&c->cache.dev, &c->a, NULL);
+  if (st != KVB_OK) lib_error("kvb_prefill_attention", st);
+  return st == KVB_OK;
+}
+
+static void prefill_free(prefill_ctx* c) {
+  kc_free(&c->cache);
+  kc_free(&c->q);
+  kc_free(&c->out);
+  kc_free(&c->qs);
+  kc_free(&c->lens);
+  kc_free(&c->tables);
+  kc_free(&c->ws);
+}
+
+static void set_dtype(kcache* c, uint32_t dtype) {
+  c->dev.dtype = dtype; /* fp16 and bf16 have the same size: the fp16 allocation serves both */
+  c->host.dtype = dtype;
+}
+
+static int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtype) {
+  uint32_t n = s->prompts + s->decodes, i, b, maxb = 0, nblocks = 0, total_q = 0, next = 0;
+  int32_t *qs, *lens, *tab, *perm;
+  size_t qbytes;
+  kvb_status st;
+  memset(c, 0, sizeof *c);
+  for (i = 0; i < n; i++) {
+    uint32_t len = i < s->prompts ? s->cached + s->new_tokens : s->decode_ctx + 1;
+    uint32_t q = i < s->prompts ? s->new_tokens : 1, cached = len - q;
+    nblocks += (len + BS - 1) / BS;
+    if ((len + BS - 1) / BS > maxb) maxb = (len + BS - 1) / BS;
+    total_q += q;
+    c->flops += ((double)q * cached + (double)q * (q + 1) / 2) * HQ * HD * 4;
+  }
+  qbytes = (size_t)total_q * HQ * HD * 2;
+  if (!kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) || !kc_fill_random(e, &c->cache) ||
+      !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) || !kc_buffer(e, &c->qs, (size_t)(n + 1) * 4) ||
+      !kc_buffer(e, &c->lens, (size_t)n * 4) || !kc_buffer(e, &c->tables, (size_t)n * maxb * 4))
+    return 0;
+  set_dtype(&c->cache, dtype);
+  fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
+  qs = (int32_t*)c->qs.host.k;
+  lens = (int32_t*)c->lens.host.k;
+  tab = (int32_t*)c->tables.host.k;
+  perm = (int32_t*)xmalloc((size_t)nblocks * sizeof *perm);
+  random_tables(perm, nblocks, &e->seed);
+  qs[0] = 0;
+  for (i = 0; i < n; i++) {
+    uint32_t len = i < s->prompts ? s->cached + s->new_tokens : s->decode_ctx + 1;
+    qs[i + 1] = qs[i] + (int32_t)(i < s->prompts ? s->new_tokens : 1);
+    lens[i] = (int32_t)len;
+    for (b = 0; b < maxb; b++) tab[(size_t)i * maxb + b] = b * BS < len ? perm[next++] : -1;
+  }
+  free(perm);
+  kvb_prefill_args_init(&c->a);
+  c->a.num_seqs = n;
+  c->a.num_q_heads = HQ;
+  c->a.max_blocks_per_seq = maxb;
+  c->a.total_q_tokens = total_q;
+  if ((st = kvb_prefill_attention_workspace_size(&c->cache.dev, &c->a, &c->a.workspace_size)) != KVB_OK) {
+    lib_error("kvb_prefill_attention_workspace_size", st);
+    return 0;
+  }
+  if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
+  if (!kc_upload(e, &c->q) || !kc_upload(e, &c->qs) || !kc_upload(e, &c->lens) || !kc_upload(e, &c->tables)) return 0;
+  c->a.q = c->q.dev.k;
+  c->a.out = c->out.dev.k;
+  c->a.query_start = (const int32_t*)c->qs.dev.k;
+  c->a.seq_lens = (const int32_t*)c->lens.dev.k;
+  c->a.block_tables = (const int32_t*)c->tables.dev.k;
+  c->a.workspace = c->a.workspace_size ? c->ws.dev.k : NULL;
+  return 1;
+}
+
+static void print_prefill(kenv* e, const kresult* res, double flops, double peak_gflops, const char* peak_what) {
+  report* r = e->r;
+  double tf = res->med > 0 ? flops / res->med / 1e12 : 0.0, of = peak_gflops > 0 ? tf * 1e3 / peak_gflops : 0.0;
+  if (r->json) {
+    report_group_begin(r, res->key, res->label);
+    report_f64(r, "median_us", "median", res->med * 1e6, 2, NULL);
+    report_f64(r, "min_us", "min", res->min * 1e6, 2, NULL);
+    report_f64(r, "max_us", "max", res->max * 1e6, 2, NULL);
+    report_f64(r, "flops", "flops", flops, 0, NULL);
+    report_f64(r, "tflops", "TFLOP/s", tf, 4, NULL);
+    if (!e->cuda) report_f64(r, "of_fma_peak", "of fp32 FMA peak", of, 4, NULL);
+    report_group_end(r);
+  } else {
+    fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f %9.4f TFLOP/s", res->label, res->med * 1e6, res->min * 1e6,
+            res->max * 1e6, tf);
+    if (!e->cuda) fprintf(r->f, " %6.1f%% of %s peak", 100.0 * of, peak_what);
+    fputc('\n', r->f);
+    fflush(r->f);
+  }
+}
+
+int bench_prefill(kenv* e) {
+  static const pshape gpu[3] = {{"prefill_1x4096", 1, 4096, 0, 0, 0},
+                                {"prefill_8x1024_over_3072", 8, 1024, 3072, 0, 0},
+                                {"mixed_4x512_60_decodes", 4, 512, 0, 60, 2048}};
+  static const pshape cpu[3] = {{"prefill_1x1024", 1, 1024, 0, 0, 0},
+                                {"prefill_2x256_over_768", 2, 256, 768, 0, 0},
+                                {"mixed_1x128_15_decodes", 1, 128, 0, 15, 512}};
+  static const pshape cpu_quick[3] = {{"prefill_1x256", 1, 256, 0, 0, 0},
+                                      {"prefill_1x64_over_192", 1, 64, 192, 0, 0},
+                                      {"mixed_1x32_4_decodes", 1, 32, 0, 4, 128}};
+  const pshape* shapes = e->cuda ? gpu : (e->quick ? cpu_quick : cpu);
+  const uint32_t dtypes[2] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16};
+  const char* peak_what = "";
+  double peak = 0;
+  uint64_t reps = e->reps;
+  int s, d, ok = 1;
+  if (!e->cuda) {
+    peak = fma_peak(e->quick, &peak_what);
+    if (e->r->json) {
+      report_f64(e->r, "fma_peak_gflops", "fp32 FMA peak GFLOP/s", peak, 2, NULL);
+      report_str(e->r, "fma_peak_kind", "fp32 FMA peak kind", peak_what);
+    } else {
+      fprintf(e->r->f, "  %-38s %.1f GFLOP/s (%s, every online CPU)\n", "ceiling: fp32 FMA peak", peak, peak_what);
+    }
+    if (e->reps > 3) e->reps = 3; /* CPU prefill calls take tenths of a second each */
+  }
+  for (s = 0; s < 3 && ok; s++)
+    for (d = 0; d < 2 && ok; d++) {
+      prefill_ctx c;
+      kresult* res = (kresult*)xcalloc(1, sizeof *res);
+      const pshape* p = &shapes[s];
+      snprintf(res->key, sizeof res->key, "%s_%s", p->key, d ? "bf16" : "fp16");
+      if (p->decodes)
+        snprintf(res->label, sizeof res->label, "prefill %s %ux%u + %u decodes@%u", d ? "bf16" : "fp16", p->prompts,
+                 p->new_tokens, p->decodes, p->decode_ctx);
+      else
+        snprintf(res->label, sizeof res->label, "prefill %s %ux%u over %u", d ? "bf16" : "fp16", p->prompts,
+                 p->new_tokens, p->cached);
+      ok = prefill_setup(e, &c, p, dtypes[d]) && time_calls(e, call_prefill, &c, res);
+      if (ok) print_prefill(e, res, c.flops, peak, peak_what);
+      prefill_free(&c);
+      free(res);
+    }
+  e->reps = reps;
+  return ok;
+}

@@ -1,0 +1,102 @@
+/* replay_common.c - pieces shared by the sequential and the timed replay. */
+#include "replay_common.h"
+
+#include <stdlib.h>
+
+#include "report.h"
+#include "util.h"
+
+uint64_t replay_default_blocks(const trace* t, uint32_t block_size) {
+  uint64_t sum = 0, biggest = 0;
+  size_t r;
+  for (r = 0; r < t->num_reqs; r++) {
+    uint64_t b = (t->reqs[r].input_length + t->reqs[r].output_length + block_size - 1) / block_size;
+    sum += b;
+    if (b > biggest) biggest = b;
+  }
+  if (sum > REPLAY_MAX_DEFAULT_BLOCKS) sum = REPLAY_MAX_DEFAULT_BLOCKS;
+  if (sum < biggest) sum = biggest;
+  if (sum > (1u << 30)) sum = 1u << 30;
+  return sum ? sum : 1;
+}
+
+kvb_manager* replay_create_manager(const replay_opts* o, uint64_t num_blocks) {
+  kvb_config cfg;
+  kvb_manager* m = NULL;
+  kvb_status s;
+  kvb_config_init(&cfg);
+  cfg.block_size = o->block_size;
+  cfg.num_blocks = (uint32_t)num_blocks;
+  if (o->timed) {
+    cfg.num_host_blocks = o->preempt_swap ? (uint32_t)o->num_host_blocks : 0;
+    cfg.watermark = (float)o->watermark;
+  }
+  if (o->host_cache) {
+    cfg.num_host_blocks = (uint32_t)o->num_host_blocks;
+    cfg.flags |= KVB_CONFIG_HOST_CACHE;
+  }
+  s = kvb_manager_create(&cfg, &m);
+  if (s != KVB_OK) {
+    lib_error("kvb_manager_create", s);
+    return NULL;
+  }
+  return m;
+}
+
+void replay_host_init(replay_host* h, const replay_opts* o, uint64_t num_blocks) {
+  h->off_cap = o->host_cache ? (size_t)o->num_host_blocks : 0;
+  h->load_cap = o->host_cache ? (size_t)num_blocks : 0;
+  h->off = (int32_t*)xmalloc((2 * h->off_cap + 2) * sizeof(int32_t));
+  h->load = (int32_t*)xmalloc((2 * h->load_cap + 2) * sizeof(int32_t));
+  h->moved = 0;
+}
+
+void replay_host_free(replay_host* h) {
+  free(h->off);
+  free(h->load);
+}
+
+kvb_status replay_host_drain(kvb_manager* m, replay_host* h) {
+  size_t no = 0, nl = 0;
+  kvb_status s;
+  if (h->off_cap == 0) return KVB_OK;
+  s = kvb_drain_host_transfers(m, h->off, h->off_cap, &no, h->load, h->load_cap, &nl);
+  if (s == KVB_OK) h->moved += no + nl;
+  return s;
+}
+
+void replay_host_report(report* rep, const replay_opts* o, const kvb_stats* st) {
+  const double gb = (double)o->kv_bytes_per_block / 1e9;
+  if (!o->host_cache) return;
+  report_u64(rep, "num_host_blocks", "host cache blocks", o->num_host_blocks, NULL);
+  report_u64(rep, "device_hit_tokens", "  device hit tokens", st->device_hit_tokens, NULL);
+  report_u64(rep, "host_hit_tokens", "  host hit tokens", st->host_hit_tokens, "(loaded back)");
+  report_u64(rep, "offloaded_blocks", "  offloaded blocks", st->offloaded_blocks, "(device -> host)");
+  report_u64(rep, "loaded_blocks", "  loaded blocks", st->loaded_blocks, "(host -> device)");
+  report_u64(rep, "host_evictions", "  host evictions", st->host_evictions, "blocks");
+  report_u64(rep, "kv_bytes_per_block", "  KV bytes per block", o->kv_bytes_per_block, NULL);
+  report_f64(rep, "offloaded_gb", "  offloaded", (double)st->offloaded_blocks * gb, 1, "GB");
+  report_f64(rep, "loaded_gb", "  loaded", (double)st->loaded_blocks * gb, 1, "GB");
+}
+
+void replay_note(const replay_opts* o, const trace* t, size_t r, const char* why, replay_notes* n) {
+  const trace_request* q = &t->reqs[r];
+  if (o->quiet) return;
+  if (n->count < REPLAY_NOTES_SHOWN)
+    fprintf(stderr, "kvblock: %s:%llu: request of %llu prompt + %llu output tokens %s\n", o->path,
+            (unsigned long long)q->line, (unsigned long long)q->input_length,
+            (unsigned long long)q->output_length, why);
+  n->count++;
+}
+
+void replay_notes_finish(const replay_opts* o, const replay_notes* n) {
+  if (o->quiet || n->count <= REPLAY_NOTES_SHOWN) return;
+  fprintf(stderr, "kvblock: ... and %llu more requests skipped or cut short (all counted in the report)\n",
+          (unsigned long long)(n->count - REPLAY_NOTES_SHOWN));
+}
+
+void replay_call_error(const char* what, kvb_status s, const trace* t, size_t r) {
+  char buf[96];
+  snprintf(buf, sizeof buf, "%s (request on line %llu)", what, (unsigned long long)t->reqs[r].line);
+  lib_error(buf, s);
+}

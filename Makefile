@@ -94,7 +94,7 @@ $(STLIB): $(LIB_OBJS)
 # The tool is a plain C consumer of the shared library.
 $(TOOL): $(TOOL_OBJS) $(SHLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm
+	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
 $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvblock.h $(SHLIB)
 	@mkdir -p $(dir $@)

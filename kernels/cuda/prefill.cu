@@ -17,6 +17,7 @@
 
 #include "../backends.h"
 #include "../prefill.h"
+#include "../prefill_tiles.h"
 #include "prefill_common.cuh"
 
 namespace kvb {
@@ -100,9 +101,10 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kvh = blockIdx.y, split = blockIdx.z, G = p.group;
-  const int seq = seq_of_tile(p, blockIdx.x, BM);
+  const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, int(blockIdx.x));
   const SeqView sv = seq_view(p, seq);
-  const int pr0 = (int(blockIdx.x) - int(int64_t(p.query_start[seq]) * G / BM + seq)) * BM;  // first packed row
+  const int64_t lt = int64_t(blockIdx.x) - tiles::tile_base(p.query_start[seq], seq, G, BM);  // tile of seq
+  const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
   if (sv.fault != KVB_FAULT_NONE && pr0 == 0 && kvh == 0 && split == 0 && tid == 0)  // once per sequence
     record_fault(p.fault, sv.fault, KVB_KERNEL_PREFILL_ATTENTION, sv.fault_index, -1, sv.fault_value);
@@ -110,19 +112,11 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 
   const int base = sv.len - sv.q_len;
   const int pos_first = base + pr0 / G, pos_last = base + (pr0 + rows - 1) / G;
-  const int W = p.window, sink = W > 0 ? p.sink : 0;
-  const int lo_first = W > 0 ? max(0, pos_first - W + 1) : 0;
-  const int lo_last = W > 0 ? max(0, pos_last - W + 1) : 0;
-
-  // Attended key tiles: [a0, a1) (sinks) and [b0, b1) (window up to pos_last), within this split.
-  const int st = p.split_tokens / BN;
-  const int s0 = split * st, s1 = s0 + st;
-  const int sink_eff = min(sink, lo_first);
-  int a0 = 0, a1 = (sink_eff + BN - 1) / BN;
-  int b0 = max(lo_first / BN, a1), b1 = pos_last / BN + 1;
-  a0 = max(a0, s0), a1 = min(a1, s1), b0 = max(b0, s0), b1 = min(b1, s1);
-  const int na = max(0, a1 - a0), nb = max(0, b1 - b0);
-  const int n_tiles = sv.fault == KVB_FAULT_NONE ? na + nb : 0;
+  // Attended key tiles of this split: the sinks, then the window up to pos_last (prefill_tiles.h).
+  const tiles::KeyTiles kt =
+      tiles::key_tiles(pos_first, pos_last, p.window, p.sink, BN, split, p.split_tokens / BN);
+  const int W = p.window, sink = kt.sink, lo_first = kt.lo_first;
+  const int n_tiles = sv.fault == KVB_FAULT_NONE ? kt.count() : 0;
   __shared__ int s_bad;  // an attended key's block id was out of range: this tile's rows are NaN
   if (tid == 0) s_bad = 0;
   __syncthreads();
@@ -142,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
     cp_async16(sQ + swz<C>(r, c), src, ok ? 16 : 0);
   }
   auto load_kv = [&](int i, int buf) {
-    const int k0 = (i < na ? a0 + i : b0 + i - na) * BN;
+    const int k0 = kt.tile(i) * BN;
     for (int x = tid; x < BN * C; x += kThreads) {
       const int r = x / C, c = x - r * C;
       const int tok = k0 + r;
@@ -167,7 +161,6 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16); padding rows copy the last.
   const int r_lo = min(warp * 16 + (lane >> 2), rows - 1), r_hi = min(warp * 16 + (lane >> 2) + 8, rows - 1);
   const int pos0 = base + (pr0 + r_lo) / G, pos1 = base + (pr0 + r_hi) / G;
-  const int lo0 = W > 0 ? max(0, pos0 - W + 1) : 0, lo1 = W > 0 ? max(0, pos1 - W + 1) : 0;
 
   float o[DT][4];
 #pragma unroll
@@ -199,8 +192,8 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
     }
 
     // Logits in base 2, the mask where some row does not see the whole tile, online softmax.
-    const int k0 = (i < na ? a0 + i : b0 + i - na) * BN;
-    const bool full = k0 + BN - 1 <= pos_first && (W == 0 || max(k0, sink) >= min(k0 + BN, lo_last));
+    const int k0 = kt.tile(i) * BN;
+    const bool full = kt.full(kt.tile(i));
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -210,8 +203,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
         x = p.soft_cap > 0.f ? p.soft_cap * tanhf(x * p.scale / p.soft_cap) * kLog2e : x * p.q_scale;
         if (!full) {
           const int key = k0 + n * 8 + 2 * (lane & 3) + (e & 1);
-          const int ps = e < 2 ? pos0 : pos1, lo = e < 2 ? lo0 : lo1;
-          if (key > ps || (key < lo && key >= sink)) x = -INFINITY;
+          if (!tiles::attends(key, e < 2 ? pos0 : pos1, W, sink)) x = -INFINITY;
         }
         s[n][e] = x;
         if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);

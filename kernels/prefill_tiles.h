@@ -1,7 +1,8 @@
-// The CUDA prefill kernel's work decomposition as plain functions, compiled both into the kernel
-// (__host__ __device__) and into a CPU test (tests/cpp/kernels_prefill_tiles.cpp) that checks, without
-// a GPU, that the CTAs of a ragged batch cover every (query row, attended key) pair exactly once and
-// mask exactly where needed. Positions and counts are int (the launch checks they fit).
+// The CUDA prefill kernel's work decomposition and fragment addressing as plain functions, compiled
+// both into the kernel (__host__ __device__) and into a CPU test (tests/cpp/kernels_prefill_tiles.cpp)
+// that checks, without a GPU, that the CTAs of a ragged batch cover every (query row, attended key)
+// pair exactly once and mask exactly where needed, and that the swizzled ldmatrix / mma fragment
+// addressing computes Q K^T and P V (on an emulated warp). Positions and counts are int.
 #pragma once
 #include <cstdint>
 
@@ -66,6 +67,33 @@ KVB_HD KeyTiles key_tiles(int pos_first, int pos_last, int window, int sink, int
   k.b1 = imin(pos_last / bn + 1, s1);
   return k;
 }
+
+// Shared-memory tiles and mma.sync m16n8k16 fragments of one warp (16 query rows). Tiles are row-major
+// [rows][C chunks of 16 bytes] with chunk c of row r stored at chunk c ^ (r & 7). A ldmatrix.x4 takes
+// one row address per lane: lanes 8j..8j+7 give rows 0..7 of matrix j, and matrix j lands in register
+// j of every lane. These say which row and chunk each lane addresses; the m16n8k16 layouts (PTX ISA:
+// A a0..a3 = rows g / g+8 x k 2c.. / 2c+8.., B b0/b1 = k 2c.. / 2c+8.. x n g, C c0..c3 = rows g / g+8
+// x n 2c, 2c+1, with g = lane / 4, c = lane % 4) then place the values.
+namespace frag {
+
+KVB_HD uint32_t swz(int chunks_per_row, int r, int c) { return uint32_t((r * chunks_per_row + (c ^ (r & 7))) * 16); }
+
+// Q as the A operand of S = Q K^T, k-step kk (dims 16kk..16kk+15): matrices (rows 0-7, 8-15) x (k lo, hi).
+KVB_HD int q_row(int warp, int lane) { return warp * 16 + (lane & 15); }
+KVB_HD int q_chunk(int kk, int lane) { return 2 * kk + (lane >> 4); }
+// K (rows = keys) as the B operand, keys 16n2..16n2+15, k-step kk: matrices (keys 0-7: k lo, hi),
+// (keys 8-15: k lo, hi), i.e. b0 b1 of n-tile 2 n2, then of 2 n2 + 1.
+KVB_HD int k_row(int n2, int lane) { return n2 * 16 + ((lane >> 4) << 3) + (lane & 7); }
+KVB_HD int k_chunk(int kk, int lane) { return 2 * kk + ((lane >> 3) & 1); }
+// V (rows = keys) as the B operand of O += P V through ldmatrix.trans, keys 16kk.., dims 16 d2..:
+// matrices (keys 0-7, 8-15) x (dim chunk 2 d2, 2 d2 + 1), i.e. b0 b1 of d-tile 2 d2, then 2 d2 + 1.
+KVB_HD int v_row(int kk, int lane) { return kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7); }
+KVB_HD int v_chunk(int d2, int lane) { return 2 * d2 + (lane >> 4); }
+// Accumulator element e (0..3) of an n-tile: row of the warp's 16 and column within the 8.
+KVB_HD int c_row(int lane, int e) { return (lane >> 2) + (e >> 1) * 8; }
+KVB_HD int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+
+}  // namespace frag
 
 }  // namespace tiles
 }  // namespace kern

@@ -82,11 +82,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile.
-template <int C>
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  return uint32_t((r * C + (c ^ (r & 7))) * 16);
-}
+using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
 
 template <typename T, int D, int BN>
 __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillParams p) {
@@ -133,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
     const T* src = reinterpret_cast<const T*>(p.q);
     if (ok)
       src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
-    cp_async16(sQ + swz<C>(r, c), src, ok ? 16 : 0);
+    cp_async16(sQ + swz(C, r, c), src, ok ? 16 : 0);
   }
   auto load_kv = [&](int i, int buf) {
     const int k0 = kt.tile(i) * BN;
@@ -151,15 +147,16 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
             record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, seq, tok >> p.block_shift, id);
       }
       const int64_t off = blk >= 0 ? int64_t(blk) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off + c * 8 : 0;
-      cp_async16(sK + buf * kBuf + swz<C>(r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
-      cp_async16(sV + buf * kBuf + swz<C>(r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
+      cp_async16(sK + buf * kBuf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
+      cp_async16(sV + buf * kBuf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
     }
   };
   if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16); padding rows copy the last.
-  const int r_lo = min(warp * 16 + (lane >> 2), rows - 1), r_hi = min(warp * 16 + (lane >> 2) + 8, rows - 1);
+  const int r_lo = min(warp * 16 + tiles::frag::c_row(lane, 0), rows - 1);
+  const int r_hi = min(warp * 16 + tiles::frag::c_row(lane, 2), rows - 1);
   const int pos0 = base + (pr0 + r_lo) / G, pos1 = base + (pr0 + r_hi) / G;
 
   float o[DT][4];
@@ -181,11 +178,11 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
-      ldsm_x4(a, sQ + swz<C>(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)));
+      ldsm_x4(a, sQ + swz(C, tiles::frag::q_row(warp, lane), tiles::frag::q_chunk(kk, lane)));
 #pragma unroll
       for (int n2 = 0; n2 < NT / 2; ++n2) {
         uint32_t b[4];
-        ldsm_x4(b, sK + buf * kBuf + swz<C>(n2 * 16 + ((lane >> 4) << 3) + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+        ldsm_x4(b, sK + buf * kBuf + swz(C, tiles::frag::k_row(n2, lane), tiles::frag::k_chunk(kk, lane)));
         Mma<T>::run(s[2 * n2], a, b[0], b[1]);
         Mma<T>::run(s[2 * n2 + 1], a, b[2], b[3]);
       }
@@ -202,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
         float x = s[n][e];
         x = p.soft_cap > 0.f ? p.soft_cap * tanhf(x * p.scale / p.soft_cap) * kLog2e : x * p.q_scale;
         if (!full) {
-          const int key = k0 + n * 8 + 2 * (lane & 3) + (e & 1);
+          const int key = k0 + n * 8 + tiles::frag::c_col(lane, e);
           if (!tiles::attends(key, e < 2 ? pos0 : pos1, W, sink)) x = -INFINITY;
         }
         s[n][e] = x;
@@ -236,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 #pragma unroll
       for (int d2 = 0; d2 < DT / 2; ++d2) {
         uint32_t b[4];
-        ldsm_x4_trans(b, sV + buf * kBuf + swz<C>(kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), 2 * d2 + (lane >> 4)));
+        ldsm_x4_trans(b, sV + buf * kBuf + swz(C, tiles::frag::v_row(kk, lane), tiles::frag::v_chunk(d2, lane)));
         Mma<T>::run(o[2 * d2], a, b[0], b[1]);
         Mma<T>::run(o[2 * d2 + 1], a, b[2], b[3]);
       }
@@ -255,7 +252,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   // Write the two rows (skipping padding): output directly, or this split's partial to the workspace.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int r = warp * 16 + (lane >> 2) + half * 8;
+    const int r = warp * 16 + tiles::frag::c_row(lane, 2 * half);
     if (r >= rows) continue;
     const float l = half ? l1 : l0, m = half ? m1 : m0;
     const float inv = bad ? nan_f() : (l > 0.f ? 1.f / l : 0.f);
@@ -266,15 +263,15 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
       T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride;
 #pragma unroll
       for (int d = 0; d < DT; ++d)
-        *reinterpret_cast<uint32_t*>(op + d * 8 + 2 * (lane & 3)) =
+        *reinterpret_cast<uint32_t*>(op + d * 8 + tiles::frag::c_col(lane, 0)) =
             Mma<T>::pack(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
     } else {
       const int64_t wrow = (int64_t(row) * p.num_q_heads + h) * p.num_splits + split;
       float* op = p.ws_o + wrow * D;
 #pragma unroll
       for (int d = 0; d < DT; ++d) {  // scalar: ws_o is only 4-byte aligned when num_splits is odd
-        op[d * 8 + 2 * (lane & 3)] = o[d][2 * half] * inv;
-        op[d * 8 + 2 * (lane & 3) + 1] = o[d][2 * half + 1] * inv;
+        op[d * 8 + tiles::frag::c_col(lane, 0)] = o[d][2 * half] * inv;
+        op[d * 8 + tiles::frag::c_col(lane, 1)] = o[d][2 * half + 1] * inv;
       }
       if ((lane & 3) == 0) {
         p.ws_m[wrow] = m;

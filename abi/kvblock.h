@@ -75,7 +75,9 @@ typedef enum kvb_config_flags {
      public xxh64 chain hash is still computed and reported. */
   KVB_CONFIG_KEYED_INDEX = 1,
   /* Record block stored / removed / cleared events for kvb_drain_events(). */
-  KVB_CONFIG_EVENTS = 2
+  KVB_CONFIG_EVENTS = 2,
+  /* Host blocks are a second prefix-cache level (needs num_host_blocks > 0; see "Host cache" below). */
+  KVB_CONFIG_HOST_CACHE = 4
 } kvb_config_flags;
 
 typedef struct kvb_config {
@@ -233,6 +235,32 @@ KVB_API kvb_status kvb_seq_can_swap_in(kvb_manager* m, int64_t seq_id, kvb_avail
 KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* Host cache (KVB_CONFIG_HOST_CACHE): host blocks as a second prefix-cache level                    */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* With KVB_CONFIG_HOST_CACHE, a cached device block that is evicted (taken from the free queue for new
+   data) is first copied to a host block (write-back), which enters a host index keyed like the device
+   one. kvb_seq_allocate(_ex) and kvb_seq_can_allocate(_ex) match the longest prefix across both levels,
+   block by block along the chain (device first, else host; token comparison and whole-history keys in
+   both). A host hit takes a free device block and a host -> device load; its tokens count as cached:
+   the caller runs the loads before the step's forward pass, so they are computed from the step's point
+   of view. OUT_OF_BLOCKS stays all-or-nothing (a host hit needs a free device block).
+   Host blocks are shared with swapping: a swap out may evict cached host blocks (swapped-out sequences
+   win); the cache never takes a swapped-out sequence's blocks. The host copy of a block loaded back to
+   the device is kept (no transfer when the device copy is evicted again) but is the first to be
+   dropped when a host block is needed; other cached host blocks are dropped least recently used first.
+
+   kvb_drain_host_transfers hands out every pending transfer at once, oldest first: offload_pairs
+   (pairs[2*i] = device src, pairs[2*i+1] = host dst) and load_pairs (host src, device dst). Run them
+   before anything overwrites their device blocks, in this order: all offloads, then all loads, then the
+   copy-on-write copies (kvb_drain_copies) and swap-in pairs, then the forward step. Until drained, a
+   load holds its source host block and its destination device block. Both capacities must suffice
+   (KVB_ERR_BUFFER_TOO_SMALL sets both counts and drains nothing). */
+KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pairs, size_t offload_capacity,
+                                            size_t* num_offloads, int32_t* load_pairs, size_t load_capacity,
+                                            size_t* num_loads);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Batch export for kernels                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
@@ -257,7 +285,11 @@ KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size
 /* Decode step for many sequences in one call: append tokens[i] to sequence seq_ids[i], i < num_seqs.
    All-or-nothing: every id must exist, be on device and appear once, and the free queue must cover the
    whole batch (new blocks and copy-on-write copies) before anything changes; else nothing changes.
-   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order. */
+   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order, refusals included: forked
+   siblings that share a partial last block copy it in turn (k of them among h holders make
+   min(k, h - 1) copies, the last writes in place), no watermark applies (as for kvb_seq_append), and
+   a sliding window releases nothing here (only commits release, so kvb_batch_commit is where a
+   windowed sequence gives blocks back; appending never counts on such releases). */
 KVB_API kvb_status kvb_batch_append(kvb_manager* m, const int64_t* seq_ids, const int64_t* tokens, size_t num_seqs);
 /* Commit num_tokens[i] tokens of sequence seq_ids[i] (NULL num_tokens = every uncomputed token of each).
    All-or-nothing like kvb_batch_append; equivalent to kvb_seq_commit for each in order. */
@@ -285,13 +317,20 @@ typedef struct kvb_stats {
   uint64_t num_host_blocks;
   uint64_t free_host_blocks;
   uint64_t events_dropped;     /* events lost to a full event queue, cumulative */
+  /* --- fields below were added with the host cache; older callers' struct_size omits them --- */
+  uint64_t device_hit_tokens;  /* of hit_tokens, found on the device */
+  uint64_t host_hit_tokens;    /* of hit_tokens, found on the host level (loaded back) */
+  uint64_t offloaded_blocks;   /* device -> host copies handed out (kvb_drain_host_transfers), cumulative */
+  uint64_t loaded_blocks;      /* host -> device copies handed out, cumulative */
+  uint64_t host_evictions;     /* cached host blocks dropped for new content */
+  uint64_t cached_host_blocks; /* host blocks holding cached content now */
 } kvb_stats;
 
 KVB_API void kvb_stats_init(kvb_stats* stats);
 /* Snapshot of the counters (fields beyond the caller's struct_size are not written). */
 KVB_API kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats);
 
-/* Events describe the set of public hashes that the prefix index holds. Blocks with different histories
+/* Events describe, per medium, the set of public hashes that the prefix index holds. Blocks with different histories
    can share a public xxh64 hash (the index keeps them apart by key): STORED is emitted when the first
    indexed block with a hash enters the index (its parent, tokens and extra key are reported), REMOVED
    when the last indexed block with that hash leaves it. So each hash alternates STORED, REMOVED. */
@@ -316,9 +355,11 @@ typedef struct kvb_event {
   uint32_t has_extra_key;
   uint32_t num_tokens;    /* = block size (STORED), else 0 */
   size_t   token_offset;  /* the block's tokens are tokens[token_offset .. +num_tokens) (STORED) */
-  int32_t  block_id;      /* device block (STORED, REMOVED) */
-  uint32_t reserved;
+  int32_t  block_id;      /* block (STORED, REMOVED), on the medium below */
+  uint32_t medium;        /* kvb_medium: where the block lives (vLLM's "GPU" / "CPU") */
 } kvb_event;
+
+typedef enum kvb_medium { KVB_MEDIUM_DEVICE = 0, KVB_MEDIUM_HOST = 1 } kvb_medium;
 
 /* Drain events in order: as many as fit in events[capacity] and tokens[token_capacity].
    *num_events = drained (0 = queue empty); *dropped (may be NULL) = events lost since the last drain. */

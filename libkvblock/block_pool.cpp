@@ -35,4 +35,14 @@ void BlockPool::push_tail(int32_t b) {
   ++num_free_;
 }
 
+void BlockPool::push_head(int32_t b) {
+  BlockMeta& m = meta_[b];
+  m.prev = -1;
+  m.next = head_;
+  if (head_ >= 0) meta_[head_].prev = b; else tail_ = b;
+  head_ = b;
+  m.in_free = 1;
+  ++num_free_;
+}
+
 }  // namespace kvb

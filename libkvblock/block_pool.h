@@ -43,6 +43,8 @@ class BlockPool {
   void unlink(int32_t b);
   // Appends b at the tail.
   void push_tail(int32_t b);
+  // Puts b at the head (the host cache's free drops; see manager_host.cpp).
+  void push_head(int32_t b);
 
  private:
   uint32_t num_blocks_, block_size_;

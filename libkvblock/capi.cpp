@@ -93,10 +93,11 @@ kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {
       c.non_cacheable.assign(cfg->non_cacheable_tokens, cfg->non_cacheable_tokens + cfg->num_non_cacheable_tokens);
     }
     if (KVB_COVERS(cfg, kvb_config, flags)) {
-      if (cfg->flags & ~uint32_t{KVB_CONFIG_KEYED_INDEX | KVB_CONFIG_EVENTS})
+      if (cfg->flags & ~uint32_t{KVB_CONFIG_KEYED_INDEX | KVB_CONFIG_EVENTS | KVB_CONFIG_HOST_CACHE})
         fail(Code::invalid_argument, "unknown config flags 0x%x", cfg->flags);
       c.keyed_index = cfg->flags & KVB_CONFIG_KEYED_INDEX;
       c.events = cfg->flags & KVB_CONFIG_EVENTS;
+      c.host_cache = cfg->flags & KVB_CONFIG_HOST_CACHE;
     }
     if (KVB_COVERS(cfg, kvb_config, event_capacity)) c.event_capacity = cfg->event_capacity;
     if (KVB_COVERS(cfg, kvb_config, index_seed)) c.index_seed = cfg->index_seed;
@@ -273,6 +274,12 @@ kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats) {
     r.num_host_blocks = mg.config().num_host_blocks;
     r.free_host_blocks = s.free_host_blocks;
     r.events_dropped = s.events_dropped;
+    r.device_hit_tokens = s.device_hit_tokens;
+    r.host_hit_tokens = s.host_hit_tokens;
+    r.offloaded_blocks = s.offloaded_blocks;
+    r.loaded_blocks = s.loaded_blocks;
+    r.host_evictions = s.host_evictions;
+    r.cached_host_blocks = s.cached_host_blocks;
     kvb::write_versioned(stats, r);
   });
 }

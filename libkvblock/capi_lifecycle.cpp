@@ -52,6 +52,32 @@ kvb_status kvb_drain_copies(kvb_manager* m, int32_t* pairs, size_t capacity_pair
   });
 }
 
+kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pairs, size_t offload_capacity,
+                                    size_t* num_offloads, int32_t* load_pairs, size_t load_capacity, size_t* num_loads) {
+  return with_manager(m, [&](kvb::Manager& mg) {
+    if (!num_offloads || !num_loads) fail(Code::invalid_argument, "num_offloads or num_loads is NULL");
+    const auto& off = mg.pending_offloads();
+    const auto& load = mg.pending_loads();
+    *num_offloads = off.size();
+    *num_loads = load.size();
+    if (offload_capacity < off.size() || load_capacity < load.size())
+      fail(Code::buffer_too_small, "host transfers: %zu offload%s (capacity %zu), %zu load%s (capacity %zu)",
+           off.size(), kvb::plural_s(off.size()), offload_capacity, load.size(), kvb::plural_s(load.size()),
+           load_capacity);
+    if ((!offload_pairs && !off.empty()) || (!load_pairs && !load.empty()))
+      fail(Code::invalid_argument, "offload_pairs or load_pairs is NULL");
+    for (size_t i = 0; i < off.size(); ++i) {
+      offload_pairs[2 * i] = off[i].first;
+      offload_pairs[2 * i + 1] = off[i].second;
+    }
+    for (size_t i = 0; i < load.size(); ++i) {
+      load_pairs[2 * i] = load[i].first;
+      load_pairs[2 * i + 1] = load[i].second;
+    }
+    mg.release_host_transfers();
+  });
+}
+
 kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_tokens) {
   return with_manager(m, [&](kvb::Manager& mg) { mg.rollback(seq_id, num_tokens); });
 }
@@ -143,6 +169,7 @@ kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t capacity, 
       o.num_tokens = e.num_tokens;
       o.token_offset = used_tokens;
       o.block_id = e.block;
+      o.medium = e.medium;
       if (e.num_tokens) std::memcpy(tokens + used_tokens, q.front_tokens(n), e.num_tokens * sizeof(int64_t));
       used_tokens += e.num_tokens;
       ++n;

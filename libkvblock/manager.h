@@ -23,6 +23,7 @@ struct ManagerConfig {
   std::vector<int64_t> non_cacheable;
   bool keyed_index = false;
   bool events = false;
+  bool host_cache = false;  // host blocks are a second prefix-cache level
   uint32_t event_capacity = 65536;
   uint64_t index_seed = 0;  // 0 = random
 };
@@ -46,6 +47,13 @@ struct Stats {
   uint64_t free_blocks, used_blocks, cached_free_blocks, num_seqs;
   uint64_t query_tokens, hit_tokens, computed_tokens, evictions;
   uint64_t cow_copies, swapped_out_blocks, swapped_in_blocks, free_host_blocks, events_dropped;
+  uint64_t device_hit_tokens, host_hit_tokens, offloaded_blocks, loaded_blocks, host_evictions, cached_host_blocks;
+};
+
+// A block's parent as events report it (kept only when events are on).
+struct ParentRef {
+  uint64_t hash = 0;
+  uint8_t kind = 0;
 };
 
 struct BatchOut {
@@ -85,6 +93,11 @@ class Manager {
   // Copy-on-write pairs not yet drained; each holds a reference on its source block.
   const std::vector<BlockPair>& pending_copies() const { return pending_copies_; }
   void release_pending_copies();  // after the caller took them
+  // Host-cache transfers not yet drained: offloads (device src, host dst) run before loads (host src,
+  // device dst). A pending load holds its source host block and its destination device block.
+  const std::vector<BlockPair>& pending_offloads() const { return pending_offloads_; }
+  const std::vector<BlockPair>& pending_loads() const { return pending_loads_; }
+  void release_host_transfers();  // after the caller took them
   void rollback(int64_t id, size_t n);
   void set_window(int64_t id, uint32_t window, uint32_t sink);
   Availability can_swap_out(int64_t id);
@@ -110,8 +123,9 @@ class Manager {
   // A prefix lookup's result: matched blocks and the chain state after them.
   struct Lookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs
-    uint32_t hits = 0;
-    uint32_t free_hits = 0;   // hits on blocks in the free queue (they count as needed)
+    uint32_t hits = 0;        // device and host hits
+    uint32_t host_hits = 0;   // each needs a device block from the free queue
+    uint32_t free_hits = 0;   // device hits on blocks in the free queue (they count as needed)
     ChainLink chain;
   };
 
@@ -144,6 +158,19 @@ class Manager {
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
   size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
   void emit(uint32_t type, int32_t b, const ChainLink* parent);
+  void emit_host(uint32_t type, int32_t h, bool stored);
+
+  // Host tier (manager_host.cpp).
+  int32_t take_host_block();              // empty, else evict the first cached block; -1 if none
+  void offload(int32_t b);                // device block b is evicted: copy it to the host cache
+  void host_twin_enter(int32_t b);        // device block b entered the index
+  void host_twin_leave(int32_t b);        // ... left it
+  void pin_host(int32_t h);               // a pending load will read h
+  int32_t load_from_host(int32_t h, const ChainLink& parent);  // a free device block, loaded from h
+  void clear_host_cache();
+  void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks become empty
+  size_t host_available() const;          // host blocks a swap out may take
+  void check_host_invariants(const std::vector<uint8_t>& host_held) const;
 
   ManagerConfig cfg_;
   uint32_t bs_;
@@ -167,11 +194,15 @@ class Manager {
   std::vector<uint32_t> free_seq_slots_;
   size_t live_seqs_ = 0;
 
-  // Host tier: blocks with copied metadata and tokens, and a FIFO of free host blocks.
-  std::vector<BlockMeta> host_meta_;
-  std::vector<int64_t> host_tokens_;
-  std::vector<int32_t> host_free_;  // stack of free host block ids
-  size_t host_used_ = 0;
+  // Host tier (see manager_host.cpp): host_pool_'s queue holds the cached host blocks in eviction order.
+  BlockPool host_pool_;
+  PrefixIndex host_index_;
+  std::vector<int32_t> host_empty_;  // stack of host blocks that hold nothing
+  std::vector<int32_t> host_twin_;   // device block indexed under the same key, or -1
+  size_t host_held_ = 0;             // blocks held by swapped-out sequences
+  std::vector<BlockPair> pending_offloads_, pending_loads_;
+  HashCounts host_hashes_;           // public hashes in the host index, when events are on
+  std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
 
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
@@ -180,6 +211,7 @@ class Manager {
   uint64_t cached_free_ = 0;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;
   uint64_t cow_copies_ = 0, swapped_out_ = 0, swapped_in_ = 0;
+  uint64_t host_hit_tokens_ = 0, offloaded_ = 0, loaded_ = 0, host_evictions_ = 0;
 };
 
 }  // namespace kvb

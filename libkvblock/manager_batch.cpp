@@ -66,8 +66,8 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
     }
   }
   if (pool_.num_free() < needed)
-    fail(Code::out_of_blocks, "batch append of %zu tokens needs %zu free blocks, %u are free", n, needed,
-         pool_.num_free());
+    fail(Code::out_of_blocks, "batch append of %zu token%s needs %zu free block%s, %u %s free", n, plural_s(n), needed,
+         plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
   // Reserve every container the appends may grow, so that nothing below can fail half-way.
   for (size_t i = 0; i < n; ++i) {
     Sequence& s = *find_seq(ids[i]);
@@ -85,9 +85,14 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
       const Sequence& s = *find_seq(ids[i]);
       uint64_t uncomputed = s.num_tokens - s.num_computed;
       if (counts[i] > uncomputed)
-        fail(Code::invalid_argument, "seq %" PRId64 " (num_tokens[%zu]): commit of %zu tokens exceeds %" PRIu64
-             " uncomputed tokens", ids[i], i, counts[i], uncomputed);
+        fail(Code::invalid_argument, "seq %" PRId64 " (num_tokens[%zu]): commit of %zu token%s exceeds %" PRIu64
+             " uncomputed token%s", ids[i], i, counts[i], plural_s(counts[i]), uncomputed, plural_s(uncomputed));
     }
+  // Room for the window's released links first (commit may add one each), so nothing fails half-way.
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& s = *find_seq(ids[i]);
+    reserve_window_link(s, s.window);
+  }
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = *find_seq(ids[i]);
     commit(ids[i], counts ? counts[i] : static_cast<size_t>(s.num_tokens - s.num_computed));

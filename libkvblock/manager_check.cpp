@@ -113,6 +113,10 @@ void Manager::check_invariants() const {
     is_dst[p.second] = 1;
     ++refs[p.first];  // a pending copy holds its source
   }
+  for (const BlockPair& p : pending_loads_) {
+    KVB_INVARIANT(p.second >= 0 && p.second < static_cast<int32_t>(N), "pending load into block %d", p.second);
+    ++refs[p.second];  // a pending load holds its destination
+  }
   for (const BlockPair& p : pending_copies_)
     KVB_INVARIANT(!is_dst[p.first], "pending copy from block %d, itself waiting for a copy", p.first);
 
@@ -153,17 +157,89 @@ void Manager::check_invariants() const {
                   "index slot %zu is unreachable from its key", pos);
   }
 
-  // Host tier: every host block is either free exactly once or held by exactly one swapped sequence.
-  KVB_INVARIANT(host_free_.size() + host_used_ == cfg_.num_host_blocks, "host blocks: %zu free + %zu used != %u",
-                host_free_.size(), host_used_, cfg_.num_host_blocks);
-  for (int32_t h : host_free_) {
-    KVB_INVARIANT(h >= 0 && static_cast<uint32_t>(h) < cfg_.num_host_blocks && !host_held[h],
-                  "host block %d is free twice or also held", h);
-    host_held[h] = 1;
-  }
+  check_host_invariants(host_held);
 
   for (const BlockPair& p : pending_copies_)
     KVB_INVARIANT(pool_.meta(p.second).ref > 0, "pending copy into free block %d", p.second);
+}
+
+// Every host block is exactly one of: empty, cached (in the queue and the host index), held (by one
+// swapped-out sequence, or pinned by its pending loads). The queue has its device-twinned blocks first.
+void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const {
+  const uint32_t H = cfg_.num_host_blocks;
+  std::vector<uint8_t> seen(H, 0);
+  for (int32_t h : host_empty_) {
+    KVB_INVARIANT(h >= 0 && static_cast<uint32_t>(h) < H && !seen[h] && !swap_held[h], "host block %d: empty twice, "
+                  "out of range or held", h);
+    const BlockMeta& m = host_pool_.meta(h);
+    KVB_INVARIANT(m.ref == 0 && !m.in_free && !m.indexed && host_twin_[h] < 0, "empty host block %d is in use", h);
+    seen[h] = 1;
+  }
+  uint32_t walked = 0;
+  int32_t prev = -1;
+  bool past_twins = false;
+  for (int32_t h = host_pool_.free_head(); h >= 0; h = host_pool_.meta(h).next) {
+    KVB_INVARIANT(static_cast<uint32_t>(h) < H && !seen[h] && walked < H, "host queue: block %d repeated", h);
+    const BlockMeta& m = host_pool_.meta(h);
+    KVB_INVARIANT(m.in_free && m.ref == 0 && m.indexed && m.has_hash && m.prev == prev,
+                  "cached host block %d: bad state or links", h);
+    if (host_twin_[h] >= 0) KVB_INVARIANT(!past_twins, "host block %d has a device twin behind one without", h);
+    else past_twins = true;
+    seen[h] = 1;
+    prev = h;
+    ++walked;
+  }
+  KVB_INVARIANT(prev == host_pool_.free_tail() && walked == host_pool_.num_free(), "host queue: tail or count");
+  std::vector<int32_t> pins(H, 0);
+  for (const BlockPair& p : pending_loads_) {
+    KVB_INVARIANT(p.first >= 0 && static_cast<uint32_t>(p.first) < H, "pending load from host block %d", p.first);
+    ++pins[p.first];
+    KVB_INVARIANT(host_pool_.meta(p.first).indexed, "pending load %d -> %d: source not cached", p.first, p.second);
+  }
+  size_t held = 0, indexed = 0;
+  for (uint32_t h = 0; h < H; ++h) {
+    const BlockMeta& m = host_pool_.meta(static_cast<int32_t>(h));
+    held += swap_held[h];
+    if (!seen[h])
+      KVB_INVARIANT(m.ref > 0 && m.ref == swap_held[h] + pins[h] && !(swap_held[h] && (pins[h] || m.indexed)),
+                    "host block %u: ref %d, swapped %d, pinned %d", h, m.ref, swap_held[h], pins[h]);
+    if (m.indexed) {
+      ++indexed;
+      KVB_INVARIANT(host_index_.find(m.key) == static_cast<int32_t>(h), "cached host block %u not found by key", h);
+    }
+    int32_t d = host_twin_[h];
+    if (d >= 0)
+      KVB_INVARIANT(m.indexed && d < static_cast<int32_t>(pool_.num_blocks()) && pool_.meta(d).indexed &&
+                        pool_.meta(d).key == m.key,
+                    "host block %u: twin %d does not hold its key", h, d);
+  }
+  KVB_INVARIANT(held == host_held_, "%zu host blocks held by swapped sequences, counter says %zu", held, host_held_);
+  KVB_INVARIANT(indexed == host_index_.size(), "%zu host blocks cached, host index holds %zu", indexed,
+                host_index_.size());
+  for (uint32_t b = 0; b < pool_.num_blocks() && cfg_.host_cache; ++b) {
+    const BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
+    if (!m.indexed) continue;
+    int32_t h = host_index_.find(m.key);
+    KVB_INVARIANT(h < 0 || host_twin_[h] == static_cast<int32_t>(b), "device block %u: host copy %d does not name it",
+                  b, h);
+  }
+  std::vector<uint8_t> dst(H, 0);
+  for (const BlockPair& p : pending_offloads_) {
+    KVB_INVARIANT(p.second >= 0 && static_cast<uint32_t>(p.second) < H && !dst[p.second] &&
+                      host_pool_.meta(p.second).indexed,
+                  "pending offload into host block %d: repeated or not cached", p.second);
+    dst[p.second] = 1;
+  }
+  if (events_.enabled() && cfg_.host_cache) {
+    std::unordered_map<uint64_t, uint32_t> counts;
+    for (uint32_t h = 0; h < H; ++h)
+      if (host_pool_.meta(static_cast<int32_t>(h)).indexed) ++counts[host_pool_.meta(static_cast<int32_t>(h)).hash];
+    KVB_INVARIANT(counts.size() == host_hashes_.size(), "%zu public hashes on the host, event counts hold %zu",
+                  counts.size(), host_hashes_.size());
+    for (const auto& c : counts)
+      KVB_INVARIANT(host_hashes_.count(c.first) == c.second, "host hash %016" PRIx64 ": %u blocks, counted %u",
+                    c.first, c.second, host_hashes_.count(c.first));
+  }
 }
 
 }  // namespace kvb

@@ -24,14 +24,26 @@ Manager::Manager(const ManagerConfig& cfg)
       index_(pool_),
       stored_hashes_(cfg.events ? cfg.num_blocks : 0),
       non_cacheable_(cfg.non_cacheable),
-      seq_table_(64, SeqTraits{}) {
+      seq_table_(64, SeqTraits{}),
+      host_pool_(cfg.num_host_blocks, cfg.block_size),
+      host_index_(host_pool_),
+      host_hashes_(cfg.events && cfg.host_cache ? cfg.num_host_blocks : 0) {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) events_.enable(cfg.event_capacity, bs_);
-  host_meta_.resize(cfg.num_host_blocks);
-  host_tokens_.resize(static_cast<size_t>(cfg.num_host_blocks) * bs_);
-  host_free_.reserve(cfg.num_host_blocks);
-  for (uint32_t h = cfg.num_host_blocks; h-- > 0;) host_free_.push_back(static_cast<int32_t>(h));
+  // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
+  host_empty_.reserve(cfg.num_host_blocks);
+  while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
+  std::reverse(host_empty_.begin(), host_empty_.end());
+  host_twin_.assign(cfg.num_host_blocks, -1);
+  if (cfg.host_cache) {  // pending transfers have unique destinations: these bounds are never passed
+    pending_offloads_.reserve(cfg.num_host_blocks);
+    pending_loads_.reserve(cfg.num_blocks);
+  }
+  if (cfg.events) {
+    parents_.resize(cfg.num_blocks);
+    if (cfg.host_cache) host_parents_.resize(cfg.num_host_blocks);
+  }
 }
 
 // Validation of a configuration happens before any memory is reserved (see capi).
@@ -44,6 +56,8 @@ void validate_config(const ManagerConfig& cfg) {
     fail(Code::invalid_argument, "num_host_blocks %u exceeds %u", cfg.num_host_blocks, kMaxBlocks);
   if (!(cfg.watermark >= 0.0f && cfg.watermark < 1.0f))
     fail(Code::invalid_argument, "watermark %g is not in [0, 1)", static_cast<double>(cfg.watermark));
+  if (cfg.host_cache && cfg.num_host_blocks == 0)
+    fail(Code::invalid_argument, "KVB_CONFIG_HOST_CACHE needs num_host_blocks > 0");
   if (cfg.events && cfg.event_capacity == 0)
     fail(Code::invalid_argument, "event_capacity must be > 0 when events are enabled");
 }
@@ -134,6 +148,23 @@ void Manager::emit(uint32_t type, int32_t b, const ChainLink* parent) {
   events_.push(e, toks);
 }
 
+void Manager::emit_host(uint32_t type, int32_t h, bool stored) {
+  Event e;
+  e.type = type;
+  e.block = h;
+  e.medium = 1;
+  const BlockMeta& m = host_pool_.meta(h);
+  e.hash = m.hash;
+  if (stored) {
+    e.parent_kind = host_parents_[h].kind;
+    e.parent_hash = host_parents_[h].hash;
+    e.has_extra = m.has_extra;
+    e.extra = m.extra;
+    e.num_tokens = bs_;
+  }
+  events_.push(e, stored ? host_pool_.tokens(h) : nullptr);
+}
+
 int32_t Manager::take_free_block() {
   int32_t b = pool_.pop_head();
   BlockMeta& m = pool_.meta(b);
@@ -141,6 +172,7 @@ int32_t Manager::take_free_block() {
     unindex_block(b);
     --cached_free_;
     ++evictions_;
+    if (cfg_.host_cache) offload(b);  // write-back: the content moves to the host level
   }
   m.has_hash = 0;
   m.has_extra = 0;
@@ -201,6 +233,7 @@ void Manager::unindex_block(int32_t b) {
   BlockMeta& m = pool_.meta(b);
   index_.erase_if_points_to(m.key, b);
   m.indexed = 0;
+  if (cfg_.host_cache) host_twin_leave(b);
   if (events_.enabled() && stored_hashes_.remove(m.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
 }
 
@@ -210,6 +243,8 @@ void Manager::index_block(int32_t b, const ChainLink& parent) {
   if (old == b) return;
   if (!m.indexed && m.in_free) ++cached_free_;
   m.indexed = 1;
+  if (cfg_.host_cache) host_twin_enter(b);
+  if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
   // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
   // hashes, so replacing a block by a recomputed copy emits nothing.
   if (events_.enabled() && stored_hashes_.add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
@@ -291,16 +326,26 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
     ExtraKey extra = opts.num_extra_keys ? option_extra_key(opts, i) : ExtraKey{};
     if (!is_cacheable(blk, bs_, extra)) break;
-    int32_t b = index_.find(hasher_.key(out.chain, blk, bs_, extra));
-    if (b < 0) break;
-    const BlockMeta& m = pool_.meta(b);
+    const Key128 key = hasher_.key(out.chain, blk, bs_, extra);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
-    if (std::memcmp(pool_.tokens(b), blk, bs_ * sizeof(int64_t)) != 0) break;
-    if (m.has_extra != extra.present || (extra.present && m.extra != extra.value)) break;
+    auto same = [&](const BlockMeta& m, const int64_t* stored) {
+      return std::memcmp(stored, blk, bs_ * sizeof(int64_t)) == 0 && m.has_extra == extra.present &&
+             (!extra.present || m.extra == extra.value);
+    };
+    int32_t b = index_.find(key);  // the device level first
+    if (b >= 0 && same(pool_.meta(b), pool_.tokens(b))) {
+      ++out.hits;
+      if (pool_.meta(b).ref == 0) ++out.free_hits;
+      if (hits_out) hits_out->push_back(b);
+      out.chain = link_after(pool_.meta(b));
+      continue;
+    }
+    int32_t h = cfg_.host_cache ? host_index_.find(key) : -1;  // then the host level
+    if (h < 0 || !same(host_pool_.meta(h), host_pool_.tokens(h))) break;
     ++out.hits;
-    if (m.ref == 0) ++out.free_hits;
-    if (hits_out) hits_out->push_back(b);
-    out.chain = link_after(m);
+    ++out.host_hits;
+    if (hits_out) hits_out->push_back(-2 - h);  // host hits are stored as -2 - h
+    out.chain = link_after(host_pool_.meta(h));
   }
 }
 
@@ -313,7 +358,7 @@ bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& op
   Lookup lk;
   lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
   *num_cached = static_cast<size_t>(lk.hits) * bs_;
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.free_hits;
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits;
   return pool_.num_free() >= needed + watermark_blocks_;
 }
 
@@ -328,7 +373,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   scratch_hits_.clear();
   Lookup lk;
   lookup(tokens, n, first, opts, &scratch_hits_, lk);
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.free_hits;
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits;
   if (pool_.num_free() < needed + watermark_blocks_)
     fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s (+%u watermark), %u %s free", id, needed,
          plural_s(needed), watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
@@ -345,10 +390,17 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
     drop_seq(s);
     throw;
   }
-  // From here on nothing allocates.
+  // From here on nothing allocates. Device hits are taken and host hits pinned before any block is taken
+  // from the free queue: its evictions (and their offloads) must not touch them.
   for (int32_t b : scratch_hits_) {
-    acquire_cached(b);
+    if (b >= 0) acquire_cached(b);
+    else pin_host(-2 - b);
+  }
+  ChainLink parent = first;
+  for (int32_t b : scratch_hits_) {
+    if (b < 0) b = load_from_host(-2 - b, parent);  // counts as cached: the load runs before the step
     s.table.push_back(b);
+    parent = link_after(pool_.meta(b));
   }
   while (s.table.size() < lk.num_blocks) s.table.push_back(take_free_block());
   size_t cached = static_cast<size_t>(lk.hits) * bs_;
@@ -363,6 +415,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   s.window_next = (opts.sink + bs_ - 1) / bs_;
   query_tokens_ += n;
   hit_tokens_ += cached;
+  host_hit_tokens_ += static_cast<uint64_t>(lk.host_hits) * bs_;
   apply_window(s);
   return cached;
 }
@@ -496,11 +549,7 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
 void Manager::free_seq(int64_t id) {
   Sequence& s = seq(id);
   if (s.swapped) {
-    for (size_t i = s.host_table.size(); i-- > 0;)
-      if (s.host_table[i] >= 0) {
-        host_free_.push_back(s.host_table[i]);  // capacity is num_host_blocks
-        --host_used_;
-      }
+    release_swapped(s);
   } else {
     for (size_t i = s.table.size(); i-- > 0;)
       if (s.table[i] >= 0) release_block(s.table[i]);
@@ -548,8 +597,14 @@ Stats Manager::stats() const {
   st.cow_copies = cow_copies_;
   st.swapped_out_blocks = swapped_out_;
   st.swapped_in_blocks = swapped_in_;
-  st.free_host_blocks = host_free_.size();
+  st.free_host_blocks = host_empty_.size();
   st.events_dropped = events_.dropped_total();
+  st.device_hit_tokens = hit_tokens_ - host_hit_tokens_;
+  st.host_hit_tokens = host_hit_tokens_;
+  st.offloaded_blocks = offloaded_;
+  st.loaded_blocks = loaded_;
+  st.host_evictions = host_evictions_;
+  st.cached_host_blocks = host_pool_.num_free();
   return st;
 }
 

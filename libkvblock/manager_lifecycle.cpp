@@ -1,5 +1,5 @@
-// Beyond the core (DESIGN §6): fork with copy-on-write, rollback, sliding window, host-tier swapping,
-// batch export for kernels and prefix-cache reset.
+// Beyond the core (DESIGN §6): fork with copy-on-write, rollback, sliding window, batch export for
+// kernels and prefix-cache reset. (The host tier is in manager_host.cpp.)
 #include <algorithm>
 #include <cinttypes>
 #include <climits>
@@ -160,118 +160,6 @@ void Manager::apply_window(Sequence& s) {
   s.window_next = std::max(start, end);
 }
 
-// ---- host tier ----------------------------------------------------------------------------------
-
-static size_t held_blocks(const std::vector<int32_t>& table) {
-  size_t n = 0;
-  for (int32_t b : table) n += b >= 0;
-  return n;
-}
-
-Availability Manager::can_swap_out(int64_t id) {
-  size_t need = held_blocks(device_seq(id).table);
-  if (need > cfg_.num_host_blocks) return Availability::never;
-  return host_free_.size() >= need ? Availability::ok : Availability::later;
-}
-
-Availability Manager::can_swap_in(int64_t id) {
-  Sequence& s = seq(id);
-  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  size_t need = held_blocks(s.host_table);
-  if (need > pool_.num_blocks()) return Availability::never;
-  return pool_.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
-}
-
-size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id).table); }
-
-size_t Manager::swap_in_size(int64_t id) {
-  Sequence& s = seq(id);
-  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  return held_blocks(s.host_table);
-}
-
-void Manager::swap_out(int64_t id, int32_t* pairs) {
-  Sequence& s = device_seq(id);
-  size_t need = held_blocks(s.table);
-  if (cfg_.num_host_blocks == 0)
-    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, but there is no host tier "
-         "(num_host_blocks is 0)", id, need, plural_s(need));
-  if (need > host_free_.size())
-    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, %zu %s free", id, need,
-         plural_s(need), host_free_.size(), is_are(host_free_.size()));
-  for (const BlockPair& p : pending_copies_)
-    if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
-      fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
-           id, p.second);
-  s.host_table.assign(s.table.size(), -1);  // the only allocation, before any change
-  size_t k = 0;
-  for (size_t i = 0; i < s.table.size(); ++i) {
-    int32_t b = s.table[i];
-    if (b < 0) continue;
-    int32_t h = host_free_.back();
-    host_free_.pop_back();
-    ++host_used_;
-    host_meta_[h] = pool_.meta(b);  // content description travels with the data
-    std::memcpy(&host_tokens_[static_cast<size_t>(h) * bs_], pool_.tokens(b), bs_ * sizeof(int64_t));
-    s.host_table[i] = h;
-    pairs[2 * k] = b;
-    pairs[2 * k + 1] = h;
-    ++k;
-  }
-  // The device copies stay valid until reused, so cached ones remain findable until evicted.
-  for (size_t i = s.table.size(); i-- > 0;)
-    if (s.table[i] >= 0) {
-      release_block(s.table[i]);
-      s.table[i] = -1;
-    }
-  s.swapped = true;
-  swapped_out_ += k;
-}
-
-void Manager::swap_in(int64_t id, int32_t* pairs) {
-  Sequence& s = seq(id);
-  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  size_t need = held_blocks(s.host_table);
-  if (need > pool_.num_free())
-    fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free block%s, %u %s free", id, need, plural_s(need),
-         pool_.num_free(), is_are(pool_.num_free()));
-  size_t k = 0;
-  ChainLink parent = s.first_link;  // the link of the next block, while the chain is unbroken
-  bool parent_known = true;
-  for (size_t i = 0; i < s.host_table.size(); ++i) {
-    int32_t h = s.host_table[i];
-    if (h < 0) {
-      parent_known = false;  // released by the window: its hash is gone with it
-      continue;
-    }
-    int32_t b = take_free_block();
-    const BlockMeta& hm = host_meta_[h];
-    BlockMeta& m = pool_.meta(b);
-    std::memcpy(pool_.tokens(b), &host_tokens_[static_cast<size_t>(h) * bs_], bs_ * sizeof(int64_t));
-    m.has_hash = hm.has_hash;
-    m.hash = hm.hash;
-    m.key = hm.key;
-    m.has_extra = hm.has_extra;
-    m.extra = hm.extra;
-    // A committed block becomes findable again where no other block holds its hash.
-    if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent);
-    parent_known = m.has_hash;
-    if (m.has_hash) parent = link_after(m);
-    s.table[i] = b;
-    pairs[2 * k] = h;
-    pairs[2 * k + 1] = b;
-    ++k;
-  }
-  for (size_t i = s.host_table.size(); i-- > 0;)
-    if (s.host_table[i] >= 0) {
-      host_free_.push_back(s.host_table[i]);
-      --host_used_;
-    }
-  s.host_table.clear();
-  s.swapped = false;
-  swapped_in_ += k;
-}
-
 // ---- batch export -------------------------------------------------------------------------------
 
 void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
@@ -337,6 +225,7 @@ void Manager::reset_prefix_cache() {
   }
   cached_free_ = 0;
   stored_hashes_.clear();
+  clear_host_cache();
   emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
 }
 

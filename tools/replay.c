@@ -18,6 +18,7 @@ void replay_help(FILE* f) {
       "\n"
       "SYNOPSIS\n"
       "    kvblock replay TRACE [--block-size N] [--num-blocks N] [--format auto|mooncake|tokens]\n"
+      "                   [--host-cache --num-host-blocks N [--kv-bytes-per-block N]]\n"
       "                   [--json] [--quiet] [--check]\n"
       "    kvblock replay TRACE --mode timed [--speed X] [--max-seqs N] [--max-batch-tokens N]\n"
       "                   [--preempt recompute|swap] [--num-host-blocks N] [--watermark F]\n"
@@ -66,6 +67,14 @@ void replay_help(FILE* f) {
       "    --quiet            no progress line and no per-request notes on stderr\n"
       "    --progress         show the progress line even when stderr is not a terminal\n"
       "    --check            run kvb_check_invariants at the end (timed mode: after every step)\n"
+      "    --host-cache       host blocks are a second prefix-cache level (KVB_CONFIG_HOST_CACHE): evicted\n"
+      "                       device blocks are offloaded to --num-host-blocks host blocks and prefix hits\n"
+      "                       may come from there (loaded back); both modes. The report splits hits by\n"
+      "                       tier and gives the blocks and bytes moved each way (offloaded, loaded)\n"
+      "    --num-host-blocks N  host blocks: the host cache, or the swap tier of --preempt swap\n"
+      "                       (default: num-blocks). Sequential mode: with --host-cache only\n"
+      "    --kv-bytes-per-block N  KV bytes per block for the bytes moved (default 131072 * block size:\n"
+      "                       a Llama-3-8B-like layout, 32 layers x K,V x 8 heads x 128 dims x fp16)\n"
       "    -h, --help         this text\n"
       "\n",
       f);
@@ -105,7 +114,8 @@ void replay_help(FILE* f) {
       "      --max-seqs N           running sequences at most (default 128)\n"
       "      --max-batch-tokens N   tokens per step, prefill chunks and decode tokens (default 8192)\n"
       "      --preempt P            recompute (default) or swap\n"
-      "      --num-host-blocks N    host-tier blocks for --preempt swap (default: num-blocks)\n"
+      "      --pcie-gbps F          with --host-cache: each step also takes (offloaded + loaded blocks) *\n"
+      "                             kv-bytes-per-block / F GB/s of simulated time (default 25)\n"
       "      --watermark F          fraction of blocks kept free at admission (default 0.01)\n"
       "      --step-base-us, --step-prefill-us, --step-decode-us, --step-kv-us   the step-time model\n"
       "      --svg FILE             write a plain SVG chart: blocks in use, cached-free blocks and the\n"
@@ -144,6 +154,7 @@ int replay_main(int argc, char** argv) {
   uint64_t v, num_blocks;
   double t0, load_s;
   const char* timed_only = NULL; /* the first timed-mode option given, refused in sequential mode */
+  int host_blocks_given = 0;       /* --num-host-blocks: timed mode, or sequential with --host-cache */
   memset(&o, 0, sizeof o);
   o.block_size = 16;
   o.progress = -1;
@@ -157,6 +168,7 @@ int replay_main(int argc, char** argv) {
   o.step_kv_us = 0.5;
   o.svg_points = 2000;
   o.num_host_blocks = UINT64_MAX; /* = num_blocks unless given */
+  o.pcie_gbps = 25.0;
   for (i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* val = NULL;
@@ -200,7 +212,14 @@ int replay_main(int argc, char** argv) {
       if (!strcmp(val, "swap")) o.preempt_swap = 1;
       else if (!strcmp(val, "recompute")) o.preempt_swap = 0;
       else return usage("--preempt must be recompute or swap");
-    } else if (TIMED_OPT("--num-host-blocks")) {
+    } else if (!strcmp(a, "--host-cache")) {
+      o.host_cache = 1;
+    } else if (OPT("--kv-bytes-per-block")) {
+      if (got < 0 || !parse_u64(a, val, 1, UINT64_C(1) << 40, &o.kv_bytes_per_block)) return EXIT_USAGE;
+    } else if (TIMED_OPT("--pcie-gbps")) {
+      if (got < 0 || !parse_double(a, val, 1e-3, 1e6, &o.pcie_gbps)) return EXIT_USAGE;
+    } else if (OPT("--num-host-blocks")) {
+      host_blocks_given = 1;
       if (got < 0 || !parse_u64("--num-host-blocks", val, 0, 1u << 30, &o.num_host_blocks)) return EXIT_USAGE;
     } else if (TIMED_OPT("--watermark")) {
       if (got < 0 || !parse_double("--watermark", val, 0, 0.99, &o.watermark)) return EXIT_USAGE;
@@ -230,6 +249,12 @@ int replay_main(int argc, char** argv) {
 #undef OPT
   }
   if (!o.path) return usage("no TRACE given");
+  if (!o.timed && host_blocks_given && !o.host_cache)
+    return usage("--num-host-blocks applies to --mode timed or to --host-cache");
+  if (o.host_cache && host_blocks_given && o.num_host_blocks == 0)
+    return usage("--host-cache needs --num-host-blocks > 0");
+  /* Llama-3-8B-like: 32 layers x (K, V) x 8 KV heads x 128 dims x 2 bytes = 128 KiB per token. */
+  if (o.kv_bytes_per_block == 0) o.kv_bytes_per_block = (uint64_t)131072 * o.block_size;
   if (!o.timed && timed_only) {
     char msg[256];
     snprintf(msg, sizeof msg,

@@ -1,6 +1,9 @@
 /* replay_common.c - pieces shared by the sequential and the timed replay. */
 #include "replay_common.h"
 
+#include <stdlib.h>
+
+#include "report.h"
 #include "util.h"
 
 uint64_t replay_default_blocks(const trace* t, uint32_t block_size) {
@@ -28,12 +31,52 @@ kvb_manager* replay_create_manager(const replay_opts* o, uint64_t num_blocks) {
     cfg.num_host_blocks = o->preempt_swap ? (uint32_t)o->num_host_blocks : 0;
     cfg.watermark = (float)o->watermark;
   }
+  if (o->host_cache) {
+    cfg.num_host_blocks = (uint32_t)o->num_host_blocks;
+    cfg.flags |= KVB_CONFIG_HOST_CACHE;
+  }
   s = kvb_manager_create(&cfg, &m);
   if (s != KVB_OK) {
     lib_error("kvb_manager_create", s);
     return NULL;
   }
   return m;
+}
+
+void replay_host_init(replay_host* h, const replay_opts* o, uint64_t num_blocks) {
+  h->off_cap = o->host_cache ? (size_t)o->num_host_blocks : 0;
+  h->load_cap = o->host_cache ? (size_t)num_blocks : 0;
+  h->off = (int32_t*)xmalloc((2 * h->off_cap + 2) * sizeof(int32_t));
+  h->load = (int32_t*)xmalloc((2 * h->load_cap + 2) * sizeof(int32_t));
+  h->moved = 0;
+}
+
+void replay_host_free(replay_host* h) {
+  free(h->off);
+  free(h->load);
+}
+
+kvb_status replay_host_drain(kvb_manager* m, replay_host* h) {
+  size_t no = 0, nl = 0;
+  kvb_status s;
+  if (h->off_cap == 0) return KVB_OK;
+  s = kvb_drain_host_transfers(m, h->off, h->off_cap, &no, h->load, h->load_cap, &nl);
+  if (s == KVB_OK) h->moved += no + nl;
+  return s;
+}
+
+void replay_host_report(report* rep, const replay_opts* o, const kvb_stats* st) {
+  const double gb = (double)o->kv_bytes_per_block / 1e9;
+  if (!o->host_cache) return;
+  report_u64(rep, "num_host_blocks", "host cache blocks", o->num_host_blocks, NULL);
+  report_u64(rep, "device_hit_tokens", "  device hit tokens", st->device_hit_tokens, NULL);
+  report_u64(rep, "host_hit_tokens", "  host hit tokens", st->host_hit_tokens, "(loaded back)");
+  report_u64(rep, "offloaded_blocks", "  offloaded blocks", st->offloaded_blocks, "(device -> host)");
+  report_u64(rep, "loaded_blocks", "  loaded blocks", st->loaded_blocks, "(host -> device)");
+  report_u64(rep, "host_evictions", "  host evictions", st->host_evictions, "blocks");
+  report_u64(rep, "kv_bytes_per_block", "  KV bytes per block", o->kv_bytes_per_block, NULL);
+  report_f64(rep, "offloaded_gb", "  offloaded", (double)st->offloaded_blocks * gb, 1, "GB");
+  report_f64(rep, "loaded_gb", "  loaded", (double)st->loaded_blocks * gb, 1, "GB");
 }
 
 void replay_note(const replay_opts* o, const trace* t, size_t r, const char* why, replay_notes* n) {

@@ -27,6 +27,9 @@ typedef struct replay_opts {
   uint64_t max_batch_tokens; /* tokens per step (prefill chunks + decode tokens) */
   int preempt_swap;      /* 0 recompute, 1 swap */
   uint64_t num_host_blocks;
+  int host_cache;        /* --host-cache: host blocks are a second prefix-cache level */
+  uint64_t kv_bytes_per_block; /* bytes moved per block by offloads and loads (report, timed cost) */
+  double pcie_gbps;      /* timed mode: host <-> device rate charged for the moves, GB/s */
   double watermark;
   double step_base_us;   /* step-time model: base + per prefill token + per decode seq + per KV block read */
   double step_prefill_us;
@@ -51,6 +54,20 @@ typedef struct replay_notes {
 } replay_notes;
 void replay_note(const replay_opts* o, const trace* t, size_t r, const char* why, replay_notes* n);
 void replay_notes_finish(const replay_opts* o, const replay_notes* n);
+
+/* Host-cache transfers (--host-cache): the replay moves no data, it drains the pairs and counts them. */
+typedef struct replay_host {
+  int32_t *off, *load;
+  size_t off_cap, load_cap;
+  uint64_t moved;        /* blocks moved (offloads + loads) since the caller last cleared it */
+} replay_host;
+void replay_host_init(replay_host* h, const replay_opts* o, uint64_t num_blocks);
+void replay_host_free(replay_host* h);
+/* Drains the pending transfers (nothing to do without --host-cache). KVB_OK or the error. */
+kvb_status replay_host_drain(kvb_manager* m, replay_host* h);
+/* Report lines of the host cache: hits by tier, blocks and bytes moved each way, host evictions. */
+struct report;
+void replay_host_report(struct report* rep, const replay_opts* o, const kvb_stats* st);
 
 /* "what (request on line N)": KVB error on stderr. */
 void replay_call_error(const char* what, kvb_status s, const trace* t, size_t r);

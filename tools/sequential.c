@@ -28,7 +28,9 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   report rep;
   char title[512];
   int rc = EXIT_OK;
+  replay_host host;
   if (!m) return EXIT_FAIL;
+  replay_host_init(&host, o, num_blocks);
   for (r = 0; r < t->num_reqs; r++)
     if (t->reqs[r].input_length > max_prompt) max_prompt = t->reqs[r].input_length;
   tokens = (int64_t*)xmalloc((size_t)(max_prompt ? max_prompt : 1) * sizeof *tokens);
@@ -52,6 +54,10 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
       rc = fail_call("kvb_seq_allocate", s, t, r);
       break;
     }
+    if ((s = replay_host_drain(m, &host)) != KVB_OK) { /* offloads and loads run before the step */
+      rc = fail_call("kvb_drain_host_transfers", s, t, r);
+      break;
+    }
     replayed++;
     prompt += n;
     cached += hit;
@@ -67,8 +73,8 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
         replay_note(o, t, r, "ran out of blocks while decoding: generation cut short", &notes);
         break;
       }
-      if (s != KVB_OK || (s = kvb_seq_commit(m, id, 1)) != KVB_OK) {
-        rc = fail_call(s == KVB_OK ? "kvb_seq_commit" : "kvb_seq_append", s, t, r);
+      if (s != KVB_OK || (s = replay_host_drain(m, &host)) != KVB_OK || (s = kvb_seq_commit(m, id, 1)) != KVB_OK) {
+        rc = fail_call("kvb_seq_append / kvb_drain_host_transfers / kvb_seq_commit", s, t, r);
         break;
       }
       generated++;
@@ -86,6 +92,7 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   progress_finish(&pr);
   replay_notes_finish(o, &notes);
   free(tokens);
+  replay_host_free(&host);
   if (rc == EXIT_OK && o->check && (s = kvb_check_invariants(m)) != KVB_OK) {
     lib_error("kvb_check_invariants", s);
     rc = EXIT_FAIL;
@@ -118,6 +125,7 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   report_ratio(&rep, "hit_ratio", "hit ratio", prompt ? (double)cached / (double)prompt : 0.0);
   report_u64(&rep, "generated_tokens", "generated tokens", generated, NULL);
   report_u64(&rep, "evictions", "evictions", st.evictions, "blocks");
+  replay_host_report(&rep, o, &st);
   report_u64(&rep, "blocks", "blocks handled", blocks, NULL);
   report_f64(&rep, "load_s", "trace load", load_s, 3, "s");
   report_f64(&rep, "elapsed_s", "elapsed", elapsed, 3, "s (replay loop)");

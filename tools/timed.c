@@ -39,6 +39,8 @@ typedef struct sim {
   int32_t* pairs;                  /* scratch: swap pairs */
   size_t pairs_cap;
   double mgr_s;                    /* time inside libkvblock calls */
+  replay_host host;                /* --host-cache transfers: blocks moved this step */
+  double transfer_s;               /* simulated time charged to them */
   uint64_t preempt_recompute, swap_outs, swap_ins, skipped, cut;
   replay_notes notes;
   uint64_t first_query, first_hit; /* prompt tokens and hits at first admission */
@@ -136,6 +138,7 @@ static int admit(sim* S, size_t r) {
   }
   t0 = now_s();
   st = kvb_seq_allocate(S->m, (int64_t)r, S->tokens, (size_t)q->ntok, &cached);
+  if (st == KVB_OK) st = replay_host_drain(S->m, &S->host); /* its loads run before the step */
   S->mgr_s += now_s() - t0;
   if (st == KVB_ERR_OUT_OF_BLOCKS) return 0;
   if (st != KVB_OK) {
@@ -198,6 +201,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
   S.t = t;
   S.n = t->num_reqs;
   if (!(S.m = replay_create_manager(o, num_blocks))) return EXIT_FAIL;
+  replay_host_init(&S.host, o, num_blocks);
   S.s = (tseq*)xcalloc(S.n ? S.n : 1, sizeof *S.s);
   S.running = (size_t*)xmalloc((S.n ? S.n : 1) * sizeof(size_t));
   S.waitq = (size_t*)xmalloc((S.n ? S.n : 1) * sizeof(size_t));
@@ -248,6 +252,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       t0 = now_s();
       s2 = kvb_seq_can_swap_in(S.m, (int64_t)r, &a);
       if (s2 == KVB_OK && a == KVB_AVAIL_OK) s2 = kvb_seq_swap_in(S.m, (int64_t)r, S.pairs, S.pairs_cap, &np);
+      if (s2 == KVB_OK && a == KVB_AVAIL_OK) s2 = replay_host_drain(S.m, &S.host);
       S.mgr_s += now_s() - t0;
       if (s2 != KVB_OK) {
         fail_lib(&S, "kvb_seq_swap_in", s2, r);
@@ -271,6 +276,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       for (;;) {
         t0 = now_s();
         s2 = kvb_seq_append(S.m, (int64_t)r, &tok, 1);
+        if (s2 == KVB_OK) s2 = replay_host_drain(S.m, &S.host);
         if (s2 == KVB_OK) s2 = kvb_seq_commit(S.m, (int64_t)r, 1);
         S.mgr_s += now_s() - t0;
         if (s2 != KVB_ERR_OUT_OF_BLOCKS) break;
@@ -337,6 +343,12 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
     /* 4. Advance the simulated clock by the modelled step time. */
     dt = (o->step_base_us + o->step_prefill_us * (double)(S.prefill_tokens - prefill0) +
           o->step_decode_us * (double)(S.decode_tokens - decode0) + o->step_kv_us * (double)kv) * 1e-6;
+    if (S.host.moved) { /* host-cache offloads and loads at --pcie-gbps, before the forward pass */
+      double move = (double)S.host.moved * (double)o->kv_bytes_per_block / (o->pcie_gbps * 1e9);
+      dt += move;
+      S.transfer_s += move;
+      S.host.moved = 0;
+    }
     clock += dt;
     steps++;
     /* 5. First tokens and completions at the end of the step. */
@@ -443,6 +455,8 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
       report_u64(&rep, "swap_outs", "  by swap out", S.swap_outs, NULL);
       report_u64(&rep, "swap_ins", "swap ins", S.swap_ins, NULL);
       report_u64(&rep, "evictions", "evictions", st.evictions, "blocks");
+      replay_host_report(&rep, o, &st);
+      if (o->host_cache) report_f64(&rep, "transfer_s", "  transfer time", S.transfer_s, 3, "s (simulated, in steps)");
       report_f64(&rep, "peak_blocks_used", "peak blocks in use", peak_used, 0, NULL);
       report_f64(&rep, "mean_blocks_used", "mean blocks in use", clock > 0 ? used_area / clock : 0.0, 1,
                  "(time-weighted)");
@@ -468,6 +482,7 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
   free(S.swapped);
   free(S.tokens);
   free(S.pairs);
+  replay_host_free(&S.host);
   free(order);
   kvb_manager_destroy(S.m);
   return rc;

@@ -20,7 +20,7 @@ static void test_out_of_blocks_changes_nothing(void) {
   CHECK(kvbt_free(m) == 1);
   kvbt_snap_take(m, all_ids, NSEQ, &before);
   CHECK_STATUS(kvb_batch_append(m, ids, toks, 3), KVB_ERR_OUT_OF_BLOCKS);
-  CHECK(strstr(kvb_last_error(), "needs 2 free blocks, 1 are free") != NULL);
+  CHECK(strstr(kvb_last_error(), "needs 2 free blocks, 1 is free") != NULL);
   kvbt_snap_take(m, all_ids, NSEQ, &after);
   CHECK(kvbt_snap_eq(&before, &after));
   /* without seq 1 it fits */

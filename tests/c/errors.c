@@ -63,7 +63,8 @@ static void test_bad_config(void) {
   BASE(); cfg.watermark = 1.5f; expect_bad_config(&cfg, "watermark 1.5", __LINE__);
   BASE(); cfg.watermark = -0.25f; expect_bad_config(&cfg, "watermark -0.25", __LINE__);
   BASE(); cfg.watermark = (float)NAN; expect_bad_config(&cfg, "nan", __LINE__);
-  BASE(); cfg.flags = 4; expect_bad_config(&cfg, "0x4", __LINE__);
+  BASE(); cfg.flags = 8; expect_bad_config(&cfg, "0x8", __LINE__);
+  BASE(); cfg.flags = KVB_CONFIG_HOST_CACHE; expect_bad_config(&cfg, "num_host_blocks > 0", __LINE__);
   BASE(); cfg.flags = KVB_CONFIG_EVENTS | 0x80; expect_bad_config(&cfg, "0x82", __LINE__);
   BASE(); cfg.non_cacheable_tokens = NULL; cfg.num_non_cacheable_tokens = 3; expect_bad_config(&cfg, "3", __LINE__);
   CHECK_MSG("non_cacheable_tokens");

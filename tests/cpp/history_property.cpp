@@ -44,6 +44,7 @@ struct Config {
   const char* name;
   uint32_t bs, num_blocks, flags;
   bool non_cacheable;  // token 3 is non-cacheable (then only an extra key makes its block cacheable)
+  uint32_t num_host_blocks = 0;  // with KVB_CONFIG_HOST_CACHE: host hits are checked the same way
 };
 
 class HistoryTest {
@@ -55,6 +56,7 @@ class HistoryTest {
     kc.num_blocks = c.num_blocks;
     kc.flags = c.flags;
     kc.index_seed = seed + 1;
+    kc.num_host_blocks = c.num_host_blocks;
     static const int64_t nc[1] = {3};
     if (c.non_cacheable) {
       kc.non_cacheable_tokens = nc;
@@ -62,6 +64,7 @@ class HistoryTest {
     }
     ok_ = kvb_manager_create(&kc, &m_) == KVB_OK;
     block_history_.assign(c.num_blocks, History{});
+    host_history_.assign(c.num_host_blocks, History{});
   }
   ~HistoryTest() { kvb_manager_destroy(m_); }
 
@@ -78,6 +81,7 @@ class HistoryTest {
     return true;
   }
   uint64_t hits() const { return hit_blocks_; }
+  uint64_t host_loads() const { return host_loads_; }
 
  private:
   bool fail(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
@@ -109,6 +113,20 @@ class HistoryTest {
     if (kvb_seq_block_table(m_, id, t.data(), t.size(), &len) != KVB_OK)
       return fail("block_table(%" PRId64 "): %s", id, kvb_last_error());
     t.resize(len);
+    return true;
+  }
+
+  // Host-cache transfers of the last call, applied to the model in the order the caller runs them:
+  // offloads copy a device block's K/V to the host before anything overwrites it, then loads copy back.
+  bool transfers() {
+    if (!(cfg_.flags & KVB_CONFIG_HOST_CACHE)) return true;
+    std::vector<int32_t> off(2 * cfg_.num_host_blocks + 2), load(2 * cfg_.num_blocks + 2);
+    size_t no = 0, nl = 0;
+    if (kvb_drain_host_transfers(m_, off.data(), off.size() / 2, &no, load.data(), load.size() / 2, &nl) != KVB_OK)
+      return fail("drain_host_transfers: %s", kvb_last_error());
+    for (size_t i = 0; i < no; ++i) host_history_[off[2 * i + 1]] = block_history_[off[2 * i]];
+    for (size_t i = 0; i < nl; ++i) block_history_[load[2 * i + 1]] = host_history_[load[2 * i]];
+    host_loads_ += nl;
     return true;
   }
 
@@ -207,6 +225,7 @@ class HistoryTest {
     if (st == KVB_ERR_OUT_OF_BLOCKS) return cs == KVB_ERR_OUT_OF_BLOCKS ? true : fail("can_allocate said OK");
     if (st != KVB_OK) return fail("allocate: %s", kvb_last_error());
     if (cs != KVB_OK || would != cached) return fail("can_allocate %zu vs allocate %zu cached", would, cached);
+    if (!transfers()) return false;
     if (cached % cfg_.bs) return fail("cached %zu is not whole blocks", cached);
     std::vector<int32_t> t;
     if (!table(id, t)) return false;
@@ -247,6 +266,7 @@ class HistoryTest {
     kvb_status st = kvb_seq_append(m_, id, add.data(), n);
     if (st == KVB_ERR_OUT_OF_BLOCKS) return true;
     if (st != KVB_OK) return fail("append: %s", kvb_last_error());
+    if (!transfers()) return false;
     uint64_t from = s.tokens.size();
     s.tokens.insert(s.tokens.end(), add.begin(), add.end());
     return wrote(id, from, s.tokens.size()) && drain();
@@ -325,7 +345,8 @@ class HistoryTest {
   int64_t next_id_ = 1;
   std::map<int64_t, MSeq> seqs_;
   std::vector<MSeq> prompts_;  // recent prompts, for variants
-  std::vector<History> block_history_;
+  std::vector<History> block_history_, host_history_;
+  uint64_t host_loads_ = 0;
   uint64_t hit_blocks_ = 0;
 };
 
@@ -334,12 +355,15 @@ const Config kConfigs[] = {
     {"bs2_plain", 2, 24, 0, false},          {"bs2_keyed", 2, 24, KVB_CONFIG_KEYED_INDEX, false},
     {"bs2_plain_nc", 2, 32, 0, true},        {"bs3_keyed_nc", 3, 32, KVB_CONFIG_KEYED_INDEX, true},
     {"bs2_plain_events", 2, 16, KVB_CONFIG_EVENTS, false},
+    {"bs2_host_cache", 2, 12, KVB_CONFIG_HOST_CACHE, false, 10},
+    {"bs1_host_keyed_events", 1, 10, KVB_CONFIG_HOST_CACHE | KVB_CONFIG_KEYED_INDEX | KVB_CONFIG_EVENTS, true, 6},
+    {"bs3_host_cache_nc", 3, 16, KVB_CONFIG_HOST_CACHE, true, 24},
 };
 
 void run_config(const Config& c) {
   const bool quick = getenv("KVB_TEST_QUICK") != nullptr;
   const int seeds = quick ? 20 : 200, steps = quick ? 200 : 500;
-  uint64_t hits = 0;
+  uint64_t hits = 0, loads = 0;
   for (int seed = 0; seed < seeds; ++seed) {
     HistoryTest t(c, static_cast<uint64_t>(seed));
     if (!t.run(steps)) {
@@ -348,8 +372,14 @@ void run_config(const Config& c) {
       return;
     }
     hits += t.hits();
+    loads += t.host_loads();
   }
-  printf("     %s: %d seeds x %d steps, %" PRIu64 " hit blocks checked\n", c.name, seeds, steps, hits);
+  printf("     %s: %d seeds x %d steps, %" PRIu64 " hit blocks checked, %" PRIu64 " loaded from the host\n", c.name,
+         seeds, steps, hits, loads);
+  if ((c.flags & KVB_CONFIG_HOST_CACHE) && loads == 0) {
+    fprintf(stderr, "%s: no host hit was exercised\n", c.name);
+    kvbt_case_failures++;
+  }
   if (hits == 0) {
     fprintf(stderr, "%s: no hit was exercised\n", c.name);
     kvbt_case_failures++;
@@ -365,6 +395,9 @@ CONFIG_TEST(3)
 CONFIG_TEST(4)
 CONFIG_TEST(5)
 CONFIG_TEST(6)
+CONFIG_TEST(7)
+CONFIG_TEST(8)
+CONFIG_TEST(9)
 
 }  // namespace
 
@@ -376,5 +409,8 @@ int main() {
   RUN_TEST(history_4);
   RUN_TEST(history_5);
   RUN_TEST(history_6);
+  RUN_TEST(history_7);
+  RUN_TEST(history_8);
+  RUN_TEST(history_9);
   TEST_SUMMARY();
 }

@@ -12,7 +12,7 @@ awk 'BEGIN { for (r = 0; r < 12; r++) { printf "{\"timestamp\": %d, \"prompt\": 
 
 # Every timed-mode option is refused in sequential mode (exit 2), naming the option and why.
 for a in "--speed 2" "--max-seqs 4" "--max-batch-tokens 64" "--preempt recompute" "--preempt swap" \
-         "--num-host-blocks 8" "--watermark 0.1" "--step-base-us 1" "--step-prefill-us 1" "--step-decode-us 1" \
+         "--watermark 0.1" "--step-base-us 1" "--step-prefill-us 1" "--step-decode-us 1" \
          "--step-kv-us 1" "--svg $TMP/s.svg" "--svg-points 10" "--speed=2"; do
   # shellcheck disable=SC2086
   "$KVB" replay "$BURST" $a >"$TMP/o.txt" 2>"$TMP/o.err"

@@ -1,7 +1,7 @@
 """The loaded libkvblock: `ffi` (the declarations) and `lib` (the shared library), through cffi in ABI mode.
 
 Which library: `load(path)` / `load(system=True)` when called, else $KVBLOCK_LIB=/path/to/libkvblock.so,
-else $KVBLOCK_USE_SYSTEM=1 (the loader path: ldconfig, LD_LIBRARY_PATH), else the copy bundled in the
+else $KVBLOCK_USE_SYSTEM=1 (pkg-config's libdir, else the loader path), else the copy bundled in the
 installed package, else the repository's build tree (running from a source checkout).
 Which declarations: $KVBLOCK_CDEF, else the cdef bundled with the package (generated at build time by
 `cc -E -P -DKVB_CDEF abi/kvblock.h`), else the repository header run through $CC (source checkout only),
@@ -25,6 +25,13 @@ BUNDLED_CDEF = _HERE / "kvblock_cdef.h"
 
 
 def _system_library() -> str:
+    """An installed libkvblock: pkg-config's libdir when it knows kvblock, else the loader path."""
+    pc = shutil.which("pkg-config")
+    if pc:
+        r = subprocess.run([pc, "--variable=libdir", "kvblock"], capture_output=True, text=True)
+        so = Path(r.stdout.strip()) / "libkvblock.so.0"
+        if r.returncode == 0 and so.exists():
+            return str(so)
     return ctypes.util.find_library("kvblock") or "libkvblock.so.0"
 
 

@@ -20,8 +20,11 @@ def requests(model, count=6, prefix=40, seed=1, n=1, temperature=0.0, max_tokens
                     max_tokens, n=n, temperature=temperature, seed=seed) for r in range(count)]
 
 
-def run_and_check(model, reqs, cfg):
+def run_and_check(model, reqs, cfg, on_export=None):
     eng = Engine(model, cfg)
+    if on_export:  # look at every step's kernel inputs
+        export = eng.mgr.batch_export
+        eng.mgr.batch_export = lambda ids, bufs: on_export(export(ids, bufs))
     for r in reqs:
         eng.add_request(r)
     finished = eng.run()
@@ -73,9 +76,21 @@ def test_parallel_sampling_fork_copy_on_write(model):
 
 def test_sliding_window():
     model = Model(ModelConfig(seed=4, window=16, sink=4))
+    released = []
+
+    def count_released(batch):  # table slots the window released: -1 before a sequence's last block
+        for row, n in zip(batch.block_tables, batch.seq_lens):
+            released.append(int((row[: (int(n) + 7) // 8] == -1).sum()))
+        return batch
+
     eng = run_and_check(model, requests(model, count=4, prefix=48),
-                        EngineConfig(num_blocks=128, block_size=8, max_batched_tokens=64, record_logits=True))
-    assert eng.mgr.stats()["hit_tokens"] > 0
+                        EngineConfig(num_blocks=128, block_size=8, max_batched_tokens=64, record_logits=True),
+                        on_export=count_released)
+    assert eng.mgr.stats()["hit_tokens"] > 0 and max(released) >= 4
+    # the window changes the model: without it the reference generates other logits
+    full = Model(ModelConfig(seed=4))
+    r = requests(model, count=1, prefix=48)[0]
+    assert not np.allclose(reference_generate(full, r.prompt, 2)[1], reference_generate(model, r.prompt, 2)[1])
 
 
 def test_prefix_caching_reduces_computed_tokens(model):

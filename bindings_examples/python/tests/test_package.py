@@ -52,3 +52,18 @@ def test_bench_runs_small():
     r = bench.run(n=8, length=40, bs=16, reps=5)
     assert set(r) == {"per_sequence_us", "batched_us", "raw_cffi_us"}
     assert all(med >= low > 0 for med, low in r.values())
+
+
+def test_system_library_through_pkg_config(tmp_path):
+    """KVBLOCK_USE_SYSTEM=1 loads libkvblock.so.0 from pkg-config's libdir (a stand-in pkg-config here)."""
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (libdir / "libkvblock.so.0").symlink_to(Path(kvblock.library_path()).resolve())
+    fake = tmp_path / "bin" / "pkg-config"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\n[ \"$2\" = kvblock ] && echo {libdir} && exit 0\nexit 1\n")
+    fake.chmod(0o755)
+    r = run_python(["-c", "import kvblock; print(kvblock.library_path())"],
+                   {"KVBLOCK_USE_SYSTEM": "1", "PATH": f"{fake.parent}:{os.environ['PATH']}"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(libdir / "libkvblock.so.0")

@@ -31,6 +31,11 @@ class EngineConfig:
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
     max_steps: int = 100000          # guard against a scheduler that stops making progress
+    # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):
+    kv_events_endpoint: Optional[str] = None         # e.g. "tcp://*:5557"; None = no events
+    kv_events_replay_endpoint: Optional[str] = None  # optional ROUTER for replay, e.g. "tcp://*:5558"
+    kv_events_topic: str = ""
+    kv_events_encoding: str = "map"                  # or "array"
 
 
 @dataclass
@@ -63,7 +68,14 @@ class Engine:
         mc = model.cfg
         if cfg.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {cfg.preemption!r}")
-        self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks)
+        self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks,
+                           events=cfg.kv_events_endpoint is not None)
+        self.publisher = None
+        if cfg.kv_events_endpoint is not None:
+            from ..events import KvEventPublisher  # pyzmq and msgpack only when events are on
+            self.publisher = KvEventPublisher(self.mgr, endpoint=cfg.kv_events_endpoint,
+                                              replay_endpoint=cfg.kv_events_replay_endpoint,
+                                              topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding)
         self.cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
         self.host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
                              "float32") if cfg.num_host_blocks else None)
@@ -97,8 +109,20 @@ class Engine:
             if self.metrics.steps >= self.cfg.max_steps:
                 raise RuntimeError(f"engine: no completion after {self.metrics.steps} steps")
             self.step()
+            self.publish_events()
         self.metrics.total_s += time.perf_counter() - t0
         return self.finished
+
+    def publish_events(self) -> None:
+        """Sends the KV events of the steps so far (run() does it after every step)."""
+        if self.publisher is not None:
+            self.publisher.flush()
+
+    def close(self) -> None:
+        """Stops the event publisher (after sending what it holds)."""
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
 
     # -- scheduling ----------------------------------------------------------------------------------
     def _free_blocks_after(self, new_tokens: int) -> int:

@@ -1,0 +1,263 @@
+// The host tier (DESIGN §6): host blocks shared by swapped-out sequences and, with
+// KVB_CONFIG_HOST_CACHE, a second prefix-cache level.
+//
+// A host block is empty (host_empty_), held (ref > 0: by a swapped-out sequence, or pinned by pending
+// loads that read it), or cached: in host_index_ and in host_pool_'s queue. The queue is the eviction
+// order: first the cached blocks whose content the device index also holds (host_twin_ >= 0: dropping
+// them loses nothing now), then the others from least to most recently used. So a host copy of a block
+// loaded back to the device is kept while it costs nothing (when the device copy is evicted later, it is
+// already on the host: no transfer), and is the first to go when room is needed (the combined capacity
+// stays in use, as in an exclusive design). Swapped-out sequences win over the cache: swap_out evicts
+// cached host blocks; the cache never takes a swapped-out sequence's block.
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+static void copy_content(const BlockMeta& from, BlockMeta& to) {
+  to.has_hash = from.has_hash;
+  to.hash = from.hash;
+  to.key = from.key;
+  to.has_extra = from.has_extra;
+  to.extra = from.extra;
+}
+
+// ---- host cache -----------------------------------------------------------------------------------
+
+int32_t Manager::take_host_block() {
+  if (!host_empty_.empty()) {
+    int32_t h = host_empty_.back();
+    host_empty_.pop_back();
+    return h;
+  }
+  if (host_pool_.num_free() == 0) return -1;
+  int32_t h = host_pool_.pop_head();
+  BlockMeta& m = host_pool_.meta(h);
+  host_index_.erase_if_points_to(m.key, h);
+  m.indexed = 0;
+  ++host_evictions_;
+  if (events_.enabled() && host_hashes_.remove(m.hash)) emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
+  m.has_hash = 0;
+  host_twin_[h] = -1;
+  // Its pending offload (if any) would now overwrite the block's next content: drop it.
+  for (size_t i = 0; i < pending_offloads_.size(); ++i)
+    if (pending_offloads_[i].second == h) {
+      pending_offloads_.erase(pending_offloads_.begin() + static_cast<long>(i));
+      --offloaded_;
+      break;
+    }
+  return h;
+}
+
+void Manager::offload(int32_t b) {
+  const BlockMeta& m = pool_.meta(b);
+  if (host_index_.find(m.key) >= 0) return;  // already on the host (it came from there): nothing to copy
+  int32_t h = take_host_block();
+  if (h < 0) return;  // every host block is held: the content is dropped
+  BlockMeta& hm = host_pool_.meta(h);
+  copy_content(m, hm);
+  std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
+  host_index_.put(hm.key, h);
+  hm.indexed = 1;
+  hm.ref = 0;
+  host_pool_.push_tail(h);
+  pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
+  ++offloaded_;
+  if (events_.enabled()) {
+    host_parents_[h] = parents_[b];
+    if (host_hashes_.add(hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
+  }
+}
+
+void Manager::host_twin_enter(int32_t b) {
+  int32_t h = host_index_.find(pool_.meta(b).key);
+  if (h < 0) return;
+  host_twin_[h] = b;
+  if (host_pool_.meta(h).in_free) {  // now a free drop: to the front of the eviction order
+    host_pool_.unlink(h);
+    host_pool_.push_head(h);
+  }
+}
+
+void Manager::host_twin_leave(int32_t b) {
+  int32_t h = host_index_.find(pool_.meta(b).key);
+  if (h < 0 || host_twin_[h] != b) return;
+  host_twin_[h] = -1;
+  if (host_pool_.meta(h).in_free) {  // the only copy now, and just used: most recent
+    host_pool_.unlink(h);
+    host_pool_.push_tail(h);
+  }
+}
+
+void Manager::pin_host(int32_t h) {
+  BlockMeta& m = host_pool_.meta(h);
+  if (m.in_free) host_pool_.unlink(h);
+  ++m.ref;
+}
+
+int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
+  int32_t d = take_free_block();
+  BlockMeta& m = pool_.meta(d);
+  copy_content(host_pool_.meta(h), m);
+  std::memcpy(pool_.tokens(d), host_pool_.tokens(h), bs_ * sizeof(int64_t));
+  ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
+  pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
+  ++loaded_;
+  index_block(d, parent);
+  return d;
+}
+
+void Manager::release_host_transfers() {
+  pending_offloads_.clear();
+  for (const BlockPair& p : pending_loads_) {
+    BlockMeta& hm = host_pool_.meta(p.first);
+    if (--hm.ref == 0) {
+      if (host_twin_[p.first] >= 0) host_pool_.push_head(p.first);
+      else host_pool_.push_tail(p.first);
+    }
+    release_block(p.second);
+  }
+  pending_loads_.clear();
+}
+
+void Manager::clear_host_cache() {
+  while (host_pool_.num_free() > 0) {
+    int32_t h = host_pool_.pop_head();
+    BlockMeta& m = host_pool_.meta(h);
+    m.indexed = m.has_hash = 0;
+    host_twin_[h] = -1;
+    host_empty_.push_back(h);
+  }
+  host_index_.clear();
+  host_hashes_.clear();
+  offloaded_ -= pending_offloads_.size();
+  pending_offloads_.clear();
+}
+
+// ---- swapping -----------------------------------------------------------------------------------
+
+static size_t held_blocks(const std::vector<int32_t>& table) {
+  size_t n = 0;
+  for (int32_t b : table) n += b >= 0;
+  return n;
+}
+
+size_t Manager::host_available() const { return host_empty_.size() + host_pool_.num_free(); }
+
+Availability Manager::can_swap_out(int64_t id) {
+  size_t need = held_blocks(device_seq(id).table);
+  if (need > cfg_.num_host_blocks) return Availability::never;
+  return host_available() >= need ? Availability::ok : Availability::later;
+}
+
+Availability Manager::can_swap_in(int64_t id) {
+  Sequence& s = seq(id);
+  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
+  size_t need = held_blocks(s.host_table);
+  if (need > pool_.num_blocks()) return Availability::never;
+  return pool_.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
+}
+
+size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id).table); }
+
+size_t Manager::swap_in_size(int64_t id) {
+  Sequence& s = seq(id);
+  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
+  return held_blocks(s.host_table);
+}
+
+void Manager::swap_out(int64_t id, int32_t* pairs) {
+  Sequence& s = device_seq(id);
+  size_t need = held_blocks(s.table);
+  if (cfg_.num_host_blocks == 0)
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, but there is no host tier "
+         "(num_host_blocks is 0)", id, need, plural_s(need));
+  if (need > host_available())
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, %zu %s free", id, need,
+         plural_s(need), host_available(), is_are(host_available()));
+  for (const BlockPair& p : pending_copies_)
+    if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
+      fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
+           id, p.second);
+  for (const BlockPair& p : pending_loads_)
+    if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
+      fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending load from the host; drain and run it first", id,
+           p.second);
+  s.host_table.assign(s.table.size(), -1);  // the only allocation, before any change
+  size_t k = 0;
+  for (size_t i = 0; i < s.table.size(); ++i) {
+    int32_t b = s.table[i];
+    if (b < 0) continue;
+    int32_t h = take_host_block();  // never -1: host_available() >= need
+    BlockMeta& hm = host_pool_.meta(h);
+    copy_content(pool_.meta(b), hm);  // content description travels with the data
+    hm.ref = 1;
+    std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
+    ++host_held_;
+    s.host_table[i] = h;
+    pairs[2 * k] = b;
+    pairs[2 * k + 1] = h;
+    ++k;
+  }
+  // The device copies stay valid until reused, so cached ones remain findable until evicted.
+  for (size_t i = s.table.size(); i-- > 0;)
+    if (s.table[i] >= 0) {
+      release_block(s.table[i]);
+      s.table[i] = -1;
+    }
+  s.swapped = true;
+  swapped_out_ += k;
+}
+
+void Manager::release_swapped(Sequence& s) {
+  for (size_t i = s.host_table.size(); i-- > 0;) {
+    int32_t h = s.host_table[i];
+    if (h < 0) continue;
+    BlockMeta& hm = host_pool_.meta(h);
+    hm.ref = 0;
+    hm.has_hash = 0;
+    host_empty_.push_back(h);  // capacity is num_host_blocks
+    --host_held_;
+  }
+}
+
+void Manager::swap_in(int64_t id, int32_t* pairs) {
+  Sequence& s = seq(id);
+  if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
+  size_t need = held_blocks(s.host_table);
+  if (need > pool_.num_free())
+    fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free block%s, %u %s free", id, need, plural_s(need),
+         pool_.num_free(), is_are(pool_.num_free()));
+  size_t k = 0;
+  ChainLink parent = s.first_link;  // the link of the next block, while the chain is unbroken
+  bool parent_known = true;
+  for (size_t i = 0; i < s.host_table.size(); ++i) {
+    int32_t h = s.host_table[i];
+    if (h < 0) {
+      parent_known = false;  // released by the window: its hash is gone with it
+      continue;
+    }
+    int32_t b = take_free_block();
+    BlockMeta& m = pool_.meta(b);
+    copy_content(host_pool_.meta(h), m);
+    std::memcpy(pool_.tokens(b), host_pool_.tokens(h), bs_ * sizeof(int64_t));
+    // A committed block becomes findable again where no other block holds its hash.
+    if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent);
+    parent_known = m.has_hash;
+    if (m.has_hash) parent = link_after(m);
+    s.table[i] = b;
+    pairs[2 * k] = h;
+    pairs[2 * k + 1] = b;
+    ++k;
+  }
+  release_swapped(s);
+  s.host_table.clear();
+  s.swapped = false;
+  swapped_in_ += k;
+}
+
+}  // namespace kvb

@@ -101,9 +101,10 @@ $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvbl
 	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
+# -MMD: a test that includes library headers (kernels/*.h) is rebuilt when they change.
 $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h) $(STLIB)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_) -Iabi -Itests -o $@ $< $(STLIB) $(LDLIBS_)
+	@mkdir -p $(dir $@) $(BUILD)/obj/tests
+	$(CXX) $(CXXFLAGS_) -Iabi -Itests -MMD -MP -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< $(STLIB) $(LDLIBS_)
 
 tests: all $(C_TESTS) $(CPP_TESTS)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -108,7 +108,10 @@ class Manager:
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
-                 event_capacity: int = 65536, index_seed: int = 0) -> None:
+                 event_capacity: int = 65536, index_seed: int = 0, host_cache: bool = False) -> None:
+        """host_cache: the num_host_blocks host blocks are also a second prefix-cache level
+        (KVB_CONFIG_HOST_CACHE): evicted device blocks are offloaded there and prefix hits can be loaded
+        back; run the copies that drain_host_transfers hands out (see there)."""
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
@@ -120,7 +123,8 @@ class Manager:
         if non_cacheable_tokens is not None:
             keep, n = int64_ptr(non_cacheable_tokens, "non_cacheable_tokens")
             cfg.non_cacheable_tokens, cfg.num_non_cacheable_tokens = keep, n
-        cfg.flags = (lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+        cfg.flags = ((lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+                     | (lib.KVB_CONFIG_HOST_CACHE if host_cache else 0))
         cfg.event_capacity = as_index(event_capacity, "event_capacity")
         cfg.index_seed = as_index(index_seed, "index_seed")
         out = ffi.new("kvb_manager**")
@@ -129,6 +133,7 @@ class Manager:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_host_blocks
+        self.host_cache = bool(host_cache)
 
     def close(self) -> None:
         """Destroys the C manager; later calls raise KvbArgumentError. Idempotent and safe to call from
@@ -301,6 +306,29 @@ class Manager:
     def swap_in(self, seq_id: int) -> np.ndarray:
         """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
         return self._pairs_call(self._lib.kvb_seq_swap_in, self._h, as_index(seq_id, "seq_id"))
+
+    def drain_host_transfers(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Every pending host-cache transfer, oldest first: (offloads, loads), [n, 2] int32 copies each.
+        offloads rows are (device src, host dst), loads rows (host src, device dst); run them with
+        swap_blocks before anything overwrites their device blocks, in this order: all offloads, then all
+        loads, then the copy-on-write copies (drain_copies) and swap-in pairs, then the forward step.
+        Until drained, a load holds its host source and device destination. Empty without host_cache."""
+        lib = self._lib
+        # Buffers are per call, as in _pairs_call: a Manager may be shared by threads.
+        offloads, loads = np.empty((16, 2), np.int32), np.empty((16, 2), np.int32)
+        n_off, n_load = ffi.new("size_t*"), ffi.new("size_t*")
+        while True:
+            co, cl = offloads.shape[0], loads.shape[0]
+            status = lib.kvb_drain_host_transfers(self._h, ffi.from_buffer("int32_t[]", offloads), co, n_off,
+                                                  ffi.from_buffer("int32_t[]", loads), cl, n_load)
+            if status == lib.KVB_ERR_BUFFER_TOO_SMALL:  # nothing was drained: grow and ask again
+                if n_off[0] > co:
+                    offloads = np.empty((max(n_off[0], 2 * co), 2), np.int32)
+                if n_load[0] > cl:
+                    loads = np.empty((max(n_load[0], 2 * cl), 2), np.int32)
+                continue
+            check(status)
+            return offloads[: n_off[0]], loads[: n_load[0]]
 
     # -- the batched decode step -------------------------------------------------------------------
     def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:

@@ -92,6 +92,9 @@ typedef struct kvb_config {
   uint32_t flags;                      /* kvb_config_flags, default 0 */
   uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
   uint64_t index_seed;                 /* KVB_CONFIG_KEYED_INDEX seed; 0 = random from the OS */
+  uint32_t host_cache_twin_percent;    /* KVB_CONFIG_HOST_CACHE: host blocks (percent, default 1) that may
+                                          keep the copy of a block loaded back to the device */
+  uint32_t reserved;
 } kvb_config;                          /* may grow at the end */
 
 /* Fill defaults (block_size 16, everything else 0) and struct_size. */
@@ -247,8 +250,10 @@ KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pair
    of view. OUT_OF_BLOCKS stays all-or-nothing (a host hit needs a free device block).
    Host blocks are shared with swapping: a swap out may evict cached host blocks (swapped-out sequences
    win); the cache never takes a swapped-out sequence's blocks. The host copy of a block loaded back to
-   the device is kept (no transfer when the device copy is evicted again) but is the first to be
-   dropped when a host block is needed; other cached host blocks are dropped least recently used first.
+   the device (a twin) is kept, so that evicting the device copy later moves nothing, while twins hold
+   at most host_cache_twin_percent of the host blocks (beyond that the newest twin goes first: its
+   device copy will be the last evicted); otherwise the least recently used cached host block goes.
+   0 percent behaves like an exclusive cache (most hits), larger values move fewer blocks.
 
    kvb_drain_host_transfers hands out every pending transfer at once, oldest first: offload_pairs
    (pairs[2*i] = device src, pairs[2*i+1] = host dst) and load_pairs (host src, device dst). Run them
@@ -469,7 +474,9 @@ KVB_API void kvb_attention_args_init(kvb_attention_args* args);
    is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
-/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). On the CPU
+   the vector code path (AVX-512, AVX2+FMA+F16C, or portable) is chosen once at run time; the environment
+   variable KVB_CPU_ISA=avx512|avx2|baseline narrows it (for testing and comparisons).
    seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
    that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
    too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks

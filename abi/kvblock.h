@@ -290,7 +290,11 @@ KVB_API kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size
 /* Decode step for many sequences in one call: append tokens[i] to sequence seq_ids[i], i < num_seqs.
    All-or-nothing: every id must exist, be on device and appear once, and the free queue must cover the
    whole batch (new blocks and copy-on-write copies) before anything changes; else nothing changes.
-   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order. */
+   Equivalent to kvb_seq_append(m, seq_ids[i], &tokens[i], 1) in order, refusals included: forked
+   siblings that share a partial last block copy it in turn (k of them among h holders make
+   min(k, h - 1) copies, the last writes in place), no watermark applies (as for kvb_seq_append), and
+   a sliding window releases nothing here (only commits release, so kvb_batch_commit is where a
+   windowed sequence gives blocks back; appending never counts on such releases). */
 KVB_API kvb_status kvb_batch_append(kvb_manager* m, const int64_t* seq_ids, const int64_t* tokens, size_t num_seqs);
 /* Commit num_tokens[i] tokens of sequence seq_ids[i] (NULL num_tokens = every uncomputed token of each).
    All-or-nothing like kvb_batch_append; equivalent to kvb_seq_commit for each in order. */
@@ -470,7 +474,9 @@ KVB_API void kvb_attention_args_init(kvb_attention_args* args);
    is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
-/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). On the CPU
+   the vector code path (AVX-512, AVX2+FMA+F16C, or portable) is chosen once at run time; the environment
+   variable KVB_CPU_ISA=avx512|avx2|baseline narrows it (for testing and comparisons).
    seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
    that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
    too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks
@@ -542,9 +548,12 @@ KVB_API void kvb_prefill_args_init(kvb_prefill_args* args);
 KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
                                                         size_t* bytes);
 /* Prefill / extend attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
-   CPU: query_start, seq_lens (q_len_i <= seq_lens[i] <= max_blocks_per_seq * block_size) and the block
-   ids in the attended range are checked before anything is written. CUDA: q and out 16-byte aligned
-   with strides a multiple of 16 bytes; rows of an inconsistent sequence are written as zeros. */
+   query_start (0 at 0, non-decreasing, total_q_tokens at num_seqs), seq_lens (q_len_i <= seq_lens[i] <=
+   max_blocks_per_seq * block_size) and the block ids of every block holding a token some row attends
+   (in [0, num_blocks); blocks wholly outside every row's window may read -1) must be valid. CPU checks
+   them before anything is written and fails the call; CUDA checks the same on the device (see
+   kvb_cuda_take_fault): the rows of a faulty sequence (for a block id: of the query tile that met it)
+   are NaN. CUDA also needs q and out 16-byte aligned with strides a multiple of 16 bytes. */
 KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
 
 /* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
@@ -571,12 +580,20 @@ KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_c
    device-side record that stays until kvb_cuda_take_fault reads it. */
 typedef enum kvb_fault_kind {
   KVB_FAULT_NONE = 0,
-  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table */
+  KVB_FAULT_SEQ_LEN = 1,   /* seq_lens[index] = value is negative or longer than the block table (prefill:
+                              or shorter than the sequence's query rows) */
   KVB_FAULT_BLOCK_ID = 2,  /* block_tables[index][column] = value is not in [0, num_blocks) where attended */
-  KVB_FAULT_SLOT = 3       /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+  KVB_FAULT_SLOT = 3,      /* slot_mapping[index] = value is neither -1 nor in [0, num_blocks * block_size) */
+  KVB_FAULT_QUERY_START = 4 /* query_start[index] = value breaks 0 = query_start[0] <= query_start[1] <= ...
+                               <= query_start[num_seqs] = total_q_tokens (kvb_prefill_attention) */
 } kvb_fault_kind;
 
-typedef enum kvb_kernel_id { KVB_KERNEL_NONE = 0, KVB_KERNEL_WRITE_KV = 1, KVB_KERNEL_PAGED_ATTENTION = 2 } kvb_kernel_id;
+typedef enum kvb_kernel_id {
+  KVB_KERNEL_NONE = 0,
+  KVB_KERNEL_WRITE_KV = 1,
+  KVB_KERNEL_PAGED_ATTENTION = 2,
+  KVB_KERNEL_PREFILL_ATTENTION = 3
+} kvb_kernel_id;
 
 typedef struct kvb_kernel_fault {
   uint32_t struct_size;

@@ -66,17 +66,23 @@ KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_k
     fault->value = f.value;
     fault->count = f.count;
     if (f.count == 0 && f.kind == KVB_FAULT_NONE) return;
-    const char* kernel = f.kernel == KVB_KERNEL_WRITE_KV ? "kvb_write_kv" : "kvb_paged_attention";
+    const char* kernel = f.kernel == KVB_KERNEL_WRITE_KV          ? "kvb_write_kv"
+                         : f.kernel == KVB_KERNEL_PREFILL_ATTENTION ? "kvb_prefill_attention"
+                                                                    : "kvb_paged_attention";
     const unsigned long long n = (unsigned long long)f.count;
     switch (f.kind) {
       case KVB_FAULT_SEQ_LEN:
-        fail(Code::invalid_argument, "CUDA device %d: %s met seq_lens[%lld] = %lld, not in [0, max_blocks_per_seq * "
-             "block_size] (outputs NaN; first of %llu faulty items since the last check)", device_index, kernel,
+        fail(Code::invalid_argument, "CUDA device %d: %s met seq_lens[%lld] = %lld, not in [0 (prefill: the query rows), "
+             "max_blocks_per_seq * block_size] (outputs NaN; first of %llu faulty items since the last check)", device_index, kernel,
              (long long)f.index, (long long)f.value, n);
       case KVB_FAULT_BLOCK_ID:
         fail(Code::invalid_argument, "CUDA device %d: %s met block_tables[%lld][%lld] = %lld, not in [0, num_blocks) "
              "for an attended block (outputs NaN; first of %llu faulty items since the last check)", device_index,
              kernel, (long long)f.index, (long long)f.column, (long long)f.value, n);
+      case KVB_FAULT_QUERY_START:
+        fail(Code::invalid_argument, "CUDA device %d: %s met query_start[%lld] = %lld, which breaks 0 = query_start[0] "
+             "<= ... <= query_start[num_seqs] = total_q_tokens (outputs NaN; first of %llu faulty items since the last "
+             "check)", device_index, kernel, (long long)f.index, (long long)f.value, n);
       case KVB_FAULT_SLOT:
         fail(Code::invalid_argument, "CUDA device %d: %s met slot_mapping[%lld] = %lld, neither -1 nor a slot of the "
              "cache (token not written; first of %llu faulty items since the last check)", device_index, kernel,

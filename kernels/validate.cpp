@@ -45,6 +45,8 @@ T read_versioned(const T* in, void (*init)(T*), size_t min_size, const char* wha
   return out;
 }
 
+}  // namespace
+
 // True when [extent_i] x stride_i boxes nested in increasing stride order never overlap
 // (the innermost dimension is `inner` contiguous elements).
 bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int64_t>> dims) {
@@ -60,8 +62,6 @@ bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int
   }
   return true;
 }
-
-}  // namespace
 
 int64_t stride_or(int64_t s, int64_t count, int64_t unit, const char* what, const char* name) {
   KVB_REQUIRE_ARG(s >= 0, "%s: %s %lld is negative (negative strides are not supported)", what, name, (long long)s);

@@ -2,6 +2,7 @@
 // Every function throws kvb::Error(invalid_argument, message naming the bad value) on bad input.
 #pragma once
 #include <initializer_list>
+#include <utility>
 
 #include "../abi/kvblock.h"
 #include "types.h"
@@ -26,6 +27,10 @@ struct Dim {
 // plus its byte size (elem bytes per element) does not wrap the address space. Returns the span
 // (largest offset + 1, 0 if an extent is 0). Kernels may then compute any index * stride in int64.
 int64_t check_extent(const char* what, const void* base, size_t elem, int64_t inner, std::initializer_list<Dim> dims);
+
+// True when (stride, extent) boxes nested in increasing stride order never overlap (the innermost
+// dimension is `inner` contiguous elements): distinct indices never share an element.
+bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int64_t>> dims);
 
 Cache read_cache(const kvb_cache_desc* desc, const char* what);
 // Checks that a CUDA cache can be used here (built with CUDA, device present), else unsupported/device.

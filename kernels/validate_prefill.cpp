@@ -1,43 +1,17 @@
-// Argument checking and work plan of kvb_prefill_attention (host-side only: the device arrays
-// query_start, seq_lens and block_tables are checked by the CPU back end, never read here).
+// Argument checking and work plan of kvb_prefill_attention (host-side only: the arrays query_start,
+// seq_lens and block_tables are checked by the back ends, the CPU before it writes, CUDA on the device).
+// Strides and extents go through validate.h's overflow-checked helpers, as every kernel argument does.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "../libkvblock/capi_guard.h"
 #include "prefill.h"
+#include "validate.h"
 
 namespace kvb {
 namespace kern {
-
-namespace {
-
-// Offsets must stay far from int64 overflow, as in validate.cpp (kMaxOffset there).
-constexpr int64_t kMaxOffset = int64_t(1) << 60;
-
-int64_t stride_or(int64_t s, int64_t dflt, const char* name) {
-  KVB_REQUIRE_ARG(s >= 0, "args: %s %lld is negative", name, (long long)s);
-  return s == 0 ? dflt : s;
-}
-
-// Largest element offset + 1 of a [rows, heads, head_dim] array, or -1 if it would exceed kMaxOffset.
-int64_t extent(int64_t rows, int64_t row_stride, int64_t heads, int64_t head_stride, int64_t head_dim) {
-  if (rows > 1 && row_stride > kMaxOffset / (rows - 1)) return -1;
-  if (heads > 1 && head_stride > kMaxOffset / (heads - 1)) return -1;
-  const int64_t e = (rows > 0 ? (rows - 1) * row_stride : 0) + (heads - 1) * head_stride + head_dim;
-  return e > kMaxOffset ? -1 : e;
-}
-
-// Distinct (row, head) pairs never share an element: rows and heads nest one inside the other.
-bool disjoint(int64_t rows, int64_t row_stride, int64_t heads, int64_t head_stride, int64_t head_dim) {
-  if (rows <= 1 && heads <= 1) return true;
-  if (heads <= 1) return row_stride >= head_dim;
-  if (rows <= 1) return head_stride >= head_dim;
-  if (head_stride <= row_stride) return head_stride >= head_dim && row_stride >= (heads - 1) * head_stride + head_dim;
-  return row_stride >= head_dim && head_stride >= (rows - 1) * row_stride + head_dim;
-}
-
-}  // namespace
 
 PrefillPlan plan_prefill(const Cache& c, int64_t num_seqs, int64_t num_q_heads, int64_t max_blocks, int64_t total_q) {
   PrefillPlan p;
@@ -58,8 +32,14 @@ PrefillPlan plan_prefill(const Cache& c, int64_t num_seqs, int64_t num_q_heads, 
   const int64_t per = (max_ctx + p.num_splits - 1) / p.num_splits;
   p.split_tokens = (per + bn - 1) / bn * bn;
   p.num_splits = (max_ctx + p.split_tokens - 1) / p.split_tokens;
-  if (p.num_splits > 1)
-    p.workspace_bytes = size_t(total_q) * size_t(num_q_heads) * size_t(p.num_splits) * size_t(c.head_dim + 2) * 4;
+  if (p.num_splits > 1) {
+    uint64_t bytes = 4 * uint64_t(c.head_dim + 2);
+    for (int64_t f : {total_q, num_q_heads, p.num_splits})
+      if (__builtin_mul_overflow(bytes, uint64_t(f), &bytes) || bytes > uint64_t(SIZE_MAX))
+        fail(Code::invalid_argument, "args: the prefill workspace for %lld query rows x %lld heads x %lld key splits "
+             "does not fit size_t", (long long)total_q, (long long)num_q_heads, (long long)p.num_splits);
+    p.workspace_bytes = size_t(bytes);
+  }
   return p;
 }
 
@@ -101,17 +81,15 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   t.window = a.window_tokens;
   t.sink = a.sink_tokens;
   const int64_t H = t.num_q_heads, D = c.head_dim;
-  t.q_head_stride = stride_or(a.q_head_stride, D, "q_head_stride");
-  t.q_token_stride = stride_or(a.q_token_stride, H * t.q_head_stride, "q_token_stride");
-  t.out_head_stride = stride_or(a.out_head_stride, D, "out_head_stride");
-  t.out_token_stride = stride_or(a.out_token_stride, H * t.out_head_stride, "out_token_stride");
-  KVB_REQUIRE_ARG(extent(t.total_q, t.q_token_stride, H, t.q_head_stride, D) >= 0,
-                  "args: q strides (token %lld, head %lld) over %lld rows overflow", (long long)t.q_token_stride,
-                  (long long)t.q_head_stride, (long long)t.total_q);
-  KVB_REQUIRE_ARG(extent(t.total_q, t.out_token_stride, H, t.out_head_stride, D) >= 0,
-                  "args: out strides (token %lld, head %lld) over %lld rows overflow", (long long)t.out_token_stride,
-                  (long long)t.out_head_stride, (long long)t.total_q);
-  KVB_REQUIRE_ARG(disjoint(t.total_q, t.out_token_stride, H, t.out_head_stride, D),
+  t.q_head_stride = stride_or(a.q_head_stride, D, 1, "args", "q_head_stride");
+  t.q_token_stride = stride_or(a.q_token_stride, H, t.q_head_stride, "args", "q_token_stride");
+  t.out_head_stride = stride_or(a.out_head_stride, D, 1, "args", "out_head_stride");
+  t.out_token_stride = stride_or(a.out_token_stride, H, t.out_head_stride, "args", "out_token_stride");
+  check_extent("args: q", need_pointers ? a.q : nullptr, c.elem(), D,
+               {{"q_head_stride", t.q_head_stride, H}, {"q_token_stride", t.q_token_stride, t.total_q}});
+  check_extent("args: out", need_pointers ? a.out : nullptr, c.elem(), D,
+               {{"out_head_stride", t.out_head_stride, H}, {"out_token_stride", t.out_token_stride, t.total_q}});
+  KVB_REQUIRE_ARG(non_overlapping(D, {{t.out_head_stride, H}, {t.out_token_stride, t.total_q}}),
                   "args: out strides (token %lld, head %lld) make elements overlap", (long long)t.out_token_stride,
                   (long long)t.out_head_stride);
   t.plan = plan_prefill(c, t.num_seqs, t.num_q_heads, t.max_blocks, t.total_q);

@@ -1,6 +1,6 @@
 // Shares work items out over threads created for one call (the caller is thread 0): no global pool to
 // outlive the library or to interact with fork(). If a thread cannot be created the others, or the
-// caller alone, take its items. (kernels/cpu/attention.cpp has the same loop inline; it can move here.)
+// caller alone, take its items. Used by the decode and prefill attention kernels.
 #pragma once
 #include <algorithm>
 #include <atomic>

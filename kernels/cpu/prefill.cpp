@@ -40,7 +40,7 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kKeyTile = 32;                       // keys per tile
-constexpr int64_t kRowsTarget = 32;                // packed query rows per item (more when group > 32)
+constexpr int64_t kRowsTarget = 128;  // packed query rows per item (one token when group > 128)
 constexpr int64_t kParallelFlops = int64_t(8) << 20;  // per thread, below which one thread is used
 
 struct Item {

@@ -1,6 +1,7 @@
 // Shared by the CUDA prefill kernels (prefill.cu: tensor cores for fp16 / bf16; prefill_fp32.cu: CUDA
 // cores): the launch parameters and the device-side lookups that replace any host read of query_start.
 #pragma once
+#include "../../abi/kvblock.h"
 #include "common.cuh"
 
 namespace kvb {
@@ -25,13 +26,15 @@ struct PrefillParams {
   int num_q_heads, group, window, sink, num_splits, split_tokens;
   float scale, soft_cap;
   float q_scale;  // scale * log2(e) (no soft cap)
+  FaultRecord* fault;
 };
 
-// One sequence as the kernels see it; ok is false when its query_start / seq_lens are inconsistent
-// (the CPU back end refuses those; here its rows are written as zeros and nothing else is read).
+// One sequence as the kernels see it. fault != 0 (a kvb_fault_kind, with fault_index / fault_value)
+// when its query_start / seq_lens break the contract the CPU back end checks; its rows (q_len clipped
+// to [0, total_q)) are then written as NaN and nothing else of it is read.
 struct SeqView {
   int seq, row0, q_len, len;
-  bool ok;
+  int fault, fault_index, fault_value;
 };
 
 __device__ __forceinline__ SeqView seq_view(const PrefillParams& p, int seq) {
@@ -41,11 +44,18 @@ __device__ __forceinline__ SeqView seq_view(const PrefillParams& p, int seq) {
   const int row1 = p.query_start[seq + 1];
   s.len = p.seq_lens[seq];
   s.q_len = row1 - s.row0;
-  s.ok = s.row0 >= 0 && row1 >= s.row0 && row1 <= p.total_q && s.len >= s.q_len &&
-         s.len <= (p.max_blocks << p.block_shift);
-  if (!s.ok) s.q_len = max(0, min(row1, p.total_q) - max(s.row0, 0));
+  s.fault = KVB_FAULT_NONE, s.fault_index = seq, s.fault_value = 0;
+  if (seq == 0 && s.row0 != 0)
+    s.fault = KVB_FAULT_QUERY_START, s.fault_index = 0, s.fault_value = s.row0;
+  else if (row1 < s.row0 || row1 > p.total_q || (seq == p.num_seqs - 1 && row1 != p.total_q))
+    s.fault = KVB_FAULT_QUERY_START, s.fault_index = seq + 1, s.fault_value = row1;
+  else if (s.len < s.q_len || s.len > (p.max_blocks << p.block_shift))
+    s.fault = KVB_FAULT_SEQ_LEN, s.fault_value = s.len;
+  if (s.fault != KVB_FAULT_NONE) s.q_len = max(0, min(row1, p.total_q) - max(s.row0, 0)), s.row0 = max(s.row0, 0);
   return s;
 }
+
+__device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 
 // Sequence of query row `row`: the last i with query_start[i] <= row (binary search).
 __device__ __forceinline__ int seq_of_row(const PrefillParams& p, int row) {

@@ -18,13 +18,20 @@ __global__ void __launch_bounds__(32 * kWarps) prefill_fp32_kernel(const Prefill
   constexpr int E = D / 32;
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x, h = blockIdx.y * kWarps + (threadIdx.x >> 5);
-  if (h >= p.num_q_heads) return;
+  // CTA x < num_seqs also checks sequence x once: a faulty sequence may own no row at all.
+  if (row < p.num_seqs && blockIdx.y == 0 && threadIdx.x == 0) {
+    const SeqView f = seq_view(p, row);
+    if (f.fault != KVB_FAULT_NONE)
+      record_fault(p.fault, f.fault, KVB_KERNEL_PREFILL_ATTENTION, f.fault_index, -1, f.fault_value);
+  }
+  if (row >= p.total_q || h >= p.num_q_heads) return;
   const SeqView sv = seq_view(p, seq_of_row(p, row));
   float acc[E], q[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.f;
   float m = -INFINITY, l = 0.f;
-  if (sv.ok && row >= sv.row0 && row < sv.row0 + sv.q_len) {
+  bool bad = sv.fault != KVB_FAULT_NONE;
+  if (!bad && row >= sv.row0 && row < sv.row0 + sv.q_len) {
     const int pos = sv.len - sv.q_len + (row - sv.row0);
     const float* qp = reinterpret_cast<const float*>(p.q) + int64_t(row) * p.q_token_stride + int64_t(h) * p.q_head_stride;
 #pragma unroll
@@ -37,7 +44,12 @@ __global__ void __launch_bounds__(32 * kWarps) prefill_fp32_kernel(const Prefill
     // The sinks [0, sink), then the window [lo, pos].
     for (int t = sink > 0 ? 0 : lo; t <= pos; t = (t + 1 == sink) ? lo : t + 1) {
       const int blk = table[t >> p.block_shift];
-      if (blk < 0 || blk >= p.num_blocks) continue;
+      if (blk < 0 || blk >= p.num_blocks) {  // an attended token must have a valid block (the CPU's check)
+        if (lane == 0 && h % p.group == 0)    // counted once per (row, kv head)
+          record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, sv.seq, t >> p.block_shift, blk);
+        bad = true;
+        break;
+      }
       const int64_t off = int64_t(blk) * p.block_stride + int64_t(t & mask) * p.token_stride +
                           int64_t(kvh) * p.head_stride + lane * E;
       const float* kp = reinterpret_cast<const float*>(p.k) + off;
@@ -56,7 +68,8 @@ __global__ void __launch_bounds__(32 * kWarps) prefill_fp32_kernel(const Prefill
       m = m_new;
     }
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  // Rows of a faulty sequence (and of a tile that met a bad block) are NaN.
+  const float inv = bad ? nan_f() : (l > 0.f ? 1.f / l : 0.f);
   float* op = reinterpret_cast<float*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride;
 #pragma unroll
   for (int e = 0; e < E; ++e) op[lane * E + e] = acc[e] * inv;
@@ -65,7 +78,7 @@ __global__ void __launch_bounds__(32 * kWarps) prefill_fp32_kernel(const Prefill
 }  // namespace
 
 void launch_prefill_fp32(const PrefillParams& p, int head_dim, cudaStream_t s) {
-  const dim3 grid(unsigned(p.total_q), unsigned((p.num_q_heads + kWarps - 1) / kWarps));
+  const dim3 grid(unsigned(max(p.total_q, p.num_seqs)), unsigned((p.num_q_heads + kWarps - 1) / kWarps));
   switch (head_dim) {
     case 64: prefill_fp32_kernel<64><<<grid, 32 * kWarps, 0, s>>>(p); break;
     case 128: prefill_fp32_kernel<128><<<grid, 32 * kWarps, 0, s>>>(p); break;

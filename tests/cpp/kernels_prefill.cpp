@@ -351,7 +351,7 @@ void test_validation() {
       {"out_head_stride", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_head_stride = -64; }, KVB_ERR_INVALID_ARGUMENT},
       {"out strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_head_stride = 32; }, KVB_ERR_INVALID_ARGUMENT},
       {"out strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.out_token_stride = 64; }, KVB_ERR_INVALID_ARGUMENT},
-      {"q strides", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.q_token_stride = int64_t(1) << 58; }, KVB_ERR_INVALID_ARGUMENT},
+      {"q_token_stride", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.q_token_stride = int64_t(1) << 58; }, KVB_ERR_INVALID_ARGUMENT},
       {"scale", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.scale = NAN; }, KVB_ERR_INVALID_ARGUMENT},
       {"logits_soft_cap", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.logits_soft_cap = -1.f; }, KVB_ERR_INVALID_ARGUMENT},
       {"sink_tokens", [](Problem&, kvb_prefill_args& a, kvb_cache_desc&) { a.sink_tokens = 4; }, KVB_ERR_INVALID_ARGUMENT},
@@ -450,6 +450,63 @@ void test_cuda_against_cpu() {
   bad += run_cuda_case(pw, true);
   CHECK(bad == 0);
 }
+
+// Bad device-side inputs: the faulty sequence's rows are NaN, the others still match the CPU, and
+// kvb_cuda_take_fault names the first fault (fp16: tensor-core kernel; fp32: CUDA-core kernel).
+void test_cuda_faults() {
+  kvb_kernel_fault f;
+  kvb_kernel_fault_init(&f);
+  kvb_cuda_take_fault(0, nullptr, &f);  // start clean whatever earlier tests left
+  for (uint32_t dtype : {KVB_DTYPE_FP16, KVB_DTYPE_FP32}) {
+    Config c{dtype, 64, 16, 2, 4, 0, 0, 0.f, false, 95};
+    Problem p(c, {{5, 20}, {3, 40}, {30, 0}});
+    run_cpu(p);
+    const Tensor cpu_out = p.out;
+    HostCache dev_cache = p.cache;
+    DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
+    dev_cache.desc.device_type = KVB_DEVICE_CUDA;
+    dev_cache.desc.k = k.p;
+    dev_cache.desc.v = v.p;
+    DeviceBuffer q(p.q.data(), p.q.bytes()), o(p.out.bytes());
+    auto run = [&](std::vector<int32_t> qs, std::vector<int32_t> lens, std::vector<int32_t> tab, Tensor& out) {
+      DeviceBuffer dq(qs.data(), qs.size() * 4), dl(lens.data(), lens.size() * 4), dt(tab.data(), tab.size() * 4);
+      kvb_prefill_args a = p.args(q.p, o.p, static_cast<int32_t*>(dq.p), static_cast<int32_t*>(dl.p),
+                                  static_cast<int32_t*>(dt.p), nullptr, 0);
+      CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, nullptr));
+      const kvb_status st = kvb_cuda_take_fault(0, nullptr, &f);
+      o.to_host(out.data());
+      return st;
+    };
+    // Rows [row0, row1) all NaN (or all finite) and, when finite, equal to the CPU's.
+    auto rows_are = [&](const Tensor& out, int32_t row0, int32_t row1, bool nan) {
+      for (int32_t r = row0; r < row1; ++r)
+        for (uint32_t i = 0; i < p.num_q_heads * 64; ++i) {
+          const float g = out.get(size_t(r * p.o_ts) + i);
+          if (std::isnan(g) != nan) return false;
+          if (!nan && !close(g, cpu_out.get(size_t(r * p.o_ts) + i), dtype)) return false;
+        }
+      return true;
+    };
+    Tensor out(dtype, p.out.n);
+    CHECK_STATUS(run(p.qstart, p.lens, p.tables, out), KVB_OK);
+    CHECK(f.kind == KVB_FAULT_NONE && rows_are(out, 0, 38, false));
+    std::vector<int32_t> lens = p.lens;
+    lens[1] = 2;  // fewer tokens than its 3 query rows
+    CHECK_STATUS(run(p.qstart, lens, p.tables, out), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_SEQ_LEN && f.kernel == KVB_KERNEL_PREFILL_ATTENTION && f.index == 1 && f.value == 2);
+    CHECK(rows_are(out, 0, 5, false) && rows_are(out, 5, 8, true) && rows_are(out, 8, 38, false));
+    std::vector<int32_t> tab = p.tables;
+    tab[2 * p.max_blocks + 1] = 99999;  // an attended block of sequence 2
+    CHECK_STATUS(run(p.qstart, p.lens, tab, out), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.index == 2 && f.column == 1 && f.value == 99999);
+    CHECK(rows_are(out, 0, 8, false) && rows_are(out, 24, 38, true));
+    std::vector<int32_t> qs = p.qstart;
+    qs[3] = 37;  // != total_q_tokens
+    CHECK_STATUS(run(qs, p.lens, p.tables, out), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_QUERY_START && f.index == 3 && f.value == 37);
+    CHECK(strstr(kvb_last_error(), "query_start[3] = 37") != nullptr);
+  }
+}
 #endif
 
 }  // namespace
@@ -460,12 +517,16 @@ int main() {
   RUN_TEST(test_whole_chunked_decode_agree);
   RUN_TEST(test_validation);
 #if KVB_WITH_CUDA
-  if (cuda_devices() > 0)
+  if (cuda_devices() > 0) {
     RUN_TEST(test_cuda_against_cpu);
-  else
+    RUN_TEST(test_cuda_faults);
+  } else {
     SKIP_TEST(test_cuda_against_cpu, "no CUDA device");
+    SKIP_TEST(test_cuda_faults, "no CUDA device");
+  }
 #else
   SKIP_TEST(test_cuda_against_cpu, "built without CUDA");
+  SKIP_TEST(test_cuda_faults, "built without CUDA");
 #endif
   TEST_SUMMARY();
 }

@@ -64,7 +64,18 @@ def _torch_view(x: Any, what: str) -> View:
 
 
 def view(x: Any, what: str) -> View:
-    """The View of x, with no copy."""
+    """The View of x, with no copy. A dimension of more than one element with stride 0 (np.broadcast_to,
+    torch's expand) is refused: the C API reads a 0 stride as the dense default, so passing it through
+    would make the kernel read (or write) elements that are not the view's."""
+    v = _view(x, what)
+    for i, (n, s) in enumerate(zip(v.shape, v.strides)):
+        if s == 0 and n > 1:
+            raise KvbArgumentError(f"{what}: dimension {i} has stride 0 (a broadcast view, shape {v.shape}, strides "
+                                   f"{v.strides}); the kernels need every element stored: pass a materialised copy")
+    return v
+
+
+def _view(x: Any, what: str) -> View:
     if isinstance(x, np.ndarray):
         if not x.dtype.isnative:
             raise KvbArgumentError(f"{what}: byte order {x.dtype.str} is not native")
@@ -88,7 +99,7 @@ def view(x: Any, what: str) -> View:
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         dev_type, _ = x.__dlpack_device__()
         if int(dev_type) == 1:  # kDLCPU
-            return view(np.from_dlpack(x), what)
+            return _view(np.from_dlpack(x), what)
         raise KvbArgumentError(f"{what}: DLPack device type {int(dev_type)} needs __cuda_array_interface__ or torch")
     raise KvbArgumentError(f"{what} must be a numpy array, a torch tensor or an object with __array_interface__, "
                            f"__cuda_array_interface__ or DLPack; got {type(x).__name__}")

@@ -9,6 +9,7 @@ Wire format (one message per batch, ZMQ multipart, PUB semantics):
   frame 0  topic (bytes, default b"")
   frame 1  sequence number, u64 big-endian, from 0 per publisher, +1 per batch
   frame 2  msgpack [ts (float seconds), [event, ...], data_parallel_rank]
+           (always positional: Dynamo 1.6.1 rejects a map-shaped batch, "expected a tuple of size 3")
 Events, "map" encoding (vLLM's current tagged form):
   {"type": "BlockStored", "block_hashes": [u64, ...], "parent_block_hash": u64 | nil,
    "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU", "lora_name": nil
@@ -179,7 +180,8 @@ class KvEventPublisher:
         if max_queue_batches < 1 or drain_capacity < 1:
             raise ValueError("max_queue_batches and drain_capacity must be >= 1")
         self.block_size = manager.block_size
-        self.endpoint, self.topic, self.encoding = endpoint, topic.encode(), encoding
+        self.endpoint, self.encoding = endpoint, encoding
+        self.topic = topic if isinstance(topic, bytes) else topic.encode()
         self.replay_endpoint, self.dp_rank, self.medium, self.lora_name = (
             replay_endpoint, dp_rank, medium, lora_name)
         self._manager = manager
@@ -197,7 +199,9 @@ class KvEventPublisher:
 
         self._ctx = zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.XPUB)
-        self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, and (VERBOSER) every unsubscription
+        if hasattr(zmq, "XPUB_VERBOSER"):
+            self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)
         self._pub.setsockopt(zmq.SNDHWM, hwm)
         self._pub.setsockopt(zmq.LINGER, linger_ms)
         self._replay = None
@@ -250,8 +254,7 @@ class KvEventPublisher:
                     self._resync_pending = False
                     self._wake()
                 except queue.Full:
-                    self._count_drop(sum(1 for e in events if e["type"] != "AllBlocksCleared") or 1,
-                                     "publisher queue")
+                    self._count_drop(len(raw) or 1, "publisher queue")
                     self._resync_pending = True
             if error is not None:
                 raise error
@@ -288,8 +291,9 @@ class KvEventPublisher:
         return True
 
     def stats(self):
-        """batches / events sent, dropped_events, resyncs (AllBlocksCleared sent for gaps), replay_requests,
-        subscribers."""
+        """batches / events (wire events) sent; dropped_events (manager events lost: in its buffer, refused
+        for a token id, or in a batch the full queue could not take); resyncs (AllBlocksCleared sent for
+        gaps); replay_requests; subscribers (live subscriptions that match the topic); queued_batches."""
         with self._stats_lock:
             s = dict(self._stats)
         s["subscribers"] = self._subscribers
@@ -374,7 +378,8 @@ class KvEventPublisher:
                 msg = self._pub.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if msg[:1] in (b"\x01", b"\x00"):
+            # a subscription to a prefix of our topic receives our messages; others are not ours
+            if msg[:1] in (b"\x01", b"\x00") and self.topic.startswith(msg[1:]):
                 with self._cv:
                     self._subscribers += 1 if msg[:1] == b"\x01" else -1
                     self._cv.notify_all()

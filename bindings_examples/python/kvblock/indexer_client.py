@@ -97,11 +97,14 @@ class DynamoIndexer:
     def workers(self):
         return self._request("GET", "/workers")
 
+    def query(self, token_ids, model_name="default"):
+        """The raw /query answer: {"scores": {instance: {dp_rank: tokens}}, "frequencies", "instances"}."""
+        ids = token_ids.tolist() if hasattr(token_ids, "tolist") else [int(t) for t in token_ids]
+        return self._request("POST", "/query", {"token_ids": ids, "model_name": model_name})
+
     def scores(self, token_ids, model_name="default"):
         """{instance_id: matched tokens} (dp ranks summed; instances with no match are absent)."""
-        ids = token_ids.tolist() if hasattr(token_ids, "tolist") else [int(t) for t in token_ids]
-        out = self._request("POST", "/query", {"token_ids": ids,
-                                                "model_name": model_name})
+        out = self.query(token_ids, model_name)
         return {int(inst): sum(per_rank.values()) for inst, per_rank in out["scores"].items()}
 
     def wait_listening(self, n, model_name=None, timeout=30.0):

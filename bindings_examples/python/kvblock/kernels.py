@@ -226,7 +226,15 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
 
 
 def _pairs(pairs: Any) -> tuple:
-    p = np.ascontiguousarray(pairs, dtype=np.int32) if not isinstance(pairs, np.ndarray) else pairs
+    p = pairs
+    if not isinstance(p, np.ndarray):  # a list of [src, dst]: integers only (never floats, never truncated)
+        p = np.asarray(p)
+        if p.dtype.kind not in "iu" and p.size:
+            raise KvbArgumentError(f"pairs must hold integers, got {p.dtype}")
+        lo, hi = (int(p.min()), int(p.max())) if p.size else (0, 0)
+        if lo < -2**31 or hi >= 2**31:
+            raise KvbArgumentError(f"pairs: block id {hi if hi >= 2**31 else lo} does not fit int32")
+        p = p.astype(np.int32).reshape(p.shape if p.size else (0, 2))
     if p.dtype != np.int32 or p.ndim != 2 or p.shape[1:] != (2,):
         raise KvbArgumentError(f"pairs must be an [n, 2] int32 array (src, dst), got {p.dtype} {p.shape}")
     p = np.ascontiguousarray(p)

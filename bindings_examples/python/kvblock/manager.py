@@ -9,8 +9,9 @@ The decode step of an engine is three calls with no Python loop over sequences:
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ._convert import TokenLike, as_index, as_int64_array, int64_ptr
 from .errors import KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
+_CLOSE_LOCK = threading.Lock()
 
 
 class Availability(enum.IntEnum):
@@ -106,7 +108,10 @@ class Manager:
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
-                 event_capacity: int = 65536, index_seed: int = 0) -> None:
+                 event_capacity: int = 65536, index_seed: int = 0, host_cache: bool = False) -> None:
+        """host_cache: the num_host_blocks host blocks are also a second prefix-cache level
+        (KVB_CONFIG_HOST_CACHE): evicted device blocks are offloaded there and prefix hits can be loaded
+        back; run the copies that drain_host_transfers hands out (see there)."""
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
@@ -118,7 +123,8 @@ class Manager:
         if non_cacheable_tokens is not None:
             keep, n = int64_ptr(non_cacheable_tokens, "non_cacheable_tokens")
             cfg.non_cacheable_tokens, cfg.num_non_cacheable_tokens = keep, n
-        cfg.flags = (lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+        cfg.flags = ((lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+                     | (lib.KVB_CONFIG_HOST_CACHE if host_cache else 0))
         cfg.event_capacity = as_index(event_capacity, "event_capacity")
         cfg.index_seed = as_index(index_seed, "index_seed")
         out = ffi.new("kvb_manager**")
@@ -127,13 +133,16 @@ class Manager:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_host_blocks
-        self._pairs = np.zeros((64, 2), np.int32)
-        self._size = ffi.new("size_t*")
+        self.host_cache = bool(host_cache)
 
     def close(self) -> None:
-        if self._m is not None:
-            self._lib.kvb_manager_destroy(self._m)
-            self._m = None
+        """Destroys the C manager; later calls raise KvbArgumentError. Idempotent and safe to call from
+        several threads at once, but it must not overlap another call on this Manager (the C manager
+        would be freed under that call)."""
+        with _CLOSE_LOCK:  # check-and-clear as one step: two concurrent closes must not destroy twice
+            m, self._m = self._m, None
+        if m is not None:
+            self._lib.kvb_manager_destroy(m)
 
     def __enter__(self) -> "Manager":
         return self
@@ -176,11 +185,12 @@ class Manager:
         """Cached tokens an allocate would reuse, or None if the pool cannot hold the prompt now."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, 0, 0)
-        status = self._lib.kvb_seq_can_allocate_ex(self._h, buf, n, opts, self._size)
+        cached = ffi.new("size_t*")
+        status = self._lib.kvb_seq_can_allocate_ex(self._h, buf, n, opts, cached)
         if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
             return None
         check(status)
-        return int(self._size[0])
+        return int(cached[0])
 
     def allocate(self, seq_id: int, tokens: TokenLike, *, cache_salt: Optional[int] = None,
                  extra_keys: Optional[Mapping[int, int]] = None, window: int = 0, sink: int = 0) -> int:
@@ -188,8 +198,9 @@ class Manager:
         extra_keys: {block index: key} (image content hash, LoRA id); window/sink: sliding window."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, window, sink)
-        check(self._lib.kvb_seq_allocate_ex(self._h, as_index(seq_id, "seq_id"), buf, n, opts, self._size))
-        return int(self._size[0])
+        cached = ffi.new("size_t*")
+        check(self._lib.kvb_seq_allocate_ex(self._h, as_index(seq_id, "seq_id"), buf, n, opts, cached))
+        return int(cached[0])
 
     def commit(self, seq_id: int, num_tokens: int) -> None:
         check(self._lib.kvb_seq_commit(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens")))
@@ -211,12 +222,15 @@ class Manager:
     def block_table(self, seq_id: int) -> np.ndarray:
         """The sequence's block ids (int32; -1 where a sliding window released the block)."""
         sid = as_index(seq_id, "seq_id")
-        status = self._lib.kvb_seq_block_table(self._h, sid, ffi.NULL, 0, self._size)
-        if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
-            check(status)
-        out = np.empty(self._size[0], np.int32)
-        check(self._lib.kvb_seq_block_table(self._h, sid, ffi.from_buffer("int32_t[]", out), out.shape[0], self._size))
-        return out
+        size = ffi.new("size_t*")
+        status = self._lib.kvb_seq_block_table(self._h, sid, ffi.NULL, 0, size)
+        while True:  # another thread may grow the table between the size query and the copy
+            if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
+                check(status)
+            out = np.empty(size[0], np.int32)
+            status = self._lib.kvb_seq_block_table(self._h, sid, ffi.from_buffer("int32_t[]", out), out.shape[0], size)
+            if status == self._lib.KVB_OK:
+                return out[: size[0]]
 
     def block_hash(self, block_id: int) -> Optional[int]:
         """The hash block_id got when committed full, or None if it holds no committed full block."""
@@ -251,15 +265,16 @@ class Manager:
         self.fork(parent_id, child_id, num_tokens)
 
     def _pairs_call(self, fn: Any, *args: Any) -> np.ndarray:
-        """Calls fn(*args, pairs, capacity, &n), growing the buffer on BUFFER_TOO_SMALL; [n, 2] int32 copy."""
+        """Calls fn(*args, pairs, capacity, &n), growing the buffer on BUFFER_TOO_SMALL; [n, 2] int32.
+        Buffers are per call: a Manager is used from several threads (the C calls lock, Python state would not)."""
+        pairs, size = np.empty((16, 2), np.int32), ffi.new("size_t*")
         while True:
-            cap = self._pairs.shape[0]
-            status = fn(*args, ffi.from_buffer("int32_t[]", self._pairs), cap, self._size)
+            status = fn(*args, ffi.from_buffer("int32_t[]", pairs), pairs.shape[0], size)
             if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
-                self._pairs = np.zeros((max(self._size[0], 2 * cap), 2), np.int32)
+                pairs = np.empty((max(size[0], 2 * pairs.shape[0]), 2), np.int32)
                 continue
             check(status)
-            return self._pairs[: self._size[0]].copy()
+            return pairs[: size[0]]
 
     def drain_copies(self) -> np.ndarray:
         """Pending copy-on-write pairs [n, 2] (src, dst): run them with copy_blocks before the next step."""
@@ -291,6 +306,29 @@ class Manager:
     def swap_in(self, seq_id: int) -> np.ndarray:
         """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
         return self._pairs_call(self._lib.kvb_seq_swap_in, self._h, as_index(seq_id, "seq_id"))
+
+    def drain_host_transfers(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Every pending host-cache transfer, oldest first: (offloads, loads), [n, 2] int32 copies each.
+        offloads rows are (device src, host dst), loads rows (host src, device dst); run them with
+        swap_blocks before anything overwrites their device blocks, in this order: all offloads, then all
+        loads, then the copy-on-write copies (drain_copies) and swap-in pairs, then the forward step.
+        Until drained, a load holds its host source and device destination. Empty without host_cache."""
+        lib = self._lib
+        # Buffers are per call, as in _pairs_call: a Manager may be shared by threads.
+        offloads, loads = np.empty((16, 2), np.int32), np.empty((16, 2), np.int32)
+        n_off, n_load = ffi.new("size_t*"), ffi.new("size_t*")
+        while True:
+            co, cl = offloads.shape[0], loads.shape[0]
+            status = lib.kvb_drain_host_transfers(self._h, ffi.from_buffer("int32_t[]", offloads), co, n_off,
+                                                  ffi.from_buffer("int32_t[]", loads), cl, n_load)
+            if status == lib.KVB_ERR_BUFFER_TOO_SMALL:  # nothing was drained: grow and ask again
+                if n_off[0] > co:
+                    offloads = np.empty((max(n_off[0], 2 * co), 2), np.int32)
+                if n_load[0] > cl:
+                    loads = np.empty((max(n_load[0], 2 * cl), 2), np.int32)
+                continue
+            check(status)
+            return offloads[: n_off[0]], loads[: n_load[0]]
 
     # -- the batched decode step -------------------------------------------------------------------
     def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
@@ -340,8 +378,9 @@ class Manager:
     # -- pool, stats, events, control ---------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        check(self._lib.kvb_num_free_blocks(self._h, self._size))
-        return int(self._size[0])
+        n = ffi.new("size_t*")
+        check(self._lib.kvb_num_free_blocks(self._h, n))
+        return int(n[0])
 
     def stats(self) -> Dict[str, int]:
         """The counters of kvb_stats."""

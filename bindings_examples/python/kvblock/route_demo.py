@@ -38,7 +38,8 @@ from .manager import Manager
 
 HASH_BLOCK = 512
 GEN_BASE, GEN_STRIDE = 2**31, 2048
-DEFAULT_TRACE = Path(__file__).resolve().parents[3] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+# In a source checkout beside ../shared (the project's CI layout); elsewhere pass --trace.
+DEFAULT_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
 
 def load_trace(path, limit=None):
@@ -147,6 +148,9 @@ def run_policy(policy, trace, args, indexer, model, id_base):
             if args.progress and (r + 1) % 1000 == 0:
                 print(f"  {policy}: {r + 1}/{len(trace)} requests, {time.monotonic() - t0:.0f} s", file=sys.stderr)
         elapsed = time.monotonic() - t0
+        for e in engines:
+            if not e.pub.wait_sent(60):
+                raise RuntimeError(f"engine {e.id}: events still queued after 60 s")
         dropped = sum(e.pub.stats()["dropped_events"] for e in engines)
         published = sum(e.pub.stats()["events"] for e in engines)
         return dict(policy=policy, elapsed=elapsed, dropped=dropped, published=published,
@@ -177,8 +181,8 @@ def report(results, args, n_requests):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", default=str(DEFAULT_TRACE.resolve()))
+    ap = argparse.ArgumentParser(prog="python -m kvblock.route_demo", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default=str(DEFAULT_TRACE), help="Mooncake trace (JSON lines with hash_ids)")
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--num-blocks", type=int, default=131072, help="blocks per engine")
     ap.add_argument("--block-size", type=int, default=16)
@@ -187,6 +191,9 @@ def main(argv=None):
     ap.add_argument("--epsilon", type=float, default=0.25, help="kv: load bound above the mean")
     ap.add_argument("--progress", action="store_true")
     args = ap.parse_args(argv)
+    if not os.path.isfile(args.trace):
+        ap.error(f"no trace at {args.trace}: pass --trace PATH (e.g. mooncake_conversation_trace.jsonl from "
+                 "kvcache-ai/Mooncake, FAST25-release/traces)")
     trace = load_trace(args.trace, args.limit or None)
     policies = args.policies.split(",")
     for p in policies:

@@ -39,15 +39,17 @@ class Engine:
     """A manager + publisher registered with the indexer as one worker of `model`."""
 
     def __init__(self, indexer, model, encoding="map", num_blocks=64, block_size=4,
-                 event_capacity=65536, replay=False):
+                 event_capacity=65536, replay=False, dp_rank=0):
         self.m = S.EvManager(num_blocks, block_size, event_capacity)
         self.pub = ev.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*", encoding=encoding,
-                                       replay_endpoint="tcp://127.0.0.1:*" if replay else None)
+                                       replay_endpoint="tcp://127.0.0.1:*" if replay else None,
+                                       dp_rank=dp_rank)
+        self.dp_rank = dp_rank
         self.id, self.indexer, self.model = next(_instance_counter), indexer, model
 
     def register(self):
         self.indexer.register(self.id, self.pub.bound_endpoint, self.m.block_size, model_name=self.model,
-                              replay_endpoint=self.pub.bound_replay_endpoint)
+                              replay_endpoint=self.pub.bound_replay_endpoint, dp_rank=self.dp_rank)
         assert self.pub.wait_for_subscribers(1, WAIT_S), "the indexer never subscribed:\n" + self.indexer.log_tail()
 
     def close(self):
@@ -99,7 +101,7 @@ def test_stored_evicted_reset(indexer, model, encoding):
 
 
 def test_two_workers_told_apart(indexer, model):
-    w1, w2 = Engine(indexer, model), Engine(indexer, model, encoding="array")
+    w1, w2 = Engine(indexer, model), Engine(indexer, model, encoding="array", dp_rank=1)
     try:
         w1.register()
         w2.register()
@@ -111,6 +113,8 @@ def test_two_workers_told_apart(indexer, model):
         w2.pub.flush()
         eventually(indexer, model, {"a": (a, {w1.id: 20, w2.id: 8}), "b": (b, {w1.id: 8, w2.id: 12}),
                                     "other": ([9, 9, 9, 9, 9], {})}, "two workers")
+        # the batch's data_parallel_rank reaches the indexer: w2's blocks are scored under rank 1
+        assert indexer.query(b, model)["scores"] == {str(w1.id): {"0": 8}, str(w2.id): {"1": 12}}
     finally:
         w1.close()
         w2.close()
@@ -192,3 +196,36 @@ def test_replay_recovers_batches_sent_before_subscribe(indexer, model):
         assert e.pub.stats()["replay_requests"] >= 1
     finally:
         e.close()
+
+
+def test_mini_engine_publishes(indexer, model):
+    """`python -m kvblock.engine --kv-events ...`: the mini engine's own steps (chunked prefill, decode,
+    preemption in a small pool) reach the indexer, whose scores match the engine's manager."""
+    import numpy as np
+    from kvblock.engine.engine import Engine as MiniEngine, EngineConfig
+    from kvblock.engine.model import Model, ModelConfig
+    from kvblock.engine.sequence import Request
+
+    mdl = Model(ModelConfig(seed=3))
+    eng = MiniEngine(mdl, EngineConfig(num_blocks=24, block_size=8, max_batched_tokens=48,
+                                       kv_events_endpoint="tcp://127.0.0.1:*", kv_events_encoding="array"))
+    iid = next(_instance_counter)
+    try:
+        indexer.register(iid, eng.publisher.bound_endpoint, 8, model_name=model)
+        assert eng.publisher.wait_for_subscribers(1, WAIT_S)
+        rng = np.random.default_rng(1)
+        shared = rng.integers(0, mdl.cfg.vocab, 40).tolist()
+        prompts = [shared[: 40 - 8 * (r % 3)] + rng.integers(0, mdl.cfg.vocab, 4 + 3 * r).tolist() for r in range(6)]
+        for r, p in enumerate(prompts):
+            eng.add_request(Request(r, p, 6))
+        eng.run()
+        assert eng.publisher.stats()["dropped_events"] == 0
+        expect = {}
+        for r, p in enumerate(prompts):
+            c = eng.mgr.can_allocate(p + [0])
+            expect[r] = (p, {iid: c} if c else {})
+        assert any(want for _, want in expect.values())
+        eventually(indexer, model, expect, "mini engine")
+    finally:
+        eng.close()
+        eng.mgr.close()

@@ -243,3 +243,23 @@ def test_grouping_matches_a_simple_model():
                         + ([["kvb_extra_key", r.extra_key]] if r.extra_key is not None else []))
                 model.append(("stored", r.block_hash, r.parent_hash, r.tokens.tolist(), keys or None))
         assert flat == model
+
+
+def test_subscribers_counted_by_topic(mgr):
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", topic=b"kv.w1") as pub:
+        other = zmq.Context.instance().socket(zmq.SUB)
+        other.setsockopt(zmq.LINGER, 0)
+        other.connect(pub.bound_endpoint)
+        other.subscribe(b"kv.w2")  # another worker's topic: not a subscriber of ours
+        sub = subscribe(pub, b"kv.")  # a prefix of ours: receives our messages
+        assert pub.stats()["subscribers"] == 1
+        mgr.run([1, 2, 3, 4])
+        pub.flush()
+        assert recv(sub)[0] == b"kv.w1"
+        assert other.poll(0) == 0
+        sub.close()
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while pub.stats()["subscribers"] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert pub.stats()["subscribers"] == 0
+        other.close()

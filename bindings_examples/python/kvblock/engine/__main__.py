@@ -21,6 +21,8 @@ def main() -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--num-blocks", type=int, default=1024)
     p.add_argument("--host-blocks", type=int, default=0)
+    p.add_argument("--host-cache", action="store_true",
+                   help="host blocks are a second prefix-cache level (needs --host-blocks)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-seqs", type=int, default=64)
     p.add_argument("--budget", type=int, default=512, help="tokens per step (decode + prefill chunks)")
@@ -30,18 +32,32 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-events", metavar="ENDPOINT", help="publish KV events in vLLM's format (e.g. tcp://*:5557)")
+    p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay socket for them (e.g. tcp://*:5558)")
+    p.add_argument("--kv-events-encoding", choices=["map", "array"], default="map")
+    p.add_argument("--kv-events-wait", type=int, default=0, metavar="N",
+                   help="wait (up to 60 s) for N subscribers, e.g. a KV router, before running")
     a = p.parse_args()
+    if a.host_cache and a.host_blocks <= 0:
+        p.error("--host-cache needs --host-blocks N > 0")
 
     model = Model(ModelConfig(num_layers=a.layers, window=a.window, sink=a.sink, seed=a.seed))
     eng = Engine(model, EngineConfig(num_blocks=a.num_blocks, block_size=a.block_size, num_host_blocks=a.host_blocks,
+                                     host_cache=a.host_cache,
                                      max_num_seqs=a.max_seqs, max_batched_tokens=a.budget, preemption=a.preemption,
-                                     prefix_caching=not a.no_prefix_caching))
+                                     prefix_caching=not a.no_prefix_caching, kv_events_endpoint=a.kv_events,
+                                     kv_events_replay_endpoint=a.kv_events_replay,
+                                     kv_events_encoding=a.kv_events_encoding))
+    if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
+        p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
     rng = np.random.default_rng(a.seed)
     shared = rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist()
     for r in range(a.requests):
         suffix = rng.integers(0, model.cfg.vocab, a.prompt).tolist()
         eng.add_request(Request(r, shared + suffix, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed))
     eng.run()
+    ev = eng.publisher.stats() if eng.publisher is not None else None
+    eng.close()
     m, st = eng.metrics, eng.mgr.stats()
     other = m.total_s - m.manager_s - m.kernel_s
     print(f"kvblock engine on libkvblock {library_version()}: {model.cfg.num_layers} layers, "
@@ -53,10 +69,16 @@ def main() -> None:
           f"{m.total_s:.2f} s)")
     print(f"prompt tokens:     {st['query_tokens']} looked up, {st['hit_tokens']} prefix hits "
           f"(hit ratio {st['hit_tokens'] / max(1, st['query_tokens']):.3f}); {st['computed_tokens']} tokens computed")
+    if a.host_cache:
+        print(f"host cache:        {st['device_hit_tokens']} hit tokens on device, {st['host_hit_tokens']} on host; "
+              f"{m.offloaded_blocks} blocks offloaded, {m.loaded_blocks} loaded")
     print(f"preemptions:       {m.preemptions} by recompute, {m.swaps_out} swapped out, {m.swaps_in} swapped in; "
           f"{m.cow_copies} copy-on-write blocks")
     print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, kernels {100 * m.kernel_s / m.total_s:.1f}%, "
           f"model matmuls + scheduler {100 * other / m.total_s:.1f}%")
+    if ev is not None:
+        print(f"kv events:         {ev['events']} in {ev['batches']} batches on {a.kv_events} ({a.kv_events_encoding}), "
+              f"{ev['dropped_events']} dropped, {ev['resyncs']} resyncs, {ev['subscribers']} subscribers")
 
 
 if __name__ == "__main__":

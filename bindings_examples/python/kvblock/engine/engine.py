@@ -1,7 +1,8 @@
 """A continuous-batching engine in the style of nano-vllm on libkvblock: waiting / running / swapped queues,
 a token budget per step with chunked prefill, prefix caching through allocate, decode through batched append
 and commit, preemption by recompute or by swap (host tier + swap_blocks), parallel sampling through fork with
-copy-on-write pairs run by copy_blocks, and an optional sliding window.
+copy-on-write pairs run by copy_blocks, an optional sliding window, and an optional host prefix cache
+(host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit).
 
 Every step: batch_export -> write_kv -> paged (decode rows) and prefill (prompt chunks) attention kernels."""
 from __future__ import annotations
@@ -24,13 +25,19 @@ from .sequence import Request, Seq, Status
 class EngineConfig:
     num_blocks: int = 1024
     block_size: int = 16
-    num_host_blocks: int = 0         # > 0 with preemption="swap"
+    num_host_blocks: int = 0         # > 0 with preemption="swap" or host_cache
+    host_cache: bool = False         # host blocks are also a second prefix-cache level (KVB_CONFIG_HOST_CACHE)
     max_num_seqs: int = 64
     max_batched_tokens: int = 256    # token budget per step: decode tokens + prefill chunks
     preemption: str = "recompute"    # or "swap"
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
     max_steps: int = 100000          # guard against a scheduler that stops making progress
+    # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):
+    kv_events_endpoint: Optional[str] = None         # e.g. "tcp://*:5557"; None = no events
+    kv_events_replay_endpoint: Optional[str] = None  # optional ROUTER for replay, e.g. "tcp://*:5558"
+    kv_events_topic: str = ""
+    kv_events_encoding: str = "map"                  # or "array"
 
 
 @dataclass
@@ -41,6 +48,8 @@ class Metrics:
     swaps_out: int = 0
     swaps_in: int = 0
     cow_copies: int = 0
+    offloaded_blocks: int = 0        # host cache: device -> host copies run
+    loaded_blocks: int = 0           # host cache: host -> device copies run
     manager_s: float = 0.0           # time in libkvblock manager calls
     kernel_s: float = 0.0            # time in libkvblock kernels (write_kv, attention, copy/swap blocks)
     total_s: float = 0.0
@@ -63,7 +72,16 @@ class Engine:
         mc = model.cfg
         if cfg.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {cfg.preemption!r}")
-        self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks)
+        if cfg.host_cache and not cfg.num_host_blocks:
+            raise ValueError("host_cache needs num_host_blocks > 0")
+        self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks,
+                           events=cfg.kv_events_endpoint is not None, host_cache=cfg.host_cache)
+        self.publisher = None
+        if cfg.kv_events_endpoint is not None:
+            from ..events import KvEventPublisher  # pyzmq and msgpack only when events are on
+            self.publisher = KvEventPublisher(self.mgr, endpoint=cfg.kv_events_endpoint,
+                                              replay_endpoint=cfg.kv_events_replay_endpoint,
+                                              topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding)
         self.cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
         self.host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
                              "float32") if cfg.num_host_blocks else None)
@@ -97,8 +115,37 @@ class Engine:
             if self.metrics.steps >= self.cfg.max_steps:
                 raise RuntimeError(f"engine: no completion after {self.metrics.steps} steps")
             self.step()
+            self.publish_events()
         self.metrics.total_s += time.perf_counter() - t0
         return self.finished
+
+    def publish_events(self) -> None:
+        """Sends the KV events of the steps so far (run() does it after every step)."""
+        if self.publisher is not None:
+            self.publisher.flush()
+
+    def close(self) -> None:
+        """Stops the event publisher (after sending what it holds)."""
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
+
+    # -- copies ----------------------------------------------------------------------------------------
+    def _host_transfers(self) -> None:
+        """Runs the host cache's pending transfers: all offloads, then all loads (the header's ordering rule).
+        Called right before the engine runs any copy of its own (swap-out, swap-in, copy-on-write) and before
+        the forward step, so that every offload reads its device block before anything overwrites it and
+        every loaded block holds its KV before a kernel reads it or a later copy overwrites its source."""
+        if not self.cfg.host_cache:
+            return
+        with self._mgr_clock:
+            offloads, loads = self.mgr.drain_host_transfers()
+        if len(offloads) or len(loads):
+            with self._kernel_clock:
+                swap_blocks(self.cache, self.host, offloads)
+                swap_blocks(self.host, self.cache, loads)
+            self.metrics.offloaded_blocks += len(offloads)
+            self.metrics.loaded_blocks += len(loads)
 
     # -- scheduling ----------------------------------------------------------------------------------
     def _free_blocks_after(self, new_tokens: int) -> int:
@@ -110,6 +157,7 @@ class Engine:
                 and self.mgr.can_swap_out(victim.seq_id) == Availability.OK):
             with self._mgr_clock:
                 pairs = self.mgr.swap_out(victim.seq_id)
+            self._host_transfers()
             with self._kernel_clock:
                 swap_blocks(self.cache, self.host, pairs)
             victim.status = Status.SWAPPED
@@ -133,6 +181,7 @@ class Engine:
                         mgr.num_free_blocks - mgr.info(s.seq_id).num_held_blocks <= len(self.running)):
                     break
                 pairs = mgr.swap_in(s.seq_id)
+            self._host_transfers()
             with self._kernel_clock:
                 swap_blocks(self.host, self.cache, pairs)
             self.swapped.popleft()
@@ -161,6 +210,7 @@ class Engine:
         with self._mgr_clock:
             pairs = mgr.drain_copies()
         if len(pairs):
+            self._host_transfers()
             with self._kernel_clock:
                 copy_blocks(self.cache, pairs)
             self.metrics.cow_copies += len(pairs)
@@ -195,6 +245,7 @@ class Engine:
     def step(self) -> None:
         decodes, prefills = self._schedule()
         self.metrics.steps += 1
+        self._host_transfers()  # the loads of this step's prefix hits (and offloads) before the forward pass
         if not decodes and not prefills:
             return
         seqs = decodes + [s for s, _ in prefills]

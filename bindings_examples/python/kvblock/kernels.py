@@ -1,6 +1,8 @@
 """Kernels on caller memory (numpy arrays, torch tensors on CPU or CUDA), no copies: a KVCache holding every
 layer's K/V and its kvb_cache_desc descriptors, and write_kv, paged_attention (decode), prefill_attention,
-copy_blocks and swap_blocks. Every argument is checked (dtype, shape, strides, device) before the C call."""
+copy_blocks and swap_blocks. Every argument is checked (dtype, shape, strides, device) before the C call.
+CUDA kernels check their device-side inputs (seq_lens, block tables, slot mapping, query_start) on the device,
+after the launching call returned: take_fault() reports what they found."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
@@ -9,7 +11,7 @@ import numpy as np
 
 from . import _lib
 from ._tensor import CPU, CUDA, View, device_name, require, view
-from .errors import KvbArgumentError, KvbError, check
+from .errors import KernelFault, KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
 _KVB_DTYPE = {"float16": "KVB_DTYPE_FP16", "bfloat16": "KVB_DTYPE_BF16", "float32": "KVB_DTYPE_FP32"}
@@ -31,6 +33,34 @@ def cuda_device_count() -> int:
         return 0
     check(status)
     return int(n[0])
+
+
+def take_fault(device: Any = 0, stream: Any = None) -> None:
+    """Waits for the work queued on `stream` (None: the default stream) of CUDA device `device` (an index,
+    or a KVCache on that device), then reads and clears the device's fault record (kvb_cuda_take_fault).
+    Returns None when no kernel met bad input; raises KernelFault with the first fault's details otherwise
+    (the record is consumed: the next call returns None unless new faults happened). It synchronises the
+    stream: call it outside CUDA-graph capture, e.g. once per engine step or in debug runs.
+    KvbError with status UNSUPPORTED from a library built without CUDA, DEVICE without a usable device."""
+    if isinstance(device, KVCache):
+        if device.device[0] != CUDA:
+            raise KvbArgumentError(f"device: the cache is on {device_name(device.device)}; faults are recorded "
+                                   "by CUDA kernels only")
+        index = device.device[1]
+    elif type(device) is int or (isinstance(device, np.integer) and not isinstance(device, np.bool_)):
+        index = int(device)
+        if not 0 <= index < 2**31:
+            raise KvbArgumentError(f"device: index {index} is out of range [0, 2^31)")
+    else:
+        raise KvbArgumentError(f"device must be a CUDA device index or a KVCache, got {type(device).__name__}")
+    lib = _lib.lib
+    fault = ffi.new("kvb_kernel_fault*")
+    lib.kvb_kernel_fault_init(fault)
+    status = lib.kvb_cuda_take_fault(index, _stream(stream), fault)
+    if status == lib.KVB_ERR_INVALID_ARGUMENT and fault.kind != lib.KVB_FAULT_NONE:
+        raise KernelFault(fault, ffi.string(lib.kvb_last_error()).decode(errors="replace"))
+    check(status)
+    return None
 
 
 def _stream(stream: Any) -> Any:

@@ -42,18 +42,28 @@ class SeqInfo:
     sink_tokens: int
 
 
+# Where a block lives (kvb_medium, read from the header): Medium.DEVICE (the device pool) or Medium.HOST (the
+# host level of the host cache).
+Medium = enum.IntEnum("Medium", {name.removeprefix("KVB_MEDIUM_"): value
+                                 for value, name in sorted(ffi.typeof("kvb_medium").elements.items())})
+
+
 class Event(NamedTuple):
-    """A prefix-index event (kvb_event): type is "stored", "removed" or "cleared"."""
+    """A prefix-index event (kvb_event): type is "stored", "removed" or "cleared". Events describe, per
+    medium, the hashes each level's index holds: an offload is a REMOVED on the device (when no device block
+    keeps the hash) and a STORED on the host."""
     type: str
     block_hash: int
     parent_hash: Optional[int]      # previous block's hash (stored, not first block)
     cache_salt: Optional[int]       # first block of a salted sequence (stored)
     extra_key: Optional[int]
     tokens: np.ndarray              # the block's tokens (stored), else empty
-    block_id: int
+    block_id: int                   # on `medium`
+    medium: Medium = Medium.DEVICE
 
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
+_MEDIA = {int(m): m for m in Medium}
 
 
 class BatchBuffers:
@@ -336,7 +346,10 @@ class Manager:
 
     # -- the batched decode step -------------------------------------------------------------------
     def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
-        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append)."""
+        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as
+        append(seq_ids[i], [tokens[i]]) in order, refusals included. Forked siblings sharing a partial last
+        block copy it in turn (k of its h holders appending make min(k, h - 1) copies: drain_copies), no
+        watermark applies, and a sliding window releases nothing here: batch_commit releases."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         toks, nt = int64_ptr(tokens, "tokens")
         if n != nt:
@@ -344,7 +357,8 @@ class Manager:
         check(self._lib.kvb_batch_append(self._h, ids, toks, n))
 
     def batch_commit(self, seq_ids: TokenLike, num_tokens: Optional[TokenLike] = None) -> None:
-        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing."""
+        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
+        where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if num_tokens is None:
             check(self._lib.kvb_batch_commit(self._h, ids, ffi.NULL, n))
@@ -408,7 +422,8 @@ class Manager:
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_BLOCK else None,
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_SALT else None,
                              int(e.extra_key) if e.has_extra_key else None,
-                             toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id)))
+                             toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id),
+                             _MEDIA.get(e.medium, e.medium)))  # a medium newer than this package: its number
         return out, int(dropped[0])
 
     def reset_prefix_cache(self) -> None:

@@ -503,9 +503,9 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
    exactly what kvb_paged_attention computes.
 
-   Work layout on CUDA (no host read of query_start or seq_lens, so a launch is CUDA-graph capturable
-   with the batch changing between replays as long as total_q_tokens and num_seqs stay within the
-   captured values): query rows are packed (token, query head of the GQA group) per kv head and cut
+   Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
+   replays correctly after their contents change, as long as num_seqs, total_q_tokens and
+   max_blocks_per_seq are those captured; pad with sequences of 0 new and 0 cached tokens): query rows are packed (token, query head of the GQA group) per kv head and cut
    into tiles of 64 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
    b_i = floor(query_start[i] * group / 64) + i, which is computable from query_start alone and leaves
    every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 64) + num_seqs
@@ -520,8 +520,8 @@ typedef struct kvb_prefill_args {
   uint32_t num_seqs;
   uint32_t num_q_heads;         /* a multiple of num_kv_heads (GQA / MQA) */
   uint32_t max_blocks_per_seq;  /* columns of block_tables */
-  uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (checked on CPU;
-                                   CUDA cannot read it on the host: rows past it are never touched) */
+  uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (given because
+                                   the host cannot read a device query_start; checked as below) */
   uint32_t reserved;
   const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
   int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
@@ -543,7 +543,7 @@ typedef struct kvb_prefill_args {
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */
 KVB_API void kvb_prefill_args_init(kvb_prefill_args* args);
-/* Bytes of workspace kvb_prefill_attention needs: a function of the cache (device, shape), num_seqs,
+/* Bytes of workspace kvb_prefill_attention needs: a function of the cache (device, dtype, shape), num_seqs,
    num_q_heads, max_blocks_per_seq and total_q_tokens only; pointers are not read. 0 on the CPU. */
 KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
                                                         size_t* bytes);

@@ -107,6 +107,10 @@ class Batch(NamedTuple):
 def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
     """The public xxh64 block hash (identical to nano-vllm's compute_hash)."""
     buf, n = int64_ptr(tokens)
+    if parent is not None:
+        parent = as_index(parent, "parent")
+        if not 0 <= parent < 2**64:
+            raise KvbArgumentError(f"parent: hash {parent} is not a u64")
     parent_ptr = ffi.new("uint64_t*", parent) if parent is not None else ffi.NULL
     return int(_lib.lib.kvb_hash_tokens(parent_ptr, buf, n))
 

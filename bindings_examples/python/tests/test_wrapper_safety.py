@@ -122,3 +122,10 @@ def test_copy_pairs_must_be_integers():
     kvblock.copy_blocks(cache, [[1, 2]])
     assert cache.k[0][2].all()
     kvblock.copy_blocks(cache, [])
+
+
+def test_parent_hash_must_be_a_u64():
+    assert kvblock.hash_tokens([1, 2], parent=2**64 - 1) == kvblock.hash_tokens([1, 2], parent=np.uint64(2**64 - 1))
+    for bad, match in ((True, "got bool"), (1.5, "got float"), (-1, "not a u64"), (2**64, "not a u64")):
+        with pytest.raises(kvblock.KvbArgumentError, match=match):
+            kvblock.hash_tokens([1, 2], parent=bad)

@@ -88,6 +88,12 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
         fail(Code::invalid_argument, "seq %" PRId64 " (num_tokens[%zu]): commit of %zu tokens exceeds %" PRIu64
              " uncomputed tokens", ids[i], i, counts[i], uncomputed);
     }
+  // The one allocation a commit may make (room for a windowed sequence's released chain link), made for
+  // every sequence before the first commit, so that running out of memory cannot stop the batch half-way.
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& s = *find_seq(ids[i]);
+    reserve_window_link(s, s.window);
+  }
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = *find_seq(ids[i]);
     commit(ids[i], counts ? counts[i] : static_cast<size_t>(s.num_tokens - s.num_computed));

@@ -163,3 +163,15 @@ def test_kernels_on_one_cache_from_threads():
     for t in threads:
         t.join()
     assert not wrong
+
+
+def test_empty_batches():
+    """Zero rows are valid (a step whose sequences bring no new token); numpy may give them 0 strides."""
+    cache = kvblock.KVCache(1, 4, BS, KVH, D, "float32")
+    empty = np.random.default_rng(0).standard_normal((0, KVH, D)).astype(np.float32)
+    kvblock.write_kv(cache, 0, empty, empty, np.zeros(0, np.int64))
+    q = np.random.default_rng(0).standard_normal((0, QH, D)).astype(np.float32)
+    out = np.empty((0, QH, D), np.float32)
+    kvblock.prefill_attention(cache, 0, q, np.array([0, 0], np.int32), np.array([5], np.int32),
+                              np.zeros((1, 1), np.int32), out)
+    assert not cache.k[0].any()

@@ -94,16 +94,17 @@ $(STLIB): $(LIB_OBJS)
 # The tool is a plain C consumer of the shared library.
 $(TOOL): $(TOOL_OBJS) $(SHLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm
+	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
 $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvblock.h $(SHLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
+# -MMD: a test that includes library headers (kernels/*.h) is rebuilt when they change.
 $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h) $(STLIB)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_) -Iabi -Itests -o $@ $< $(STLIB) $(LDLIBS_)
+	@mkdir -p $(dir $@) $(BUILD)/obj/tests
+	$(CXX) $(CXXFLAGS_) -Iabi -Itests -MMD -MP -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< $(STLIB) $(LDLIBS_)
 
 tests: all $(C_TESTS) $(CPP_TESTS)
 

@@ -141,6 +141,9 @@ typedef struct kvb_config {
   uint32_t flags;                      /* kvb_config_flags, default 0 */
   uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
   uint64_t index_seed;                 /* KVB_CONFIG_KEYED_INDEX seed; 0 = random from the OS */
+  uint32_t host_cache_twin_percent;    /* KVB_CONFIG_HOST_CACHE: host blocks (percent, default 1) that may
+                                          keep the copy of a block loaded back to the device */
+  uint32_t reserved;
   /* --- fields below were added with KV cache groups; older callers' struct_size omits them --- */
   const kvb_group_spec* groups;        /* [num_groups] KV cache groups (see above), copied at create */
   size_t   num_groups;                 /* 0 = no groups (one table per sequence, as before); at most 64 */
@@ -302,8 +305,10 @@ KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pair
    of view. OUT_OF_BLOCKS stays all-or-nothing (a host hit needs a free device block).
    Host blocks are shared with swapping: a swap out may evict cached host blocks (swapped-out sequences
    win); the cache never takes a swapped-out sequence's blocks. The host copy of a block loaded back to
-   the device is kept (no transfer when the device copy is evicted again) but is the first to be
-   dropped when a host block is needed; other cached host blocks are dropped least recently used first.
+   the device (a twin) is kept, so that evicting the device copy later moves nothing, while twins hold
+   at most host_cache_twin_percent of the host blocks (beyond that the newest twin goes first: its
+   device copy will be the last evicted); otherwise the least recently used cached host block goes.
+   0 percent behaves like an exclusive cache (most hits), larger values move fewer blocks.
 
    kvb_drain_host_transfers hands out every pending transfer at once, oldest first: offload_pairs
    (pairs[2*i] = device src, pairs[2*i+1] = host dst) and load_pairs (host src, device dst). Run them
@@ -534,7 +539,9 @@ KVB_API void kvb_attention_args_init(kvb_attention_args* args);
    is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
-/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable).
+/* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). On the CPU
+   the vector code path (AVX-512, AVX2+FMA+F16C, or portable) is chosen once at run time; the environment
+   variable KVB_CPU_ISA=avx512|avx2|baseline narrows it (for testing and comparisons).
    seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
    that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
    too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks
@@ -561,9 +568,9 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
    exactly what kvb_paged_attention computes.
 
-   Work layout on CUDA (no host read of query_start or seq_lens, so a launch is CUDA-graph capturable
-   with the batch changing between replays as long as total_q_tokens and num_seqs stay within the
-   captured values): query rows are packed (token, query head of the GQA group) per kv head and cut
+   Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
+   replays correctly after their contents change, as long as num_seqs, total_q_tokens and
+   max_blocks_per_seq are those captured; pad with sequences of 0 new and 0 cached tokens): query rows are packed (token, query head of the GQA group) per kv head and cut
    into tiles of 64 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
    b_i = floor(query_start[i] * group / 64) + i, which is computable from query_start alone and leaves
    every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 64) + num_seqs
@@ -578,8 +585,8 @@ typedef struct kvb_prefill_args {
   uint32_t num_seqs;
   uint32_t num_q_heads;         /* a multiple of num_kv_heads (GQA / MQA) */
   uint32_t max_blocks_per_seq;  /* columns of block_tables */
-  uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (checked on CPU;
-                                   CUDA cannot read it on the host: rows past it are never touched) */
+  uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (given because
+                                   the host cannot read a device query_start; checked as below) */
   uint32_t reserved;
   const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
   int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
@@ -601,7 +608,7 @@ typedef struct kvb_prefill_args {
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */
 KVB_API void kvb_prefill_args_init(kvb_prefill_args* args);
-/* Bytes of workspace kvb_prefill_attention needs: a function of the cache (device, shape), num_seqs,
+/* Bytes of workspace kvb_prefill_attention needs: a function of the cache (device, dtype, shape), num_seqs,
    num_q_heads, max_blocks_per_seq and total_q_tokens only; pointers are not read. 0 on the CPU. */
 KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
                                                         size_t* bytes);

@@ -69,6 +69,7 @@ void kvb_config_init(kvb_config* cfg) {
   cfg->struct_size = sizeof *cfg;
   cfg->block_size = 16;
   cfg->event_capacity = 65536;
+  cfg->host_cache_twin_percent = 1;
 }
 
 void kvb_group_spec_init(kvb_group_spec* spec) {
@@ -135,6 +136,7 @@ kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {
     }
     if (KVB_COVERS(cfg, kvb_config, event_capacity)) c.event_capacity = cfg->event_capacity;
     if (KVB_COVERS(cfg, kvb_config, index_seed)) c.index_seed = cfg->index_seed;
+    if (KVB_COVERS(cfg, kvb_config, host_cache_twin_percent)) c.host_twin_percent = cfg->host_cache_twin_percent;
     if (KVB_COVERS(cfg, kvb_config, num_groups)) read_groups(cfg, c);
     kvb::validate_config(c);
     *out = new kvb_manager(c);

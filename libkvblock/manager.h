@@ -31,6 +31,7 @@ struct ManagerConfig {
   bool keyed_index = false;
   bool events = false;
   bool host_cache = false;  // host blocks are a second prefix-cache level
+  uint32_t host_twin_percent = 1;  // host blocks that may keep copies of blocks also on the device
   uint32_t event_capacity = 65536;
   uint64_t index_seed = 0;  // 0 = random
   std::vector<GroupSpec> groups;  // empty = one group, the per-sequence table and window of today
@@ -179,7 +180,10 @@ class Manager {
   void release_block(int32_t b);         // drop a reference; to the queue tail at zero
   int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
-  void index_block(int32_t b, const ChainLink& parent, uint32_t group);  // enter a committed full block (STORED event)
+  // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key
+  // (a load), -1 if none is, kUnknownHost to look it up.
+  static constexpr int32_t kUnknownHost = -2;
+  void index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy = kUnknownHost);
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
   void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
@@ -192,9 +196,11 @@ class Manager {
   // Host tier (manager_host.cpp).
   int32_t take_host_block();              // empty, else evict the first cached block; -1 if none
   void offload(int32_t b);                // device block b is evicted: copy it to the host cache
-  void host_twin_enter(int32_t b);        // device block b entered the index
+  void host_twin_enter(int32_t b, int32_t h);  // device block b entered the index; h: its host copy
   void host_twin_leave(int32_t b);        // ... left it
   void pin_host(int32_t h);               // a pending load will read h
+  void host_enqueue(int32_t h);           // a cached host block becomes evictable (twin list or LRU)
+  void host_unqueue(int32_t h);           // ... leaves whichever list it is in
   int32_t load_from_host(int32_t h, const ChainLink& parent);  // a free device block, loaded from h
   void clear_host_cache();
   void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks become empty
@@ -230,6 +236,11 @@ class Manager {
   PrefixIndex host_index_;
   std::vector<int32_t> host_empty_;  // stack of host blocks that hold nothing
   std::vector<int32_t> host_twin_;   // device block indexed under the same key, or -1
+  struct TwinList {                  // cached host blocks with a device twin (in_free == 2), oldest first
+    int32_t head = -1, tail = -1;
+    uint32_t size = 0;
+  } twins_;
+  uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
   size_t host_held_ = 0;             // blocks held by swapped-out sequences
   std::vector<BlockPair> pending_offloads_, pending_loads_;
   HashCounts host_hashes_;           // public hashes in the host index, when events are on

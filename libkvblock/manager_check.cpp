@@ -197,21 +197,25 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
     KVB_INVARIANT(m.ref == 0 && !m.in_free && !m.indexed && host_twin_[h] < 0, "empty host block %d is in use", h);
     seen[h] = 1;
   }
-  uint32_t walked = 0;
-  int32_t prev = -1;
-  bool past_twins = false;
-  for (int32_t h = host_pool_.free_head(); h >= 0; h = host_pool_.meta(h).next) {
-    KVB_INVARIANT(static_cast<uint32_t>(h) < H && !seen[h] && walked < H, "host queue: block %d repeated", h);
-    const BlockMeta& m = host_pool_.meta(h);
-    KVB_INVARIANT(m.in_free && m.ref == 0 && m.indexed && m.has_hash && m.prev == prev,
-                  "cached host block %d: bad state or links", h);
-    if (host_twin_[h] >= 0) KVB_INVARIANT(!past_twins, "host block %d has a device twin behind one without", h);
-    else past_twins = true;
-    seen[h] = 1;
-    prev = h;
-    ++walked;
+  // The LRU of unique cached blocks (the host pool's queue), then the twin list.
+  for (int list = 0; list < 2; ++list) {
+    uint32_t walked = 0;
+    int32_t prev = -1;
+    for (int32_t h = list == 0 ? host_pool_.free_head() : twins_.head; h >= 0; h = host_pool_.meta(h).next) {
+      KVB_INVARIANT(static_cast<uint32_t>(h) < H && !seen[h] && walked < H, "host list %d: block %d repeated", list, h);
+      const BlockMeta& m = host_pool_.meta(h);
+      KVB_INVARIANT(m.in_free == list + 1 && m.ref == 0 && m.indexed && m.has_hash && m.prev == prev,
+                    "cached host block %d: bad state or links", h);
+      KVB_INVARIANT((host_twin_[h] >= 0) == (list == 1), "host block %d is in the wrong list for its twin %d", h,
+                    host_twin_[h]);
+      seen[h] = 1;
+      prev = h;
+      ++walked;
+    }
+    KVB_INVARIANT(prev == (list == 0 ? host_pool_.free_tail() : twins_.tail) &&
+                      walked == (list == 0 ? host_pool_.num_free() : twins_.size),
+                  "host list %d: tail or count", list);
   }
-  KVB_INVARIANT(prev == host_pool_.free_tail() && walked == host_pool_.num_free(), "host queue: tail or count");
   std::vector<int32_t> pins(H, 0);
   for (const BlockPair& p : pending_loads_) {
     KVB_INVARIANT(p.first >= 0 && static_cast<uint32_t>(p.first) < H, "pending load from host block %d", p.first);

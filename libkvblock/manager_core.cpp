@@ -42,6 +42,7 @@ Manager::Manager(const ManagerConfig& cfg)
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
   std::reverse(host_empty_.begin(), host_empty_.end());
   host_twin_.assign(cfg.num_host_blocks, -1);
+  twin_budget_ = static_cast<uint32_t>(static_cast<uint64_t>(cfg.num_host_blocks) * cfg.host_twin_percent / 100);
   if (cfg.host_cache) {  // pending transfers have unique destinations: these bounds are never passed
     pending_offloads_.reserve(cfg.num_host_blocks);
     pending_loads_.reserve(cfg.num_blocks);
@@ -62,6 +63,8 @@ void validate_config(const ManagerConfig& cfg) {
     fail(Code::invalid_argument, "num_host_blocks %u exceeds %u", cfg.num_host_blocks, kMaxBlocks);
   if (!(cfg.watermark >= 0.0f && cfg.watermark < 1.0f))
     fail(Code::invalid_argument, "watermark %g is not in [0, 1)", static_cast<double>(cfg.watermark));
+  if (cfg.host_twin_percent > 100)
+    fail(Code::invalid_argument, "host_cache_twin_percent %u exceeds 100", cfg.host_twin_percent);
   if (cfg.host_cache && cfg.num_host_blocks == 0)
     fail(Code::invalid_argument, "KVB_CONFIG_HOST_CACHE needs num_host_blocks > 0");
   if (cfg.events && cfg.event_capacity == 0)
@@ -169,45 +172,6 @@ void Manager::drop_seq(Sequence& s) {
 
 // ---- blocks -------------------------------------------------------------------------------------
 
-void Manager::emit(uint32_t type, int32_t b, const ChainLink* parent) {
-  if (!events_.enabled()) return;
-  Event e;
-  e.type = type;
-  e.block = b;
-  const int64_t* toks = nullptr;
-  if (b >= 0) {
-    const BlockMeta& m = pool_.meta(b);
-    e.hash = m.hash;
-    e.group = block_group(b);
-    if (parent) {
-      e.parent_kind = parent->kind;
-      e.parent_hash = parent->hash;
-      e.has_extra = m.has_extra;
-      e.extra = m.extra;
-      e.num_tokens = bs_;
-      toks = pool_.tokens(b);
-    }
-  }
-  events_.push(e, toks);
-}
-
-void Manager::emit_host(uint32_t type, int32_t h, bool stored) {
-  Event e;
-  e.type = type;
-  e.block = h;
-  e.medium = 1;
-  const BlockMeta& m = host_pool_.meta(h);
-  e.hash = m.hash;
-  if (stored) {
-    e.parent_kind = host_parents_[h].kind;
-    e.parent_hash = host_parents_[h].hash;
-    e.has_extra = m.has_extra;
-    e.extra = m.extra;
-    e.num_tokens = bs_;
-  }
-  events_.push(e, stored ? host_pool_.tokens(h) : nullptr);
-}
-
 int32_t Manager::take_free_block() {
   int32_t b = pool_.pop_head();
   BlockMeta& m = pool_.meta(b);
@@ -281,7 +245,7 @@ void Manager::unindex_block(int32_t b) {
     emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
 }
 
-void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group) {
+void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy) {
   BlockMeta& m = pool_.meta(b);
   int32_t old = index_.put(m.key, b);
   if (old == b) return;
@@ -289,7 +253,7 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group) {
   if (!block_group_.empty()) block_group_[b] = static_cast<uint8_t>(group);
   if (!m.indexed && m.in_free) ++cached_free_;
   m.indexed = 1;
-  if (cfg_.host_cache) host_twin_enter(b);
+  if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_index_.find(m.key) : host_copy);
   if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
   // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
   // hashes, so replacing a block by a recomputed copy emits nothing.
@@ -378,6 +342,7 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
       return std::memcmp(stored, blk, bs_ * sizeof(int64_t)) == 0 && m.has_extra == extra.present &&
              (!extra.present || m.extra == extra.value);
     };
+    if (cfg_.host_cache) host_index_.prefetch(key);  // its slot loads while the device level is probed
     int32_t b = index_.find(key);  // the device level first
     if (b >= 0 && same(pool_.meta(b), pool_.tokens(b))) {
       ++out.hits;
@@ -681,7 +646,7 @@ Stats Manager::stats() const {
   st.offloaded_blocks = offloaded_;
   st.loaded_blocks = loaded_;
   st.host_evictions = host_evictions_;
-  st.cached_host_blocks = host_pool_.num_free();
+  st.cached_host_blocks = host_pool_.num_free() + twins_.size;
   return st;
 }
 

@@ -2,13 +2,15 @@
 // KVB_CONFIG_HOST_CACHE, a second prefix-cache level.
 //
 // A host block is empty (host_empty_), held (ref > 0: by a swapped-out sequence, or pinned by pending
-// loads that read it), or cached: in host_index_ and in host_pool_'s queue. The queue is the eviction
-// order: first the cached blocks whose content the device index also holds (host_twin_ >= 0: dropping
-// them loses nothing now), then the others from least to most recently used. So a host copy of a block
-// loaded back to the device is kept while it costs nothing (when the device copy is evicted later, it is
-// already on the host: no transfer), and is the first to go when room is needed (the combined capacity
-// stays in use, as in an exclusive design). Swapped-out sequences win over the cache: swap_out evicts
-// cached host blocks; the cache never takes a swapped-out sequence's block.
+// loads that read it), or cached: in host_index_ and in one of two lists. Cached blocks whose content
+// the device index also holds (twins, host_twin_ >= 0) are in twins_; the others in host_pool_'s queue,
+// least recently used first. Keeping a twin saves the offload when its device copy is evicted, but
+// holds a host block that unique content could use: an inclusive cache moves fewer blocks and hits
+// less, an exclusive one the reverse. Twins are kept up to twin_budget_ (host_cache_twin_percent of the
+// host blocks); beyond it, or when no unique block is left, the newest twin is dropped first.
+// The default, 1%, keeps >= 99% of the hits of a single tier of the combined size on the Mooncake
+// synthetic trace; larger budgets move fewer blocks and hit less (PERFORMANCE.md has the table). Swapped-out sequences win over the cache: swap_out evicts cached host
+// blocks; the cache never takes a swapped-out sequence's block.
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
@@ -28,14 +30,51 @@ static void copy_content(const BlockMeta& from, BlockMeta& to) {
 
 // ---- host cache -----------------------------------------------------------------------------------
 
+void Manager::host_enqueue(int32_t h) {
+  if (host_twin_[h] < 0) {
+    host_pool_.push_tail(h);  // most recently used unique block
+    return;
+  }
+  BlockMeta& m = host_pool_.meta(h);
+  m.prev = twins_.tail;
+  m.next = -1;
+  if (twins_.tail >= 0) host_pool_.meta(twins_.tail).next = h;
+  else twins_.head = h;
+  twins_.tail = h;
+  m.in_free = 2;
+  ++twins_.size;
+}
+
+void Manager::host_unqueue(int32_t h) {
+  BlockMeta& m = host_pool_.meta(h);
+  if (m.in_free == 1) {
+    host_pool_.unlink(h);
+    return;
+  }
+  if (m.in_free != 2) return;
+  if (m.prev >= 0) host_pool_.meta(m.prev).next = m.next;
+  else twins_.head = m.next;
+  if (m.next >= 0) host_pool_.meta(m.next).prev = m.prev;
+  else twins_.tail = m.prev;
+  m.prev = m.next = -1;
+  m.in_free = 0;
+  --twins_.size;
+}
+
 int32_t Manager::take_host_block() {
   if (!host_empty_.empty()) {
     int32_t h = host_empty_.back();
     host_empty_.pop_back();
     return h;
   }
-  if (host_pool_.num_free() == 0) return -1;
-  int32_t h = host_pool_.pop_head();
+  // A twin costs nothing to drop now (its content is on the device), but keeping it saves the offload
+  // when the device copy is evicted. Up to twin_budget_ twins are kept; beyond, the newest goes first
+  // (its device copy, just used, is the last to be evicted there).
+  int32_t h;
+  if (twins_.size > 0 && (twins_.size > twin_budget_ || host_pool_.num_free() == 0)) h = twins_.tail;
+  else if (host_pool_.num_free() > 0) h = host_pool_.free_head();
+  else return -1;
+  host_unqueue(h);
   BlockMeta& m = host_pool_.meta(h);
   host_index_.erase_if_points_to(m.key, h);
   m.indexed = 0;
@@ -64,7 +103,7 @@ void Manager::offload(int32_t b) {
   host_index_.put(hm.key, h);
   hm.indexed = 1;
   hm.ref = 0;
-  host_pool_.push_tail(h);
+  host_enqueue(h);
   pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
   ++offloaded_;
   if (events_.enabled()) {
@@ -73,30 +112,26 @@ void Manager::offload(int32_t b) {
   }
 }
 
-void Manager::host_twin_enter(int32_t b) {
-  int32_t h = host_index_.find(pool_.meta(b).key);
+void Manager::host_twin_enter(int32_t b, int32_t h) {
   if (h < 0) return;
+  const bool queued = host_pool_.meta(h).in_free != 0;
+  if (queued) host_unqueue(h);
   host_twin_[h] = b;
-  if (host_pool_.meta(h).in_free) {  // now a free drop: to the front of the eviction order
-    host_pool_.unlink(h);
-    host_pool_.push_head(h);
-  }
+  if (queued) host_enqueue(h);  // to the twin list
 }
 
 void Manager::host_twin_leave(int32_t b) {
   int32_t h = host_index_.find(pool_.meta(b).key);
   if (h < 0 || host_twin_[h] != b) return;
+  const bool queued = host_pool_.meta(h).in_free != 0;
+  if (queued) host_unqueue(h);
   host_twin_[h] = -1;
-  if (host_pool_.meta(h).in_free) {  // the only copy now, and just used: most recent
-    host_pool_.unlink(h);
-    host_pool_.push_tail(h);
-  }
+  if (queued) host_enqueue(h);  // the only copy now, and just used: most recent in the LRU
 }
 
 void Manager::pin_host(int32_t h) {
-  BlockMeta& m = host_pool_.meta(h);
-  if (m.in_free) host_pool_.unlink(h);
-  ++m.ref;
+  host_unqueue(h);
+  ++host_pool_.meta(h).ref;
 }
 
 int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
@@ -107,26 +142,23 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
   ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
   pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
   ++loaded_;
-  index_block(d, parent, 0);
+  index_block(d, parent, 0, h);
   return d;
 }
 
 void Manager::release_host_transfers() {
   pending_offloads_.clear();
   for (const BlockPair& p : pending_loads_) {
-    BlockMeta& hm = host_pool_.meta(p.first);
-    if (--hm.ref == 0) {
-      if (host_twin_[p.first] >= 0) host_pool_.push_head(p.first);
-      else host_pool_.push_tail(p.first);
-    }
+    if (--host_pool_.meta(p.first).ref == 0) host_enqueue(p.first);
     release_block(p.second);
   }
   pending_loads_.clear();
 }
 
 void Manager::clear_host_cache() {
-  while (host_pool_.num_free() > 0) {
-    int32_t h = host_pool_.pop_head();
+  while (host_pool_.num_free() > 0 || twins_.size > 0) {
+    int32_t h = host_pool_.num_free() > 0 ? host_pool_.free_head() : twins_.head;
+    host_unqueue(h);
     BlockMeta& m = host_pool_.meta(h);
     m.indexed = m.has_hash = 0;
     host_twin_[h] = -1;
@@ -146,7 +178,7 @@ static size_t held_blocks(const std::vector<int32_t>& table) {
   return n;
 }
 
-size_t Manager::host_available() const { return host_empty_.size() + host_pool_.num_free(); }
+size_t Manager::host_available() const { return host_empty_.size() + host_pool_.num_free() + twins_.size; }
 
 Availability Manager::can_swap_out(int64_t id) {
   size_t need = held_blocks(device_seq(id).table);

@@ -44,9 +44,9 @@ typedef struct bench_case {
   double per_call;         /* batch: sequences per call (median per call = median * per_call); 0 = none */
 } bench_case;
 
-enum { C_HASH, C_LIBHASH, C_MISS, C_HIT, C_DECODE, C_FORK, C_COW, C_SWAP, C_BATCH, NUM_CASES };
+enum { C_HASH, C_LIBHASH, C_MISS, C_HIT, C_DECODE, C_FORK, C_COW, C_SWAP, C_BATCH, C_HOSTHIT, NUM_CASES };
 static const char* const case_keys[NUM_CASES] = {"hash", "kvb_hash_tokens", "miss", "hit", "decode",
-                                                  "fork", "cow", "swap", "batch"};
+                                                  "fork", "cow", "swap", "batch", "hosthit"};
 
 void bench_help(FILE* f) {
   fputs(
@@ -71,6 +71,9 @@ void bench_help(FILE* f) {
       "              taken also evicts a cached one), per prompt block.\n"
       "      hit     kvb_seq_allocate + kvb_seq_free of a fully cached prompt (all blocks but the last\n"
       "              are hits: hash, index lookup, token comparison), per prompt block.\n"
+      "      hosthit kvb_seq_allocate + kvb_drain_host_transfers + kvb_seq_free of a prompt whose blocks\n"
+      "              are on the host level (KVB_CONFIG_HOST_CACHE; pushed off the device untimed before\n"
+      "              each prompt): device miss, host hit, a device block and a load pair, per block.\n"
       "      decode  kvb_seq_append + kvb_seq_commit of one token, round-robin over --decode-seqs\n"
       "              sequences (one block in block_size is filled, hashed and indexed), per token.\n"
       "      fork    kvb_seq_fork of a committed prompt-long sequence + kvb_seq_free of the child, per\n"
@@ -99,7 +102,8 @@ void bench_help(FILE* f) {
       "    GB/s and the fraction of a copy ceiling measured in the same run:\n"
       "      kvb_paged_attention  decode attention, block tables randomly permuted, every sequence at the\n"
       "                     full context; GB/s = K+V bytes read / time. CPU: (1 seq, 4096 tokens),\n"
-      "                     (8, 2048) and (32, 1024); GPU: (1, 4096), (32, 4096), (128, 2048), (64, 8192)\n"
+      "                     (8, 4096), (32, 1024) and fp32 (8, 4096), against the streaming-read\n"
+      "                     ceiling; GPU: (1, 4096), (32, 4096), (128, 2048), (64, 8192)\n"
       "                     and (16, 32768); --quick: smaller.\n"
       "      kvb_prefill_attention  prefill / extend attention, fp16 and bf16, random block tables, in\n"
       "                     TFLOP/s of the causal work (4 x attended keys x D per query row and head).\n"
@@ -116,7 +120,9 @@ void bench_help(FILE* f) {
       "                     then each method it chooses between forced (memcpy, kernel).\n"
       "    Ceilings. CPU: memcpy of a 512 MiB buffer of random data into a touched destination that is\n"
       "    read after every copy and compared with the source at the end, counted as read + write\n"
-      "    (2 x bytes / time). GPU: kvb_copy_blocks of 64 dense 2 MiB blocks (K and V) onto 64 others,\n"
+      "    (2 x bytes / time); and a streaming read of that buffer by one thread per online CPU (each\n"
+      "    sums its contiguous share; started per call, as the CPU attention's threads are), the ceiling\n"
+      "    of CPU attention. GPU: kvb_copy_blocks of 64 dense 2 MiB blocks (K and V) onto 64 others,\n"
       "    read + write (the on-device figure: the library's own copy kernel, so a slow copy kernel lowers\n"
       "    the ceiling too), and kvb_swap_blocks of those blocks with KVB_SWAP_USE_MEMCPY to and from\n"
       "    page-locked host blocks, one direction at a time (the PCIe transfer ceiling for swap out / in).\n"
@@ -134,7 +140,7 @@ void bench_help(FILE* f) {
       "    --quick              small run for tests: 3 repetitions, 16 prompts, 64 decode tokens, small\n"
       "                         kernel shapes (under 3 s)\n"
       "    --only CASE          run one case (hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap,\n"
-      "                         batch) or only the kernels (kernels), e.g. under a profiler; the warm-up\n"
+      "                         batch, hosthit) or only the kernels (kernels), e.g. under a profiler; the warm-up\n"
       "                         still runs the first five manager cases; a manager case skips the kernels\n"
       "    --device DEV         where the kernels run: cpu (default), auto (the CPU, then the GPU when a\n"
       "                         CUDA device is usable, else a note that it was skipped) or cuda (the GPU\n"
@@ -244,6 +250,41 @@ static double run_hit(const bench_opts* o, kvb_manager* m, const int64_t* tokens
     return -1.0;
   }
   return (now_s() - t0) * 1e9 / (double)(o->iters * nb);
+}
+
+/* Host-cache hits: the prompt's blocks are pushed off the device (not timed: a filler prompt takes
+   every device block, so they go to, or stay on, the host level), then allocate (every block but the
+   last a host hit, each taking a device block and a load) + kvb_drain_host_transfers + free, timed. */
+static double run_hosthit(const bench_opts* o, kvb_manager* m, const int64_t* tokens, int64_t* fresh) {
+  uint64_t it, i, nb = (o->prompt_tokens + o->block_size - 1) / o->block_size, filler_n = (nb + 2) * o->block_size;
+  static int64_t* filler;
+  static int32_t *off, *load;
+  size_t cached = 0, no = 0, nl = 0;
+  double total = 0, t0;
+  if (!filler) {
+    filler = (int64_t*)xmalloc(filler_n * sizeof *filler);
+    off = (int32_t*)xmalloc(4 * (nb + 2) * sizeof *off);
+    load = (int32_t*)xmalloc(4 * (nb + 2) * sizeof *load);
+  }
+  CHECK(kvb_seq_allocate(m, 2, tokens, o->prompt_tokens, &cached)); /* cached once (not timed) */
+  CHECK(kvb_seq_commit(m, 2, o->prompt_tokens - cached));
+  CHECK(kvb_seq_free(m, 2));
+  for (it = 0; it < o->iters; it++) {
+    for (i = 0; i < filler_n; i++) filler[i] = (*fresh)++;
+    CHECK(kvb_seq_allocate(m, 3, filler, filler_n, &cached));
+    CHECK(kvb_seq_free(m, 3));
+    CHECK(kvb_drain_host_transfers(m, off, 2 * (nb + 2), &no, load, 2 * (nb + 2), &nl));
+    t0 = now_s();
+    CHECK(kvb_seq_allocate(m, 2, tokens, o->prompt_tokens, &cached));
+    CHECK(kvb_drain_host_transfers(m, off, 2 * (nb + 2), &no, load, 2 * (nb + 2), &nl));
+    CHECK(kvb_seq_free(m, 2));
+    total += now_s() - t0;
+    if (nl + 1 < nb) {
+      tool_error("bench: host-hit case loaded only %zu of %llu blocks", nl, (unsigned long long)nb);
+      return -1.0;
+    }
+  }
+  return total * 1e9 / (double)(o->iters * nb);
 }
 
 static double run_decode(const bench_opts* o, kvb_manager* m, int64_t* next_token) {
@@ -543,9 +584,10 @@ static void label_cases(bench_case* c) {
   static const char* const labels[NUM_CASES] = {
       "bare XXH64 of one block",       "kvb_hash_tokens of one block",   "miss: allocate+commit+free",
       "hit: allocate+free (cached)",   "decode: append+commit 1 token",  "fork: fork+free (shared)",
-      "cow: fork_at+append+drain+free", "swap: swap_out+swap_in",        "batch: export decode step"};
+      "cow: fork_at+append+drain+free", "swap: swap_out+swap_in",        "batch: export decode step",
+      "hosthit: allocate+drain+free"};
   static const char* const units[NUM_CASES] = {"ns/block", "ns/block", "ns/block", "ns/block", "ns/token",
-                                               "ns/block", "ns/op",    "ns/block", "ns/seq"};
+                                               "ns/block", "ns/op",    "ns/block", "ns/seq",   "ns/block"};
   int k;
   for (k = 0; k < NUM_CASES; k++) {
     c[k].key = case_keys[k];
@@ -557,7 +599,7 @@ static void label_cases(bench_case* c) {
 
 /* The managers and buffers of every case. */
 typedef struct bench_state {
-  kvb_manager *m, *md, *mf, *ms, *mb; /* miss/hit, decode, fork/cow, swap, batch */
+  kvb_manager *m, *md, *mf, *ms, *mb, *mh; /* miss/hit, decode, fork/cow, swap, batch, host hits */
   int64_t* tokens;
   uint64_t* stripes; /* the bare hash's input: per block [parent][tokens] */
   int32_t* swap_pairs;
@@ -571,6 +613,7 @@ static void state_release(bench_state* st) {
   kvb_manager_destroy(st->mf);
   kvb_manager_destroy(st->ms);
   kvb_manager_destroy(st->mb);
+  kvb_manager_destroy(st->mh);
   free(st->tokens);
   free(st->stripes);
   free(st->swap_pairs);
@@ -604,6 +647,20 @@ static int state_setup(const bench_opts* o, uint64_t decode_blocks, bench_state*
       !(st->mf = make_manager(o->block_size, nb + 16, 0)) || !(st->ms = make_manager(o->block_size, nb + 16, nb + 16)) ||
       !(st->mb = make_manager(o->block_size, batch_blocks, 0)))
     return 0;
+  {
+    /* Host hits: a device pool of one prompt (+2, all taken by the filler), a host level of four prompts. */
+    kvb_config cfg;
+    kvb_status s;
+    kvb_config_init(&cfg);
+    cfg.block_size = o->block_size;
+    cfg.num_blocks = (uint32_t)(nb + 2);
+    cfg.num_host_blocks = (uint32_t)(4 * nb + 4);
+    cfg.flags = KVB_CONFIG_HOST_CACHE;
+    if ((s = kvb_manager_create(&cfg, &st->mh)) != KVB_OK) {
+      lib_error("kvb_manager_create", s);
+      return 0;
+    }
+  }
   return committed_seq(st->mf, FORK_PARENT, st->tokens, o->prompt_tokens, ++st->next_token) &&
          committed_seq(st->ms, SWAP_SEQ, st->tokens, o->prompt_tokens, ++st->next_token) &&
          batch_setup(o, st->mb, st->tokens, &st->next_token, &st->batch);
@@ -620,6 +677,7 @@ static double run_case(int k, const bench_opts* o, bench_state* st) {
     case C_FORK: return run_fork(o, st->mf);
     case C_COW: return run_cow(o, st->mf, &st->next_token);
     case C_SWAP: return run_swap(o, st->ms, st->swap_pairs);
+    case C_HOSTHIT: return run_hosthit(o, st->mh, st->tokens, &st->fresh);
     default: return run_batch(o, st->mb, &st->batch);
   }
 }
@@ -678,7 +736,8 @@ static void print_config(report* r, const bench_opts* o) {
    Printed with what each means; judged only on a full run (a --quick run is too short to judge). */
 static void print_targets(report* r, const bench_opts* o, const bench_case* cases) {
   const bench_case *hash = &cases[C_HASH], *libhash = &cases[C_LIBHASH], *miss = &cases[C_MISS];
-  const bench_case *hit = &cases[C_HIT], *dec = &cases[C_DECODE];
+  const bench_case *hit = &cases[C_HIT], *dec = &cases[C_DECODE], *hh = &cases[C_HOSTHIT];
+  double hhr = hh->median / hit->median;
   double hr = hit->median / hash->median, mr = miss->median / hash->median;
   double hl = hit->median / libhash->median, ml = miss->median / libhash->median;
   int hit_ok = hr <= 3.0, miss_ok = mr <= 4.0, dec_ok = dec->median <= 100.0;
@@ -689,6 +748,7 @@ static void print_targets(report* r, const bench_opts* o, const bench_case* case
     report_bool(r, "decode_le_100ns", "decode", dec_ok);
     report_bool(r, "hit_le_3x_kvb_hash_tokens", "hit (lib hash)", hl <= 3.0);
     report_bool(r, "miss_le_4x_kvb_hash_tokens", "miss (lib hash)", ml <= 4.0);
+    report_bool(r, "hosthit_le_1_5x_hit", "host hit", hhr <= 1.5);
     report_group_end(r);
   } else {
     const char* met = o->quick ? "not judged" : NULL;
@@ -701,6 +761,8 @@ static void print_targets(report* r, const bench_opts* o, const bench_case* case
             "    (against kvb_hash_tokens instead of the bare hash: hit %.2fx, miss %.2fx)\n",
             hr, met ? met : hit_ok ? "met" : "missed", mr, met ? met : miss_ok ? "met" : "missed", dec->median,
             met ? met : dec_ok ? "met" : "missed", hl, ml);
+    fprintf(r->f, "    host hit: a block loaded from the host level costs <= 1.5x a hit    %5.2fx  %s\n", hhr,
+            met ? met : hhr <= 1.5 ? "met" : "missed");
     if (o->quick) fputs("    (--quick: too few, too short repetitions to judge the goals; run kvblock bench)\n", r->f);
   }
 }

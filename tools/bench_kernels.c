@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_read.h"
 #include "util.h"
 
 static volatile uint64_t g_ksink;
@@ -255,7 +256,22 @@ static int call_memcpy(void* p) {
   return 1;
 }
 
-/* CPU: memcpy of a large buffer of random data, read + write counted; checked equal afterwards. */
+typedef struct read_ctx {
+  const unsigned char* buf;
+  size_t n;
+  int threads;
+} read_ctx;
+
+static int call_read(void* p) {
+  read_ctx* c = (read_ctx*)p;
+  int ok = 0;
+  g_ksink += read_all(c->buf, c->n, c->threads, &ok);
+  return ok;
+}
+
+/* CPU: memcpy of a large buffer of random data, read + write counted; checked equal afterwards. Then a
+   streaming read of the same buffer by one thread per online CPU (bench_read.c), bytes read counted:
+   the ceiling of CPU attention, which reads K and V once with as many threads. */
 static int ceiling_cpu(kenv* e) {
   memcpy_ctx c;
   int ok;
@@ -273,8 +289,19 @@ static int ceiling_cpu(kenv* e) {
     ok = 0;
   }
   e->ceil[CEIL_D2H] = e->ceil[CEIL_H2D] = e->ceil[CEIL_COPY];
-  free(c.a);
   free(c.b);
+  if (ok) {
+    read_ctx rc;
+    char label[64];
+    rc.buf = c.a;
+    rc.n = c.n;
+    rc.threads = read_threads();
+    snprintf(label, sizeof label, "ceiling: read %u MiB, %d thread%s", (unsigned)(c.n >> 20), rc.threads,
+             rc.threads > 1 ? "s" : "");
+    e->ceil_name[CEIL_READ] = "read";
+    ok = bench_one(e, call_read, &rc, "ceiling_read", label, (double)c.n, CEIL_READ, 1);
+  }
+  free(c.a);
   return ok;
 }
 
@@ -367,16 +394,41 @@ void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
   }
 }
 
-static int attn_setup(kenv* e, attn_ctx* c, uint32_t batch, uint32_t ctx) {
+/* Random fp32 values of magnitude 1/8..1, as fill16's. */
+static void fill32(float* p, size_t n, uint64_t* state) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    uint64_t x = next_rand(state);
+    p[i] = (float)(0.125 + 0.875 * (double)(x >> 40) / (double)(1u << 24)) * ((x & 1u) ? -1.f : 1.f);
+  }
+}
+
+/* An fp32 cache of nblocks blocks: the fp16 allocation of twice the blocks, relabelled (strides are in
+   elements, so they stay), filled with random fp32 values. */
+static int kc_alloc_fp32(kenv* e, kcache* c, uint32_t nblocks) {
+  if (!kc_alloc(e, c, 2 * nblocks, BS, HKV, HD, 4096)) return 0;
+  c->dev.dtype = c->host.dtype = KVB_DTYPE_FP32;
+  c->dev.num_blocks = nblocks;
+  c->host.num_blocks = c->host.num_blocks / 2;
+  fill32((float*)c->host.k, (size_t)c->host.num_blocks * (size_t)c->host.block_stride, &e->seed);
+  fill32((float*)c->host.v, (size_t)c->host.num_blocks * (size_t)c->host.block_stride, &e->seed);
+  return kc_upload(e, c);
+}
+
+static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx) {
   uint32_t i, maxb = ctx / BS, nblocks = batch * maxb;
-  size_t qbytes = (size_t)batch * HQ * HD * 2;
+  size_t es = dtype == KVB_DTYPE_FP32 ? 4 : 2, qbytes = (size_t)batch * HQ * HD * es;
   kvb_status st;
   memset(c, 0, sizeof *c);
-  if (!kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) || !kc_fill_random(e, &c->cache) ||
+  if (!(dtype == KVB_DTYPE_FP32 ? kc_alloc_fp32(e, &c->cache, nblocks)
+                                : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
       !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
       !kc_buffer(e, &c->tables, (size_t)nblocks * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
     return 0;
-  fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
+  if (dtype == KVB_DTYPE_FP32)
+    fill32((float*)c->q.host.k, qbytes / 4, &e->seed);
+  else
+    fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
   random_tables((int32_t*)c->tables.host.k, nblocks, &e->seed);
   for (i = 0; i < batch; i++) ((int32_t*)c->lens.host.k)[i] = (int32_t)ctx;
   kvb_attention_args_init(&c->a);
@@ -398,23 +450,28 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t batch, uint32_t ctx) {
 }
 
 static int bench_attention(kenv* e) {
-  /* (batch, context), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of the
-     PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: scaled down to stay
-     short. */
-  static const uint32_t gpu[][2] = {{1, 4096}, {32, 4096}, {128, 2048}, {64, 8192}, {16, 32768}, {0, 0}};
-  static const uint32_t gpu_quick[][2] = {{8, 1024}, {32, 512}, {0, 0}};
-  static const uint32_t cpu[][2] = {{1, 4096}, {8, 2048}, {32, 1024}, {0, 0}};
-  static const uint32_t cpu_quick[][2] = {{4, 256}, {8, 256}, {0, 0}};
-  const uint32_t(*shapes)[2] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
+  /* (batch, context, fp32?), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of
+     the PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: the goal's shapes
+     (fp16 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling (attention reads K
+     and V once, with every thread). */
+  static const uint32_t gpu[][3] = {{1, 4096, 0}, {32, 4096, 0}, {128, 2048, 0}, {64, 8192, 0}, {16, 32768, 0}, {0, 0, 0}};
+  static const uint32_t gpu_quick[][3] = {{8, 1024, 0}, {32, 512, 0}, {0, 0, 0}};
+  static const uint32_t cpu[][3] = {{1, 4096, 0}, {8, 4096, 0}, {32, 1024, 0}, {8, 4096, 1}, {0, 0, 0}};
+  static const uint32_t cpu_quick[][3] = {{4, 256, 0}, {8, 256, 0}, {4, 256, 1}, {0, 0, 0}};
+  const uint32_t(*shapes)[3] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
   for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
-    uint32_t batch = shapes[s][0], ctx = shapes[s][1];
-    snprintf(key, sizeof key, "attention_%ux%u", batch, ctx);
-    snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens", batch, ctx);
-    ok = attn_setup(e, &c, batch, ctx) &&
-         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * 2 * 2, CEIL_COPY, 0);
+    uint32_t batch = shapes[s][0], ctx = shapes[s][1], fp32 = shapes[s][2];
+    snprintf(key, sizeof key, "attention_%s%ux%u", fp32 ? "fp32_" : "", batch, ctx);
+    if (fp32)
+      snprintf(label, sizeof label, "paged_attention fp32 %u seqs x %u", batch, ctx);
+    else
+      snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens", batch, ctx);
+    ok = attn_setup(e, &c, fp32 ? KVB_DTYPE_FP32 : KVB_DTYPE_FP16, batch, ctx) &&
+         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * (fp32 ? 4 : 2) * 2,
+                   e->cuda ? CEIL_COPY : CEIL_READ, 0);
     attn_free(&c);
   }
   return ok;

@@ -20,7 +20,7 @@
 #define KV_BLOCK_BYTES ((size_t)BS * HKV * HD * 2)  /* one block of K (or of V), fp16 */
 #define FENCE_TIMEOUT_S 60.0
 
-enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, NUM_CEILS };
+enum { CEIL_COPY, CEIL_D2H, CEIL_H2D, CEIL_READ, NUM_CEILS }; /* CEIL_READ: CPU streaming read */
 
 typedef struct kcache kcache;
 

@@ -18,7 +18,8 @@ void replay_help(FILE* f) {
       "\n"
       "SYNOPSIS\n"
       "    kvblock replay TRACE [--block-size N] [--num-blocks N] [--format auto|mooncake|tokens]\n"
-      "                   [--host-cache --num-host-blocks N [--kv-bytes-per-block N]]\n"
+      "                   [--host-cache --num-host-blocks N [--host-twin-percent N]\n"
+      "                    [--kv-bytes-per-block N]]\n"
       "                   [--groups full,window:W[:SINKS],...] [--json] [--quiet] [--check]\n"
       "    kvblock replay TRACE --mode timed [--speed X] [--max-seqs N] [--max-batch-tokens N]\n"
       "                   [--preempt recompute|swap] [--num-host-blocks N] [--watermark F]\n"
@@ -73,6 +74,8 @@ void replay_help(FILE* f) {
       "                       tier and gives the blocks and bytes moved each way (offloaded, loaded)\n"
       "    --num-host-blocks N  host blocks: the host cache, or the swap tier of --preempt swap\n"
       "                       (default: num-blocks). Sequential mode: with --host-cache only\n"
+      "    --host-twin-percent N  host blocks (percent, default 1) that may keep copies of blocks\n"
+      "                       loaded back to the device: 0 = exclusive (most hits), more = fewer moves\n"
       "    --kv-bytes-per-block N  KV bytes per block for the bytes moved (default 131072 * block size:\n"
       "                       a Llama-3-8B-like layout, 32 layers x K,V x 8 heads x 128 dims x fp16)\n"
       "    --groups G         KV cache groups of a hybrid model (sequential mode): a comma-separated list of\n"
@@ -175,6 +178,7 @@ int replay_main(int argc, char** argv) {
   o.svg_points = 2000;
   o.num_host_blocks = UINT64_MAX; /* = num_blocks unless given */
   o.pcie_gbps = 25.0;
+  o.host_twin_percent = 1;
   for (i = 1; i < argc; i++) {
     const char* a = argv[i];
     const char* val = NULL;
@@ -223,6 +227,8 @@ int replay_main(int argc, char** argv) {
       if (!replay_parse_groups(val, &o)) return EXIT_USAGE;
     } else if (!strcmp(a, "--host-cache")) {
       o.host_cache = 1;
+    } else if (OPT("--host-twin-percent")) {
+      if (got < 0 || !parse_u64(a, val, 0, 100, &o.host_twin_percent)) return EXIT_USAGE;
     } else if (OPT("--kv-bytes-per-block")) {
       if (got < 0 || !parse_u64(a, val, 1, UINT64_C(1) << 40, &o.kv_bytes_per_block)) return EXIT_USAGE;
     } else if (TIMED_OPT("--pcie-gbps")) {

@@ -35,6 +35,7 @@ kvb_manager* replay_create_manager(const replay_opts* o, uint64_t num_blocks) {
   if (o->host_cache) {
     cfg.num_host_blocks = (uint32_t)o->num_host_blocks;
     cfg.flags |= KVB_CONFIG_HOST_CACHE;
+    cfg.host_cache_twin_percent = (uint32_t)o->host_twin_percent;
   }
   cfg.groups = o->num_groups ? o->groups : NULL;
   cfg.num_groups = o->num_groups;
@@ -127,6 +128,7 @@ void replay_host_report(report* rep, const replay_opts* o, const kvb_stats* st) 
   const double gb = (double)o->kv_bytes_per_block / 1e9;
   if (!o->host_cache) return;
   report_u64(rep, "num_host_blocks", "host cache blocks", o->num_host_blocks, NULL);
+  report_u64(rep, "host_twin_percent", "  twin budget", o->host_twin_percent, "% of host blocks");
   report_u64(rep, "device_hit_tokens", "  device hit tokens", st->device_hit_tokens, NULL);
   report_u64(rep, "host_hit_tokens", "  host hit tokens", st->host_hit_tokens, "(loaded back)");
   report_u64(rep, "offloaded_blocks", "  offloaded blocks", st->offloaded_blocks, "(device -> host)");

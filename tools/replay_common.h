@@ -29,6 +29,7 @@ typedef struct replay_opts {
   int preempt_swap;      /* 0 recompute, 1 swap */
   uint64_t num_host_blocks;
   int host_cache;        /* --host-cache: host blocks are a second prefix-cache level */
+  uint64_t host_twin_percent; /* --host-twin-percent: kvb_config.host_cache_twin_percent */
   uint64_t kv_bytes_per_block; /* bytes moved per block by offloads and loads (report, timed cost) */
   double pcie_gbps;      /* timed mode: host <-> device rate charged for the moves, GB/s */
   double watermark;

@@ -1,11 +1,10 @@
 // CPU paged decode attention: the same split-K plan and workspace layout as the CUDA kernels (so results
 // and the workspace contract agree), online softmax in fp32 with exp2.
 //
-// Work item = (sequence, kv head, partition). An item walks its attended tokens in tiles of kTile
-// tokens: each K/V row is converted to fp32 once into a small scratch tile (K transposed, V as rows)
-// and then used by every query head of the GQA group, so the inner loops are plain fixed-width fp32
-// vector arithmetic (GCC/Clang vector extensions: SSE2 on baseline x86-64, NEON on arm64, scalar
-// elsewhere), with one softmax rescale per tile rather than per token.
+// Work item = (sequence, group of kv heads, partition); attention_item.inc holds its body, compiled once
+// per CPU code path (simd.h: AVX-512, AVX2+FMA+F16C, portable baseline) and chosen at run time. Each K
+// and V row is read straight from the cache once (converted in registers) and used by every query head
+// of its GQA group; an item walks its tiles for all of its kv heads so whole cache blocks stream.
 //
 // Threads (parallel.h): items are shared out over up to hardware_concurrency() threads (including the
 // caller) when the call reads at least kParallelBytes of K/V; smaller calls stay on the calling thread.
@@ -16,23 +15,11 @@
 #include <limits>
 #include <vector>
 
-// KVB_ATTN_F16C=0 (e.g. in CXXFLAGS) builds the portable path only; tests use it to cover that path.
-#ifndef KVB_ATTN_F16C
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define KVB_ATTN_F16C 1
-#else
-#define KVB_ATTN_F16C 0
-#endif
-#endif
-#if KVB_ATTN_F16C
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
-
 #include "../../libkvblock/error.h"
 #include "../backends.h"
 #include "convert.h"
 #include "parallel.h"
+#include "simd.h"
 
 namespace kvb {
 namespace kern {
@@ -42,7 +29,7 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int kTile = 16;                                // tokens per tile
+constexpr int kTile = 32;                                // tokens per tile
 constexpr int64_t kParallelBytes = int64_t(1) << 20;     // K+V bytes below which one thread is used
 
 struct Window {
@@ -97,32 +84,36 @@ int attended_ranges(const Window& w, int64_t a, int64_t b, int64_t r[2][2]) {
   return n;
 }
 
+// Per-thread scratch for KG kv heads; every array starts on a 64-byte boundary. GP = G rounded up to 4
+// (padding heads).
 struct Scratch {
-  float* q;    // [G][D] query rows, pre-scaled
-  float* acc;  // [G][D] running sum of p * v
-  float* m;    // [G] running max (log2 units)
-  float* l;    // [G] running sum of exp2(x - m)
-  float* s;    // [G][kTile] logits, then probabilities
-  float* kt;   // [D][kTile] K tile, transposed
-  float* v;    // [kTile][D] V tile
-  float* row;  // [D] conversion buffer for one K row
+  float* q;    // [KG][GP][D] query rows, pre-scaled
+  float* acc;  // [KG][GP][D] running sum of p * v
+  float* m;    // [KG][GP] running max (log2 units)
+  float* l;    // [KG][GP] running sum of exp2(x - m)
+  float* s;    // [GP][kTile] logits, then probabilities
 
-  static size_t floats(int64_t G, int64_t D) {
-    const size_t g4 = size_t((G + 3) / 4 * 4);
-    return size_t(2 * G * D) + 2 * g4 + size_t(G * kTile) + size_t(2 * D * kTile) + size_t(D);
+  static int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+  static size_t floats(int64_t KG, int64_t G, int64_t D) {
+    const int64_t GP = (G + 3) / 4 * 4;
+    return size_t(2 * padded(KG * GP * D) + 2 * padded(KG * GP) + padded(GP * kTile));
   }
-  Scratch(float* base, int64_t G, int64_t D) {
-    const size_t g4 = size_t((G + 3) / 4 * 4);
+  Scratch(float* base, int64_t KG, int64_t G, int64_t D) {
+    const int64_t GP = (G + 3) / 4 * 4;
     q = base;
-    acc = q + G * D;
-    m = acc + G * D;
-    l = m + g4;
-    s = l + g4;
-    kt = s + G * kTile;
-    v = kt + D * kTile;
-    row = v + D * kTile;
+    acc = q + padded(KG * GP * D);
+    m = acc + padded(KG * GP * D);
+    l = m + padded(KG * GP);
+    s = l + padded(KG * GP);
   }
 };
+
+// Kv heads per work item: all of them while the per-thread state stays within ~256 KiB (it is re-read
+// every tile), so that each item streams whole cache blocks.
+int64_t heads_per_item(int64_t Hkv, int64_t G, int64_t D) {
+  const int64_t per_head = 2 * ((G + 3) / 4 * 4) * D * int64_t(sizeof(float));
+  return std::max<int64_t>(1, std::min<int64_t>(Hkv, (int64_t(256) << 10) / per_head));
+}
 
 struct Job {
   const Cache* c;
@@ -133,41 +124,43 @@ struct Job {
   float* ws_o;
 };
 
-// One (sequence, kv head, partition) item: fixed head_dim D for fully unrolled inner loops.
-#include "attention_item.inc"  // run_item<D>: portable vector code
+using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t, int64_t);
 
-#if KVB_ATTN_F16C
-// The same code again compiled for AVX + F16C (hardware fp16 conversion, VEX encoding), chosen at run
-// time by has_f16c(): baseline builds keep running on any x86-64.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx,f16c")
-#endif
-namespace f16c {
-#define KVB_ATTN_F16C_BODY 1
+// The item body once per code path.
+namespace baseline {
+#define KVB_SIMD_ISA 0
+#include "simd_vec.inc"
 #include "attention_item.inc"
-}  // namespace f16c
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
+#undef KVB_SIMD_ISA
+}  // namespace baseline
+#if KVB_SIMD_X86
+KVB_SIMD_BEGIN_AVX2
+namespace avx2 {
+#define KVB_SIMD_ISA 1
+#include "simd_vec.inc"
+#include "attention_item.inc"
+#undef KVB_SIMD_ISA
+}  // namespace avx2
+KVB_SIMD_END
+KVB_SIMD_BEGIN_AVX512
+namespace avx512 {
+#define KVB_SIMD_ISA 2
+#include "simd_vec.inc"
+#include "attention_item.inc"
+#undef KVB_SIMD_ISA
+}  // namespace avx512
+KVB_SIMD_END
 #endif
 
-bool has_f16c() {
-  static const bool yes = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    const bool f16c = (ecx >> 29) & 1u;
-    __builtin_cpu_init();
-    return f16c && __builtin_cpu_supports("avx");  // avx: the CPU has it and the OS saves its state
-  }();
-  return yes;
+ItemFn pick_item(int64_t D, Dtype dt, int64_t G) {
+  switch (simd::isa()) {
+#if KVB_SIMD_X86
+    case simd::Isa::avx512: return avx512::pick_item(D, dt, G);
+    case simd::Isa::avx2: return avx2::pick_item(D, dt, G);
+#endif
+    default: return baseline::pick_item(D, dt, G);
+  }
 }
-#endif
-
-using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t);
 
 // Reduce the partitions of one query head: weights l_p * 2^(m_p - M).
 void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
@@ -210,26 +203,17 @@ void paged_attention(const Cache& c, const Attention& a) {
   j.ws_l = j.ws_m ? j.ws_m + a.num_seqs * a.num_q_heads * j.NP : nullptr;
   j.ws_o = j.ws_l ? j.ws_l + a.num_seqs * a.num_q_heads * j.NP : nullptr;
 
-  ItemFn item = nullptr;
-#if KVB_ATTN_F16C
-  const bool hw16 = c.dtype == Dtype::f16 && has_f16c();
-#endif
-  switch (D) {
-#if KVB_ATTN_F16C
-    case 64: item = hw16 ? f16c::run_item<64> : run_item<64>; break;
-    case 128: item = hw16 ? f16c::run_item<128> : run_item<128>; break;
-    case 256: item = hw16 ? f16c::run_item<256> : run_item<256>; break;
-#else
-    case 64: item = run_item<64>; break;
-    case 128: item = run_item<128>; break;
-    case 256: item = run_item<256>; break;
-#endif
-    default: fail(Code::invalid_argument, "attention: head_dim %lld is not supported", (long long)D);
-  }
+  const ItemFn item = pick_item(D, c.dtype, G);
+  if (!item) fail(Code::invalid_argument, "attention: head_dim %lld is not supported", (long long)D);
 
-  // Items in (sequence, kv head, partition) order; partitions past a sequence's end are skipped.
+  // Items in (sequence, kv head group, partition) order; partitions past a sequence's end are skipped.
+  // Groups of KG kv heads; smaller groups when there would be too few items to keep every thread busy.
+  const unsigned hw = std::thread::hardware_concurrency();
   const int64_t NP = j.NP;
-  const int64_t num_items = a.num_seqs * Hkv * NP;
+  int64_t KG = heads_per_item(Hkv, G, D);
+  while (KG > 1 && a.num_seqs * NP * ((Hkv + KG - 1) / KG) < 2 * int64_t(hw == 0 ? 1 : hw)) KG = (KG + 1) / 2;
+  const int64_t groups = (Hkv + KG - 1) / KG;
+  const int64_t num_items = a.num_seqs * groups * NP;
   int64_t attended = 0;
   for (int64_t s = 0; s < a.num_seqs; ++s) {
     const Window w = window_of(a, a.seq_lens[s]);
@@ -238,16 +222,16 @@ void paged_attention(const Cache& c, const Attention& a) {
   const int64_t bytes = attended * Hkv * D * j.es * 2;
   const int64_t threads = threads_for(bytes, kParallelBytes / 2, num_items);
 
-  const size_t per = Scratch::floats(G, D);
-  std::vector<float> scratch(per * size_t(threads) + 4);
+  const size_t per = Scratch::floats(KG, G, D);
+  std::vector<float> scratch(per * size_t(threads) + 16);
   float* base = scratch.data();
-  while (reinterpret_cast<uintptr_t>(base) % 16 != 0) ++base;
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
 
   parallel_for(num_items, threads, [&](int64_t tid, int64_t i) {
-    const int64_t p = i % NP, sk = i / NP, kvh = sk % Hkv, s = sk / Hkv;
+    const int64_t p = i % NP, sk = i / NP, kg = sk % groups, s = sk / groups;
     if (NP > 1 && p * j.P >= a.seq_lens[s]) return;  // past the end: no workspace row
-    Scratch sc(base + per * size_t(tid), G, D);
-    item(j, sc, s, kvh, p);
+    Scratch sc(base + per * size_t(tid), KG, G, D);
+    item(j, sc, s, kg * KG, std::min(KG, Hkv - kg * KG), p);
   });
 
   if (NP == 1) return;

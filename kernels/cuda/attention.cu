@@ -8,7 +8,11 @@
 // writes the output directly; otherwise each partition writes (max, sum, normalised acc) to the
 // workspace and kernel 2 merges the partitions of each (sequence, query head) with log-sum-exp weights.
 // No allocation and no host synchronisation: capturable in a CUDA graph.
+#include <algorithm>
 #include <climits>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "../../abi/kvblock.h"
 #include "../backends.h"
@@ -22,7 +26,11 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 2;         // tokens per warp group per step; the next step's rows are in flight too
+// Query heads of a GQA group per CTA: at most 4 (2 for fp32 rows of 256, whose per-lane slices are
+// twice as wide) keeps every instantiation within 128 registers with no spills.
+constexpr int max_heads_per_cta(int elem_bytes, int head_dim) { return elem_bytes == 4 && head_dim == 256 ? 2 : 4; }
+constexpr int kMinCtasPerSm = 4;    // __launch_bounds__: 65536 / (4 * 128 threads) = 128 registers
 constexpr int kMaxPartitionBlocks = 2048;  // partition_size <= 2048 tokens and block_size >= 1
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -44,6 +52,7 @@ struct AttnParams {
   int window, sink, partition_size, num_partitions;
   float q_scale;   // scale, times log2(e) when there is no soft cap
   float soft_cap;  // 0 = off
+  float inv_cap;   // 1 / soft_cap
   FaultRecord* fault;
 };
 
@@ -63,8 +72,10 @@ __device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
   }
 }
 
-template <typename T, int D, int GC>
-__global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnParams p) {
+// CAP: logits soft cap on (a template parameter: a run-time test inside the unrolled score loop split it
+// into one basic block per dot product and serialised the shuffle reductions).
+template <typename T, int D, int GC, bool CAP>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel(const AttnParams p) {
   constexpr int VEC = Vec<T>::N;                        // elements per 16-byte load
   constexpr int L = (D / VEC) < 32 ? (D / VEC) : 32;    // lanes per token
   constexpr int NV = D / (L * VEC);                     // 16-byte loads per lane per row
@@ -162,30 +173,39 @@ __global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnPara
 
   const int64_t head_off = int64_t(kvh) * p.head_stride;
   const int mask = (1 << p.block_shift) - 1;
-  if (any) {
-    for (int base = t_begin + warp * TG * kUnroll; base < t_end; base += STEP) {
-      uint4 kr[kUnroll][NV], vr[kUnroll][NV];
-      bool ok[kUnroll];
+  // K and V rows of the kUnroll tokens of a step (zero where masked), and whether each is attended.
+  auto load_step = [&](int base, uint4 (&kr)[kUnroll][NV], uint4 (&vr)[kUnroll][NV], bool (&ok)[kUnroll]) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int t = base + u * TG + grp;
-        ok[u] = t < t_end && (t >= lo || t < sink);
-        const int blk = ok[u] ? s_blocks[(t >> p.block_shift) - first_blk] : -1;
-        ok[u] = blk >= 0;
-        if (ok[u]) {
-          const int64_t off = int64_t(blk) * p.block_stride + int64_t(t & mask) * p.token_stride + head_off;
-          const uint4* kp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.k) + off);
-          const uint4* vp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.v) + off);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int t = base + u * TG + grp;
+      ok[u] = t < t_end && (t >= lo || t < sink);
+      const int blk = ok[u] ? s_blocks[(t >> p.block_shift) - first_blk] : -1;
+      ok[u] = blk >= 0;
+      if (ok[u]) {
+        const int64_t off = int64_t(blk) * p.block_stride + int64_t(t & mask) * p.token_stride + head_off;
+        const uint4* kp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.k) + off);
+        const uint4* vp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.v) + off);
 #pragma unroll
-          for (int j = 0; j < NV; ++j) {
-            kr[u][j] = __ldg(kp + j * L + lig);
-            vr[u][j] = __ldg(vp + j * L + lig);
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < NV; ++j) kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < NV; ++j) {
+          kr[u][j] = __ldg(kp + j * L + lig);
+          vr[u][j] = __ldg(vp + j * L + lig);
         }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NV; ++j) kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
       }
+    }
+  };
+  if (any) {
+    // Double-buffered: the next step's rows are loaded before this step's are used.
+    uint4 kr[kUnroll][NV], vr[kUnroll][NV];
+    bool ok[kUnroll];
+    int base = t_begin + warp * TG * kUnroll;
+    load_step(base, kr, vr, ok);
+    for (; base < t_end; base += STEP) {
+      uint4 nkr[kUnroll][NV], nvr[kUnroll][NV];
+      bool nok[kUnroll];
+      load_step(base + STEP, nkr, nvr, nok);  // all masked past t_end: no loads
       // Scores of the unrolled tokens for every head (base-2 logits).
       float sc[kUnroll][GC];
 #pragma unroll
@@ -200,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnPara
           for (int e = 0; e < E; ++e) s = fmaf(q[g][e], kf[e], s);
 #pragma unroll
           for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-          if (p.soft_cap > 0.f) s = p.soft_cap * tanhf(s / p.soft_cap) * kLog2e;
+          if (CAP) s = p.soft_cap * tanhf(s * p.inv_cap) * kLog2e;
           sc[u][g] = ok[u] ? s : -INFINITY;
         }
       }
@@ -237,6 +257,15 @@ __global__ void __launch_bounds__(kThreads) attn_partition_kernel(const AttnPara
         for (int g = 0; g < GC; ++g)
 #pragma unroll
           for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pr[u][g], vf[e], acc[g][e]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        ok[u] = nok[u];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+          kr[u][j] = nkr[u][j];
+          vr[u][j] = nvr[u][j];
+        }
       }
     }
   }
@@ -341,25 +370,65 @@ __global__ void __launch_bounds__(D) attn_reduce_kernel(const AttnParams p) {
   op[d] = Vec<T>::from_float(W > 0.f ? A / W : 0.f);
 }
 
+using KernelFn = void (*)(AttnParams);
+
 template <typename T, int D>
-void launch_dim(AttnParams& p, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
-  const char* what = "paged attention launch";
-  switch (gc) {
-    case 1: launch(attn_partition_kernel<T, D, 1>, grid, dim3(kThreads), 0, s, what, p); break;
-    case 2: launch(attn_partition_kernel<T, D, 2>, grid, dim3(kThreads), 0, s, what, p); break;
-    case 4: launch(attn_partition_kernel<T, D, 4>, grid, dim3(kThreads), 0, s, what, p); break;
-    default: launch(attn_partition_kernel<T, D, 8>, grid, dim3(kThreads), 0, s, what, p); break;
-  }
-  if (p.num_partitions > 1) launch(attn_reduce_kernel<T, D>, rgrid, dim3(D), 0, s, "paged attention reduce launch", p);
+KernelFn partition_kernel_for(int gc, bool cap) {
+  constexpr int MH = max_heads_per_cta(sizeof(T), D);
+  if (cap)
+    return gc == 1 ? attn_partition_kernel<T, D, 1, true>
+                   : gc == 2 ? attn_partition_kernel<T, D, 2, true> : attn_partition_kernel<T, D, MH, true>;
+  return gc == 1 ? attn_partition_kernel<T, D, 1, false>
+                 : gc == 2 ? attn_partition_kernel<T, D, 2, false> : attn_partition_kernel<T, D, MH, false>;
 }
 
 template <typename T>
-void launch_type(AttnParams& p, int head_dim, int gc, dim3 grid, dim3 rgrid, cudaStream_t s) {
+void kernels_for_type(int head_dim, int gc, bool cap, KernelFn* part, KernelFn* reduce) {
   switch (head_dim) {
-    case 64: launch_dim<T, 64>(p, gc, grid, rgrid, s); break;
-    case 128: launch_dim<T, 128>(p, gc, grid, rgrid, s); break;
-    default: launch_dim<T, 256>(p, gc, grid, rgrid, s); break;
+    case 64: *part = partition_kernel_for<T, 64>(gc, cap), *reduce = attn_reduce_kernel<T, 64>; break;
+    case 128: *part = partition_kernel_for<T, 128>(gc, cap), *reduce = attn_reduce_kernel<T, 128>; break;
+    default: *part = partition_kernel_for<T, 256>(gc, cap), *reduce = attn_reduce_kernel<T, 256>; break;
   }
+}
+
+// SMs x resident CTAs per SM of `fn` on `device`: one wave. Cached (two attribute queries per kernel
+// and device, once).
+int64_t wave_ctas(int device, KernelFn fn) {
+  static std::mutex mu;
+  static std::map<std::pair<int, KernelFn>, int64_t> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find({device, fn});
+  if (it != cache.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  {
+    RelaxedCapture relaxed;  // not stream work; legal while the caller captures a graph
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(fn), kThreads, 0),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  }
+  const int64_t wave = std::max<int64_t>(1, int64_t(sms) * per_sm);
+  cache.emplace(std::make_pair(device, fn), wave);
+  return wave;
+}
+
+// Partition size of this launch: the shape-only plan's (which sized the caller's workspace) or a
+// power-of-two multiple of it (fewer partitions, so the workspace still suffices) whose grid fills its
+// last wave best; at equal fill, the most partitions.
+int64_t partition_for_waves(const AttnPlan& plan, int64_t max_ctx, int64_t ctas_per_partition, int64_t wave) {
+  if (plan.num_partitions <= 1) return plan.partition_size;
+  int64_t best = plan.partition_size;
+  double best_fill = -1.0;
+  for (int64_t P = plan.partition_size; P <= kMaxPartitionBlocks; P *= 2) {
+    const int64_t np = (max_ctx + P - 1) / P;
+    const int64_t ctas = np * ctas_per_partition;
+    const double fill = double(ctas) / double((ctas + wave - 1) / wave * wave);
+    if (fill > best_fill + 1e-9) {
+      best_fill = fill;
+      best = P;
+    }
+    if (np == 1) break;
+  }
+  return best;
 }
 
 }  // namespace
@@ -384,9 +453,10 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
          (long long)(a.max_blocks * c.block_size));
   if (a.plan.partition_size > kMaxPartitionBlocks) fail(Code::internal, "partition size above the kernel limit");
   const int group = int(a.num_q_heads / c.num_kv_heads);
-  const int chunks = (group + 7) / 8;
+  const int max_heads = max_heads_per_cta(int(es), int(c.head_dim));
+  const int chunks = (group + max_heads - 1) / max_heads;
   const int per_chunk = (group + chunks - 1) / chunks;
-  const int gc = per_chunk <= 1 ? 1 : per_chunk <= 2 ? 2 : per_chunk <= 4 ? 4 : 8;
+  const int gc = per_chunk <= 1 ? 1 : per_chunk <= 2 ? 2 : max_heads;
   if (c.num_kv_heads * chunks > 65535) fail(Code::invalid_argument, "num_kv_heads %lld too large for CUDA attention",
                                             (long long)c.num_kv_heads);
   if (a.plan.num_partitions > INT_MAX) fail(Code::invalid_argument, "context too long");
@@ -414,10 +484,6 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   p.out_head_stride = a.out_head_stride;
   p.block_tables = a.block_tables;
   p.seq_lens = a.seq_lens;
-  const int64_t rows = a.num_seqs * a.num_q_heads * a.plan.num_partitions;
-  p.ws_m = static_cast<float*>(a.workspace);
-  p.ws_l = p.ws_m ? p.ws_m + rows : nullptr;
-  p.ws_o = p.ws_l ? p.ws_l + rows : nullptr;
   p.num_blocks = int(c.num_blocks);
   p.block_shift = c.block_shift;
   p.max_blocks = int(a.max_blocks);
@@ -427,20 +493,36 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   p.num_chunks = chunks;
   p.window = a.window > INT_MAX ? INT_MAX : int(a.window);
   p.sink = a.sink > INT_MAX ? INT_MAX : int(a.sink);
-  p.partition_size = int(a.plan.partition_size);
-  p.num_partitions = int(a.plan.num_partitions);
+  KernelFn part_fn = nullptr, reduce_fn = nullptr;
+  const bool cap = a.soft_cap > 0.f;
+  switch (c.dtype) {
+    case Dtype::f16: kernels_for_type<__half>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
+    case Dtype::bf16: kernels_for_type<__nv_bfloat16>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
+    default: kernels_for_type<float>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
+  }
+  const int64_t ctas_per_partition = c.num_kv_heads * chunks * a.num_seqs;
+  const int64_t P = partition_for_waves(a.plan, a.max_blocks * c.block_size, ctas_per_partition,
+                                        wave_ctas(c.device_index, part_fn));
+  const int64_t np = (a.max_blocks * c.block_size + P - 1) / P;
+  p.partition_size = int(P);
+  p.num_partitions = int(np);
   p.soft_cap = a.soft_cap;
+  p.inv_cap = a.soft_cap > 0.f ? 1.f / a.soft_cap : 0.f;
   p.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   p.fault = fault_record(c.device_index);
 
-  const dim3 grid(unsigned(a.plan.num_partitions), unsigned(c.num_kv_heads * chunks), unsigned(a.num_seqs));
-  const dim3 rgrid(unsigned(a.num_q_heads), unsigned(a.num_seqs));
-  cudaStream_t s = as_stream(stream);
-  switch (c.dtype) {
-    case Dtype::f16: launch_type<__half>(p, int(c.head_dim), gc, grid, rgrid, s); break;
-    case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), gc, grid, rgrid, s); break;
-    default: launch_type<float>(p, int(c.head_dim), gc, grid, rgrid, s); break;
-  }
+  // Workspace rows of this launch's partition count (<= the plan's: inside the caller's workspace).
+  const int64_t rows = a.num_seqs * a.num_q_heads * np;
+  p.ws_m = np > 1 ? static_cast<float*>(a.workspace) : nullptr;
+  p.ws_l = p.ws_m ? p.ws_m + rows : nullptr;
+  p.ws_o = p.ws_l ? p.ws_l + rows : nullptr;
+
+  const dim3 grid(unsigned(np), unsigned(c.num_kv_heads * chunks), unsigned(a.num_seqs));
+  const cudaStream_t s = as_stream(stream);
+  launch(part_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p);
+  if (np > 1)
+    launch(reduce_fn, dim3(unsigned(a.num_q_heads), unsigned(a.num_seqs)), dim3(unsigned(c.head_dim)), 0, s,
+           "paged attention reduce launch", p);
 }
 
 }  // namespace cuda

@@ -5,6 +5,7 @@
 //  - batched cudaMemcpy(2D)Async with runs of consecutive blocks merged (DMA engines; any host memory).
 // Copies on one device and swaps of small runs use the kernel; large contiguous runs use memcpy.
 #include <algorithm>
+#include <climits>
 #include <vector>
 
 #include "../../abi/kvblock.h"
@@ -32,6 +33,7 @@ struct CopyParams {
   int64_t block_bytes;  // dense path: bytes of one block
   int heads, rows_chunks, chunks_per_row;
   int dense;  // both sides dense in the same order: one linear run per block
+  int num_pairs, num_layers;  // of this launch: units = num_pairs * num_layers * 2 (K, V)
 };
 using SmallParams = CopyParams<16, 384>;
 static_assert(sizeof(SmallParams) <= 4096, "SmallParams must fit the classic 4 KB kernel parameter limit");
@@ -41,24 +43,33 @@ using LargeParams = CopyParams<128, 2048>;
 static_assert(sizeof(LargeParams) <= 32764, "LargeParams must fit the 32 KB kernel parameter limit");
 #endif
 
+// One CTA per (pair, layer, K|V) unit, or fewer CTAs striding over the units: a copy over mapped host
+// memory runs at PCIe speed, which a few dozen CTAs saturate, so its grid is bounded to leave the SMs to
+// the caller's compute kernels.
 template <typename W, class P>
 __global__ void __launch_bounds__(256) copy_kernel(const P p) {
-  const int pair = blockIdx.x, layer = blockIdx.y, kv = blockIdx.z;
-  const char* src = p.src[layer][kv] + p.pairs[pair][0] * p.s_block;
-  char* dst = p.dst[layer][kv] + p.pairs[pair][1] * p.d_block;
-  if (p.dense) {
-    const int64_t n = p.block_bytes / int64_t(sizeof(W));
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-      reinterpret_cast<W*>(dst)[i] = reinterpret_cast<const W*>(src)[i];
-    return;
-  }
-  for (int i = threadIdx.x; i < p.rows_chunks; i += blockDim.x) {
-    const int row = i / p.chunks_per_row, c = i - row * p.chunks_per_row;
-    const int t = row / p.heads, h = row - t * p.heads;
-    *reinterpret_cast<W*>(dst + t * p.d_token + h * p.d_head + int64_t(c) * sizeof(W)) =
-        *reinterpret_cast<const W*>(src + t * p.s_token + h * p.s_head + int64_t(c) * sizeof(W));
+  const int units = p.num_pairs * p.num_layers * 2;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int pair = u % p.num_pairs, rest = u / p.num_pairs, layer = rest >> 1, kv = rest & 1;
+    const char* src = p.src[layer][kv] + p.pairs[pair][0] * p.s_block;
+    char* dst = p.dst[layer][kv] + p.pairs[pair][1] * p.d_block;
+    if (p.dense) {
+      const int64_t n = p.block_bytes / int64_t(sizeof(W));
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        reinterpret_cast<W*>(dst)[i] = reinterpret_cast<const W*>(src)[i];
+      continue;
+    }
+    for (int i = threadIdx.x; i < p.rows_chunks; i += blockDim.x) {
+      const int row = i / p.chunks_per_row, c = i - row * p.chunks_per_row;
+      const int t = row / p.heads, h = row - t * p.heads;
+      *reinterpret_cast<W*>(dst + t * p.d_token + h * p.d_head + int64_t(c) * sizeof(W)) =
+          *reinterpret_cast<const W*>(src + t * p.s_token + h * p.s_head + int64_t(c) * sizeof(W));
+    }
   }
 }
+
+// CTAs of a copy that reads or writes mapped host memory (see copy_kernel).
+constexpr int kHostCopyCtas = 48;
 
 // True when this process may launch kernels with more than 4 KB of parameters.
 bool large_params_ok() {
@@ -106,7 +117,7 @@ bool same_dense_order(const Cache& s, const Cache& d) {
 
 // Fills the parameters and launches one kernel per (layer chunk, pair chunk).
 template <class P>
-void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std::vector<char*>& dst,
+void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std::vector<char*>& dst, int max_ctas,
                    cudaStream_t stream) {
   const Cache& s0 = b.src[0];
   const Cache& d0 = b.dst[0];
@@ -146,7 +157,9 @@ void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std:
         p.pairs[i][0] = b.pairs[2 * (i0 + i)];
         p.pairs[i][1] = b.pairs[2 * (i0 + i) + 1];
       }
-      const dim3 grid(unsigned(np), unsigned(nl), 2);
+      p.num_pairs = np;
+      p.num_layers = nl;
+      const dim3 grid(unsigned(std::min(np * nl * 2, max_ctas)));
       const char* what = "copy_blocks launch";
       switch (w) {
         case 16: launch(copy_kernel<uint4, P>, grid, dim3(256), 0, stream, what, p); break;
@@ -159,7 +172,7 @@ void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std:
   }
 }
 
-void copy_with_kernel(const BlockCopy& b, int device, cudaStream_t stream) {
+void copy_with_kernel(const BlockCopy& b, int device, bool on_device, cudaStream_t stream) {
   std::vector<char*> src(size_t(b.num_layers) * 2), dst(size_t(b.num_layers) * 2);
   for (int64_t l = 0; l < b.num_layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
@@ -174,10 +187,11 @@ void copy_with_kernel(const BlockCopy& b, int device, cudaStream_t stream) {
       dst[size_t(l * 2 + kv)] = da;
     }
   }
+  const int max_ctas = on_device ? INT_MAX : kHostCopyCtas;
 #ifdef KVB_LARGE_COPY_PARAMS
-  if (large_params_ok()) return launch_copies<LargeParams>(b, src, dst, stream);
+  if (large_params_ok()) return launch_copies<LargeParams>(b, src, dst, max_ctas, stream);
 #endif
-  launch_copies<SmallParams>(b, src, dst, stream);
+  launch_copies<SmallParams>(b, src, dst, max_ctas, stream);
 }
 
 // Runs of pairs whose source and destination blocks both advance by one.
@@ -263,7 +277,7 @@ void copy_blocks(const BlockCopy& b, void* stream) {
     method = (kernel_ok && avg < double(1 << 20)) ? KVB_SWAP_USE_KERNEL : KVB_SWAP_USE_MEMCPY;
   }
   if (method == KVB_SWAP_USE_KERNEL)
-    copy_with_kernel(b, device, st);
+    copy_with_kernel(b, device, on_device, st);
   else
     copy_with_memcpy(b, runs, st);
 }

@@ -17,6 +17,7 @@
 
 #include "../backends.h"
 #include "../prefill.h"
+#include "../prefill_tiles.h"
 #include "prefill_common.cuh"
 
 namespace kvb {
@@ -81,11 +82,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile.
-template <int C>
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  return uint32_t((r * C + (c ^ (r & 7))) * 16);
-}
+using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
 
 template <typename T, int D, int BN>
 __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillParams p) {
@@ -100,9 +97,10 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kvh = blockIdx.y, split = blockIdx.z, G = p.group;
-  const int seq = seq_of_tile(p, blockIdx.x, BM);
+  const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, int(blockIdx.x));
   const SeqView sv = seq_view(p, seq);
-  const int pr0 = (int(blockIdx.x) - int(int64_t(p.query_start[seq]) * G / BM + seq)) * BM;  // first packed row
+  const int64_t lt = int64_t(blockIdx.x) - tiles::tile_base(p.query_start[seq], seq, G, BM);  // tile of seq
+  const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
   if (sv.fault != KVB_FAULT_NONE && pr0 == 0 && kvh == 0 && split == 0 && tid == 0)  // once per sequence
     record_fault(p.fault, sv.fault, KVB_KERNEL_PREFILL_ATTENTION, sv.fault_index, -1, sv.fault_value);
@@ -110,19 +108,11 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 
   const int base = sv.len - sv.q_len;
   const int pos_first = base + pr0 / G, pos_last = base + (pr0 + rows - 1) / G;
-  const int W = p.window, sink = W > 0 ? p.sink : 0;
-  const int lo_first = W > 0 ? max(0, pos_first - W + 1) : 0;
-  const int lo_last = W > 0 ? max(0, pos_last - W + 1) : 0;
-
-  // Attended key tiles: [a0, a1) (sinks) and [b0, b1) (window up to pos_last), within this split.
-  const int st = p.split_tokens / BN;
-  const int s0 = split * st, s1 = s0 + st;
-  const int sink_eff = min(sink, lo_first);
-  int a0 = 0, a1 = (sink_eff + BN - 1) / BN;
-  int b0 = max(lo_first / BN, a1), b1 = pos_last / BN + 1;
-  a0 = max(a0, s0), a1 = min(a1, s1), b0 = max(b0, s0), b1 = min(b1, s1);
-  const int na = max(0, a1 - a0), nb = max(0, b1 - b0);
-  const int n_tiles = sv.fault == KVB_FAULT_NONE ? na + nb : 0;
+  // Attended key tiles of this split: the sinks, then the window up to pos_last (prefill_tiles.h).
+  const tiles::KeyTiles kt =
+      tiles::key_tiles(pos_first, pos_last, p.window, p.sink, BN, split, p.split_tokens / BN);
+  const int W = p.window, sink = kt.sink, lo_first = kt.lo_first;
+  const int n_tiles = sv.fault == KVB_FAULT_NONE ? kt.count() : 0;
   __shared__ int s_bad;  // an attended key's block id was out of range: this tile's rows are NaN
   if (tid == 0) s_bad = 0;
   __syncthreads();
@@ -139,10 +129,10 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
     const T* src = reinterpret_cast<const T*>(p.q);
     if (ok)
       src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
-    cp_async16(sQ + swz<C>(r, c), src, ok ? 16 : 0);
+    cp_async16(sQ + swz(C, r, c), src, ok ? 16 : 0);
   }
   auto load_kv = [&](int i, int buf) {
-    const int k0 = (i < na ? a0 + i : b0 + i - na) * BN;
+    const int k0 = kt.tile(i) * BN;
     for (int x = tid; x < BN * C; x += kThreads) {
       const int r = x / C, c = x - r * C;
       const int tok = k0 + r;
@@ -157,17 +147,17 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
             record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, seq, tok >> p.block_shift, id);
       }
       const int64_t off = blk >= 0 ? int64_t(blk) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off + c * 8 : 0;
-      cp_async16(sK + buf * kBuf + swz<C>(r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
-      cp_async16(sV + buf * kBuf + swz<C>(r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
+      cp_async16(sK + buf * kBuf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
+      cp_async16(sV + buf * kBuf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
     }
   };
   if (n_tiles > 0) load_kv(0, 0);
   cp_async_commit();
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16); padding rows copy the last.
-  const int r_lo = min(warp * 16 + (lane >> 2), rows - 1), r_hi = min(warp * 16 + (lane >> 2) + 8, rows - 1);
+  const int r_lo = min(warp * 16 + tiles::frag::c_row(lane, 0), rows - 1);
+  const int r_hi = min(warp * 16 + tiles::frag::c_row(lane, 2), rows - 1);
   const int pos0 = base + (pr0 + r_lo) / G, pos1 = base + (pr0 + r_hi) / G;
-  const int lo0 = W > 0 ? max(0, pos0 - W + 1) : 0, lo1 = W > 0 ? max(0, pos1 - W + 1) : 0;
 
   float o[DT][4];
 #pragma unroll
@@ -188,19 +178,19 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
-      ldsm_x4(a, sQ + swz<C>(warp * 16 + (lane & 15), 2 * kk + (lane >> 4)));
+      ldsm_x4(a, sQ + swz(C, tiles::frag::q_row(warp, lane), tiles::frag::q_chunk(kk, lane)));
 #pragma unroll
       for (int n2 = 0; n2 < NT / 2; ++n2) {
         uint32_t b[4];
-        ldsm_x4(b, sK + buf * kBuf + swz<C>(n2 * 16 + ((lane >> 4) << 3) + (lane & 7), 2 * kk + ((lane >> 3) & 1)));
+        ldsm_x4(b, sK + buf * kBuf + swz(C, tiles::frag::k_row(n2, lane), tiles::frag::k_chunk(kk, lane)));
         Mma<T>::run(s[2 * n2], a, b[0], b[1]);
         Mma<T>::run(s[2 * n2 + 1], a, b[2], b[3]);
       }
     }
 
     // Logits in base 2, the mask where some row does not see the whole tile, online softmax.
-    const int k0 = (i < na ? a0 + i : b0 + i - na) * BN;
-    const bool full = k0 + BN - 1 <= pos_first && (W == 0 || max(k0, sink) >= min(k0 + BN, lo_last));
+    const int k0 = kt.tile(i) * BN;
+    const bool full = kt.full(kt.tile(i));
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -209,9 +199,8 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
         float x = s[n][e];
         x = p.soft_cap > 0.f ? p.soft_cap * tanhf(x * p.scale / p.soft_cap) * kLog2e : x * p.q_scale;
         if (!full) {
-          const int key = k0 + n * 8 + 2 * (lane & 3) + (e & 1);
-          const int ps = e < 2 ? pos0 : pos1, lo = e < 2 ? lo0 : lo1;
-          if (key > ps || (key < lo && key >= sink)) x = -INFINITY;
+          const int key = k0 + n * 8 + tiles::frag::c_col(lane, e);
+          if (!tiles::attends(key, e < 2 ? pos0 : pos1, W, sink)) x = -INFINITY;
         }
         s[n][e] = x;
         if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
@@ -244,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
 #pragma unroll
       for (int d2 = 0; d2 < DT / 2; ++d2) {
         uint32_t b[4];
-        ldsm_x4_trans(b, sV + buf * kBuf + swz<C>(kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), 2 * d2 + (lane >> 4)));
+        ldsm_x4_trans(b, sV + buf * kBuf + swz(C, tiles::frag::v_row(kk, lane), tiles::frag::v_chunk(d2, lane)));
         Mma<T>::run(o[2 * d2], a, b[0], b[1]);
         Mma<T>::run(o[2 * d2 + 1], a, b[2], b[3]);
       }
@@ -263,7 +252,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   // Write the two rows (skipping padding): output directly, or this split's partial to the workspace.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int r = warp * 16 + (lane >> 2) + half * 8;
+    const int r = warp * 16 + tiles::frag::c_row(lane, 2 * half);
     if (r >= rows) continue;
     const float l = half ? l1 : l0, m = half ? m1 : m0;
     const float inv = bad ? nan_f() : (l > 0.f ? 1.f / l : 0.f);
@@ -274,15 +263,15 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
       T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride;
 #pragma unroll
       for (int d = 0; d < DT; ++d)
-        *reinterpret_cast<uint32_t*>(op + d * 8 + 2 * (lane & 3)) =
+        *reinterpret_cast<uint32_t*>(op + d * 8 + tiles::frag::c_col(lane, 0)) =
             Mma<T>::pack(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
     } else {
       const int64_t wrow = (int64_t(row) * p.num_q_heads + h) * p.num_splits + split;
       float* op = p.ws_o + wrow * D;
 #pragma unroll
       for (int d = 0; d < DT; ++d) {  // scalar: ws_o is only 4-byte aligned when num_splits is odd
-        op[d * 8 + 2 * (lane & 3)] = o[d][2 * half] * inv;
-        op[d * 8 + 2 * (lane & 3) + 1] = o[d][2 * half + 1] * inv;
+        op[d * 8 + tiles::frag::c_col(lane, 0)] = o[d][2 * half] * inv;
+        op[d * 8 + tiles::frag::c_col(lane, 1)] = o[d][2 * half + 1] * inv;
       }
       if ((lane & 3) == 0) {
         p.ws_m[wrow] = m;

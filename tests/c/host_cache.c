@@ -135,6 +135,46 @@ static void test_twin_dropped_first(void) {
   kvb_manager_destroy(m);
 }
 
+/* With room for twins (host_cache_twin_percent 100), the twin is kept and the unique LRU block goes. */
+static void test_twin_budget_keeps_twin(void) {
+  kvb_config cfg;
+  kvb_manager* m = NULL;
+  int64_t x[5], y[5], z[8], w[5];
+  size_t cached = 0;
+  kvb_config_init(&cfg);
+  CHECK(cfg.host_cache_twin_percent == 1);
+  cfg.block_size = BS;
+  cfg.num_blocks = 3;
+  cfg.num_host_blocks = 3;
+  cfg.flags = KVB_CONFIG_HOST_CACHE;
+  cfg.host_cache_twin_percent = 101;
+  CHECK_STATUS(kvb_manager_create(&cfg, &m), KVB_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("host_cache_twin_percent 101");
+  cfg.host_cache_twin_percent = 100;
+  CHECK_OK(kvb_manager_create(&cfg, &m));
+  if (!m) return;
+  kvbt_iota(x, 5, 10);
+  kvbt_iota(y, 5, 20);
+  kvbt_iota(z, 8, 30);
+  kvbt_iota(w, 5, 50);
+  /* as in test_twin_dropped_first: the host holds X (twin), Y, Z1 when W needs a host block */
+  compute(m, 1, x, 4);
+  compute(m, 2, y, 4);
+  compute(m, 3, z, 8);
+  drain(m);
+  CHECK_OK(kvb_seq_allocate(m, 4, x, 5, &cached));
+  drain(m);
+  CHECK_OK(kvb_seq_commit(m, 4, 1));
+  CHECK_OK(kvb_seq_free(m, 4));
+  compute(m, 5, w, 4);
+  drain(m);
+  CHECK_OK(kvb_seq_can_allocate(m, y, 5, &cached));
+  CHECK(cached == 0); /* Y, the least recently used unique block, went */
+  CHECK(kvbt_stats(m).host_evictions == 1 && kvbt_stats(m).cached_host_blocks == 3);
+  CHECK_INV(m);
+  kvb_manager_destroy(m);
+}
+
 /* OUT_OF_BLOCKS stays all-or-nothing with host hits (each needs a free device block). */
 static void test_out_of_blocks_with_host_hits(void) {
   kvb_manager* m = make_tiered(3, 4, 0);
@@ -246,6 +286,7 @@ int main(void) {
   RUN_TEST(test_offload_then_host_hit);
   RUN_TEST(test_kept_host_copy_moves_nothing);
   RUN_TEST(test_twin_dropped_first);
+  RUN_TEST(test_twin_budget_keeps_twin);
   RUN_TEST(test_out_of_blocks_with_host_hits);
   RUN_TEST(test_swap_out_evicts_cache);
   RUN_TEST(test_events_carry_medium);

@@ -1,10 +1,10 @@
 /* Concurrency stress: several threads hammer one manager (allocate, commit, append, fork, free, stats,
- * batch export, drain copies and events, swap out/in, invariant checks). Each thread uses its own range of
- * sequence ids, so its own sequences follow a local model exactly; only the shared pool makes some calls
- * return OUT_OF_BLOCKS (or BAD_STATE for a swap-out racing a copy-on-write drain). Run under
- * ThreadSanitizer by `make check-tsan`. KVB_STRESS_ITERS overrides the per-thread iteration count
- * (KVB_TEST_QUICK=1: a short run, for valgrind). At the end the invariants hold and the block accounting
- * balances: every device and host block is free again. */
+ * batch export, batched append + commit, drain copies and events, swap out/in, invariant checks). Each
+ * thread uses its own range of sequence ids, so its own sequences follow a local model exactly; only the
+ * shared pool makes some calls return OUT_OF_BLOCKS (or BAD_STATE for a swap-out racing a copy-on-write
+ * drain). Run under ThreadSanitizer by `make check-tsan`. KVB_STRESS_ITERS overrides the per-thread
+ * iteration count (KVB_TEST_QUICK=1: a short run, for valgrind). At the end the invariants hold and the
+ * block accounting balances: every device and host block is free again. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -133,13 +133,30 @@ static void* run_worker(void* arg) {
         WCHECK(w, s == KVB_OK && n <= st.num_blocks, "num_free_blocks", s);
         break;
       }
-      case 10: { /* batch export of this thread's sequences on device */
+      case 10: { /* batch export of this thread's sequences on device, or a batched decode step */
         int32_t tables[SEQS_PER_THREAD * 16], lens[SEQS_PER_THREAD], qs[SEQS_PER_THREAD + 1];
-        int64_t slots[SEQS_PER_THREAD * 64];
+        int64_t slots[SEQS_PER_THREAD * 64], toks[SEQS_PER_THREAD];
+        tseq* listed[SEQS_PER_THREAD];
         kvb_batch b;
         size_t k, cnt = 0;
         for (k = 0; k < SEQS_PER_THREAD; ++k)
-          if (w->seqs[k].live && !w->seqs[k].swapped && w->seqs[k].tokens <= 16 * BS) ids[cnt++] = w->seqs[k].id;
+          if (w->seqs[k].live && !w->seqs[k].swapped && w->seqs[k].tokens <= 16 * BS) {
+            listed[cnt] = &w->seqs[k];
+            toks[cnt] = (int64_t)((r >> 3) & 0xff);
+            ids[cnt++] = w->seqs[k].id;
+          }
+        if (r & 0x20000) { /* append one token to each, all or none, then commit every uncomputed token */
+          s = kvb_batch_append(g_m, ids, toks, cnt);
+          WCHECK(w, s == KVB_OK || s == KVB_ERR_OUT_OF_BLOCKS, "batch_append", s);
+          if (s == KVB_OK)
+            for (k = 0; k < cnt; ++k) listed[k]->tokens++;
+          else
+            ++w->oob;
+          s = kvb_batch_commit(g_m, ids, NULL, cnt);
+          WCHECK(w, s == KVB_OK, "batch_commit", s);
+          for (k = 0; k < cnt; ++k) listed[k]->computed = listed[k]->tokens;
+          break;
+        }
         kvb_batch_init(&b);
         b.max_blocks_per_seq = 16;
         b.block_tables = tables;

@@ -362,7 +362,7 @@ const Config kConfigs[] = {
 
 void run_config(const Config& c) {
   const bool quick = getenv("KVB_TEST_QUICK") != nullptr;
-  const int seeds = quick ? 20 : 200, steps = quick ? 200 : 500;
+  const int seeds = quick ? 8 : 200, steps = quick ? 200 : 500;
   uint64_t hits = 0, loads = 0;
   for (int seed = 0; seed < seeds; ++seed) {
     HistoryTest t(c, static_cast<uint64_t>(seed));

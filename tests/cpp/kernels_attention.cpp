@@ -3,8 +3,11 @@
 // on the same inputs (SKIP without a GPU).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 
+#include "../../kernels/cpu/simd.h"
 #include "kernels_util.h"
 
 using namespace kt;
@@ -182,6 +185,8 @@ std::vector<Case> cases() {
   // Enough K/V (> 1 MiB) for the CPU kernel to share the items out over threads.
   out.push_back({KVB_DTYPE_FP16, 128, 16, 8, 4, 0, 0, 0.f, false, 81});
   out.push_back({KVB_DTYPE_BF16, 256, 16, 8, 2, 200, 3, 20.f, true, 82});
+  // Many kv heads with large groups: the CPU kernel splits the kv heads of a sequence over work items.
+  out.push_back({KVB_DTYPE_FP16, 256, 16, 16, 16, 0, 0, 0.f, false, 83});
   return out;
 }
 
@@ -194,20 +199,50 @@ void run_cpu(Problem& p) {
   CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
 }
 
+namespace simd = kvb::kern::cpu::simd;
+
+// The path chosen at start-up: KVB_CPU_ISA when it names a supported path, else the widest supported.
+void test_isa_selection() {
+  simd::Isa want = simd::Isa::baseline, env_isa;
+  for (int i = 0; i < simd::kNumIsas; ++i)
+    if (simd::isa_supported(simd::Isa(i))) want = simd::Isa(i);
+  const char* env = std::getenv("KVB_CPU_ISA");
+  if (env && simd::parse_isa(env, &env_isa) && int(env_isa) < int(want)) want = env_isa;
+  CHECK(simd::isa() == want);
+  CHECK(simd::isa_supported(simd::Isa::baseline));
+  simd::Isa x;
+  CHECK(simd::parse_isa("avx2", &x) && x == simd::Isa::avx2);
+  CHECK(!simd::parse_isa("sse9", &x));
+  printf("   cpu paths:");
+  for (int i = 0; i < simd::kNumIsas; ++i)
+    printf(" %s%s", simd::isa_name(simd::Isa(i)), simd::isa_supported(simd::Isa(i)) ? "" : " (not here)");
+  printf("; default %s\n", simd::isa_name(simd::isa()));
+}
+
+// Every case on every code path this machine supports, each against the float64 reference
+// (KVB_TEST_QUICK=1, as under valgrind: the default path only).
 void test_cpu_against_reference() {
-  int bad = 0, split = 0;
-  for (const Case& c : cases()) {
-    Problem p(c);
-    size_t ws = 0;
-    kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-    CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
-    split += ws > 0;
-    run_cpu(p);
-    const uint32_t D = c.head_dim, H = p.num_q_heads;
-    bad += p.compare(p.out, [&](size_t s, uint32_t h, uint32_t d) { return p.ref[(s * H + h) * D + d]; }, "cpu");
+  const simd::Isa initial = simd::isa();
+  const char* quick = std::getenv("KVB_TEST_QUICK");
+  const bool all = !(quick && std::strcmp(quick, "1") == 0);
+  for (int i = 0; i < simd::kNumIsas; ++i) {
+    if ((!all && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
+    int bad = 0, split = 0;
+    for (const Case& c : cases()) {
+      Problem p(c);
+      size_t ws = 0;
+      kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
+      CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
+      split += ws > 0;
+      run_cpu(p);
+      const uint32_t D = c.head_dim, H = p.num_q_heads;
+      bad += p.compare(p.out, [&](size_t s, uint32_t h, uint32_t d) { return p.ref[(s * H + h) * D + d]; },
+                       simd::isa_name(simd::Isa(i)));
+    }
+    CHECK(bad == 0);
+    CHECK(split > 0);  // the long sequences exercise the split-K path
   }
-  CHECK(bad == 0);
-  CHECK(split > 0);  // the long sequences exercise the split-K path
+  simd::force_isa(initial);
 }
 
 void test_cpu_zero_length_batch() {
@@ -306,6 +341,7 @@ void test_cuda_rejects_host_pointers() {
 }  // namespace
 
 int main() {
+  RUN_TEST(test_isa_selection);
   RUN_TEST(test_cpu_against_reference);
   RUN_TEST(test_cpu_zero_length_batch);
   RUN_TEST(test_cpu_failed_call_writes_nothing);

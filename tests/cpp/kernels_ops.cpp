@@ -118,6 +118,26 @@ void test_copy_blocks_cpu() {
   }
 }
 
+// A swap large enough (> 4 MiB moved) for the non-temporal copy, with runs of consecutive pairs that
+// are merged, into a dense cache and into a padded one (per-block copies).
+void test_swap_blocks_cpu_large() {
+  std::mt19937 rng(4);
+  HostCache src(KVB_DTYPE_FP16, 96, 16, 8, 128);  // 32 KiB blocks
+  src.k.fill_random(rng);
+  src.v.fill_random(rng);
+  std::vector<int32_t> pairs;
+  for (int32_t i = 0; i < 64; ++i) pairs.insert(pairs.end(), {i, 100 + i});  // one run of 64
+  for (int32_t i = 64; i < 96; ++i) pairs.insert(pairs.end(), {i, 95 - i + 64 + 200});  // reversed: no runs
+  for (int64_t pad : {int64_t(0), int64_t(24)}) {
+    HostCache dst(KVB_DTYPE_FP16, 300, 16, 8, 128, 0, 0, pad);
+    dst.k.poison();
+    dst.v.poison();
+    CHECK_OK(kvb_swap_blocks(&src.desc, &dst.desc, 1, pairs.data(), pairs.size() / 2, KVB_SWAP_AUTO, nullptr));
+    for (size_t i = 0; i < pairs.size() / 2; ++i) CHECK(same_block(dst, pairs[2 * i + 1], src, pairs[2 * i]));
+    CHECK(std::isnan(dst.k.get(dst.offset(99, 0, 0, 0))) && std::isnan(dst.v.get(dst.offset(164, 15, 7, 127))));
+  }
+}
+
 void test_swap_blocks_cpu_strided() {
   std::mt19937 rng(3);
   HostCache src(KVB_DTYPE_FP16, 8, 16, 4, 64);
@@ -434,6 +454,7 @@ int main() {
   RUN_TEST(test_write_kv_cpu);
   RUN_TEST(test_copy_blocks_cpu);
   RUN_TEST(test_swap_blocks_cpu_strided);
+  RUN_TEST(test_swap_blocks_cpu_large);
   RUN_TEST(test_cache_alloc_cpu);
   RUN_TEST(test_validation_errors);
   if (cuda_devices() == 0) {

@@ -11,6 +11,7 @@
 //     that a prefix-cache hit on a block whose K/V is not exactly the prompt's (other tokens, other salt
 //     or extra key, not yet committed, non-cacheable) is caught.
 // Any violation aborts, which libFuzzer reports as a crash with the input saved.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdint>
@@ -194,6 +195,72 @@ void check_failure(kvb_status s, const char* what) {
           kvb_status_string(s));
   REQUIRE(std::strcmp(kvb_last_error(), primed_message) != 0, "%s failed with %s but left no message of its own",
           what, kvb_status_string(s));
+}
+
+// kvb_batch_append / kvb_batch_commit over up to 5 ids (any ids, repeats, NULL arrays), their statuses
+// predicted by the model: the first bad id decides (unknown, swapped out, repeated), then over-commits;
+// a batch append of valid ids succeeds or runs out of blocks. On success the model takes every
+// sequence's token / commit, as for the per-sequence calls. (All-or-nothing is checked by the caller.)
+kvb_status batch_decode_step(kvb_manager* m, Model& md, Reader& r, uint8_t b) {
+  const bool append = b & 1;
+  const size_t ns = r.u8() % 6;
+  std::vector<int64_t> ids(ns + 1), tok(ns + 1);
+  std::vector<size_t> counts(ns + 1);
+  const uint8_t f = r.u8();
+  for (size_t i = 0; i < ns; ++i) {
+    ids[i] = pick_id(r);
+    tok[i] = r.u8() % 9;
+    auto it = md.seqs.find(ids[i]);
+    const size_t unc = it == md.seqs.end() ? 0 : it->second.toks.size() - it->second.computed;
+    const uint8_t c = r.u8();
+    counts[i] = c >= 240 ? unc + 1 + c % 3 : (c & 1 ? unc : c % (unc + 1));
+  }
+  const bool null_ids = ns > 0 && (f & 0x0f) == 1, null_second = ns > 0 && (f & 0x0f) == 2;
+  const bool all = !append && (f & 0x10);
+  std::map<int64_t, std::vector<int32_t>> before;  // tables before a commit (a window may release blocks)
+  kvb_status want = KVB_OK;
+  if (null_ids || (append && null_second)) want = KVB_ERR_INVALID_ARGUMENT;
+  std::vector<int64_t> seen;
+  for (size_t i = 0; i < ns && want == KVB_OK; ++i) {
+    auto it = md.seqs.find(ids[i]);
+    if (it == md.seqs.end()) want = KVB_ERR_NO_SUCH_SEQUENCE;
+    else if (it->second.swapped) want = KVB_ERR_BAD_STATE;
+    else if (std::find(seen.begin(), seen.end(), ids[i]) != seen.end()) want = KVB_ERR_INVALID_ARGUMENT;
+    seen.push_back(ids[i]);
+    if (want == KVB_OK) before[ids[i]] = table_of(m, ids[i]);
+  }
+  if (!append && !all)
+    for (size_t i = 0; i < ns && want == KVB_OK; ++i)
+      if (counts[i] > md.seqs.at(ids[i]).toks.size() - md.seqs.at(ids[i]).computed) want = KVB_ERR_INVALID_ARGUMENT;
+  prime_last_error();
+  const int64_t* ip = null_ids ? nullptr : ids.data();
+  kvb_status s = append ? kvb_batch_append(m, ip, null_second ? nullptr : tok.data(), ns)
+                        : kvb_batch_commit(m, ip, all ? nullptr : counts.data(), ns);
+  const char* name = append ? "batch_append" : "batch_commit";
+  if (want != KVB_OK || !append) {
+    REQUIRE(s == want, "%s: %s, model %s", name, kvb_status_string(s), kvb_status_string(want));
+  } else {
+    REQUIRE(s == KVB_OK || s == KVB_ERR_OUT_OF_BLOCKS, "%s: %s", name, kvb_status_string(s));
+  }
+  if (s != KVB_OK) return s;
+  for (size_t i = 0; i < ns; ++i) {
+    MSeq& q = md.seqs.at(ids[i]);
+    if (append) {
+      const std::vector<int32_t> t = table_of(m, ids[i]);
+      for (size_t k = q.toks.size() / md.bs; k < t.size(); ++k)
+        if (t[k] >= 0) md.content[t[k]] = 0;
+      q.toks.push_back(tok[i]);
+    } else {
+      const uint64_t old = q.computed;
+      q.computed = all ? q.toks.size() : q.computed + counts[i];
+      const std::vector<int32_t>& t = before.at(ids[i]);
+      std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
+      for (uint64_t k = old / md.bs; k < q.computed / md.bs; ++k)
+        if (t[k] >= 0 && d[k]) md.content[t[k]] = d[k];
+    }
+  }
+  for (size_t i = 0; i < ns; ++i) check_info(m, md, ids[i]);
+  return s;
 }
 
 enum Op {
@@ -619,6 +686,12 @@ void run(const uint8_t* data, size_t size) {
       }
       case OP_BATCH: {
         uint8_t b = r.u8();
+        if (b >= 200) {  // the batched decode calls instead of batch_export
+          what = (b & 1) ? "batch_append" : "batch_commit";
+          s = batch_decode_step(m, md, r, b);
+          predicted = true;
+          break;
+        }
         size_t ns = b % 5;
         std::vector<int64_t> ids(ns + 1);
         for (size_t i = 0; i < ns; ++i) ids[i] = pick_id(r);

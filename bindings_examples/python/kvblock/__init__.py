@@ -5,16 +5,17 @@
     cached = m.allocate(1, prompt_tokens)
 
 See Manager (the block manager), KVCache and the kernel functions (write_kv, paged_attention,
-prefill_attention, copy_blocks, swap_blocks), and `python -m kvblock.engine` (a mini serving engine).
+prefill_attention, copy_blocks, swap_blocks; take_fault for CUDA input faults), and
+`python -m kvblock.engine` (a mini serving engine).
 """
 from __future__ import annotations
 
 from . import _lib
 from ._lib import ffi, load
-from .errors import KvbArgumentError, KvbError, Status
+from .errors import FaultKind, KernelFault, KernelId, KvbArgumentError, KvbError, Status
 from .kernels import (KVCache, copy_blocks, cuda_device_count, has_prefill_kernel, paged_attention, prefill_attention, swap_blocks,
-                      write_kv)
-from .manager import Availability, Batch, BatchBuffers, Event, Manager, SeqInfo, hash_tokens
+                      take_fault, write_kv)
+from .manager import Availability, Batch, BatchBuffers, Event, Manager, Medium, SeqInfo, hash_tokens
 
 __version__ = "0.1.0"
 
@@ -28,7 +29,7 @@ def library_path() -> str:
     return _lib.LIBRARY_PATH
 
 
-__all__ = ["Manager", "KvbError", "KvbArgumentError", "Status", "Availability", "SeqInfo", "Event", "Batch",
-           "BatchBuffers", "hash_tokens", "KVCache", "write_kv", "paged_attention", "prefill_attention",
-           "copy_blocks", "swap_blocks", "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load",
-           "__version__"]
+__all__ = ["Manager", "KvbError", "KvbArgumentError", "KernelFault", "Status", "FaultKind", "KernelId", "Availability",
+           "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "hash_tokens", "KVCache", "write_kv", "paged_attention",
+           "prefill_attention", "copy_blocks", "swap_blocks", "take_fault", "cuda_device_count", "has_prefill_kernel",
+           "library_version", "library_path", "load", "__version__"]

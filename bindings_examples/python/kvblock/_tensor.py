@@ -64,7 +64,20 @@ def _torch_view(x: Any, what: str) -> View:
 
 
 def view(x: Any, what: str) -> View:
-    """The View of x, with no copy."""
+    """The View of x, with no copy. A dimension of more than one element with stride 0 (np.broadcast_to,
+    torch's expand) is refused: the C API reads a 0 stride as the dense default, so passing it through
+    would make the kernel read (or write) elements that are not the view's."""
+    v = _view(x, what)
+    if 0 in v.shape:  # no element at all (numpy may give such arrays any strides, 0 included)
+        return v
+    for i, (n, s) in enumerate(zip(v.shape, v.strides)):
+        if s == 0 and n > 1:
+            raise KvbArgumentError(f"{what}: dimension {i} has stride 0 (a broadcast view, shape {v.shape}, strides "
+                                   f"{v.strides}); the kernels need every element stored: pass a materialised copy")
+    return v
+
+
+def _view(x: Any, what: str) -> View:
     if isinstance(x, np.ndarray):
         if not x.dtype.isnative:
             raise KvbArgumentError(f"{what}: byte order {x.dtype.str} is not native")
@@ -88,7 +101,7 @@ def view(x: Any, what: str) -> View:
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         dev_type, _ = x.__dlpack_device__()
         if int(dev_type) == 1:  # kDLCPU
-            return view(np.from_dlpack(x), what)
+            return _view(np.from_dlpack(x), what)
         raise KvbArgumentError(f"{what}: DLPack device type {int(dev_type)} needs __cuda_array_interface__ or torch")
     raise KvbArgumentError(f"{what} must be a numpy array, a torch tensor or an object with __array_interface__, "
                            f"__cuda_array_interface__ or DLPack; got {type(x).__name__}")
@@ -110,7 +123,7 @@ def require(v: View, what: str, *, dtype: Optional[str] = None, ndim: Optional[i
         raise KvbArgumentError(f"{what}: is on {device_name(v.device)}, the cache is on {device_name(device)}")
     if contiguous and v.strides != _elem_strides(None, v.shape, 1, what) and 0 not in v.shape:
         raise KvbArgumentError(f"{what}: must be contiguous, got strides {v.strides} for shape {v.shape}")
-    if inner_contiguous and v.shape and v.shape[-1] > 1 and v.strides[-1] != 1:
+    if inner_contiguous and v.shape and v.shape[-1] > 1 and v.strides[-1] != 1 and 0 not in v.shape:
         raise KvbArgumentError(f"{what}: the last dimension must be contiguous, got strides {v.strides}")
     if writable and v.readonly:
         raise KvbArgumentError(f"{what}: is read-only")

@@ -1,6 +1,7 @@
 """The package's exceptions: every libkvblock failure is a KvbError; a bad Python argument (wrong type,
 shape, dtype, device, out-of-range value) is a KvbArgumentError, which is also a TypeError and a ValueError
-so that callers catching either keep working."""
+so that callers catching either keep working; bad kernel input that a CUDA kernel found on the device is a
+KernelFault (kvblock.take_fault)."""
 from __future__ import annotations
 
 import enum
@@ -30,6 +31,34 @@ class KvbArgumentError(KvbError, TypeError, ValueError):
 
     def __init__(self, message: str) -> None:
         KvbError.__init__(self, Status.INVALID_ARGUMENT, message)
+
+
+# kvb_fault_kind and kvb_kernel_id (read from the header): FaultKind.SEQ_LEN, ..., KernelId.WRITE_KV, ...
+FaultKind = enum.IntEnum("FaultKind", {name.removeprefix("KVB_FAULT_"): value
+                                       for value, name in sorted(_lib.ffi.typeof("kvb_fault_kind").elements.items())})
+KernelId = enum.IntEnum("KernelId", {name.removeprefix("KVB_KERNEL_"): value
+                                     for value, name in sorted(_lib.ffi.typeof("kvb_kernel_id").elements.items())})
+
+
+def _enum_or_int(cls: type, value: int) -> int:
+    try:
+        return cls(value)
+    except ValueError:  # a kind from a library newer than this package: its number
+        return value
+
+
+class KernelFault(KvbError):
+    """Bad kernel input found on the device by a CUDA kernel (kvb_cuda_take_fault): the first fault since the
+    last take. .kind (FaultKind), .kernel (KernelId), .index (sequence, or token for SLOT), .column (block
+    table column for BLOCK_ID, else -1), .value (the bad seq_len, block id, slot or query_start), .count
+    (faulty work items). .status is INVALID_ARGUMENT and .message the library's description."""
+
+    def __init__(self, fault: object, message: str) -> None:
+        self.kind = _enum_or_int(FaultKind, int(fault.kind))
+        self.kernel = _enum_or_int(KernelId, int(fault.kernel))
+        self.index, self.column = int(fault.index), int(fault.column)
+        self.value, self.count = int(fault.value), int(fault.count)
+        super().__init__(Status.INVALID_ARGUMENT, message)
 
 
 def check(status: int) -> None:

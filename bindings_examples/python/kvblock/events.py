@@ -12,15 +12,20 @@ Wire format (one message per batch, ZMQ multipart, PUB semantics):
            (always positional: Dynamo 1.6.1 rejects a map-shaped batch, "expected a tuple of size 3")
 Events, "map" encoding (vLLM's current tagged form):
   {"type": "BlockStored", "block_hashes": [u64, ...], "parent_block_hash": u64 | nil,
-   "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU", "lora_name": nil
+   "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU" | "CPU", "lora_name": nil
    [, "extra_keys": [entry | nil per block]]}
-  {"type": "BlockRemoved", "block_hashes": [u64, ...], "medium": "GPU"}
+  {"type": "BlockRemoved", "block_hashes": [u64, ...], "medium": "GPU" | "CPU"}
   {"type": "AllBlocksCleared"}
 "array" encoding (the older positional form some consumers read):
   ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium, lora_name[, extra_keys]]
   ["BlockRemoved", hashes, medium]      ["AllBlocksCleared"]
-Consecutive blocks stored as one chain (each block's parent is the previous block) share one
-BlockStored; consecutive removals share one BlockRemoved. Block hashes are the manager's public xxh64
+Each event's medium is where its block lives, from the manager's own event (kvb_event.medium), as vLLM
+names its tiers: device blocks "GPU", blocks of the host prefix cache (Manager(host_cache=True)) "CPU".
+The manager's events describe each level's index separately, so an offloaded block goes out as a
+BlockRemoved "GPU" (when no device block keeps the hash) and a BlockStored "CPU", and a load back as a
+BlockStored "GPU". Consecutive blocks of one medium stored as one chain (each block's parent is the
+previous block) share one BlockStored; consecutive removals of one medium share one BlockRemoved; blocks
+of different media are never merged into one event. Block hashes are the manager's public xxh64
 chain hashes; consumers key blocks by their own hash of `token_ids` and link them by these hashes.
 A first block hashed with a cache salt goes out with parent nil (the chain starts there) and the salt in
 its extra_keys entry ["kvb_salt", salt]; a block with a caller extra key gets ["kvb_extra_key", key]
@@ -32,9 +37,9 @@ Replay (optional ROUTER socket, vLLM's protocol): a DEALER sends [b"", start_seq
 
 Gaps are never silent. Events can be lost in three places: the manager's bounded event buffer
 (kvb_drain_events reports a dropped count), this publisher's bounded queue (a batch that does not fit),
-and a batch refused because a token id does not fit 32 bits. In each case the consumer's picture of this
-engine is no longer exact, so the next batch that goes out ends with (or begins with, for a queue drop)
-an AllBlocksCleared event: routers forget everything they knew about this engine and rebuild from the
+and a batch refused because a token id does not fit 32 bits (or, from a newer library, a medium has no
+wire name). In each case the consumer's picture of this engine is no longer exact, so the next batch
+that goes out ends with (or begins with, for a queue drop) an AllBlocksCleared event: routers forget everything they knew about this engine and rebuild from the
 events that follow (they under-estimate its cache until then, which at worst costs a missed hit, instead
 of over-estimating it, which would route requests to a prefix that is gone). Each resync is counted in
 `stats()["resyncs"]`, the lost events in `stats()["dropped_events"]`, and a warning is logged. Lost
@@ -54,6 +59,8 @@ import time
 import msgpack
 import zmq
 
+from .manager import Medium
+
 log = logging.getLogger("kvblock.events")
 
 MAX_TOKEN_ID = 2**32 - 1  # vLLM's events carry token ids as u32 (Dynamo decodes them as u32)
@@ -62,8 +69,17 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)  # end of a replay answer (vLLM's
 _DROP_LOG_EVERY_S = 10.0
 
 
+#: wire names of the media (kvblock.Medium), as vLLM's events name its tiers; KvEventPublisher(media=...)
+#: overrides them for a consumer that names tiers otherwise
+MEDIA = {Medium.DEVICE: "GPU", Medium.HOST: "CPU"}
+
+
 class TokenIdRangeError(ValueError):
     """A stored block holds a token id that does not fit the wire format's 32 bits."""
+
+
+class UnknownMediumError(ValueError):
+    """An event's medium has no wire name (a library newer than this package, or a partial `media`)."""
 
 
 # -- draining the manager ------------------------------------------------------------------------------
@@ -82,13 +98,26 @@ def drain_all(manager, chunk):
 
 
 # -- encoding ------------------------------------------------------------------------------------------
-def group_events(raw, block_size, medium, lora_name=None):
+def _wire_medium(ev, media):
+    try:
+        return media[ev.medium]
+    except KeyError:
+        raise UnknownMediumError(f"block {ev.block_hash:#018x}: medium {ev.medium!r} has no wire name "
+                                 f"(known: {sorted(int(m) for m in media)})") from None
+
+
+def group_events(raw, block_size, media=None, lora_name=None):
     """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
-    Consecutive stored blocks that form one chain share a BlockStored; consecutive removals share a
-    BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32)."""
+    media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU").
+    Consecutive stored blocks of one medium that form one chain share a BlockStored; consecutive removals
+    of one medium share a BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32),
+    UnknownMediumError for a medium that `media` does not name."""
+    media = MEDIA if media is None else media
     out = []
     cur = None  # the BlockStored being extended
     for ev in raw:
+        if ev.type != "cleared":
+            medium = _wire_medium(ev, media)
         if ev.type == "stored":
             toks = ev.tokens.tolist()
             if toks and (min(toks) < 0 or max(toks) > MAX_TOKEN_ID):
@@ -102,7 +131,8 @@ def group_events(raw, block_size, medium, lora_name=None):
                 extra = [["kvb_salt", ev.cache_salt]]
             if ev.extra_key is not None:
                 extra = (extra or []) + [["kvb_extra_key", ev.extra_key]]
-            if cur is not None and ev.parent_hash is not None and ev.parent_hash == cur["block_hashes"][-1]:
+            if (cur is not None and ev.parent_hash is not None and ev.parent_hash == cur["block_hashes"][-1]
+                    and cur["medium"] == medium):
                 cur["block_hashes"].append(ev.block_hash)
                 cur["token_ids"].extend(toks)
                 if extra is not None or "extra_keys" in cur:
@@ -116,7 +146,7 @@ def group_events(raw, block_size, medium, lora_name=None):
                 out.append(cur)
         elif ev.type == "removed":
             cur = None
-            if out and out[-1]["type"] == "BlockRemoved":
+            if out and out[-1]["type"] == "BlockRemoved" and out[-1]["medium"] == medium:
                 out[-1]["block_hashes"].append(ev.block_hash)
             else:
                 out.append({"type": "BlockRemoved", "block_hashes": [ev.block_hash], "medium": medium})
@@ -163,14 +193,15 @@ class KvEventPublisher:
     endpoint: where the PUB socket binds (connect=True: connects instead, e.g. to a proxy).
     topic: frame 0 of every message. encoding: "map" (vLLM's current form) or "array".
     replay_endpoint: optional ROUTER address serving the last `replay_buffer` batches.
-    dp_rank: data-parallel rank written into every batch. medium: "GPU" (or "CPU" for a host manager).
+    dp_rank: data-parallel rank written into every batch. Each event carries its own block's medium
+    (device "GPU", host cache "CPU"); media: {kvblock.Medium: name} renames some of them.
     max_queue_batches: batches waiting for the sender thread before new ones are dropped (and counted).
     The socket is an XPUB (wire-identical to PUB for subscribers) so that wait_for_subscribers() can
     tell when a router has subscribed: messages published before that are lost on a PUB socket.
     """
 
     def __init__(self, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
-                 replay_endpoint=None, dp_rank=0, medium="GPU", lora_name=None, connect=False,
+                 replay_endpoint=None, dp_rank=0, media=None, lora_name=None, connect=False,
                  max_queue_batches=1024, replay_buffer=10000, hwm=100000, drain_capacity=4096,
                  linger_ms=1000):
         if encoding not in ("map", "array"):
@@ -182,8 +213,10 @@ class KvEventPublisher:
         self.block_size = manager.block_size
         self.endpoint, self.encoding = endpoint, encoding
         self.topic = topic if isinstance(topic, bytes) else topic.encode()
-        self.replay_endpoint, self.dp_rank, self.medium, self.lora_name = (
-            replay_endpoint, dp_rank, medium, lora_name)
+        self.media = {**MEDIA, **(media or {})}
+        if not all(isinstance(v, str) for v in self.media.values()):
+            raise ValueError(f"media must map kvblock.Medium values to strings, got {media!r}")
+        self.replay_endpoint, self.dp_rank, self.lora_name = replay_endpoint, dp_rank, lora_name
         self._manager = manager
         self._drain_capacity = drain_capacity
         self._flush_lock = threading.Lock()
@@ -229,7 +262,8 @@ class KvEventPublisher:
     def flush(self):
         """Drain the manager's pending events and queue them as one batch. Returns the number of wire
         events queued (0 when there was nothing to say). Raises TokenIdRangeError for a token id that
-        does not fit 32 bits: that batch is not sent and the stream resyncs (see the module notes)."""
+        does not fit 32 bits (UnknownMediumError for a medium without a wire name): that batch is not
+        sent and the stream resyncs (see the module notes)."""
         with self._flush_lock:
             if not self._running:
                 raise RuntimeError("KvEventPublisher is closed")
@@ -237,13 +271,13 @@ class KvEventPublisher:
             resync = dropped > 0
             error = None
             try:
-                events = group_events(raw, self.block_size, self.medium, self.lora_name)
-            except TokenIdRangeError as e:
+                events = group_events(raw, self.block_size, self.media, self.lora_name)
+            except (TokenIdRangeError, UnknownMediumError) as e:
                 events, error = [], e
                 dropped += len(raw)
                 resync = True
             if dropped:
-                self._count_drop(dropped, "manager event buffer" if error is None else "token id range")
+                self._count_drop(dropped, "manager event buffer" if error is None else "unpublishable batch")
             if resync:
                 events.append({"type": "AllBlocksCleared"})
             if self._resync_pending:

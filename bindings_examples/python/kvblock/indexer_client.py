@@ -107,6 +107,14 @@ class DynamoIndexer:
         out = self.query(token_ids, model_name)
         return {int(inst): sum(per_rank.values()) for inst, per_rank in out["scores"].items()}
 
+    def tier_scores(self, token_ids, model_name="default"):
+        """{instance_id: (gpu, cpu)}: the indexer's per-tier matches ("instances" of /query). gpu = tokens of
+        the prefix announced with medium "GPU"; cpu = tokens of the prefix whose every block is announced on
+        "GPU" or "CPU". Instances with no match on any tier are absent."""
+        out = self.query(token_ids, model_name).get("instances", {})
+        return {int(inst): (t.get("gpu", 0), t.get("cpu", 0)) for inst, t in out.items()
+                if t.get("gpu", 0) or t.get("cpu", 0)}
+
     def wait_listening(self, n, model_name=None, timeout=30.0):
         """Until n registered listeners report active (their SUB sockets are connecting)."""
         deadline = time.monotonic() + timeout

@@ -1,15 +1,18 @@
 """Kernels on caller memory (numpy arrays, torch tensors on CPU or CUDA), no copies: a KVCache holding every
 layer's K/V and its kvb_cache_desc descriptors, and write_kv, paged_attention (decode), prefill_attention,
-copy_blocks and swap_blocks. Every argument is checked (dtype, shape, strides, device) before the C call."""
+copy_blocks and swap_blocks. Every argument is checked (dtype, shape, strides, device) before the C call.
+CUDA kernels check their device-side inputs (seq_lens, block tables, slot mapping, query_start) on the device,
+after the launching call returned: take_fault() reports what they found."""
 from __future__ import annotations
 
+import threading
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
 from . import _lib
 from ._tensor import CPU, CUDA, View, device_name, require, view
-from .errors import KvbArgumentError, KvbError, check
+from .errors import KernelFault, KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
 _KVB_DTYPE = {"float16": "KVB_DTYPE_FP16", "bfloat16": "KVB_DTYPE_BF16", "float32": "KVB_DTYPE_FP32"}
@@ -31,6 +34,34 @@ def cuda_device_count() -> int:
         return 0
     check(status)
     return int(n[0])
+
+
+def take_fault(device: Any = 0, stream: Any = None) -> None:
+    """Waits for the work queued on `stream` (None: the default stream) of CUDA device `device` (an index,
+    or a KVCache on that device), then reads and clears the device's fault record (kvb_cuda_take_fault).
+    Returns None when no kernel met bad input; raises KernelFault with the first fault's details otherwise
+    (the record is consumed: the next call returns None unless new faults happened). It synchronises the
+    stream: call it outside CUDA-graph capture, e.g. once per engine step or in debug runs.
+    KvbError with status UNSUPPORTED from a library built without CUDA, DEVICE without a usable device."""
+    if isinstance(device, KVCache):
+        if device.device[0] != CUDA:
+            raise KvbArgumentError(f"device: the cache is on {device_name(device.device)}; faults are recorded "
+                                   "by CUDA kernels only")
+        index = device.device[1]
+    elif type(device) is int or (isinstance(device, np.integer) and not isinstance(device, np.bool_)):
+        index = int(device)
+        if not 0 <= index < 2**31:
+            raise KvbArgumentError(f"device: index {index} is out of range [0, 2^31)")
+    else:
+        raise KvbArgumentError(f"device must be a CUDA device index or a KVCache, got {type(device).__name__}")
+    lib = _lib.lib
+    fault = ffi.new("kvb_kernel_fault*")
+    lib.kvb_kernel_fault_init(fault)
+    status = lib.kvb_cuda_take_fault(index, _stream(stream), fault)
+    if status == lib.KVB_ERR_INVALID_ARGUMENT and fault.kind != lib.KVB_FAULT_NONE:
+        raise KernelFault(fault, ffi.string(lib.kvb_last_error()).decode(errors="replace"))
+    check(status)
+    return None
 
 
 def _stream(stream: Any) -> Any:
@@ -102,8 +133,7 @@ class KVCache:
             d.k, d.v = ffi.cast("void*", kv[0].ptr), ffi.cast("void*", kv[1].ptr)
             d.num_blocks, d.block_size, d.num_kv_heads, d.head_dim = first.shape
             d.block_stride, d.token_stride, d.head_stride = kv[0].strides[:3]
-        self._workspace: Any = None
-        self._workspace_bytes = 0
+        self._workspaces = threading.local()
 
     def desc(self, layer: int) -> Any:
         if not 0 <= layer < self.num_layers:
@@ -111,20 +141,23 @@ class KVCache:
         return self.descs + layer
 
     def workspace(self, nbytes: int) -> Any:
-        """A reusable kernel workspace of at least nbytes on the cache's device (void*)."""
-        if nbytes > self._workspace_bytes:
-            size = max(nbytes, 2 * self._workspace_bytes)
+        """A kernel workspace of at least nbytes on the cache's device (void*), reused by the calling thread's
+        later calls. Each thread has its own: kernels run with the GIL released, and two calls sharing one
+        workspace would mix their partial results (or one would grow it, freeing memory the other uses)."""
+        if not nbytes:
+            return ffi.NULL
+        ws = self._workspaces
+        if nbytes > getattr(ws, "nbytes", 0):
+            size = max(nbytes, 2 * getattr(ws, "nbytes", 0))
             if self.device[0] == CPU:
-                self._workspace = np.zeros(size + 16, np.uint8)
-                ptr = self._workspace.__array_interface__["data"][0]
+                buf = np.zeros(size + 16, np.uint8)
+                ptr = buf.__array_interface__["data"][0]
             else:
                 import torch
-                self._workspace = torch.empty(size + 16, dtype=torch.uint8, device=device_name(self.device))
-                ptr = self._workspace.data_ptr()
-            self._workspace_ptr = ffi.cast("void*", (ptr + 15) & ~15)
-            self._workspace_bytes = size
-        return self._workspace_ptr if nbytes else ffi.NULL
-
+                buf = torch.empty(size + 16, dtype=torch.uint8, device=device_name(self.device))
+                ptr = buf.data_ptr()
+            ws.buf, ws.ptr, ws.nbytes = buf, ffi.cast("void*", (ptr + 15) & ~15), size
+        return ws.ptr
 
 def _int_array(x: Any, what: str, dtype: str, ndim: int, cache: KVCache, shape: Optional[tuple] = None) -> View:
     v = view(x, what)
@@ -226,7 +259,15 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
 
 
 def _pairs(pairs: Any) -> tuple:
-    p = np.ascontiguousarray(pairs, dtype=np.int32) if not isinstance(pairs, np.ndarray) else pairs
+    p = pairs
+    if not isinstance(p, np.ndarray):  # a list of [src, dst]: integers only (never floats, never truncated)
+        p = np.asarray(p)
+        if p.dtype.kind not in "iu" and p.size:
+            raise KvbArgumentError(f"pairs must hold integers, got {p.dtype}")
+        lo, hi = (int(p.min()), int(p.max())) if p.size else (0, 0)
+        if lo < -2**31 or hi >= 2**31:
+            raise KvbArgumentError(f"pairs: block id {hi if hi >= 2**31 else lo} does not fit int32")
+        p = p.astype(np.int32).reshape(p.shape if p.size else (0, 2))
     if p.dtype != np.int32 or p.ndim != 2 or p.shape[1:] != (2,):
         raise KvbArgumentError(f"pairs must be an [n, 2] int32 array (src, dst), got {p.dtype} {p.shape}")
     p = np.ascontiguousarray(p)

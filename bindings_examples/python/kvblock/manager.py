@@ -9,8 +9,9 @@ The decode step of an engine is three calls with no Python loop over sequences:
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ._convert import TokenLike, as_index, as_int64_array, int64_ptr
 from .errors import KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
+_CLOSE_LOCK = threading.Lock()
 
 
 class Availability(enum.IntEnum):
@@ -40,18 +42,28 @@ class SeqInfo:
     sink_tokens: int
 
 
+# Where a block lives (kvb_medium, read from the header): Medium.DEVICE (the device pool) or Medium.HOST (the
+# host level of the host cache).
+Medium = enum.IntEnum("Medium", {name.removeprefix("KVB_MEDIUM_"): value
+                                 for value, name in sorted(ffi.typeof("kvb_medium").elements.items())})
+
+
 class Event(NamedTuple):
-    """A prefix-index event (kvb_event): type is "stored", "removed" or "cleared"."""
+    """A prefix-index event (kvb_event): type is "stored", "removed" or "cleared". Events describe, per
+    medium, the hashes each level's index holds: an offload is a REMOVED on the device (when no device block
+    keeps the hash) and a STORED on the host."""
     type: str
     block_hash: int
     parent_hash: Optional[int]      # previous block's hash (stored, not first block)
     cache_salt: Optional[int]       # first block of a salted sequence (stored)
     extra_key: Optional[int]
     tokens: np.ndarray              # the block's tokens (stored), else empty
-    block_id: int
+    block_id: int                   # on `medium`
+    medium: Medium = Medium.DEVICE
 
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
+_MEDIA = {int(m): m for m in Medium}
 
 
 class BatchBuffers:
@@ -95,6 +107,10 @@ class Batch(NamedTuple):
 def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
     """The public xxh64 block hash (identical to nano-vllm's compute_hash)."""
     buf, n = int64_ptr(tokens)
+    if parent is not None:
+        parent = as_index(parent, "parent")
+        if not 0 <= parent < 2**64:
+            raise KvbArgumentError(f"parent: hash {parent} is not a u64")
     parent_ptr = ffi.new("uint64_t*", parent) if parent is not None else ffi.NULL
     return int(_lib.lib.kvb_hash_tokens(parent_ptr, buf, n))
 
@@ -106,9 +122,16 @@ class Manager:
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
-                 event_capacity: int = 65536, index_seed: int = 0, groups: Optional[Sequence[tuple]] = None) -> None:
-        """groups: KV cache groups of a hybrid model, each ("full",) or ("window", window_tokens[, sink_tokens]);
-        one block table per group (block_table(seq, group), batch_export(..., group=g)). None = no groups."""
+                 event_capacity: int = 65536, index_seed: int = 0, host_cache: bool = False,
+                 host_cache_twin_percent: Optional[int] = None, groups: Optional[Sequence[tuple]] = None) -> None:
+        """host_cache: the num_host_blocks host blocks are also a second prefix-cache level
+        (KVB_CONFIG_HOST_CACHE): evicted device blocks are offloaded there and prefix hits can be loaded
+        back; run the copies that drain_host_transfers hands out (see there). host_cache_twin_percent: the
+        percent of host blocks (0..100; None = the library's default, 1) that may keep the host copy of a
+        block loaded back to the device, so that evicting it again moves nothing: 0 is an exclusive cache
+        (most hits), larger values move fewer blocks. groups: KV cache groups of a hybrid model, each
+        ("full",) or ("window", window_tokens[, sink_tokens]); one block table per group
+        (block_table(seq, group), batch_export(..., group=g)). None = no groups."""
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
@@ -120,9 +143,15 @@ class Manager:
         if non_cacheable_tokens is not None:
             keep, n = int64_ptr(non_cacheable_tokens, "non_cacheable_tokens")
             cfg.non_cacheable_tokens, cfg.num_non_cacheable_tokens = keep, n
-        cfg.flags = (lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+        cfg.flags = ((lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
+                     | (lib.KVB_CONFIG_HOST_CACHE if host_cache else 0))
         cfg.event_capacity = as_index(event_capacity, "event_capacity")
         cfg.index_seed = as_index(index_seed, "index_seed")
+        if host_cache_twin_percent is not None:
+            twins = as_index(host_cache_twin_percent, "host_cache_twin_percent")
+            if not 0 <= twins < 2**32:
+                raise KvbArgumentError(f"host_cache_twin_percent {twins} is not a percentage in [0, 100]")
+            cfg.host_cache_twin_percent = twins
         specs = None
         if groups:
             specs = ffi.new("kvb_group_spec[]", len(groups))
@@ -143,13 +172,16 @@ class Manager:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_host_blocks
-        self._pairs = np.zeros((64, 2), np.int32)
-        self._size = ffi.new("size_t*")
+        self.host_cache = bool(host_cache)
 
     def close(self) -> None:
-        if self._m is not None:
-            self._lib.kvb_manager_destroy(self._m)
-            self._m = None
+        """Destroys the C manager; later calls raise KvbArgumentError. Idempotent and safe to call from
+        several threads at once, but it must not overlap another call on this Manager (the C manager
+        would be freed under that call)."""
+        with _CLOSE_LOCK:  # check-and-clear as one step: two concurrent closes must not destroy twice
+            m, self._m = self._m, None
+        if m is not None:
+            self._lib.kvb_manager_destroy(m)
 
     def __enter__(self) -> "Manager":
         return self
@@ -192,11 +224,12 @@ class Manager:
         """Cached tokens an allocate would reuse, or None if the pool cannot hold the prompt now."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, 0, 0)
-        status = self._lib.kvb_seq_can_allocate_ex(self._h, buf, n, opts, self._size)
+        cached = ffi.new("size_t*")
+        status = self._lib.kvb_seq_can_allocate_ex(self._h, buf, n, opts, cached)
         if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
             return None
         check(status)
-        return int(self._size[0])
+        return int(cached[0])
 
     def allocate(self, seq_id: int, tokens: TokenLike, *, cache_salt: Optional[int] = None,
                  extra_keys: Optional[Mapping[int, int]] = None, window: int = 0, sink: int = 0) -> int:
@@ -204,8 +237,9 @@ class Manager:
         extra_keys: {block index: key} (image content hash, LoRA id); window/sink: sliding window."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, window, sink)
-        check(self._lib.kvb_seq_allocate_ex(self._h, as_index(seq_id, "seq_id"), buf, n, opts, self._size))
-        return int(self._size[0])
+        cached = ffi.new("size_t*")
+        check(self._lib.kvb_seq_allocate_ex(self._h, as_index(seq_id, "seq_id"), buf, n, opts, cached))
+        return int(cached[0])
 
     def commit(self, seq_id: int, num_tokens: int) -> None:
         check(self._lib.kvb_seq_commit(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens")))
@@ -228,13 +262,16 @@ class Manager:
         """The sequence's block ids in KV cache group `group` (int32; -1 where a sliding window released the
         block or a window group did not need a cached one)."""
         sid, g = as_index(seq_id, "seq_id"), as_index(group, "group")
-        status = self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.NULL, 0, self._size)
-        if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
-            check(status)
-        out = np.empty(self._size[0], np.int32)
-        check(self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.from_buffer("int32_t[]", out), out.shape[0],
-                                                  self._size))
-        return out
+        size = ffi.new("size_t*")
+        status = self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.NULL, 0, size)
+        while True:  # another thread may grow the table between the size query and the copy
+            if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
+                check(status)
+            out = np.empty(size[0], np.int32)
+            status = self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.from_buffer("int32_t[]", out),
+                                                         out.shape[0], size)
+            if status == self._lib.KVB_OK:
+                return out[: size[0]]
 
     def block_hash(self, block_id: int) -> Optional[int]:
         """The hash block_id got when committed full, or None if it holds no committed full block."""
@@ -269,15 +306,16 @@ class Manager:
         self.fork(parent_id, child_id, num_tokens)
 
     def _pairs_call(self, fn: Any, *args: Any) -> np.ndarray:
-        """Calls fn(*args, pairs, capacity, &n), growing the buffer on BUFFER_TOO_SMALL; [n, 2] int32 copy."""
+        """Calls fn(*args, pairs, capacity, &n), growing the buffer on BUFFER_TOO_SMALL; [n, 2] int32.
+        Buffers are per call: a Manager is used from several threads (the C calls lock, Python state would not)."""
+        pairs, size = np.empty((16, 2), np.int32), ffi.new("size_t*")
         while True:
-            cap = self._pairs.shape[0]
-            status = fn(*args, ffi.from_buffer("int32_t[]", self._pairs), cap, self._size)
+            status = fn(*args, ffi.from_buffer("int32_t[]", pairs), pairs.shape[0], size)
             if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
-                self._pairs = np.zeros((max(self._size[0], 2 * cap), 2), np.int32)
+                pairs = np.empty((max(size[0], 2 * pairs.shape[0]), 2), np.int32)
                 continue
             check(status)
-            return self._pairs[: self._size[0]].copy()
+            return pairs[: size[0]]
 
     def drain_copies(self) -> np.ndarray:
         """Pending copy-on-write pairs [n, 2] (src, dst): run them with copy_blocks before the next step."""
@@ -310,9 +348,35 @@ class Manager:
         """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
         return self._pairs_call(self._lib.kvb_seq_swap_in, self._h, as_index(seq_id, "seq_id"))
 
+    def drain_host_transfers(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Every pending host-cache transfer, oldest first: (offloads, loads), [n, 2] int32 copies each.
+        offloads rows are (device src, host dst), loads rows (host src, device dst); run them with
+        swap_blocks before anything overwrites their device blocks, in this order: all offloads, then all
+        loads, then the copy-on-write copies (drain_copies) and swap-in pairs, then the forward step.
+        Until drained, a load holds its host source and device destination. Empty without host_cache."""
+        lib = self._lib
+        # Buffers are per call, as in _pairs_call: a Manager may be shared by threads.
+        offloads, loads = np.empty((16, 2), np.int32), np.empty((16, 2), np.int32)
+        n_off, n_load = ffi.new("size_t*"), ffi.new("size_t*")
+        while True:
+            co, cl = offloads.shape[0], loads.shape[0]
+            status = lib.kvb_drain_host_transfers(self._h, ffi.from_buffer("int32_t[]", offloads), co, n_off,
+                                                  ffi.from_buffer("int32_t[]", loads), cl, n_load)
+            if status == lib.KVB_ERR_BUFFER_TOO_SMALL:  # nothing was drained: grow and ask again
+                if n_off[0] > co:
+                    offloads = np.empty((max(n_off[0], 2 * co), 2), np.int32)
+                if n_load[0] > cl:
+                    loads = np.empty((max(n_load[0], 2 * cl), 2), np.int32)
+                continue
+            check(status)
+            return offloads[: n_off[0]], loads[: n_load[0]]
+
     # -- the batched decode step -------------------------------------------------------------------
     def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
-        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append)."""
+        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as
+        append(seq_ids[i], [tokens[i]]) in order, refusals included. Forked siblings sharing a partial last
+        block copy it in turn (k of its h holders appending make min(k, h - 1) copies: drain_copies), no
+        watermark applies, and a sliding window releases nothing here: batch_commit releases."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         toks, nt = int64_ptr(tokens, "tokens")
         if n != nt:
@@ -320,7 +384,8 @@ class Manager:
         check(self._lib.kvb_batch_append(self._h, ids, toks, n))
 
     def batch_commit(self, seq_ids: TokenLike, num_tokens: Optional[TokenLike] = None) -> None:
-        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing."""
+        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
+        where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if num_tokens is None:
             check(self._lib.kvb_batch_commit(self._h, ids, ffi.NULL, n))
@@ -360,8 +425,9 @@ class Manager:
     # -- pool, stats, events, control ---------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        check(self._lib.kvb_num_free_blocks(self._h, self._size))
-        return int(self._size[0])
+        n = ffi.new("size_t*")
+        check(self._lib.kvb_num_free_blocks(self._h, n))
+        return int(n[0])
 
     def stats(self) -> Dict[str, int]:
         """The counters of kvb_stats."""
@@ -385,7 +451,8 @@ class Manager:
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_BLOCK else None,
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_SALT else None,
                              int(e.extra_key) if e.has_extra_key else None,
-                             toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id)))
+                             toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id),
+                             _MEDIA.get(e.medium, e.medium)))  # a medium newer than this package: its number
         return out, int(dropped[0])
 
     def reset_prefix_cache(self) -> None:

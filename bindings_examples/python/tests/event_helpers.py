@@ -6,8 +6,8 @@ from kvblock import events, indexer_client  # noqa: F401  (re-exported for the t
 class EvManager(kvblock.Manager):
     """kvblock.Manager(events=True) plus the workloads these tests run."""
 
-    def __init__(self, num_blocks, block_size=4, event_capacity=65536):
-        super().__init__(num_blocks, block_size, events=True, event_capacity=event_capacity)
+    def __init__(self, num_blocks, block_size=4, event_capacity=65536, **options):
+        super().__init__(num_blocks, block_size, events=True, event_capacity=event_capacity, **options)
         self._next_seq = 1
 
     def new_seq_id(self):
@@ -18,6 +18,7 @@ class EvManager(kvblock.Manager):
         """allocate + commit the whole prompt (+ free unless keep); returns (seq id, cached tokens)."""
         sid = self.new_seq_id()
         cached = self.allocate(sid, tokens)
+        self.drain_host_transfers()  # no K/V here: the host cache's copies are only handed out
         self.commit(sid, len(tokens) - cached)
         if not keep:
             self.free(sid)
@@ -32,6 +33,7 @@ class EvManager(kvblock.Manager):
             for sid in sids:
                 cached = self.allocate(sid, tokens)
                 done.append(sid)
+            self.drain_host_transfers()
             for sid in sids:
                 self.commit(sid, len(tokens) - cached)
         finally:
@@ -46,6 +48,19 @@ class EvManager(kvblock.Manager):
         """Tokens in the full blocks of `tokens` that the cache holds as a prefix: what a router scores.
         (allocate never reuses a prompt's last block, so one more token makes every full block count.)"""
         return self.can_allocate(list(tokens) + [0])
+
+    def device_blocks_tokens(self, tokens):
+        """Tokens in the full blocks of `tokens` whose chain hashes some device block holds, as a prefix:
+        what a router scores for the "GPU" tier. (kvb_block_hash also answers for free blocks no longer
+        indexed after a reset: not for workloads that reset.)"""
+        held = {self.block_hash(b) for b in range(self.num_blocks)} - {None}
+        n, parent, bs = 0, None, self.block_size
+        for i in range(0, len(tokens) - len(tokens) % bs, bs):
+            parent = kvblock.hash_tokens(tokens[i:i + bs], parent)
+            if parent not in held:
+                break
+            n += bs
+        return n
 
     def reset(self):
         self.reset_prefix_cache()

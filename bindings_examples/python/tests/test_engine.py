@@ -4,9 +4,16 @@ each run: a large pool (with chunked prefill), a pool so small that sequences ar
 swapping instead of recompute, n = 2 parallel sampling (fork + copy-on-write), a sliding window, and a
 hybrid model whose layers alternate window and full attention, served as two KV cache groups.
 Prefix caching must reduce the tokens computed."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import kvblock
 from kvblock.engine.engine import Engine, EngineConfig
 from kvblock.engine.model import Model, ModelConfig, reference_generate
 from kvblock.engine.sequence import Request
@@ -151,3 +158,54 @@ def test_prefix_caching_reduces_computed_tokens(model):
             cached_outputs = outputs
     assert outputs == cached_outputs
     assert computed[True] < 0.75 * computed[False], computed
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_host_cache_small_device_pool(model, preemption):
+    """Three prompt families cycled through a device pool that holds about two requests: each family's prefix
+    is evicted from the device (offloaded) before it comes back, so its next request hits on the host and
+    the engine loads those blocks before the forward step; the pool is small enough to preempt (recompute
+    or swap, which shares the host blocks with the cache) and the host small enough to evict. Tokens and
+    logits equal the dense reference (the run fails if loads are skipped or run before the offloads); the
+    same run without the host cache computes more tokens."""
+    rng = np.random.default_rng(5)
+    families = [rng.integers(0, model.cfg.vocab, 32).tolist() for _ in range(3)]
+    reqs = [Request(r, families[r % 3] + rng.integers(0, model.cfg.vocab, 3 + r).tolist(), 16, seed=1)
+            for r in range(9)]
+    computed = {}
+    for host_cache in (True, False):
+        cfg = EngineConfig(num_blocks=14, block_size=8, num_host_blocks=24, host_cache=host_cache, max_num_seqs=3,
+                           max_batched_tokens=32, preemption=preemption, record_logits=True)
+        eng = run_and_check(model, reqs, cfg)
+        st = eng.mgr.stats()
+        computed[host_cache] = st["computed_tokens"]
+        if host_cache:
+            assert st["host_hit_tokens"] > 0 and eng.metrics.loaded_blocks == st["loaded_blocks"] > 0
+            assert eng.metrics.offloaded_blocks == st["offloaded_blocks"] > 0
+            assert st["device_hit_tokens"] + st["host_hit_tokens"] == st["hit_tokens"]
+            assert st["host_evictions"] > 0 and eng.metrics.preemptions + eng.metrics.swaps_out > 0
+        else:
+            assert st["host_hit_tokens"] == 0 and eng.metrics.offloaded_blocks == 0
+    assert computed[True] < computed[False], computed
+
+
+def test_host_cache_needs_host_blocks(model):
+    with pytest.raises(ValueError, match="num_host_blocks"):
+        Engine(model, EngineConfig(num_blocks=16, block_size=8, host_cache=True))
+
+
+def test_command_line_host_cache():
+    """python -m kvblock.engine --host-cache: prefix families that the device pool cannot hold all at once
+    come back from the host (the report splits hits by tier)."""
+    env = dict(os.environ, PYTHONPATH=str(Path(kvblock.__file__).resolve().parent.parent))
+    args = ["--requests", "8", "--shared-prefix", "32", "--prefix-families", "4", "--prompt", "8", "--max-tokens", "2",
+            "--num-blocks", "16", "--block-size", "8", "--host-blocks", "64", "--max-seqs", "2", "--layers", "1"]
+    r = subprocess.run([sys.executable, "-m", "kvblock.engine", *args, "--host-cache"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"host cache: +(\d+) hit tokens on device, (\d+) on host; (\d+) blocks offloaded, (\d+) loaded",
+                  r.stdout)
+    assert m and int(m.group(2)) > 0 and int(m.group(4)) > 0, r.stdout
+    r = subprocess.run([sys.executable, "-m", "kvblock.engine", *args[:-6], "--host-cache"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "--host-cache needs --host-blocks" in r.stderr

@@ -39,8 +39,8 @@ class Engine:
     """A manager + publisher registered with the indexer as one worker of `model`."""
 
     def __init__(self, indexer, model, encoding="map", num_blocks=64, block_size=4,
-                 event_capacity=65536, replay=False, dp_rank=0):
-        self.m = S.EvManager(num_blocks, block_size, event_capacity)
+                 event_capacity=65536, replay=False, dp_rank=0, **manager_options):
+        self.m = S.EvManager(num_blocks, block_size, event_capacity, **manager_options)
         self.pub = ev.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*", encoding=encoding,
                                        replay_endpoint="tcp://127.0.0.1:*" if replay else None,
                                        dp_rank=dp_rank)
@@ -229,3 +229,42 @@ def test_mini_engine_publishes(indexer, model):
     finally:
         eng.close()
         eng.mgr.close()
+
+
+@pytest.mark.parametrize("encoding", ["map", "array"])
+def test_host_cache_tiers(indexer, model, encoding):
+    """A manager with the host prefix cache: every event goes out with its own block's medium (device
+    "GPU", host "CPU"), and Dynamo keeps a tier per medium. After each round of random prompts on a device
+    pool smaller than the workload (offloads, host hits loaded back, host evictions), the indexer's "gpu"
+    match of every prompt equals the prefix the device holds, and its "cpu" match (device or host, block by
+    block) equals the manager's own cached count across both levels."""
+    rng = random.Random(21 if encoding == "map" else 22)
+    e = Engine(indexer, model, encoding=encoding, num_blocks=24, num_host_blocks=16, host_cache=True)
+    try:
+        e.register()
+        stems = [[rng.randrange(1, 50) for _ in range(rng.randrange(8, 30))] for _ in range(6)]
+        prompts = []
+        for rnd in range(5):
+            for _ in range(rng.randrange(3, 8)):
+                p = rng.choice(stems)[: rng.randrange(4, 30)] + [rng.randrange(1, 50) for _ in range(rng.randrange(1, 8))]
+                prompts.append(p)
+                e.m.run(p)
+            e.pub.flush()
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                diff = {}
+                for i, p in enumerate(prompts[-25:]):
+                    gpu, cpu = e.m.device_blocks_tokens(p), e.m.cached_blocks_tokens(p)
+                    want = {e.id: (gpu, cpu)} if cpu else {}
+                    got = indexer.tier_scores(p, model)
+                    if got != want:
+                        diff[i] = (got, want)
+                if not diff:
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"round {rnd}: indexer tiers (got, want) differ: {diff}\n" + indexer.log_tail())
+                time.sleep(0.02)
+        st = e.m.stats()
+        assert st["host_hit_tokens"] > 0 and st["offloaded_blocks"] > 0 and st["host_evictions"] > 0, st
+    finally:
+        e.close()

@@ -194,9 +194,10 @@ def test_replay_serves_missed_batches(mgr):
 
 
 def test_grouping_matches_a_simple_model():
-    """group_events against a one-event-per-block model: the same hashes, parents and tokens, in order."""
+    """group_events against a one-event-per-block model: the same hashes, parents, tokens and media, in
+    order (so blocks of different media are never merged into one event)."""
     rng = random.Random(5)
-    Event = S.kvblock.Event
+    Event, Medium = S.kvblock.Event, S.kvblock.Medium
     for _ in range(200):
         raw, parent = [], None
         for _ in range(rng.randrange(0, 12)):
@@ -210,38 +211,40 @@ def test_grouping_matches_a_simple_model():
                 salt = rng.getrandbits(64) if kind == 2 else None
                 extra = rng.getrandbits(64) if rng.random() < 0.2 else None
                 toks = np.array([rng.randrange(2**32) for _ in range(2)], np.int64)
-                raw.append(Event("stored", h, ph, salt, extra, toks, rng.randrange(100)))
+                raw.append(Event("stored", h, ph, salt, extra, toks, rng.randrange(100), rng.choice(list(Medium))))
                 parent = h
             elif r < 0.9:
-                raw.append(Event("removed", rng.getrandbits(64), None, None, None, np.empty(0, np.int64), 0))
-                parent = None
+                raw.append(Event("removed", rng.getrandbits(64), None, None, None, np.empty(0, np.int64), 0,
+                                 rng.choice(list(Medium))))
+                parent = None if rng.random() < 0.5 else parent
             else:
                 raw.append(Event("cleared", 0, None, None, None, np.empty(0, np.int64), -1))
                 parent = None
         flat = []
-        for e in ev.group_events(raw, 2, "GPU"):
+        for e in ev.group_events(raw, 2):
             if e["type"] == "BlockStored":
                 assert len(e["token_ids"]) == 2 * len(e["block_hashes"])
                 extras = e.get("extra_keys", [None] * len(e["block_hashes"]))
                 assert len(extras) == len(e["block_hashes"])
                 p = e["parent_block_hash"]
                 for i, h in enumerate(e["block_hashes"]):
-                    flat.append(("stored", h, p, e["token_ids"][2 * i:2 * i + 2], extras[i]))
+                    flat.append(("stored", h, p, e["token_ids"][2 * i:2 * i + 2], extras[i], e["medium"]))
                     p = h
             elif e["type"] == "BlockRemoved":
-                flat += [("removed", h) for h in e["block_hashes"]]
+                flat += [("removed", h, e["medium"]) for h in e["block_hashes"]]
             else:
                 flat.append(("cleared",))
         model = []
         for r in raw:
             if r.type == "removed":
-                model.append(("removed", r.block_hash))
+                model.append(("removed", r.block_hash, ev.MEDIA[r.medium]))
             elif r.type == "cleared":
                 model.append(("cleared",))
             else:
                 keys = (([["kvb_salt", r.cache_salt]] if r.cache_salt is not None else [])
                         + ([["kvb_extra_key", r.extra_key]] if r.extra_key is not None else []))
-                model.append(("stored", r.block_hash, r.parent_hash, r.tokens.tolist(), keys or None))
+                model.append(("stored", r.block_hash, r.parent_hash, r.tokens.tolist(), keys or None,
+                              ev.MEDIA[r.medium]))
         assert flat == model
 
 
@@ -263,3 +266,59 @@ def test_subscribers_counted_by_topic(mgr):
             time.sleep(0.001)
         assert pub.stats()["subscribers"] == 0
         other.close()
+
+
+@pytest.mark.parametrize("encoding", ["map", "array"])
+def test_host_cache_media_on_the_wire(encoding):
+    """Each wire event carries its own block's medium: an offload is a device removal ("GPU") and a host
+    store ("CPU"), a host hit loaded back a device store. A subscriber that replays the stream per medium
+    holds exactly the hashes each level holds, and every hash alternates stored / removed per medium."""
+    m = S.EvManager(4, 4, num_host_blocks=8, host_cache=True)
+    a, b = list(range(1, 10)), list(range(100, 109))  # 2 full blocks + 1 token each
+    ha, hb = chain_hashes(a, 4), chain_hashes(b, 4)
+    try:
+        with ev.KvEventPublisher(m, endpoint="tcp://127.0.0.1:*", encoding=encoding) as pub:
+            sub = subscribe(pub)
+            m.run(a)
+            m.run(b)  # takes a's freed blocks: a's second block goes to the host
+            sid, cached = m.run(a, keep=True)  # a's first block from the device, its second from the host
+            assert cached == 8 and m.stats()["host_hit_tokens"] == 4
+            pub.flush()
+            _, _, events, _ = recv(sub)
+            held = {"GPU": set(), "CPU": set()}
+            for e in events:
+                if encoding == "array":
+                    e = ({"type": e[0], "block_hashes": e[1], "medium": e[6]} if e[0] == "BlockStored"
+                         else {"type": e[0], "block_hashes": e[1], "medium": e[2]})
+                for h in e["block_hashes"]:
+                    if e["type"] == "BlockStored":
+                        assert h not in held[e["medium"]], (e, held)
+                        held[e["medium"]].add(h)
+                    else:
+                        assert e["type"] == "BlockRemoved" and h in held[e["medium"]], (e, held)
+                        held[e["medium"]].remove(h)
+            on_device = {m.block_hash(x) for x in range(m.num_blocks)} - {None}
+            assert held["GPU"] == on_device == {ha[0], ha[1], hb[0]}
+            assert held["CPU"] == {ha[1], hb[1]} and m.stats()["cached_host_blocks"] == 2
+            m.free(sid)
+    finally:
+        m.close()
+
+
+def test_media_override_and_unknown_medium(mgr):
+    Event, Medium = S.kvblock.Event, S.kvblock.Medium
+    raw = [Event("stored", 1, None, None, None, np.array([1, 2]), 0, Medium.DEVICE),
+           Event("stored", 2, 1, None, None, np.array([3, 4]), 5, Medium.HOST),
+           Event("removed", 1, None, None, None, np.empty(0, np.int64), 0, Medium.DEVICE),
+           Event("removed", 3, None, None, None, np.empty(0, np.int64), 1, Medium.HOST)]
+    out = ev.group_events(raw, 2, {Medium.DEVICE: "GPU", Medium.HOST: "CPU_PINNED"})
+    assert [(e["type"], e["block_hashes"], e["medium"]) for e in out] == [
+        ("BlockStored", [1], "GPU"), ("BlockStored", [2], "CPU_PINNED"),
+        ("BlockRemoved", [1], "GPU"), ("BlockRemoved", [3], "CPU_PINNED")]
+    assert out[1]["parent_block_hash"] == 1  # a chain that changes medium starts a new event, parent kept
+    with pytest.raises(ev.UnknownMediumError, match="medium 7"):
+        ev.group_events([raw[0]._replace(medium=7)], 2)
+    with pytest.raises(ValueError, match="media"):
+        ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", media={Medium.DEVICE: 1})
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", media={Medium.HOST: "CPU_PINNED"}) as pub:
+        assert pub.media == {Medium.DEVICE: "GPU", Medium.HOST: "CPU_PINNED"}

@@ -135,3 +135,48 @@ def test_torch_tensors_without_copy():
         if dev == "cuda":  # a CPU slot mapping for a CUDA cache is refused, naming the argument
             with pytest.raises(kvblock.KvbError, match="slot_mapping: is on cpu, the cache is on cuda:0"):
                 kvblock.write_kv(cache, 0, key, key, torch.tensor([1, 2], dtype=torch.int64))
+
+
+def test_take_fault_without_cuda_is_unsupported():
+    """kvb_cuda_take_fault through the package: a CUDA-less library answers UNSUPPORTED (a KvbError, not a
+    KernelFault and not a crash), for any device index and stream; bad Python arguments never reach C."""
+    lib = kvblock._lib.lib
+    built_with_cuda = lib.kvb_cuda_device_count(kvblock.ffi.new("int32_t*")) != lib.KVB_ERR_UNSUPPORTED
+    if kvblock.cuda_device_count():
+        assert kvblock.take_fault() is None  # no kernel ran with bad input
+    else:
+        for args in [(), (0,), (3, None), (np.int32(1), 0)]:
+            with pytest.raises(kvblock.KvbError) as e:
+                kvblock.take_fault(*args)
+            assert not isinstance(e.value, kvblock.KernelFault)
+            if built_with_cuda:  # a CUDA build on a machine without a usable device
+                assert e.value.status == kvblock.Status.DEVICE, e.value
+            else:
+                assert e.value.status == kvblock.Status.UNSUPPORTED, e.value
+                assert "without CUDA" in e.value.message, e.value
+    cpu_cache = kvblock.KVCache(1, 4, BS, KVH, D)
+    for bad, what in [(cpu_cache, "CUDA kernels only"), (-1, "out of range"), (True, "device must be"),
+                      ("cuda:0", "device must be"), (1.0, "device must be")]:
+        with pytest.raises(kvblock.KvbArgumentError, match=what):
+            kvblock.take_fault(bad)
+    with pytest.raises(kvblock.KvbArgumentError, match="stream"):
+        kvblock.take_fault(0, stream="default")
+
+
+def test_kernel_fault_carries_the_record():
+    """KernelFault from a filled kvb_kernel_fault (what take_fault raises after a CUDA kernel met bad input):
+    the header's kinds and kernels by name, the position and value, and the library's message."""
+    assert kvblock.FaultKind.QUERY_START == kvblock.ffi.typeof("kvb_fault_kind").relements["KVB_FAULT_QUERY_START"]
+    assert kvblock.KernelId.PREFILL_ATTENTION == 3 and kvblock.FaultKind.NONE == 0
+    f = kvblock.ffi.new("kvb_kernel_fault*")
+    kvblock._lib.lib.kvb_kernel_fault_init(f)
+    assert f.kind == kvblock.FaultKind.NONE and f.struct_size == kvblock.ffi.sizeof("kvb_kernel_fault")
+    f.kind, f.kernel, f.index, f.column, f.value, f.count = 2, 2, 5, 3, 99, 4
+    err = kvblock.KernelFault(f, "block_tables[5][3] = 99")
+    assert isinstance(err, kvblock.KvbError) and err.status == kvblock.Status.INVALID_ARGUMENT
+    assert (err.kind, err.kernel, err.index, err.column, err.value, err.count) == (
+        kvblock.FaultKind.BLOCK_ID, kvblock.KernelId.PAGED_ATTENTION, 5, 3, 99, 4)
+    assert str(err) == "KVB_ERR_INVALID_ARGUMENT: block_tables[5][3] = 99"
+    f.kind, f.kernel = 77, 9  # from a newer library: kept as numbers
+    err = kvblock.KernelFault(f, "?")
+    assert (err.kind, err.kernel) == (77, 9)

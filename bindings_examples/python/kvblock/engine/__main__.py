@@ -15,12 +15,17 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m kvblock.engine", description=__doc__)
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--shared-prefix", type=int, default=512, help="tokens of prompt prefix shared by every request")
+    p.add_argument("--prefix-families", type=int, default=1, metavar="K",
+                   help="K different shared prefixes, request r uses prefix r %% K (a device pool that holds "
+                        "fewer than K of them shows the host cache at work)")
     p.add_argument("--prompt", type=int, default=64, help="tokens of unique prompt suffix per request")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--n", type=int, default=1, help="parallel samples per request (fork)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--num-blocks", type=int, default=1024)
     p.add_argument("--host-blocks", type=int, default=0)
+    p.add_argument("--host-cache", action="store_true",
+                   help="host blocks are a second prefix-cache level (needs --host-blocks)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-seqs", type=int, default=64)
     p.add_argument("--budget", type=int, default=512, help="tokens per step (decode + prefill chunks)")
@@ -36,9 +41,12 @@ def main() -> None:
     p.add_argument("--kv-events-wait", type=int, default=0, metavar="N",
                    help="wait (up to 60 s) for N subscribers, e.g. a KV router, before running")
     a = p.parse_args()
+    if a.host_cache and a.host_blocks <= 0:
+        p.error("--host-cache needs --host-blocks N > 0")
 
     model = Model(ModelConfig(num_layers=a.layers, window=a.window, sink=a.sink, seed=a.seed))
     eng = Engine(model, EngineConfig(num_blocks=a.num_blocks, block_size=a.block_size, num_host_blocks=a.host_blocks,
+                                     host_cache=a.host_cache,
                                      max_num_seqs=a.max_seqs, max_batched_tokens=a.budget, preemption=a.preemption,
                                      prefix_caching=not a.no_prefix_caching, kv_events_endpoint=a.kv_events,
                                      kv_events_replay_endpoint=a.kv_events_replay,
@@ -46,10 +54,12 @@ def main() -> None:
     if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
         p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
     rng = np.random.default_rng(a.seed)
-    shared = rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist()
+    if a.prefix_families < 1:
+        p.error("--prefix-families must be >= 1")
+    shared = [rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist() for _ in range(a.prefix_families)]
     for r in range(a.requests):
         suffix = rng.integers(0, model.cfg.vocab, a.prompt).tolist()
-        eng.add_request(Request(r, shared + suffix, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed))
+        eng.add_request(Request(r, shared[r % a.prefix_families] + suffix, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed))
     eng.run()
     ev = eng.publisher.stats() if eng.publisher is not None else None
     eng.close()
@@ -64,6 +74,9 @@ def main() -> None:
           f"{m.total_s:.2f} s)")
     print(f"prompt tokens:     {st['query_tokens']} looked up, {st['hit_tokens']} prefix hits "
           f"(hit ratio {st['hit_tokens'] / max(1, st['query_tokens']):.3f}); {st['computed_tokens']} tokens computed")
+    if a.host_cache:
+        print(f"host cache:        {st['device_hit_tokens']} hit tokens on device, {st['host_hit_tokens']} on host; "
+              f"{m.offloaded_blocks} blocks offloaded, {m.loaded_blocks} loaded")
     print(f"preemptions:       {m.preemptions} by recompute, {m.swaps_out} swapped out, {m.swaps_in} swapped in; "
           f"{m.cow_copies} copy-on-write blocks")
     print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, kernels {100 * m.kernel_s / m.total_s:.1f}%, "

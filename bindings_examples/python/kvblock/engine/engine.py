@@ -1,8 +1,9 @@
 """A continuous-batching engine in the style of nano-vllm on libkvblock: waiting / running / swapped queues,
 a token budget per step with chunked prefill, prefix caching through allocate, decode through batched append
 and commit, preemption by recompute or by swap (host tier + swap_blocks), parallel sampling through fork with
-copy-on-write pairs run by copy_blocks, an optional sliding window, and hybrid models (window and full
-layers as two KV cache groups of one manager, each layer reading its group's block table).
+copy-on-write pairs run by copy_blocks, an optional sliding window, an optional host prefix cache
+(host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit), and hybrid models
+(window and full layers as two KV cache groups of one manager, each layer reading its group's block table).
 
 Every step: batch_export -> write_kv -> paged (decode rows) and prefill (prompt chunks) attention kernels."""
 from __future__ import annotations
@@ -25,7 +26,8 @@ from .sequence import Request, Seq, Status
 class EngineConfig:
     num_blocks: int = 1024
     block_size: int = 16
-    num_host_blocks: int = 0         # > 0 with preemption="swap"
+    num_host_blocks: int = 0         # > 0 with preemption="swap" or host_cache
+    host_cache: bool = False         # host blocks are also a second prefix-cache level (KVB_CONFIG_HOST_CACHE)
     max_num_seqs: int = 64
     max_batched_tokens: int = 256    # token budget per step: decode tokens + prefill chunks
     preemption: str = "recompute"    # or "swap"
@@ -47,6 +49,8 @@ class Metrics:
     swaps_out: int = 0
     swaps_in: int = 0
     cow_copies: int = 0
+    offloaded_blocks: int = 0        # host cache: device -> host copies run
+    loaded_blocks: int = 0           # host cache: host -> device copies run
     manager_s: float = 0.0           # time in libkvblock manager calls
     kernel_s: float = 0.0            # time in libkvblock kernels (write_kv, attention, copy/swap blocks)
     total_s: float = 0.0
@@ -69,13 +73,16 @@ class Engine:
         mc = model.cfg
         if cfg.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {cfg.preemption!r}")
+        if cfg.host_cache and not cfg.num_host_blocks:
+            raise ValueError("host_cache needs num_host_blocks > 0")
         # A hybrid model's layers form two KV cache groups, window (even layers) and full (odd layers): one
         # manager, one pool, a block table per group; the window group releases what its layers cannot reach.
         self.groups = [("window", mc.window, mc.sink), ("full",)] if mc.hybrid else None
-        if mc.hybrid and (not mc.window or cfg.preemption == "swap"):
-            raise ValueError("a hybrid model needs a window, and the manager does not swap several groups yet")
+        if mc.hybrid and (not mc.window or cfg.preemption == "swap" or cfg.host_cache):
+            raise ValueError("a hybrid model needs a window; the manager does not swap or host-cache several "
+                             "groups yet")
         self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks,
-                           events=cfg.kv_events_endpoint is not None, groups=self.groups)
+                           events=cfg.kv_events_endpoint is not None, host_cache=cfg.host_cache, groups=self.groups)
         self.publisher = None
         if cfg.kv_events_endpoint is not None:
             from ..events import KvEventPublisher  # pyzmq and msgpack only when events are on
@@ -131,6 +138,23 @@ class Engine:
             self.publisher.close()
             self.publisher = None
 
+    # -- copies ----------------------------------------------------------------------------------------
+    def _host_transfers(self) -> None:
+        """Runs the host cache's pending transfers: all offloads, then all loads (the header's ordering rule).
+        Called right before the engine runs any copy of its own (swap-out, swap-in, copy-on-write) and before
+        the forward step, so that every offload reads its device block before anything overwrites it and
+        every loaded block holds its KV before a kernel reads it or a later copy overwrites its source."""
+        if not self.cfg.host_cache:
+            return
+        with self._mgr_clock:
+            offloads, loads = self.mgr.drain_host_transfers()
+        if len(offloads) or len(loads):
+            with self._kernel_clock:
+                swap_blocks(self.cache, self.host, offloads)
+                swap_blocks(self.host, self.cache, loads)
+            self.metrics.offloaded_blocks += len(offloads)
+            self.metrics.loaded_blocks += len(loads)
+
     # -- scheduling ----------------------------------------------------------------------------------
     def _free_blocks_after(self, new_tokens: int) -> int:
         return self.mgr.num_free_blocks - -(-new_tokens // self.cfg.block_size)
@@ -141,6 +165,7 @@ class Engine:
                 and self.mgr.can_swap_out(victim.seq_id) == Availability.OK):
             with self._mgr_clock:
                 pairs = self.mgr.swap_out(victim.seq_id)
+            self._host_transfers()
             with self._kernel_clock:
                 swap_blocks(self.cache, self.host, pairs)
             victim.status = Status.SWAPPED
@@ -164,6 +189,7 @@ class Engine:
                         mgr.num_free_blocks - mgr.info(s.seq_id).num_held_blocks <= len(self.running)):
                     break
                 pairs = mgr.swap_in(s.seq_id)
+            self._host_transfers()
             with self._kernel_clock:
                 swap_blocks(self.host, self.cache, pairs)
             self.swapped.popleft()
@@ -192,6 +218,7 @@ class Engine:
         with self._mgr_clock:
             pairs = mgr.drain_copies()
         if len(pairs):
+            self._host_transfers()
             with self._kernel_clock:
                 copy_blocks(self.cache, pairs)
             self.metrics.cow_copies += len(pairs)
@@ -226,6 +253,7 @@ class Engine:
     def step(self) -> None:
         decodes, prefills = self._schedule()
         self.metrics.steps += 1
+        self._host_transfers()  # the loads of this step's prefix hits (and offloads) before the forward pass
         if not decodes and not prefills:
             return
         seqs = decodes + [s for s, _ in prefills]

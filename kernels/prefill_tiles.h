@@ -1,0 +1,100 @@
+// The CUDA prefill kernel's work decomposition and fragment addressing as plain functions, compiled
+// both into the kernel (__host__ __device__) and into a CPU test (tests/cpp/kernels_prefill_tiles.cpp)
+// that checks, without a GPU, that the CTAs of a ragged batch cover every (query row, attended key)
+// pair exactly once and mask exactly where needed, and that the swizzled ldmatrix / mma fragment
+// addressing computes Q K^T and P V (on an emulated warp). Positions and counts are int.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KVB_HD __host__ __device__ __forceinline__
+#else
+#define KVB_HD inline
+#endif
+
+namespace kvb {
+namespace kern {
+namespace tiles {
+
+KVB_HD int imax(int a, int b) { return a > b ? a : b; }
+KVB_HD int imin(int a, int b) { return a < b ? a : b; }
+
+// First tile of sequence i: floor(query_start[i] * group / rows_per_tile) + i (see kvblock.h).
+KVB_HD int64_t tile_base(int32_t query_start_i, int i, int group, int rows_per_tile) {
+  return int64_t(query_start_i) * group / rows_per_tile + i;
+}
+
+// The sequence owning tile `tile`: the last i in [0, num_seqs) with tile_base(i) <= tile.
+KVB_HD int seq_of_tile(const int32_t* query_start, int num_seqs, int group, int rows_per_tile, int tile) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_base(query_start[mid], mid, group, rows_per_tile) <= tile) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Does a query at position pos attend key position key?
+KVB_HD bool attends(int key, int pos, int window, int sink) {
+  return key <= pos && (window <= 0 || key > pos - window || key < sink);
+}
+
+// The key tiles (of bn tokens) a CTA walks for query positions [pos_first, pos_last] within key split
+// `split` of split_tiles tiles: the sinks [a0, a1), then the window [b0, b1); count() tiles in all.
+struct KeyTiles {
+  int a0, a1, b0, b1;
+  int pos_first, pos_last, lo_first, lo_last, window, sink, bn;
+  KVB_HD int count() const { return imax(0, a1 - a0) + imax(0, b1 - b0); }
+  KVB_HD int tile(int i) const { return i < imax(0, a1 - a0) ? a0 + i : b0 + i - imax(0, a1 - a0); }
+  // Every row of the CTA attends every key of tile t: no mask needed.
+  KVB_HD bool full(int t) const {
+    const int k0 = t * bn;
+    return k0 + bn - 1 <= pos_first && (window <= 0 || imax(k0, sink) >= imin(k0 + bn, lo_last));
+  }
+};
+
+KVB_HD KeyTiles key_tiles(int pos_first, int pos_last, int window, int sink, int bn, int split, int split_tiles) {
+  KeyTiles k;
+  k.pos_first = pos_first, k.pos_last = pos_last, k.window = window, k.bn = bn;
+  k.sink = window > 0 ? sink : 0;
+  k.lo_first = window > 0 ? imax(0, pos_first - window + 1) : 0;
+  k.lo_last = window > 0 ? imax(0, pos_last - window + 1) : 0;
+  const int s0 = split * split_tiles, s1 = s0 + split_tiles;
+  const int sink_eff = imin(k.sink, k.lo_first);
+  k.a0 = imax(0, s0);
+  k.a1 = imin((sink_eff + bn - 1) / bn, s1);
+  k.b0 = imax(imax(k.lo_first / bn, (sink_eff + bn - 1) / bn), s0);
+  k.b1 = imin(pos_last / bn + 1, s1);
+  return k;
+}
+
+// Shared-memory tiles and mma.sync m16n8k16 fragments of one warp (16 query rows). Tiles are row-major
+// [rows][C chunks of 16 bytes] with chunk c of row r stored at chunk c ^ (r & 7). A ldmatrix.x4 takes
+// one row address per lane: lanes 8j..8j+7 give rows 0..7 of matrix j, and matrix j lands in register
+// j of every lane. These say which row and chunk each lane addresses; the m16n8k16 layouts (PTX ISA:
+// A a0..a3 = rows g / g+8 x k 2c.. / 2c+8.., B b0/b1 = k 2c.. / 2c+8.. x n g, C c0..c3 = rows g / g+8
+// x n 2c, 2c+1, with g = lane / 4, c = lane % 4) then place the values.
+namespace frag {
+
+KVB_HD uint32_t swz(int chunks_per_row, int r, int c) { return uint32_t((r * chunks_per_row + (c ^ (r & 7))) * 16); }
+
+// Q as the A operand of S = Q K^T, k-step kk (dims 16kk..16kk+15): matrices (rows 0-7, 8-15) x (k lo, hi).
+KVB_HD int q_row(int warp, int lane) { return warp * 16 + (lane & 15); }
+KVB_HD int q_chunk(int kk, int lane) { return 2 * kk + (lane >> 4); }
+// K (rows = keys) as the B operand, keys 16n2..16n2+15, k-step kk: matrices (keys 0-7: k lo, hi),
+// (keys 8-15: k lo, hi), i.e. b0 b1 of n-tile 2 n2, then of 2 n2 + 1.
+KVB_HD int k_row(int n2, int lane) { return n2 * 16 + ((lane >> 4) << 3) + (lane & 7); }
+KVB_HD int k_chunk(int kk, int lane) { return 2 * kk + ((lane >> 3) & 1); }
+// V (rows = keys) as the B operand of O += P V through ldmatrix.trans, keys 16kk.., dims 16 d2..:
+// matrices (keys 0-7, 8-15) x (dim chunk 2 d2, 2 d2 + 1), i.e. b0 b1 of d-tile 2 d2, then 2 d2 + 1.
+KVB_HD int v_row(int kk, int lane) { return kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7); }
+KVB_HD int v_chunk(int d2, int lane) { return 2 * d2 + (lane >> 4); }
+// Accumulator element e (0..3) of an n-tile: row of the warp's 16 and column within the 8.
+KVB_HD int c_row(int lane, int e) { return (lane >> 2) + (e >> 1) * 8; }
+KVB_HD int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+
+}  // namespace frag
+
+}  // namespace tiles
+}  // namespace kern
+}  // namespace kvb

@@ -1,0 +1,247 @@
+// The CUDA prefill kernel's work decomposition (kernels/prefill_tiles.h), checked on the CPU: over
+// random ragged batches, GQA groups, key-tile sizes, windows with sinks and key splits, the simulated
+// grid (tiles from total rows + num_seqs, sequence by binary search, key tiles per split) covers every
+// packed query row exactly once and every (row, attended key) pair exactly once, and a tile it treats
+// as unmasked ("full") holds only keys every row of the CTA attends; and the kernel's ldmatrix / mma
+// fragment addressing on an emulated warp.
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "../../kernels/prefill.h"
+#include "../../kernels/prefill_tiles.h"
+#include "harness.h"
+
+namespace {
+
+using namespace kvb::kern;
+
+bool quick() {
+  const char* q = getenv("KVB_TEST_QUICK");
+  return q && q[0] == '1';
+}
+
+// Simulates one batch; returns the number of violations (first few printed).
+int simulate(const std::vector<int>& q_lens, const std::vector<int>& cached, int G, int bn, int window, int sink,
+             int splits) {
+  const int BM = int(kPrefillTileRows), n = int(q_lens.size());
+  std::vector<int32_t> qs(size_t(n) + 1, 0);
+  int max_len = 1;
+  for (int i = 0; i < n; ++i) {
+    qs[size_t(i) + 1] = qs[size_t(i)] + q_lens[size_t(i)];
+    max_len = std::max(max_len, cached[size_t(i)] + q_lens[size_t(i)]);
+  }
+  const int total_q = qs[size_t(n)];
+  const int num_tiles = int(int64_t(total_q) * G / BM + n);  // plan_prefill's grid
+  const int per = (max_len + splits - 1) / splits;
+  const int split_tiles = (per + bn - 1) / bn;
+  int bad = 0;
+  auto complain = [&](const char* what, int a, int b) {
+    if (bad++ < 5) fprintf(stderr, "  G=%d bn=%d win=%d sink=%d splits=%d: %s (%d, %d)\n", G, bn, window, sink, splits, what, a, b);
+  };
+  // cover[row][key] for every query row; rows_seen[packed row] per sequence.
+  std::vector<std::vector<int>> cover(size_t(total_q) * G);
+  std::vector<int> row_seen(size_t(total_q) * G, 0);
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int seq = tiles::seq_of_tile(qs.data(), n, G, BM, tile);
+    const int64_t lt = tile - tiles::tile_base(qs[size_t(seq)], seq, G, BM);
+    if (lt < 0) { complain("tile before its sequence", tile, seq); continue; }
+    const int pr0 = int(lt) * BM, q_len = q_lens[size_t(seq)], len = cached[size_t(seq)] + q_len;
+    const int rows = std::min(BM, q_len * G - pr0);
+    if (rows <= 0) continue;  // surplus tile
+    const int base = len - q_len, pos_first = base + pr0 / G, pos_last = base + (pr0 + rows - 1) / G;
+    for (int r = 0; r < rows; ++r) row_seen[size_t(qs[size_t(seq)]) * G + size_t(pr0 + r)]++;
+    for (int split = 0; split < splits; ++split) {
+      const tiles::KeyTiles kt = tiles::key_tiles(pos_first, pos_last, window, sink, bn, split, split_tiles);
+      std::vector<int> seen;
+      for (int i = 0; i < kt.count(); ++i) {
+        const int t = kt.tile(i);
+        if (t < split * split_tiles || t >= (split + 1) * split_tiles) complain("tile outside its split", t, split);
+        if (std::find(seen.begin(), seen.end(), t) != seen.end()) complain("tile walked twice", t, split);
+        seen.push_back(t);
+        const bool full = kt.full(t);
+        for (int r = 0; r < rows; ++r) {
+          const int grow = qs[size_t(seq)] * G + pr0 + r, pos = base + (pr0 + r) / G;
+          for (int k = t * bn; k < (t + 1) * bn; ++k) {
+            const bool att = tiles::attends(k, pos, window, sink) && k < len;
+            if (full && !att) complain("unmasked tile holds a key the row does not attend", pos, k);
+            if (att) cover[size_t(grow)].push_back(k);
+          }
+        }
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i)
+    for (int pr = 0; pr < q_lens[size_t(i)] * G; ++pr) {
+      const size_t grow = size_t(qs[size_t(i)]) * G + size_t(pr);
+      if (row_seen[grow] != 1) complain("packed row covered", int(grow), row_seen[grow]);
+      const int pos = cached[size_t(i)] + pr / G;
+      std::vector<int> want;
+      for (int k = 0; k <= pos; ++k)
+        if (tiles::attends(k, pos, window, sink)) want.push_back(k);
+      std::vector<int> got = cover[grow];
+      std::sort(got.begin(), got.end());
+      if (got != want) complain("row's attended keys", pos, int(got.size()) - int(want.size()));
+    }
+  return bad;
+}
+
+void test_grid_covers_every_row_and_key_once() {
+  std::mt19937 rng(11);
+  int bad = 0, batches = 0;
+  const int rounds = quick() ? 20 : 200;
+  for (int round = 0; round < rounds; ++round) {
+    const int n = 1 + int(rng() % 6);
+    std::vector<int> q_lens, cached;
+    for (int i = 0; i < n; ++i) {
+      const int kind = int(rng() % 4);
+      q_lens.push_back(kind == 0 ? 0 : kind == 1 ? 1 : int(rng() % 150) + 1);
+      cached.push_back(rng() % 3 == 0 ? 0 : int(rng() % 300));
+    }
+    const int groups[] = {1, 3, 4, 8, 12};
+    const int G = groups[rng() % 5], bn = rng() % 2 ? 32 : 64;
+    const int window = rng() % 2 ? 0 : 1 + int(rng() % 120);
+    const int sink = window > 0 && rng() % 2 ? int(rng() % 40) : 0;
+    const int splits = 1 + int(rng() % 3);
+    bad += simulate(q_lens, cached, G, bn, window, sink, splits);
+    ++batches;
+  }
+  // Edges: a batch of decodes only, one long prompt, a window of 1 with a sink past it.
+  bad += simulate({1, 1, 1, 1}, {0, 5, 64, 200}, 4, 64, 0, 0, 2);
+  bad += simulate({700}, {0}, 1, 64, 0, 0, 3);
+  bad += simulate({40, 3}, {100, 0}, 8, 32, 1, 50, 1);
+  CHECK(bad == 0);
+  CHECK(batches > 0);
+}
+
+// An emulated warp: shared memory as one value per 16-bit element, ldmatrix.x4 (plain and .trans) and
+// mma m16n8k16 per the PTX ISA fragment layouts; the kernel's addressing (tiles::frag) must produce
+// S = Q K^T and O = P V exactly (small integers: every sum is exact in float).
+struct Warp {
+  std::vector<float> smem;  // element i = bytes [2i, 2i + 2)
+  typedef float Regs[32][4][2];  // [lane][register][half]
+
+  void ldsm(const uint32_t (&addr)[32], bool trans, Regs& out) const {
+    for (int j = 0; j < 4; ++j) {
+      float m[8][8];
+      for (int i = 0; i < 8; ++i)
+        for (int x = 0; x < 8; ++x) m[i][x] = smem[addr[8 * j + i] / 2 + uint32_t(x)];
+      for (int t = 0; t < 32; ++t)
+        for (int h = 0; h < 2; ++h)
+          out[t][j][h] = trans ? m[2 * (t & 3) + h][t >> 2] : m[t >> 2][2 * (t & 3) + h];
+    }
+  }
+  // c[lane][0..3] += A B for one m16n8k16 (a: 4 registers per lane, b0 / b1: registers rb0 / rb1 of b).
+  static void mma(float (&c)[32][4], const Regs& a, const Regs& b, int rb0, int rb1) {
+    double A[16][16], B[16][8];
+    for (int t = 0; t < 32; ++t) {
+      const int g = t >> 2, q = t & 3;
+      for (int h = 0; h < 2; ++h) {
+        A[g][2 * q + h] = a[t][0][h];
+        A[g + 8][2 * q + h] = a[t][1][h];
+        A[g][2 * q + 8 + h] = a[t][2][h];
+        A[g + 8][2 * q + 8 + h] = a[t][3][h];
+        B[2 * q + h][g] = b[t][rb0][h];
+        B[2 * q + 8 + h][g] = b[t][rb1][h];
+      }
+    }
+    for (int t = 0; t < 32; ++t)
+      for (int e = 0; e < 4; ++e) {
+        const int row = (t >> 2) + (e >> 1) * 8, col = 2 * (t & 3) + (e & 1);
+        double acc = 0;
+        for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+        c[t][e] += float(acc);
+      }
+  }
+};
+
+// The kernel's S and O loops for one warp of a D x BN tile, against direct products; returns mismatches.
+int emulate(int D, int BN, int warp, std::mt19937& rng) {
+  namespace fr = tiles::frag;
+  const int C = D / 8, NT = BN / 8, DT = D / 8, BM = int(kPrefillTileRows);
+  Warp w;
+  const uint32_t q0 = 0, k0 = uint32_t(BM * D * 2), v0 = k0 + uint32_t(BN * D * 2);  // byte bases
+  w.smem.assign(size_t(BM * D + 2 * BN * D), 0.f);
+  std::vector<float> Q(size_t(BM * D)), K(size_t(BN * D)), V(size_t(BN * D));
+  auto put = [&](uint32_t base, int r, int d, float x) { w.smem[(base + fr::swz(C, r, d / 8)) / 2 + uint32_t(d % 8)] = x; };
+  for (int r = 0; r < BM; ++r)
+    for (int d = 0; d < D; ++d) put(q0, r, d, Q[size_t(r * D + d)] = float(int(rng() % 5) - 2));
+  for (int r = 0; r < BN; ++r)
+    for (int d = 0; d < D; ++d) {
+      put(k0, r, d, K[size_t(r * D + d)] = float(int(rng() % 5) - 2));
+      put(v0, r, d, V[size_t(r * D + d)] = float(int(rng() % 5) - 2));
+    }
+  int bad = 0;
+  // S = Q K^T, as the kernel's loop over kk and pairs of n-tiles.
+  std::vector<float> s(size_t(NT) * 32 * 4, 0.f);
+  auto S = [&](int n) { return reinterpret_cast<float(*)[4]>(&s[size_t(n) * 128]); };
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t addr[32];
+    Warp::Regs a, b;
+    for (int l = 0; l < 32; ++l) addr[l] = q0 + fr::swz(C, fr::q_row(warp, l), fr::q_chunk(kk, l));
+    w.ldsm(addr, false, a);
+    for (int n2 = 0; n2 < NT / 2; ++n2) {
+      for (int l = 0; l < 32; ++l) addr[l] = k0 + fr::swz(C, fr::k_row(n2, l), fr::k_chunk(kk, l));
+      w.ldsm(addr, false, b);
+      Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2)), a, b, 0, 1);
+      Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2 + 1)), a, b, 2, 3);
+    }
+  }
+  for (int n = 0; n < NT; ++n)
+    for (int l = 0; l < 32; ++l)
+      for (int e = 0; e < 4; ++e) {
+        const int row = warp * 16 + fr::c_row(l, e), key = n * 8 + fr::c_col(l, e);
+        float want = 0;
+        for (int d = 0; d < D; ++d) want += Q[size_t(row * D + d)] * K[size_t(key * D + d)];
+        if (S(n)[l][e] != want && bad++ < 3) fprintf(stderr, "  D=%d S row %d key %d: %g want %g\n", D, row, key, S(n)[l][e], want);
+      }
+  // O = P V with P = S repacked into A fragments as the kernel does.
+  std::vector<float> o(size_t(DT) * 128, 0.f);
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    Warp::Regs a, b;
+    for (int l = 0; l < 32; ++l)
+      for (int h = 0; h < 2; ++h) {
+        a[l][0][h] = S(2 * kk)[l][h];
+        a[l][1][h] = S(2 * kk)[l][2 + h];
+        a[l][2][h] = S(2 * kk + 1)[l][h];
+        a[l][3][h] = S(2 * kk + 1)[l][2 + h];
+      }
+    for (int d2 = 0; d2 < DT / 2; ++d2) {
+      uint32_t addr[32];
+      for (int l = 0; l < 32; ++l) addr[l] = v0 + fr::swz(C, fr::v_row(kk, l), fr::v_chunk(d2, l));
+      w.ldsm(addr, true, b);
+      Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2) * 128]), a, b, 0, 1);
+      Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2 + 1) * 128]), a, b, 2, 3);
+    }
+  }
+  for (int dt = 0; dt < DT; ++dt)
+    for (int l = 0; l < 32; ++l)
+      for (int e = 0; e < 4; ++e) {
+        const int r = fr::c_row(l, e), col = dt * 8 + fr::c_col(l, e);
+        float want = 0;
+        for (int n = 0; n < NT; ++n)
+          for (int l2 = 0; l2 < 32; ++l2)
+            for (int e2 = 0; e2 < 4; ++e2)
+              if (fr::c_row(l2, e2) == r) want += S(n)[l2][e2] * V[size_t((n * 8 + fr::c_col(l2, e2)) * D + col)];
+        if (o[size_t(dt) * 128 + size_t(l) * 4 + size_t(e)] != want && bad++ < 3)
+          fprintf(stderr, "  D=%d O row %d col %d: %g want %g\n", D, r, col, o[size_t(dt) * 128 + size_t(l) * 4 + size_t(e)], want);
+      }
+  return bad;
+}
+
+void test_fragment_addressing_on_an_emulated_warp() {
+  std::mt19937 rng(5);
+  int bad = 0;
+  for (int D : {64, 128, 256})
+    for (int warp = 0; warp < (quick() ? 1 : 4); ++warp) bad += emulate(D, prefill_key_tile(D), warp, rng);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+int main() {
+  RUN_TEST(test_grid_covers_every_row_and_key_once);
+  RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
+  TEST_SUMMARY();
+}

@@ -26,8 +26,14 @@ for bad in "" "full," "window:0" "window:x" "full,sliding" "window:8:" "full;ful
   "$KVB" replay "$SAMPLE" --groups "$bad" --quiet >/dev/null 2>"$TMP/e.txt"
   check "--groups '$bad' is a usage error" [ $? -eq 2 ]
 done
-"$KVB" replay "$SAMPLE" --groups full --mode timed --quiet >/dev/null 2>&1
-check "--groups refused in timed mode" [ $? -eq 2 ]
+"$KVB" replay "$SAMPLE" --groups full --mode timed --preempt swap --quiet >/dev/null 2>&1
+check "--groups refused with --preempt swap" [ $? -eq 2 ]
+"$KVB" replay "$SAMPLE" --mode timed --num-blocks 3000 --json --quiet >"$TMP/t_plain.json"
+"$KVB" replay "$SAMPLE" --mode timed --num-blocks 3000 --groups full --json --quiet --check >"$TMP/t_one.json"
+check "timed: one full group = no groups" [ "$(json_field "$TMP/t_plain.json" cached_tokens)" = \
+  "$(json_field "$TMP/t_one.json" cached_tokens)" ]
+"$KVB" replay "$SAMPLE" --mode timed --num-blocks 6000 --groups full,window:256 --json --quiet --check >"$TMP/t_hyb.json"
+check "timed hybrid: valid JSON" valid_json "$TMP/t_hyb.json"
 "$KVB" replay "$SAMPLE" --groups full --host-cache --quiet >/dev/null 2>&1
 check "--groups refused with --host-cache" [ $? -eq 2 ]
 finish

@@ -110,7 +110,7 @@ typedef enum kvb_config_flags {
    With groups, per-sequence windows (kvb_seq_options.window_tokens, kvb_seq_set_window) are refused
    (each group's window is its spec's), kvb_seq_block_table and kvb_batch_export (without .group) give
    group 0, and kvb_seq_get_info reports num_held_blocks summed over the groups (num_blocks, the
-   entries of one table, is the same in every group). Not implemented yet, so refused at create with
+   entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's). Not implemented yet, so refused at create with
    KVB_ERR_UNSUPPORTED: KVB_CONFIG_HOST_CACHE with any groups, and num_host_blocks > 0 (swapping) with
    more than one group. A manager with no
    groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */

@@ -111,7 +111,7 @@ static double run_hosthit(const bench_opts* o, kvb_manager* m, const int64_t* to
   CHECK(kvb_seq_commit(m, 2, o->prompt_tokens - cached));
   CHECK(kvb_seq_free(m, 2));
   for (it = 0; it < o->iters; it++) {
-    for (i = 0; i < filler_n; i++) filler[i] = (*fresh)++;
+    for (i = 0; i < filler_n; i++) filler[i] = ++*fresh; /* never a token already used (run_miss sets tokens[0] = ++*fresh) */
     CHECK(kvb_seq_allocate(m, 3, filler, filler_n, &cached));
     CHECK(kvb_seq_free(m, 3));
     CHECK(kvb_drain_host_transfers(m, off, 2 * (nb + 2), &no, load, 2 * (nb + 2), &nl));

@@ -80,6 +80,55 @@ typedef enum kvb_config_flags {
   KVB_CONFIG_HOST_CACHE = 4
 } kvb_config_flags;
 
+/* KV cache groups (hybrid models: Gemma 2/3, gpt-oss, ... mix sliding-window and full-attention layers).
+   A manager created with num_groups >= 1 keeps, per sequence, one block table per group over one shared
+   block pool and free queue; the layers of group g read the table of group g (kvb_seq_block_table_group,
+   kvb_batch.group). The block size is common to all groups. Every sequence call works on all groups at
+   once and stays all-or-nothing across them: allocate, append (also kvb_batch_append), commit, rollback,
+   fork(_at) and free; OUT_OF_BLOCKS counts the blocks of every group. A full group keeps every block; a
+   window group releases, exactly like kvb_seq_set_window, the blocks no coming query can reach.
+   A cached block is keyed by its group and its whole history, so groups never hit each other's blocks;
+   the public hash (kvb_block_hash, events) is the same in every group, and events carry the group
+   (kvb_drain_events_group).
+
+   Prefix hits valid for every group. Candidates are the k cached blocks of the prompt's cacheable prefix
+   (never the last block). The hit is the largest k such that
+     - every full group has blocks 0 .. k-1 cached (searched left to right: the first miss ends it), and
+     - every window group has cached the blocks that the first uncached token (position p = k*block_size)
+       still needs: those holding positions p + 1 - window_tokens .. p - 1, the block of position p - 1,
+       and the blocks holding the first sink_tokens tokens (searched right to left: from the longest
+       candidate down, the first k whose needed blocks are all cached).
+   A window group takes only the blocks it needs; the others read -1 in its table (never taken, so they
+   may be evicted meanwhile). Example, block_size 4, groups {full, window 6}, a 21-token prompt (blocks
+   0..5, candidates k <= 5), the full group having blocks 0..4 cached:
+     - window group has 3 and 4 cached: k = 5 (p = 20 needs positions 15..19, blocks 3..4): 20 cached
+       tokens; full table {f0, f1, f2, f3, f4, new}, window table {-1, -1, -1, w3, w4, new};
+     - window group has only 4 cached: k = 5 needs block 3, k = 4 (p = 16) needs blocks 2..3, k = 3
+       needs 1..2, k = 2 needs 0..1, k = 1 needs 0: no hit, 0 cached tokens;
+     - window 6 with sink_tokens 2 and blocks 0, 3, 4 cached in the window group: k = 5 (sink block 0
+       and blocks 3..4): window table {w0, -1, -1, w3, w4, new}.
+   With groups, per-sequence windows (kvb_seq_options.window_tokens, kvb_seq_set_window) are refused
+   (each group's window is its spec's), kvb_seq_block_table and kvb_batch_export (without .group) give
+   group 0, and kvb_seq_get_info reports num_held_blocks summed over the groups (num_blocks, the
+   entries of one table, is the same in every group). Not implemented yet, so refused at create with
+   KVB_ERR_UNSUPPORTED: KVB_CONFIG_HOST_CACHE with any groups, and num_host_blocks > 0 (swapping) with
+   more than one group. A manager with no
+   groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */
+typedef enum kvb_group_kind {
+  KVB_GROUP_FULL = 0,   /* full attention: every block is kept */
+  KVB_GROUP_WINDOW = 1  /* sliding window (window_tokens > 0) with optional attention sinks */
+} kvb_group_kind;
+
+typedef struct kvb_group_spec {
+  uint32_t struct_size;
+  uint32_t kind;          /* kvb_group_kind, default FULL */
+  uint32_t window_tokens; /* WINDOW: the query at p attends [p + 1 - window_tokens, p]; FULL: must be 0 */
+  uint32_t sink_tokens;   /* WINDOW: the first sink_tokens tokens are attended too; FULL: must be 0 */
+} kvb_group_spec;         /* may grow at the end; an array is walked by its elements' struct_size */
+
+/* Fill defaults (full attention) and struct_size. */
+KVB_API void kvb_group_spec_init(kvb_group_spec* spec);
+
 typedef struct kvb_config {
   uint32_t struct_size;
   uint32_t block_size;                 /* tokens per block, default 16 */
@@ -95,6 +144,9 @@ typedef struct kvb_config {
   uint32_t host_cache_twin_percent;    /* KVB_CONFIG_HOST_CACHE: host blocks (percent, default 1) that may
                                           keep the copy of a block loaded back to the device */
   uint32_t reserved;
+  /* --- fields below were added with KV cache groups; older callers' struct_size omits them --- */
+  const kvb_group_spec* groups;        /* [num_groups] KV cache groups (see above), copied at create */
+  size_t   num_groups;                 /* 0 = no groups (one table per sequence, as before); at most 64 */
 } kvb_config;                          /* may grow at the end */
 
 /* Fill defaults (block_size 16, everything else 0) and struct_size. */
@@ -138,6 +190,9 @@ KVB_API kvb_status kvb_seq_free(kvb_manager* m, int64_t seq_id);
 /* The sequence's block ids, one per block of its tokens (-1 where released by a sliding window).
    *len = the number of entries (also on KVB_ERR_BUFFER_TOO_SMALL). Swapped out: KVB_ERR_BAD_STATE. */
 KVB_API kvb_status kvb_seq_block_table(kvb_manager* m, int64_t seq_id, int32_t* out, size_t capacity, size_t* len);
+/* kvb_seq_block_table of KV cache group `group` (< num_groups; group 0 also without groups). */
+KVB_API kvb_status kvb_seq_block_table_group(kvb_manager* m, int64_t seq_id, uint32_t group, int32_t* out,
+                                             size_t capacity, size_t* len);
 /* Number of device blocks in the free queue (cached-free blocks included). */
 KVB_API kvb_status kvb_num_free_blocks(kvb_manager* m, size_t* n);
 /* Full O(N) consistency check of every structure; KVB_ERR_INTERNAL with the broken rule if any. */
@@ -279,6 +334,9 @@ typedef struct kvb_batch {
   size_t slot_capacity;        /*   sequence after sequence, then -1 up to slot_capacity; NULL = not wanted */
   size_t num_slots;            /* out: uncomputed tokens in the batch */
   uint32_t max_blocks_needed;  /* out: longest block table in the batch */
+  /* --- fields below were added with KV cache groups; older callers' struct_size omits them --- */
+  uint32_t group;              /* KV cache group whose block tables and slots are written (default 0);
+                                  one call per group fills the inputs of that group's layers */
 } kvb_batch;
 
 KVB_API void kvb_batch_init(kvb_batch* batch);
@@ -370,6 +428,13 @@ typedef enum kvb_medium { KVB_MEDIUM_DEVICE = 0, KVB_MEDIUM_HOST = 1 } kvb_mediu
    *num_events = drained (0 = queue empty); *dropped (may be NULL) = events lost since the last drain. */
 KVB_API kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t capacity, int64_t* tokens,
                                     size_t token_capacity, size_t* num_events, uint64_t* dropped);
+/* kvb_drain_events with the KV cache group of each event: groups[i] (uint32_t[capacity], may be NULL)
+   is the group of events[i] (0 for ALL_CLEARED and without groups). kvb_event itself does not grow (it
+   is an array element of the caller's size), so a manager with several groups refuses the plain
+   kvb_drain_events (KVB_ERR_BAD_STATE): an event without its group would be ambiguous there. */
+KVB_API kvb_status kvb_drain_events_group(kvb_manager* m, kvb_event* events, uint32_t* groups, size_t capacity,
+                                          int64_t* tokens, size_t token_capacity, size_t* num_events,
+                                          uint64_t* dropped);
 /* Empty the prefix index (every block forgets its hash). Refused with KVB_ERR_BAD_STATE while any block
    is in use, so no running sequence can lose its cached prefix mid-flight (vLLM's contract). */
 KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);

@@ -72,6 +72,40 @@ void kvb_config_init(kvb_config* cfg) {
   cfg->host_cache_twin_percent = 1;
 }
 
+void kvb_group_spec_init(kvb_group_spec* spec) {
+  if (!spec) return;
+  std::memset(static_cast<void*>(spec), 0, sizeof *spec);
+  spec->struct_size = sizeof *spec;
+}
+
+namespace {
+
+// The caller's group array, walked by its elements' struct_size (see the header's conventions).
+void read_groups(const kvb_config* cfg, kvb::ManagerConfig& c) {
+  if (cfg->num_groups == 0) return;
+  constexpr size_t kMaxGroups = kvb::kMaxForkGroups;
+  if (cfg->num_groups > kMaxGroups) fail(Code::invalid_argument, "num_groups %zu exceeds %zu", cfg->num_groups, kMaxGroups);
+  if (!cfg->groups) fail(Code::invalid_argument, "num_groups is %zu but groups is NULL", cfg->num_groups);
+  const uint32_t elem = cfg->groups[0].struct_size;
+  kvb::require_struct(&cfg->groups[0], offsetof(kvb_group_spec, sink_tokens) + sizeof(uint32_t), "groups[0]");
+  const char* base = reinterpret_cast<const char*>(cfg->groups);
+  for (size_t g = 0; g < cfg->num_groups; ++g) {
+    const kvb_group_spec* gs = reinterpret_cast<const kvb_group_spec*>(base + g * elem);
+    if (gs->struct_size != elem)
+      fail(Code::invalid_argument, "groups[%zu].struct_size %u differs from groups[0].struct_size %u", g,
+           gs->struct_size, elem);
+    if (gs->kind != KVB_GROUP_FULL && gs->kind != KVB_GROUP_WINDOW)
+      fail(Code::invalid_argument, "groups[%zu].kind %u is not a kvb_group_kind", g, gs->kind);
+    kvb::GroupSpec spec;
+    spec.window = gs->kind == KVB_GROUP_WINDOW;
+    spec.window_tokens = gs->window_tokens;
+    spec.sink_tokens = gs->sink_tokens;
+    c.groups.push_back(spec);
+  }
+}
+
+}  // namespace
+
 kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {
   return guarded([&] {
     if (!out) fail(Code::invalid_argument, "out is NULL");
@@ -103,6 +137,7 @@ kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {
     if (KVB_COVERS(cfg, kvb_config, event_capacity)) c.event_capacity = cfg->event_capacity;
     if (KVB_COVERS(cfg, kvb_config, index_seed)) c.index_seed = cfg->index_seed;
     if (KVB_COVERS(cfg, kvb_config, host_cache_twin_percent)) c.host_twin_percent = cfg->host_cache_twin_percent;
+    if (KVB_COVERS(cfg, kvb_config, num_groups)) read_groups(cfg, c);
     kvb::validate_config(c);
     *out = new kvb_manager(c);
   });
@@ -188,9 +223,14 @@ kvb_status kvb_seq_free(kvb_manager* m, int64_t seq_id) {
 }
 
 kvb_status kvb_seq_block_table(kvb_manager* m, int64_t seq_id, int32_t* out, size_t capacity, size_t* len) {
+  return kvb_seq_block_table_group(m, seq_id, 0, out, capacity, len);
+}
+
+kvb_status kvb_seq_block_table_group(kvb_manager* m, int64_t seq_id, uint32_t group, int32_t* out, size_t capacity,
+                                     size_t* len) {
   return with_manager(m, [&](kvb::Manager& mg) {
     if (!len) fail(Code::invalid_argument, "len is NULL");
-    const std::vector<int32_t>& t = mg.block_table(seq_id);
+    const std::vector<int32_t>& t = mg.block_table(seq_id, group);
     *len = t.size();
     if (capacity < t.size())
       fail(Code::buffer_too_small, "seq %" PRId64 ": block table has %zu entr%s, capacity is %zu", seq_id, t.size(),
@@ -241,6 +281,9 @@ kvb_status kvb_seq_get_info(kvb_manager* m, int64_t seq_id, kvb_seq_info* info) 
     r.num_blocks = s.table.size();
     uint64_t held = 0;
     for (int32_t b : s.swapped ? s.host_table : s.table) held += b >= 0;
+    for (const kvb::Sequence& g : s.more)  // the other KV cache groups (never swapped)
+      if (g.live)
+        for (int32_t b : g.table) held += b >= 0;
     r.num_held_blocks = held;
     r.window_tokens = s.window;
     r.sink_tokens = s.sink;

@@ -133,6 +133,7 @@ kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_s
     out.slot_capacity = batch->slot_capacity;
     out.num_slots = batch->num_slots;  // unchanged unless sizes were computed (success or too small)
     out.max_blocks_needed = batch->max_blocks_needed;
+    if (KVB_COVERS(batch, kvb_batch, group)) out.group = batch->group;
     struct Report {  // sizes are reported also when the call fails for a buffer that is too small
       kvb_batch* b;
       kvb::BatchOut& o;
@@ -145,9 +146,10 @@ kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_s
   });
 }
 
-kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t capacity, int64_t* tokens,
-                            size_t token_capacity, size_t* num_events, uint64_t* dropped) {
-  return with_manager(m, [&](kvb::Manager& mg) {
+namespace {
+
+void drain_events(kvb::Manager& mg, kvb_event* events, uint32_t* groups, size_t capacity, int64_t* tokens,
+                  size_t token_capacity, size_t* num_events, uint64_t* dropped) {
     if (!num_events) fail(Code::invalid_argument, "num_events is NULL");
     if (!events && capacity > 0) fail(Code::invalid_argument, "events is NULL but capacity is %zu", capacity);
     if (!tokens && token_capacity > 0)
@@ -170,6 +172,7 @@ kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t capacity, 
       o.token_offset = used_tokens;
       o.block_id = e.block;
       o.medium = e.medium;
+      if (groups) groups[n] = e.group;
       if (e.num_tokens) std::memcpy(tokens + used_tokens, q.front_tokens(n), e.num_tokens * sizeof(int64_t));
       used_tokens += e.num_tokens;
       ++n;
@@ -181,6 +184,24 @@ kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t capacity, 
     *num_events = n;
     uint64_t d = q.take_dropped();
     if (dropped) *dropped = d;
+}
+
+}  // namespace
+
+kvb_status kvb_drain_events(kvb_manager* m, kvb_event* events, size_t capacity, int64_t* tokens,
+                            size_t token_capacity, size_t* num_events, uint64_t* dropped) {
+  return with_manager(m, [&](kvb::Manager& mg) {
+    if (mg.num_groups() > 1)
+      fail(Code::bad_state, "the manager has %u KV cache groups: drain with kvb_drain_events_group, which reports "
+           "each event's group", mg.num_groups());
+    drain_events(mg, events, nullptr, capacity, tokens, token_capacity, num_events, dropped);
+  });
+}
+
+kvb_status kvb_drain_events_group(kvb_manager* m, kvb_event* events, uint32_t* groups, size_t capacity,
+                                  int64_t* tokens, size_t token_capacity, size_t* num_events, uint64_t* dropped) {
+  return with_manager(m, [&](kvb::Manager& mg) {
+    drain_events(mg, events, groups, capacity, tokens, token_capacity, num_events, dropped);
   });
 }
 

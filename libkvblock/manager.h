@@ -15,6 +15,13 @@
 
 namespace kvb {
 
+// One KV cache group (kvb_group_spec): full attention keeps every block; a window group keeps the
+// blocks its queries can reach (window_tokens back, plus sink_tokens at the start).
+struct GroupSpec {
+  bool window = false;
+  uint32_t window_tokens = 0, sink_tokens = 0;
+};
+
 struct ManagerConfig {
   uint32_t block_size = 16;
   uint32_t num_blocks = 0;
@@ -27,6 +34,7 @@ struct ManagerConfig {
   uint32_t host_twin_percent = 1;  // host blocks that may keep copies of blocks also on the device
   uint32_t event_capacity = 65536;
   uint64_t index_seed = 0;  // 0 = random
+  std::vector<GroupSpec> groups;  // empty = one group, the per-sequence table and window of today
 };
 
 // Throws invalid_argument for a configuration the manager cannot run with.
@@ -66,9 +74,12 @@ struct BatchOut {
   size_t slot_capacity = 0;
   size_t num_slots = 0;               // out
   uint32_t max_blocks_needed = 0;     // out
+  uint32_t group = 0;                 // whose block tables and slots
 };
 
 using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
+
+constexpr uint32_t kMaxForkGroups = 64;  // most KV cache groups a manager may have
 
 class Manager {
  public:
@@ -83,7 +94,8 @@ class Manager {
   bool can_append(int64_t id, size_t n);
   void append(int64_t id, const int64_t* tokens, size_t n);
   void free_seq(int64_t id);
-  const std::vector<int32_t>& block_table(int64_t id);
+  const std::vector<int32_t>& block_table(int64_t id, uint32_t group = 0);
+  uint32_t num_groups() const { return groups_; }
   uint64_t block_hash(int32_t block) const;
   size_t num_free() const { return pool_.num_free(); }
   void set_extra_key(int64_t id, uint32_t block_index, uint64_t key);
@@ -130,6 +142,23 @@ class Manager {
     ChainLink chain;
   };
 
+  // Group g of sequence s (s itself for g == 0).
+  static Sequence& grp(Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
+  static const Sequence& grp(const Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
+  uint32_t block_group(int32_t b) const { return block_group_.empty() ? 0 : block_group_[b]; }
+  // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
+  struct GroupLookup {
+    uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
+    uint32_t hits = 0;        // cached blocks valid for every group
+    uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks and free hits)
+  };
+  // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
+  // the first uncached token's window and sinks need (the blocks apply_window would keep).
+  bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
+  void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
+  size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  void append_apply(Sequence& s, const int64_t* tokens, size_t n);  // blocks checked and reserved
+  void rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
   Sequence& device_seq(int64_t id);      // ... and bad_state if swapped out
   Sequence* find_seq(int64_t id);
@@ -154,7 +183,7 @@ class Manager {
   // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key
   // (a load), -1 if none is, kUnknownHost to look it up.
   static constexpr int32_t kUnknownHost = -2;
-  void index_block(int32_t b, const ChainLink& parent, int32_t host_copy = kUnknownHost);
+  void index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy = kUnknownHost);
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
   void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
@@ -185,7 +214,9 @@ class Manager {
   BlockPool pool_;
   PrefixIndex index_;
   EventQueue events_;
-  HashCounts stored_hashes_;  // public hashes of indexed blocks, when events are on
+  uint32_t groups_ = 1;       // KV cache groups (1 when none are configured)
+  std::vector<HashCounts> stored_hashes_;  // per group: public hashes of indexed blocks, when events are on
+  std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
   std::vector<int64_t> non_cacheable_;  // sorted, unique
 
   // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).
@@ -218,6 +249,11 @@ class Manager {
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
+  // group_lookup's results, [group][block]: the cached block (-1 = miss), the link before each block
+  // (M + 1 per group), and the last miss at or before each block.
+  std::vector<int32_t> group_hit_, group_last_miss_;
+  std::vector<ChainLink> group_link_;
+  uint32_t group_stride_ = 0;  // M of the last group_lookup
 
   uint64_t cached_free_ = 0;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;

@@ -50,11 +50,12 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
   // each copy leaves one holder less, so k appenders among h holders make min(k, h - 1) copies.
   size_t needed = 0;
   scratch.shared_partial.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const Sequence& s = *find_seq(ids[i]);
-    if (s.num_tokens % bs_ == 0) ++needed;
-    else if (sequence_holders(s.table.back()) > 1) scratch.shared_partial.push_back(s.table.back());
-  }
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t g = 0; g < groups_; ++g) {  // groups hold distinct blocks: their needs add up
+      const Sequence& s = grp(*find_seq(ids[i]), g);
+      if (s.num_tokens % bs_ == 0) ++needed;
+      else if (sequence_holders(s.table.back()) > 1) scratch.shared_partial.push_back(s.table.back());
+    }
   if (!scratch.shared_partial.empty()) {
     std::vector<int32_t>& sp = scratch.shared_partial;
     std::sort(sp.begin(), sp.end());
@@ -69,11 +70,12 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
     fail(Code::out_of_blocks, "batch append of %zu token%s needs %zu free block%s, %u %s free", n, plural_s(n), needed,
          plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
   // Reserve every container the appends may grow, so that nothing below can fail half-way.
-  for (size_t i = 0; i < n; ++i) {
-    Sequence& s = *find_seq(ids[i]);
-    size_t total = static_cast<size_t>(s.num_tokens / bs_) + 1;
-    if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
-  }
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t g = 0; g < groups_; ++g) {
+      Sequence& s = grp(*find_seq(ids[i]), g);
+      size_t total = static_cast<size_t>(s.num_tokens / bs_) + 1;
+      if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
+    }
   pending_copies_.reserve(pending_copies_.size() + scratch.shared_partial.size());
   for (size_t i = 0; i < n; ++i) append(ids[i], tokens + i, 1);
 }
@@ -89,11 +91,13 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
              " uncomputed token%s", ids[i], i, counts[i], plural_s(counts[i]), uncomputed, plural_s(uncomputed));
     }
   // The one allocation a commit may make (room for a windowed sequence's released chain link), made for
-  // every sequence before the first commit, so that running out of memory cannot stop the batch half-way.
-  for (size_t i = 0; i < n; ++i) {
-    Sequence& s = *find_seq(ids[i]);
-    reserve_window_link(s, s.window);
-  }
+  // every group of every sequence before the first commit, so that running out of memory cannot stop the
+  // batch half-way.
+  for (size_t i = 0; i < n; ++i)
+    for (uint32_t g = 0; g < groups_; ++g) {
+      Sequence& s = grp(*find_seq(ids[i]), g);
+      reserve_window_link(s, s.window);
+    }
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = *find_seq(ids[i]);
     commit(ids[i], counts ? counts[i] : static_cast<size_t>(s.num_tokens - s.num_computed));

@@ -38,10 +38,23 @@ void Manager::check_invariants() const {
   std::vector<int32_t> refs(N, 0);
   std::vector<uint8_t> host_held(cfg_.num_host_blocks, 0);
   size_t live = 0;
-  for (const Sequence& s : seqs_) {
-    if (!s.live) continue;
+  for (const Sequence& s0 : seqs_) {
+    if (!s0.live) continue;
     ++live;
-    KVB_INVARIANT(find_seq_const(s.id) == &s, "seq %" PRId64 " is not reachable through the sequence table", s.id);
+    KVB_INVARIANT(find_seq_const(s0.id) == &s0, "seq %" PRId64 " is not reachable through the sequence table", s0.id);
+    KVB_INVARIANT(s0.more.size() + 1 >= groups_, "seq %" PRId64 " has %zu groups, the manager %u", s0.id,
+                  s0.more.size() + 1, groups_);
+   for (uint32_t g = 0; g < groups_; ++g) {
+    const Sequence& s = grp(s0, g);
+    KVB_INVARIANT(s.group == g && s.id == s0.id && s.num_tokens == s0.num_tokens && s.num_computed == s0.num_computed,
+                  "seq %" PRId64 " group %u: group index or token counts differ from group 0", s0.id, g);
+    if (!cfg_.groups.empty()) {
+      const GroupSpec& spec = cfg_.groups[g];
+      KVB_INVARIANT(s.window == (spec.window ? spec.window_tokens : 0) && s.sink == (spec.window ? spec.sink_tokens : 0),
+                    "seq %" PRId64 " group %u: window %u/%u differs from its group spec", s0.id, g, s.window, s.sink);
+      KVB_INVARIANT(s.first_link.key.hi == g,
+                    "seq %" PRId64 " group %u: first link is not keyed by its group", s0.id, g);
+    }
     KVB_INVARIANT(s.num_computed <= s.num_tokens, "seq %" PRId64 ": computed %" PRIu64 " > tokens %" PRIu64, s.id,
                   s.num_computed, s.num_tokens);
     KVB_INVARIANT(s.num_tokens >= 1, "seq %" PRId64 " has no tokens", s.id);
@@ -93,12 +106,16 @@ void Manager::check_invariants() const {
         KVB_INVARIANT(h == m.hash && k == m.key, "seq %" PRId64 ": block %zu (block %d) hash does not match its chain",
                       s.id, i, b);
       }
+      if (!block_group_.empty())
+        KVB_INVARIANT(!m.indexed || block_group_[b] == g, "seq %" PRId64 " group %u holds block %d of group %u", s.id, g,
+                      b, block_group_[b]);
       chain = link_after(m);
       chain_known = true;
     }
     if (s.uncacheable_from == kNoBlockIndex && chain_known)
       KVB_INVARIANT(s.chain.kind == chain.kind && s.chain.hash == chain.hash && s.chain.key == chain.key,
                     "seq %" PRId64 ": stored chain link differs from its last hashed block", s.id);
+   }
   }
   KVB_INVARIANT(live == live_seqs_, "%zu live sequences, counter says %zu", live, live_seqs_);
   KVB_INVARIANT(seq_table_.size() == live_seqs_, "sequence table has %zu entries for %zu sequences",
@@ -136,14 +153,19 @@ void Manager::check_invariants() const {
   }
   if (events_.enabled()) {
     // Events speak of the set of public hashes in the index: the counts must be exactly those.
-    std::unordered_map<uint64_t, uint32_t> counts;
-    for (uint32_t b = 0; b < N; ++b)
-      if (pool_.meta(static_cast<int32_t>(b)).indexed) ++counts[pool_.meta(static_cast<int32_t>(b)).hash];
-    KVB_INVARIANT(counts.size() == stored_hashes_.size(), "%zu public hashes in the index, event counts hold %zu",
-                  counts.size(), stored_hashes_.size());
-    for (const auto& c : counts)
-      KVB_INVARIANT(stored_hashes_.count(c.first) == c.second, "hash %016" PRIx64 ": %u indexed blocks, counted %u",
-                    c.first, c.second, stored_hashes_.count(c.first));
+    // Counted per group: the same public hash in two groups is two stored hashes (events carry the group).
+    for (uint32_t g = 0; g < groups_; ++g) {
+      std::unordered_map<uint64_t, uint32_t> counts;
+      for (uint32_t b = 0; b < N; ++b)
+        if (pool_.meta(static_cast<int32_t>(b)).indexed && block_group(static_cast<int32_t>(b)) == g)
+          ++counts[pool_.meta(static_cast<int32_t>(b)).hash];
+      const HashCounts& hc = stored_hashes_[g];
+      KVB_INVARIANT(counts.size() == hc.size(), "group %u: %zu public hashes in the index, event counts hold %zu", g,
+                    counts.size(), hc.size());
+      for (const auto& c : counts)
+        KVB_INVARIANT(hc.count(c.first) == c.second, "group %u hash %016" PRIx64 ": %u indexed blocks, counted %u", g,
+                      c.first, c.second, hc.count(c.first));
+    }
   }
   KVB_INVARIANT(indexed == index_.size(), "%zu blocks marked indexed, index holds %zu", indexed, index_.size());
   KVB_INVARIANT(cached_free == cached_free_, "%" PRIu64 " cached-free blocks, counter says %" PRIu64, cached_free,

@@ -14,6 +14,7 @@ static constexpr uint32_t kMaxBlockSize = 1u << 16;
 static constexpr uint32_t kMaxBlocks = 1u << 30;  // block ids are int32; slots (id*bs) must fit int64
 // No sequence has more blocks than this (its table alone would take 4 GiB): bounds extra-key indices.
 static constexpr uint32_t kMaxSeqBlocks = 1u << 30;
+static constexpr uint32_t kMaxGroups = kMaxForkGroups;
 
 Manager::Manager(const ManagerConfig& cfg)
     : cfg_((validate_config(cfg), cfg)),
@@ -22,7 +23,7 @@ Manager::Manager(const ManagerConfig& cfg)
       hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
       pool_(cfg.num_blocks, cfg.block_size),
       index_(pool_),
-      stored_hashes_(cfg.events ? cfg.num_blocks : 0),
+      groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())),
       non_cacheable_(cfg.non_cacheable),
       seq_table_(64, SeqTraits{}),
       host_pool_(cfg.num_host_blocks, cfg.block_size),
@@ -30,7 +31,12 @@ Manager::Manager(const ManagerConfig& cfg)
       host_hashes_(cfg.events && cfg.host_cache ? cfg.num_host_blocks : 0) {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
-  if (cfg.events) events_.enable(cfg.event_capacity, bs_);
+  if (cfg.events) {
+    events_.enable(cfg.event_capacity, bs_);
+    stored_hashes_.reserve(groups_);
+    for (uint32_t g = 0; g < groups_; ++g) stored_hashes_.emplace_back(cfg.num_blocks);
+  }
+  if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_empty_.reserve(cfg.num_host_blocks);
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
@@ -63,69 +69,24 @@ void validate_config(const ManagerConfig& cfg) {
     fail(Code::invalid_argument, "KVB_CONFIG_HOST_CACHE needs num_host_blocks > 0");
   if (cfg.events && cfg.event_capacity == 0)
     fail(Code::invalid_argument, "event_capacity must be > 0 when events are enabled");
-}
-
-// ---- sequence table -----------------------------------------------------------------------------
-
-Sequence* Manager::find_seq(int64_t id) {
-  long pos = seq_table_.find(mix64(static_cast<uint64_t>(id)), [&](const SeqSlot& s) { return s.id == id; });
-  return pos < 0 ? nullptr : &seqs_[seq_table_.at(static_cast<size_t>(pos)).index];
-}
-
-const Sequence* Manager::find_seq_const(int64_t id) const {
-  return const_cast<Manager*>(this)->find_seq(id);
-}
-
-Sequence& Manager::seq(int64_t id) {
-  Sequence* s = find_seq(id);
-  if (!s) fail(Code::no_such_sequence, "no sequence with id %" PRId64, id);
-  return *s;
-}
-
-Sequence& Manager::device_seq(int64_t id) {
-  Sequence& s = seq(id);
-  if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out; swap it in first", id);
-  return s;
-}
-
-Sequence& Manager::new_seq(int64_t id) {
-  if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
-  // Reserve everything first so that nothing below can fail half-way.
-  seq_table_.grow_for(live_seqs_ + 1);
-  if (free_seq_slots_.empty()) {
-    if (seqs_.size() == seqs_.capacity()) {  // geometric growth: pooled sequences move rarely
-      seqs_.reserve(std::max<size_t>(16, 2 * seqs_.capacity()));
-      free_seq_slots_.reserve(seqs_.capacity());  // drop_seq relies on room for every slot
-    }
-    seqs_.emplace_back();
-    free_seq_slots_.push_back(static_cast<uint32_t>(seqs_.size() - 1));
+  if (cfg.groups.size() > kMaxGroups)
+    fail(Code::invalid_argument, "num_groups %zu exceeds %u", cfg.groups.size(), kMaxGroups);
+  for (size_t g = 0; g < cfg.groups.size(); ++g) {
+    const GroupSpec& gs = cfg.groups[g];
+    if (gs.window && gs.window_tokens == 0)
+      fail(Code::invalid_argument, "groups[%zu]: a window group needs window_tokens > 0", g);
+    if (!gs.window && (gs.window_tokens || gs.sink_tokens))
+      fail(Code::invalid_argument, "groups[%zu]: a full-attention group takes no window_tokens (%u) or sink_tokens (%u)",
+           g, gs.window_tokens, gs.sink_tokens);
   }
-  uint32_t slot = free_seq_slots_.back();
-  free_seq_slots_.pop_back();
-  seq_table_.insert(mix64(static_cast<uint64_t>(id)), SeqSlot{id, slot});
-  Sequence& s = seqs_[slot];
-  s.id = id;
-  s.live = true;
-  s.swapped = false;
-  s.table.clear();
-  s.host_table.clear();
-  s.extra_keys.clear();
-  s.released_links.clear();
-  s.num_tokens = s.num_computed = s.num_cached = 0;
-  s.num_hashed = 0;
-  s.uncacheable_from = kNoBlockIndex;
-  s.chain = s.first_link = ChainLink{};
-  s.window = s.sink = s.window_next = 0;
-  ++live_seqs_;
-  return s;
-}
-
-void Manager::drop_seq(Sequence& s) {
-  long pos = seq_table_.find(mix64(static_cast<uint64_t>(s.id)), [&](const SeqSlot& e) { return e.id == s.id; });
-  seq_table_.erase(static_cast<size_t>(pos));
-  s.live = false;
-  free_seq_slots_.push_back(static_cast<uint32_t>(&s - seqs_.data()));  // capacity reserved in new_seq
-  --live_seqs_;
+  // The host tier (swapping, host cache) keeps one host table per sequence; with several groups it is not
+  // implemented yet, so the combination is refused rather than half supported.
+  if (!cfg.groups.empty() && cfg.host_cache)
+    fail(Code::unsupported, "KVB_CONFIG_HOST_CACHE with KV cache groups: the host prefix cache does not look up "
+         "group-keyed chains yet; leave the flag off or num_groups 0");
+  if (cfg.groups.size() > 1 && cfg.num_host_blocks > 0)
+    fail(Code::unsupported, "num_host_blocks %u with %zu KV cache groups: the host tier (swap, host cache) does not "
+         "support several groups yet; use num_host_blocks 0", cfg.num_host_blocks, cfg.groups.size());
 }
 
 // ---- blocks -------------------------------------------------------------------------------------
@@ -199,25 +160,28 @@ void Manager::unindex_block(int32_t b) {
   index_.erase_if_points_to(m.key, b);
   m.indexed = 0;
   if (cfg_.host_cache) host_twin_leave(b);
-  if (events_.enabled() && stored_hashes_.remove(m.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+  if (events_.enabled() && stored_hashes_[block_group(b)].remove(m.hash))
+    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
 }
 
-void Manager::index_block(int32_t b, const ChainLink& parent, int32_t host_copy) {
+void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy) {
   BlockMeta& m = pool_.meta(b);
   int32_t old = index_.put(m.key, b);
   if (old == b) return;
+  // Keys carry the group (the first link does), so a replaced block is always of the same group.
+  if (!block_group_.empty()) block_group_[b] = static_cast<uint8_t>(group);
   if (!m.indexed && m.in_free) ++cached_free_;
   m.indexed = 1;
   if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_index_.find(m.key) : host_copy);
   if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
   // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
   // hashes, so replacing a block by a recomputed copy emits nothing.
-  if (events_.enabled() && stored_hashes_.add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+  if (events_.enabled() && stored_hashes_[group].add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
   if (old >= 0) {
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
     if (o.in_free) --cached_free_;
-    if (events_.enabled() && stored_hashes_.remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
+    if (events_.enabled() && stored_hashes_[group].remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
 }
 
@@ -321,6 +285,12 @@ bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& op
   if (n > static_cast<size_t>(kMaxBlocks) * bs_)
     fail(Code::invalid_argument, "prompt of %zu tokens is longer than any pool", n);
   validate_options(opts, n);
+  if (!cfg_.groups.empty()) {
+    GroupLookup gl;
+    group_lookup(tokens, n, opts, gl);
+    *num_cached = gl.hits * static_cast<size_t>(bs_);
+    return pool_.num_free() >= gl.needed + watermark_blocks_;
+  }
   Lookup lk;
   lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
   *num_cached = static_cast<size_t>(lk.hits) * bs_;
@@ -334,6 +304,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
     fail(Code::invalid_argument, "seq %" PRId64 ": prompt of %zu tokens is longer than any pool", id, n);
   validate_options(opts, n);
   if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
+  if (!cfg_.groups.empty()) return allocate_groups(id, tokens, n, opts);
 
   ChainLink first = first_link_of(opts);
   scratch_hits_.clear();
@@ -425,12 +396,12 @@ void Manager::hash_committed_blocks(Sequence& s) {
       m.has_extra = extra.present;
       m.extra = extra.value;
       index_.prefetch(m.key);
-      if (lagging >= 0) index_block(lagging, lagging_parent);
+      if (lagging >= 0) index_block(lagging, lagging_parent, s.group);
       lagging = b;
       lagging_parent = s.chain;
       s.chain = link_after(m);
     }
-    if (lagging >= 0) index_block(lagging, lagging_parent);
+    if (lagging >= 0) index_block(lagging, lagging_parent, s.group);
   }
   s.num_hashed = end;
 }
@@ -441,11 +412,14 @@ void Manager::commit(int64_t id, size_t n) {
   if (n > uncomputed)
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
          plural_s(n), uncomputed, plural_s(uncomputed));
-  reserve_window_link(s, s.window);
-  s.num_computed += n;
+  for (uint32_t g = 0; g < groups_; ++g) reserve_window_link(grp(s, g), grp(s, g).window);
   computed_tokens_ += n;
-  hash_committed_blocks(s);
-  apply_window(s);
+  for (uint32_t g = 0; g < groups_; ++g) {
+    Sequence& gs = grp(s, g);
+    gs.num_computed += n;
+    hash_committed_blocks(gs);
+    apply_window(gs);
+  }
 }
 
 // ---- append -------------------------------------------------------------------------------------
@@ -463,7 +437,9 @@ bool Manager::can_append(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     return false;
-  return pool_.num_free() >= blocks_needed_to_append(s, n);
+  size_t needed = 0;
+  for (uint32_t g = 0; g < groups_; ++g) needed += blocks_needed_to_append(grp(s, g), n);
+  return pool_.num_free() >= needed;
 }
 
 void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
@@ -472,16 +448,27 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens to %" PRIu64 " would exceed %u blocks", id, n,
          s.num_tokens, kMaxSeqBlocks);
-  size_t needed = blocks_needed_to_append(s, n);
+  size_t needed = 0;
+  for (uint32_t g = 0; g < groups_; ++g) needed += blocks_needed_to_append(grp(s, g), n);
   if (pool_.num_free() < needed)
     fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
          plural_s(n), needed, plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
-  size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
-  if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
+  // Reserve for every group first: nothing below allocates, so the append is all-or-nothing across groups.
+  const size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
+  size_t cows = 0;
+  for (uint32_t g = 0; g < groups_; ++g) {
+    Sequence& gs = grp(s, g);
+    if (total > gs.table.capacity()) gs.table.reserve(std::max(total, 2 * gs.table.capacity()));
+    cows += gs.num_tokens % bs_ != 0 && sequence_holders(gs.table.back()) > 1;
+  }
+  if (pending_copies_.size() + cows > pending_copies_.capacity())
+    pending_copies_.reserve(std::max<size_t>(16, 2 * (pending_copies_.size() + cows)));
+  for (uint32_t g = 0; g < groups_; ++g) append_apply(grp(s, g), tokens, n);
+}
+
+void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
+  const size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
   const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1;
-  if (cow && pending_copies_.size() == pending_copies_.capacity())
-    pending_copies_.reserve(std::max<size_t>(16, 2 * pending_copies_.capacity()));
-  // From here on nothing allocates.
   if (cow) {
     int32_t src = s.table.back();
     int32_t dst = take_free_block();
@@ -517,16 +504,22 @@ void Manager::free_seq(int64_t id) {
   if (s.swapped) {
     release_swapped(s);
   } else {
-    for (size_t i = s.table.size(); i-- > 0;)
-      if (s.table[i] >= 0) release_block(s.table[i]);
+    for (uint32_t g = 0; g < groups_; ++g) {
+      const Sequence& gs = grp(s, g);
+      for (size_t i = gs.table.size(); i-- > 0;)
+        if (gs.table[i] >= 0) release_block(gs.table[i]);
+    }
   }
   drop_seq(s);
 }
 
-const std::vector<int32_t>& Manager::block_table(int64_t id) {
+const std::vector<int32_t>& Manager::block_table(int64_t id, uint32_t group) {
   Sequence& s = seq(id);
+  if (group >= groups_)
+    fail(Code::invalid_argument, "group %u is out of range: the manager has %u group%s", group, groups_,
+         plural_s(groups_));
   if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out: it has no device block table", id);
-  return s.table;
+  return grp(s, group).table;
 }
 
 uint64_t Manager::block_hash(int32_t b) const {
@@ -546,8 +539,10 @@ void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
     fail(Code::bad_state, "seq %" PRId64 ": block %u is already committed and hashed", id, block_index);
   auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),
                              [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys.reserve(s.extra_keys.size() + 1);  // before any change
   if (it != s.extra_keys.end() && it->first == block_index) it->second = key;
   else s.extra_keys.insert(it, std::make_pair(block_index, key));
+  for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys = s.extra_keys;  // fits: no allocation
 }
 
 Stats Manager::stats() const {

@@ -13,6 +13,7 @@ void Manager::emit(uint32_t type, int32_t b, const ChainLink* parent) {
   if (b >= 0) {
     const BlockMeta& m = pool_.meta(b);
     e.hash = m.hash;
+    e.group = block_group(b);
     if (parent) {
       e.parent_kind = parent->kind;
       e.parent_hash = parent->hash;

@@ -142,7 +142,7 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
   ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
   pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
   ++loaded_;
-  index_block(d, parent, h);
+  index_block(d, parent, 0, h);
   return d;
 }
 
@@ -278,7 +278,7 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
     copy_content(host_pool_.meta(h), m);
     std::memcpy(pool_.tokens(b), host_pool_.tokens(h), bs_ * sizeof(int64_t));
     // A committed block becomes findable again where no other block holds its hash.
-    if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent);
+    if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent, 0);
     parent_known = m.has_hash;
     if (m.has_hash) parent = link_after(m);
     s.table[i] = b;

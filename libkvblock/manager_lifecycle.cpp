@@ -45,24 +45,50 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     fail(Code::bad_state, "seq %" PRId64 ": fork of %zu token%s but only %" PRIu64 " %s committed", parent_id, pos,
          plural_s(pos), p.num_computed, is_are(p.num_computed));
   const uint32_t nb = static_cast<uint32_t>((pos + bs_ - 1) / bs_);
-  if (p.table[nb - 1] < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in block %u, which the sliding window released",
-         parent_id, pos, nb - 1);
   const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
-  ChainLink chain = chain_at(p, hashed, pool_, "fork position");
+  ChainLink chains[kMaxForkGroups];
+  for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
+    const Sequence& pg = grp(p, g);
+    if (pg.table[nb - 1] < 0)
+      fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in block %u, which the sliding window released%s",
+           parent_id, pos, nb - 1, groups_ > 1 ? " (in a window group)" : "");
+    chains[g] = chain_at(pg, hashed, pool_, "fork position");
+  }
 
   const size_t parent_index = static_cast<size_t>(&p - seqs_.data());  // new_seq may move seqs_
   Sequence& c = new_seq(child_id);
   Sequence& par = seqs_[parent_index];
   try {
-    c.table.assign(par.table.begin(), par.table.begin() + nb);
-    c.extra_keys = par.extra_keys;
-    for (const auto& e : par.released_links)
-      if (e.first + 1 < nb) c.released_links.push_back(e);
+    for (uint32_t g = 0; g < groups_; ++g) {
+      Sequence& cg = grp(c, g);
+      const Sequence& pg = grp(par, g);
+      cg.table.assign(pg.table.begin(), pg.table.begin() + nb);
+      cg.extra_keys = pg.extra_keys;
+      for (const auto& e : pg.released_links)
+        if (e.first + 1 < nb) cg.released_links.push_back(e);
+      reserve_window_link(cg, pg.window);
+    }
   } catch (...) {
     drop_seq(c);
     throw;
   }
+  for (uint32_t g = 1; g < groups_; ++g) {
+    Sequence& cg = grp(c, g);
+    const Sequence& pg = grp(par, g);
+    for (int32_t b : cg.table)
+      if (b >= 0) acquire_cached(b);
+    cg.num_tokens = cg.num_computed = pos;
+    cg.num_cached = std::min<uint64_t>(pg.num_cached, pos);
+    cg.num_hashed = hashed;
+    cg.uncacheable_from = pg.uncacheable_from < hashed ? pg.uncacheable_from : kNoBlockIndex;
+    cg.chain = chains[g];
+    cg.first_link = pg.first_link;
+    cg.window = pg.window;
+    cg.sink = pg.sink;
+    cg.window_next = std::min(pg.window_next, nb);
+    apply_window(cg);
+  }
+  ChainLink chain = chains[0];
   for (int32_t b : c.table)
     if (b >= 0) acquire_cached(b);
   c.num_tokens = c.num_computed = pos;
@@ -88,12 +114,20 @@ void Manager::rollback(int64_t id, size_t n) {
          s.num_tokens);
   const uint64_t len = s.num_tokens - n;
   const uint32_t nb = static_cast<uint32_t>((len + bs_ - 1) / bs_);
-  if (s.table[nb - 1] < 0)
-    fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s ends in block %u, which the sliding window "
-         "released (only committed tokens can lie there)", id, len, plural_s(len), nb - 1);
   const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
-  ChainLink chain = chain_at(s, hashed, pool_, "rollback");
+  ChainLink chains[kMaxForkGroups];
+  for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
+    const Sequence& sg = grp(s, g);
+    if (sg.table[nb - 1] < 0)
+      fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s ends in block %u, which the sliding window "
+           "released (only committed tokens can lie there)%s", id, len, plural_s(len), nb - 1,
+           groups_ > 1 ? " (in a window group)" : "");
+    chains[g] = chain_at(sg, hashed, pool_, "rollback");
+  }
+  for (uint32_t g = groups_; g-- > 0;) rollback_apply(grp(s, g), len, nb, hashed, chains[g]);
+}
 
+void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain) {
   for (size_t i = s.table.size(); i-- > nb;)
     if (s.table[i] >= 0) release_block(s.table[i]);
   s.table.resize(nb);
@@ -117,6 +151,9 @@ void Manager::rollback(int64_t id, size_t n) {
 
 void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   Sequence& s = device_seq(id);
+  if (!cfg_.groups.empty())
+    fail(Code::bad_state, "seq %" PRId64 ": the manager has KV cache groups; windows come from each group's "
+         "kvb_group_spec, not from kvb_seq_set_window", id);
   if (window == 0 && sink != 0) fail(Code::invalid_argument, "seq %" PRId64 ": sink_tokens %u given without a window", id, sink);
   reserve_window_link(s, window);  // before any change
   s.window = window;
@@ -163,6 +200,9 @@ void Manager::apply_window(Sequence& s) {
 // ---- batch export -------------------------------------------------------------------------------
 
 void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
+  if (out.group >= groups_)
+    fail(Code::invalid_argument, "batch group %u is out of range: the manager has %u group%s", out.group, groups_,
+         plural_s(groups_));
   // First pass: validate and size everything, so that a failure writes nothing.
   size_t slots = 0;
   uint32_t max_blocks = 0;
@@ -194,7 +234,7 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
   size_t k = 0;
   if (out.query_start) out.query_start[0] = 0;
   for (size_t i = 0; i < n; ++i) {
-    const Sequence& s = *find_seq(ids[i]);
+    const Sequence& s = grp(*find_seq(ids[i]), out.group);
     if (out.block_tables) {
       int32_t* row = out.block_tables + i * out.max_blocks_per_seq;
       std::copy(s.table.begin(), s.table.end(), row);
@@ -224,7 +264,7 @@ void Manager::reset_prefix_cache() {
     m.has_hash = m.indexed = m.has_extra = 0;
   }
   cached_free_ = 0;
-  stored_hashes_.clear();
+  for (HashCounts& h : stored_hashes_) h.clear();
   clear_host_cache();
   emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
 }

@@ -33,6 +33,11 @@ struct Sequence {
   // block must hash it again, and the released block's metadata may be reused by then. Few entries
   // (one per released -> held boundary), kept sorted by block index.
   std::vector<std::pair<uint32_t, ChainLink>> released_links;
+  // KV cache groups (kvb_config.groups): this object is group 0; more[g - 1] is group g, with its own
+  // table, chain (keyed by its group) and window. Token counts are kept equal in every group. Empty when
+  // the manager has a single group, so that case runs exactly the single-table code.
+  uint32_t group = 0;
+  std::vector<Sequence> more;
 
   uint32_t num_blocks() const { return static_cast<uint32_t>(table.size()); }
   const ChainLink* released_link(uint32_t block_index) const {

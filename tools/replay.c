@@ -20,7 +20,7 @@ void replay_help(FILE* f) {
       "    kvblock replay TRACE [--block-size N] [--num-blocks N] [--format auto|mooncake|tokens]\n"
       "                   [--host-cache --num-host-blocks N [--host-twin-percent N]\n"
       "                    [--kv-bytes-per-block N]]\n"
-      "                   [--json] [--quiet] [--check]\n"
+      "                   [--groups full,window:W[:SINKS],...] [--json] [--quiet] [--check]\n"
       "    kvblock replay TRACE --mode timed [--speed X] [--max-seqs N] [--max-batch-tokens N]\n"
       "                   [--preempt recompute|swap] [--num-host-blocks N] [--watermark F]\n"
       "                   [--step-base-us US] [--step-prefill-us US] [--step-decode-us US]\n"
@@ -78,6 +78,14 @@ void replay_help(FILE* f) {
       "                       loaded back to the device: 0 = exclusive (most hits), more = fewer moves\n"
       "    --kv-bytes-per-block N  KV bytes per block for the bytes moved (default 131072 * block size:\n"
       "                       a Llama-3-8B-like layout, 32 layers x K,V x 8 heads x 128 dims x fp16)\n"
+      "    --groups G         KV cache groups of a hybrid model (both modes; timed: --preempt recompute): a\n"
+      "                       comma-separated list of\n"
+      "                       full and window:W[:SINKS] (W window tokens, SINKS attention-sink tokens), one\n"
+      "                       block table per group over the one pool. The report adds the peak blocks\n"
+      "                       each group held (sequential; timed reports the pool's peak). Default\n"
+      "                       --num-blocks: one trace's worth per group.\n"
+      "                       Compare a hybrid model with --groups full,window:W against the same pool\n"
+      "                       served as if every layer were full: --groups full,full\n"
       "    -h, --help         this text\n"
       "\n",
       f);
@@ -216,6 +224,9 @@ int replay_main(int argc, char** argv) {
       if (!strcmp(val, "swap")) o.preempt_swap = 1;
       else if (!strcmp(val, "recompute")) o.preempt_swap = 0;
       else return usage("--preempt must be recompute or swap");
+    } else if (OPT("--groups")) {
+      if (got < 0) return EXIT_USAGE;
+      if (!replay_parse_groups(val, &o)) return EXIT_USAGE;
     } else if (!strcmp(a, "--host-cache")) {
       o.host_cache = 1;
     } else if (OPT("--host-twin-percent")) {
@@ -255,6 +266,9 @@ int replay_main(int argc, char** argv) {
 #undef OPT
   }
   if (!o.path) return usage("no TRACE given");
+  if (o.num_groups && o.timed && o.preempt_swap)
+    return usage("--groups with --preempt swap: the library does not swap several KV cache groups yet");
+  if (o.num_groups && o.host_cache) return usage("--groups with --host-cache: the library does not support it yet");
   if (!o.timed && host_blocks_given && !o.host_cache)
     return usage("--num-host-blocks applies to --mode timed or to --host-cache");
   if (o.host_cache && host_blocks_given && o.num_host_blocks == 0)
@@ -275,6 +289,11 @@ int replay_main(int argc, char** argv) {
   if (!trace_load(o.path, (trace_format)o.format, &t)) return EXIT_FAIL;
   load_s = now_s() - t0;
   num_blocks = o.num_blocks ? o.num_blocks : replay_default_blocks(&t, o.block_size);
+  /* Every group holds its own blocks: the default pool is one trace's worth per group. */
+  if (!o.num_blocks && o.num_groups > 1) {
+    num_blocks *= o.num_groups;
+    if (num_blocks > (1u << 30)) num_blocks = 1u << 30;
+  }
   if (o.num_host_blocks == UINT64_MAX) o.num_host_blocks = num_blocks;
   rc = o.timed ? replay_timed(&o, &t, num_blocks, load_s) : replay_sequential(&o, &t, num_blocks, load_s);
   trace_free(&t);

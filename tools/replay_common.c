@@ -2,6 +2,7 @@
 #include "replay_common.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "report.h"
 #include "util.h"
@@ -36,12 +37,69 @@ kvb_manager* replay_create_manager(const replay_opts* o, uint64_t num_blocks) {
     cfg.flags |= KVB_CONFIG_HOST_CACHE;
     cfg.host_cache_twin_percent = (uint32_t)o->host_twin_percent;
   }
+  cfg.groups = o->num_groups ? o->groups : NULL;
+  cfg.num_groups = o->num_groups;
   s = kvb_manager_create(&cfg, &m);
   if (s != KVB_OK) {
     lib_error("kvb_manager_create", s);
     return NULL;
   }
   return m;
+}
+
+int replay_parse_groups(const char* val, replay_opts* o) {
+  const char* p = val;
+  o->num_groups = 0;
+  while (*p) {
+    kvb_group_spec* g;
+    char* end;
+    if (o->num_groups == REPLAY_MAX_GROUPS) {
+      tool_error("replay: --groups: at most %d groups", REPLAY_MAX_GROUPS);
+      return 0;
+    }
+    g = &o->groups[o->num_groups++];
+    kvb_group_spec_init(g);
+    if (!strncmp(p, "full", 4) && (p[4] == ',' || p[4] == '\0')) {
+      p += 4;
+    } else if (!strncmp(p, "window:", 7)) {
+      unsigned long w, s = 0;
+      w = strtoul(p + 7, &end, 10);
+      if (end == p + 7 || w == 0 || w > 0xffffffffUL) {
+        tool_error("replay: --groups '%s': window:W needs a window of 1 or more tokens", val);
+        return 0;
+      }
+      p = end;
+      if (*p == ':') {
+        s = strtoul(p + 1, &end, 10);
+        if (end == p + 1 || s > 0xffffffffUL) {
+          tool_error("replay: --groups '%s': window:W:SINKS needs a sink count", val);
+          return 0;
+        }
+        p = end;
+      }
+      g->kind = KVB_GROUP_WINDOW;
+      g->window_tokens = (uint32_t)w;
+      g->sink_tokens = (uint32_t)s;
+    } else {
+      tool_error("replay: --groups '%s': each group is full or window:W[:SINKS]", val);
+      return 0;
+    }
+    if (*p == ',') {
+      p++;
+      if (!*p) {
+        tool_error("replay: --groups '%s' ends with a comma", val);
+        return 0;
+      }
+    } else if (*p) {
+      tool_error("replay: --groups '%s': unexpected '%c'", val, *p);
+      return 0;
+    }
+  }
+  if (o->num_groups == 0) {
+    tool_error("replay: --groups is empty");
+    return 0;
+  }
+  return 1;
 }
 
 void replay_host_init(replay_host* h, const replay_opts* o, uint64_t num_blocks) {

@@ -10,6 +10,7 @@
 #include "trace.h"
 
 #define REPLAY_MAX_DEFAULT_BLOCKS 4194304u /* cap of the default --num-blocks */
+#define REPLAY_MAX_GROUPS 8
 
 typedef struct replay_opts {
   const char* path;
@@ -38,7 +39,12 @@ typedef struct replay_opts {
   double step_kv_us;
   const char* svg;
   uint64_t svg_points;
+  kvb_group_spec groups[REPLAY_MAX_GROUPS]; /* --groups: KV cache groups (sequential mode) */
+  size_t num_groups;                        /* 0 = no groups */
 } replay_opts;
+
+/* Parses --groups "full,window:W[:SINKS],..." into o->groups (prints the error). 1 on success. */
+int replay_parse_groups(const char* val, replay_opts* o);
 
 /* Blocks used by the default --num-blocks: every block the trace could fill (so nothing is evicted),
    at most REPLAY_MAX_DEFAULT_BLOCKS, at least one request's worth. */

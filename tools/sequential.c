@@ -9,6 +9,20 @@
 #include "report.h"
 #include "util.h"
 
+/* Blocks each KV cache group holds for sequence id now; raises peak[g]. */
+static kvb_status group_peaks(kvb_manager* m, int64_t id, const replay_opts* o, int32_t* tab, size_t cap,
+                              uint64_t* peak) {
+  size_t g, i, len;
+  for (g = 0; g < o->num_groups; g++) {
+    uint64_t held = 0;
+    kvb_status s = kvb_seq_block_table_group(m, id, (uint32_t)g, tab, cap, &len);
+    if (s != KVB_OK) return s;
+    for (i = 0; i < len; i++) held += tab[i] >= 0;
+    if (held > peak[g]) peak[g] = held;
+  }
+  return KVB_OK;
+}
+
 static int fail_call(const char* what, kvb_status s, const trace* t, size_t r) {
   replay_call_error(what, s, t, r);
   return EXIT_FAIL;
@@ -19,7 +33,10 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   int64_t* tokens;
   uint64_t prompt = 0, cached = 0, generated = 0, blocks = 0, skipped = 0, cut = 0, replayed = 0;
   replay_notes notes = {0};
-  uint64_t max_prompt = 0;
+  uint64_t max_prompt = 0, max_total = 0;
+  uint64_t peak[REPLAY_MAX_GROUPS] = {0}; /* --groups: most blocks a group held at once */
+  int32_t* tab;
+  size_t tab_cap;
   size_t r;
   double t0, elapsed, expand_s = 0, manager_s;
   kvb_stats st;
@@ -31,8 +48,13 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   replay_host host;
   if (!m) return EXIT_FAIL;
   replay_host_init(&host, o, num_blocks);
-  for (r = 0; r < t->num_reqs; r++)
+  for (r = 0; r < t->num_reqs; r++) {
     if (t->reqs[r].input_length > max_prompt) max_prompt = t->reqs[r].input_length;
+    if (t->reqs[r].input_length + t->reqs[r].output_length > max_total)
+      max_total = t->reqs[r].input_length + t->reqs[r].output_length;
+  }
+  tab_cap = (size_t)((max_total + o->block_size - 1) / o->block_size) + 1;
+  tab = (int32_t*)xmalloc(tab_cap * sizeof *tab);
   tokens = (int64_t*)xmalloc((size_t)(max_prompt ? max_prompt : 1) * sizeof *tokens);
   progress_init(&pr, "replay", t->num_reqs, o->quiet ? 0 : o->progress);
   t0 = now_s();
@@ -61,8 +83,18 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
     replayed++;
     prompt += n;
     cached += hit;
+    /* Peaks (with --groups): after allocation (the whole prompt held for its prefill), after the prompt's
+       commit (window groups release), and at the end of decoding (full groups at their largest). */
+    if (o->num_groups && (s = group_peaks(m, id, o, tab, tab_cap, peak)) != KVB_OK) {
+      rc = fail_call("kvb_seq_block_table_group", s, t, r);
+      break;
+    }
     if (n > hit && (s = kvb_seq_commit(m, id, (size_t)(n - hit))) != KVB_OK) {
       rc = fail_call("kvb_seq_commit", s, t, r);
+      break;
+    }
+    if (o->num_groups && (s = group_peaks(m, id, o, tab, tab_cap, peak)) != KVB_OK) {
+      rc = fail_call("kvb_seq_block_table_group", s, t, r);
       break;
     }
     for (k = 0; k < q->output_length; k++) {
@@ -80,6 +112,10 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
       generated++;
     }
     if (rc != EXIT_OK) break;
+    if (o->num_groups && (s = group_peaks(m, id, o, tab, tab_cap, peak)) != KVB_OK) {
+      rc = fail_call("kvb_seq_block_table_group", s, t, r);
+      break;
+    }
     blocks += (n + k + o->block_size - 1) / o->block_size;
     if ((s = kvb_seq_free(m, id)) != KVB_OK) {
       rc = fail_call("kvb_seq_free", s, t, r);
@@ -92,6 +128,7 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   progress_finish(&pr);
   replay_notes_finish(o, &notes);
   free(tokens);
+  free(tab);
   replay_host_free(&host);
   if (rc == EXIT_OK && o->check && (s = kvb_check_invariants(m)) != KVB_OK) {
     lib_error("kvb_check_invariants", s);
@@ -126,6 +163,19 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   report_u64(&rep, "generated_tokens", "generated tokens", generated, NULL);
   report_u64(&rep, "evictions", "evictions", st.evictions, "blocks");
   replay_host_report(&rep, o, &st);
+  {
+    size_t g;
+    for (g = 0; g < o->num_groups; g++) {
+      char key[32], label[32], unit[64];
+      snprintf(key, sizeof key, "peak_blocks_group%zu", g);
+      snprintf(label, sizeof label, "peak blocks, group %zu", g);
+      if (o->groups[g].kind == KVB_GROUP_WINDOW)
+        snprintf(unit, sizeof unit, "(window %u, sinks %u)", o->groups[g].window_tokens, o->groups[g].sink_tokens);
+      else
+        snprintf(unit, sizeof unit, "(full)");
+      report_u64(&rep, key, label, peak[g], unit);
+    }
+  }
   report_u64(&rep, "blocks", "blocks handled", blocks, NULL);
   report_f64(&rep, "load_s", "trace load", load_s, 3, "s");
   report_f64(&rep, "elapsed_s", "elapsed", elapsed, 3, "s (replay loop)");

@@ -311,7 +311,22 @@ void run(const uint8_t* data, size_t size) {
       case 0: bad.block_size = (c1 & 1) ? 0 : (1u << 17); break;
       case 1: bad.num_blocks = 0; bad.watermark = (c1 & 1) ? 1.0f : -0.5f; break;
       case 2: bad.flags = 0x80; bad.struct_size = (c1 & 1) ? 4 : bad.struct_size; break;
-      default: if (c1 & 1) pass = nullptr; else { bad.non_cacheable_tokens = nullptr; bad.num_non_cacheable_tokens = 3; } break;
+      default:
+        if (c1 & 2) {  // KV cache groups that cannot run: a window of 0, sinks on a full group, NULL, host tier
+          static kvb_group_spec specs[2];
+          kvb_group_spec_init(&specs[0]);
+          kvb_group_spec_init(&specs[1]);
+          specs[1].kind = (c1 & 4) ? KVB_GROUP_WINDOW : 9;
+          specs[0].sink_tokens = (c1 & 8) ? 3 : 0;
+          bad.groups = (c1 & 16) ? nullptr : specs;
+          bad.num_groups = 2;
+        } else if (c1 & 1) {
+          pass = nullptr;
+        } else {
+          bad.non_cacheable_tokens = nullptr;
+          bad.num_non_cacheable_tokens = 3;
+        }
+        break;
     }
     prime_last_error();
     kvb_status s = kvb_manager_create(pass, &bm);
@@ -527,8 +542,14 @@ void run(const uint8_t* data, size_t size) {
         size_t cap = b % 12;
         auto buf = exact_buffer<int32_t>(cap);
         size_t len = SIZE_MAX;
-        s = kvb_seq_block_table(m, id, (b & 0x40) ? nullptr : buf.get(), cap, (b & 0x80) ? nullptr : &len);
+        const uint8_t g = r.u8();  // the group variant: group 0 is the table, other groups do not exist here
+        if (g & 1)
+          s = kvb_seq_block_table_group(m, id, g >> 6, (b & 0x40) ? nullptr : buf.get(), cap, (b & 0x80) ? nullptr : &len);
+        else
+          s = kvb_seq_block_table(m, id, (b & 0x40) ? nullptr : buf.get(), cap, (b & 0x80) ? nullptr : &len);
         if (s == KVB_OK) REQUIRE(len <= cap, "block_table: len %zu > capacity %zu", len, cap);
+        REQUIRE(!((g & 1) && (g >> 6) > 0) || s == KVB_ERR_INVALID_ARGUMENT || s == KVB_ERR_NO_SUCH_SEQUENCE,
+                "block_table_group: group %u of a manager without groups gave %s", g >> 6, kvb_status_string(s));
         break;
       }
       case OP_HASH: {
@@ -688,7 +709,10 @@ void run(const uint8_t* data, size_t size) {
         batch.query_start = (f & 4) ? qs.get() : nullptr;
         batch.slot_mapping = (f & 8) ? sm.get() : nullptr;
         if ((f & 0x30) == 0x30) batch.struct_size = 8;
+        const uint32_t group = (f & 0x30) == 0x20 ? 1 : 0;  // KV cache group (this manager has none)
+        batch.group = group;
         s = kvb_batch_export(m, (f & 0x40) && ns ? nullptr : ids.data(), ns, (f & 0x80) && r.u8() < 40 ? nullptr : &batch);
+        REQUIRE(s != KVB_OK || group == 0, "batch: group 1 of a manager without groups was accepted");
         for (size_t i = 0; i < ns; ++i)
           for (size_t j = 0; j < i; ++j)
             REQUIRE(s != KVB_OK || ids[i] != ids[j], "batch: seq %" PRId64 " listed twice was accepted", ids[i]);
@@ -718,11 +742,20 @@ void run(const uint8_t* data, size_t size) {
         auto tk = exact_buffer<int64_t>(tcap);
         size_t ne = SIZE_MAX;
         uint64_t dropped = 0;
-        s = kvb_drain_events(m, (b & 0x40) ? nullptr : ev.get(), cap, (b & 0x80) ? nullptr : tk.get(), tcap,
-                             (b & 0x20) && r.u8() < 40 ? nullptr : &ne, (b & 0x10) ? nullptr : &dropped);
+        const uint8_t v = r.u8();  // the group variant, with or without the groups array
+        auto grp = exact_buffer<uint32_t>(cap);
+        if (v & 1)
+          s = kvb_drain_events_group(m, (b & 0x40) ? nullptr : ev.get(), (v & 2) ? nullptr : grp.get(), cap,
+                                     (b & 0x80) ? nullptr : tk.get(), tcap, (b & 0x20) && r.u8() < 40 ? nullptr : &ne,
+                                     (b & 0x10) ? nullptr : &dropped);
+        else
+          s = kvb_drain_events(m, (b & 0x40) ? nullptr : ev.get(), cap, (b & 0x80) ? nullptr : tk.get(), tcap,
+                               (b & 0x20) && r.u8() < 40 ? nullptr : &ne, (b & 0x10) ? nullptr : &dropped);
         if (s == KVB_OK)
-          for (size_t i = 0; i < ne; ++i)
+          for (size_t i = 0; i < ne; ++i) {
             REQUIRE(ev[i].token_offset + ev[i].num_tokens <= tcap, "drain_events: tokens beyond capacity");
+            REQUIRE(!(v & 1) || (v & 2) || grp[i] == 0, "drain_events_group: group %u without groups", grp[i]);
+          }
         break;
       }
       case OP_RESET: {

@@ -123,13 +123,15 @@ class Manager:
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
                  event_capacity: int = 65536, index_seed: int = 0, host_cache: bool = False,
-                 host_cache_twin_percent: Optional[int] = None) -> None:
+                 host_cache_twin_percent: Optional[int] = None, groups: Optional[Sequence[tuple]] = None) -> None:
         """host_cache: the num_host_blocks host blocks are also a second prefix-cache level
         (KVB_CONFIG_HOST_CACHE): evicted device blocks are offloaded there and prefix hits can be loaded
         back; run the copies that drain_host_transfers hands out (see there). host_cache_twin_percent: the
         percent of host blocks (0..100; None = the library's default, 1) that may keep the host copy of a
         block loaded back to the device, so that evicting it again moves nothing: 0 is an exclusive cache
-        (most hits), larger values move fewer blocks."""
+        (most hits), larger values move fewer blocks. groups: KV cache groups of a hybrid model, each
+        ("full",) or ("window", window_tokens[, sink_tokens]); one block table per group
+        (block_table(seq, group), batch_export(..., group=g)). None = no groups."""
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
@@ -150,6 +152,20 @@ class Manager:
             if not 0 <= twins < 2**32:
                 raise KvbArgumentError(f"host_cache_twin_percent {twins} is not a percentage in [0, 100]")
             cfg.host_cache_twin_percent = twins
+        specs = None
+        if groups:
+            specs = ffi.new("kvb_group_spec[]", len(groups))
+            for i, g in enumerate(groups):
+                lib.kvb_group_spec_init(specs + i)
+                if not g or g[0] not in ("full", "window") or (g[0] == "full" and len(g) != 1) or \
+                        (g[0] == "window" and len(g) not in (2, 3)):
+                    raise KvbArgumentError(f"groups[{i}] = {g!r}: use ('full',) or ('window', tokens[, sinks])")
+                if g[0] == "window":
+                    specs[i].kind = lib.KVB_GROUP_WINDOW
+                    specs[i].window_tokens = as_index(g[1], f"groups[{i}] window")
+                    specs[i].sink_tokens = as_index(g[2] if len(g) > 2 else 0, f"groups[{i}] sinks")
+            cfg.groups, cfg.num_groups = specs, len(groups)
+        self.num_groups = len(groups) if groups else 1
         out = ffi.new("kvb_manager**")
         check(lib.kvb_manager_create(cfg, out))
         self._m = out[0]
@@ -242,16 +258,18 @@ class Manager:
     def free(self, seq_id: int) -> None:
         check(self._lib.kvb_seq_free(self._h, as_index(seq_id, "seq_id")))
 
-    def block_table(self, seq_id: int) -> np.ndarray:
-        """The sequence's block ids (int32; -1 where a sliding window released the block)."""
-        sid = as_index(seq_id, "seq_id")
+    def block_table(self, seq_id: int, group: int = 0) -> np.ndarray:
+        """The sequence's block ids in KV cache group `group` (int32; -1 where a sliding window released the
+        block or a window group did not need a cached one)."""
+        sid, g = as_index(seq_id, "seq_id"), as_index(group, "group")
         size = ffi.new("size_t*")
-        status = self._lib.kvb_seq_block_table(self._h, sid, ffi.NULL, 0, size)
+        status = self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.NULL, 0, size)
         while True:  # another thread may grow the table between the size query and the copy
             if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
                 check(status)
             out = np.empty(size[0], np.int32)
-            status = self._lib.kvb_seq_block_table(self._h, sid, ffi.from_buffer("int32_t[]", out), out.shape[0], size)
+            status = self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.from_buffer("int32_t[]", out),
+                                                         out.shape[0], size)
             if status == self._lib.KVB_OK:
                 return out[: size[0]]
 
@@ -380,9 +398,9 @@ class Manager:
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
         check(self._lib.kvb_batch_commit(self._h, ids, ffi.from_buffer("size_t[]", counts), n))
 
-    def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None) -> Batch:
-        """Kernel inputs for the sequences (kvb_batch_export) written into `buffers` (grown if too small;
-        a fresh one if None). Returns views into the buffers."""
+    def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None, group: int = 0) -> Batch:
+        """Kernel inputs for the sequences (kvb_batch_export) of KV cache group `group`, written into
+        `buffers` (grown if too small; a fresh one if None). Returns views into the buffers."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if buffers is None:
             buffers = BatchBuffers(n, 1, 1)
@@ -390,12 +408,14 @@ class Manager:
         if n > rows:
             buffers._alloc(max(n, 2 * rows), cols, slots)
         b = buffers.c
+        b.group = as_index(group, "group")
         status = self._lib.kvb_batch_export(self._h, ids, n, b)
         if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
             rows, cols, slots = buffers.capacity
             buffers._alloc(rows, max(cols, b.max_blocks_needed + b.max_blocks_needed // 4),
                            max(slots, b.num_slots + b.num_slots // 4))
             b = buffers.c
+            b.group = as_index(group, "group")
             status = self._lib.kvb_batch_export(self._h, ids, n, b)
         check(status)
         k = b.num_slots

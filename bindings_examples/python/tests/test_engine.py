@@ -1,7 +1,8 @@
 """The mini engine against its dense reference: for requests sharing prefixes, the engine's tokens equal
 those of the same model recomputing full attention at every step with no cache, and its logits agree, in
 each run: a large pool (with chunked prefill), a pool so small that sequences are preempted and recomputed,
-swapping instead of recompute, n = 2 parallel sampling (fork + copy-on-write), and a sliding window.
+swapping instead of recompute, n = 2 parallel sampling (fork + copy-on-write), a sliding window, and a
+hybrid model whose layers alternate window and full attention, served as two KV cache groups.
 Prefix caching must reduce the tokens computed."""
 import os
 import re
@@ -98,6 +99,51 @@ def test_sliding_window():
     full = Model(ModelConfig(seed=4))
     r = requests(model, count=1, prefix=48)[0]
     assert not np.allclose(reference_generate(full, r.prompt, 2)[1], reference_generate(model, r.prompt, 2)[1])
+
+
+def test_hybrid_window_and_full_layers_as_kv_cache_groups():
+    """Layers alternate window (even) and full attention (odd): the engine serves them as two KV cache
+    groups of one manager. Token-exact against the dense reference (which masks each layer by its own
+    kind), with prefix hits, chunked prefill and a pool small enough to preempt; the window group holds
+    fewer blocks than the full group once sequences are long, and its tables read -1 where released."""
+    model = Model(ModelConfig(seed=5, num_layers=4, window=16, sink=4, hybrid=True))
+    released = []
+
+    def run_hybrid(cfg):
+        eng = Engine(model, cfg)
+        export = eng.mgr.batch_export
+
+        def spy(ids, bufs, group=0):
+            b = export(ids, bufs, group=group)
+            if group == 0:  # the window group: slots it released read -1 before a sequence's last block
+                for row, n in zip(b.block_tables, b.seq_lens):
+                    nb = -(-int(n) // cfg.block_size)
+                    released.append(int((row[:nb - 1] < 0).sum()))
+            return b
+
+        eng.mgr.batch_export = spy
+        reqs = requests(model, count=5, prefix=40, seed=3, max_tokens=8)
+        for r in reqs:
+            eng.add_request(r)
+        finished = eng.run()
+        for r in reqs:
+            (s,) = finished[r.req_id]
+            ref_tokens, ref_logits = reference_generate(model, r.prompt, r.max_tokens)
+            assert s.output == ref_tokens, f"request {r.req_id}"
+            np.testing.assert_allclose(np.array(s.logits), np.array(ref_logits), atol=2e-3, rtol=1e-3)
+        eng.mgr.check_invariants()
+        return eng
+
+    eng = run_hybrid(EngineConfig(num_blocks=256, block_size=8, max_batched_tokens=24, record_logits=True))
+    assert sum(released) > 0 and eng.mgr.stats()["hit_tokens"] > 0
+    small = run_hybrid(EngineConfig(num_blocks=24, block_size=8, max_batched_tokens=24, record_logits=True))
+    assert small.metrics.preemptions > 0 and small.mgr.stats()["evictions"] > 0
+    # the hybrid model differs from its all-window and all-full versions
+    seq = requests(model, count=1, prefix=40, seed=3)[0].prompt
+    lg = model.dense_logits(seq)
+    for other in (ModelConfig(seed=5, num_layers=4, window=16, sink=4),
+                  ModelConfig(seed=5, num_layers=4)):
+        assert not np.allclose(lg, Model(other).dense_logits(seq), atol=1e-3)
 
 
 def test_prefix_caching_reduces_computed_tokens(model):

@@ -1,8 +1,9 @@
 """A continuous-batching engine in the style of nano-vllm on libkvblock: waiting / running / swapped queues,
 a token budget per step with chunked prefill, prefix caching through allocate, decode through batched append
 and commit, preemption by recompute or by swap (host tier + swap_blocks), parallel sampling through fork with
-copy-on-write pairs run by copy_blocks, an optional sliding window, and an optional host prefix cache
-(host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit).
+copy-on-write pairs run by copy_blocks, an optional sliding window, an optional host prefix cache
+(host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit), and hybrid models
+(window and full layers as two KV cache groups of one manager, each layer reading its group's block table).
 
 Every step: batch_export -> write_kv -> paged (decode rows) and prefill (prompt chunks) attention kernels."""
 from __future__ import annotations
@@ -74,8 +75,14 @@ class Engine:
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {cfg.preemption!r}")
         if cfg.host_cache and not cfg.num_host_blocks:
             raise ValueError("host_cache needs num_host_blocks > 0")
+        # A hybrid model's layers form two KV cache groups, window (even layers) and full (odd layers): one
+        # manager, one pool, a block table per group; the window group releases what its layers cannot reach.
+        self.groups = [("window", mc.window, mc.sink), ("full",)] if mc.hybrid else None
+        if mc.hybrid and (not mc.window or cfg.preemption == "swap" or cfg.host_cache):
+            raise ValueError("a hybrid model needs a window; the manager does not swap or host-cache several "
+                             "groups yet")
         self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks,
-                           events=cfg.kv_events_endpoint is not None, host_cache=cfg.host_cache)
+                           events=cfg.kv_events_endpoint is not None, host_cache=cfg.host_cache, groups=self.groups)
         self.publisher = None
         if cfg.kv_events_endpoint is not None:
             from ..events import KvEventPublisher  # pyzmq and msgpack only when events are on
@@ -86,6 +93,7 @@ class Engine:
         self.host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
                              "float32") if cfg.num_host_blocks else None)
         self.bufs = BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)
+        self.group_bufs = [BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)] if mc.hybrid else []
         self.waiting: Deque[Seq] = collections.deque()
         self.running: List[Seq] = []
         self.swapped: Deque[Seq] = collections.deque()
@@ -252,23 +260,26 @@ class Engine:
         nd = len(decodes)
         ids = np.fromiter((s.seq_id for s in seqs), np.int64, len(seqs))
         with self._mgr_clock:
-            batch = self.mgr.batch_export(ids, self.bufs)
+            batch = self.mgr.batch_export(ids, self.bufs)  # group 0 (the only one without groups)
+            batches = [batch] + [self.mgr.batch_export(ids, b, group=g + 1) for g, b in enumerate(self.group_bufs)]
         # Decode rows are the first nd export rows (one uncomputed token each); a prompt chunk takes the
         # first `chunk` of its sequence's uncomputed rows.
         chunks = np.array([c for _, c in prefills], np.int64)
         qs = batch.query_start
-        slot_parts, tok_parts, pos_parts = [batch.slot_mapping[:nd]], [], []
+        tok_parts, pos_parts = [], []
         tok_parts.append(np.fromiter((s.tokens[-1] for s in decodes), np.int64, nd))
         pos_parts.append(np.fromiter((len(s.tokens) - 1 for s in decodes), np.int64, nd))
-        for j, (s, c) in enumerate(prefills):
-            start = int(qs[nd + j])
-            slot_parts.append(batch.slot_mapping[start:start + c])
+        for s, c in prefills:
             tok_parts.append(np.asarray(s.tokens[s.num_computed:s.num_computed + c], np.int64))
             pos_parts.append(np.arange(s.num_computed, s.num_computed + c))
-        slots = np.concatenate(slot_parts)
         tokens, positions = np.concatenate(tok_parts), np.concatenate(pos_parts)
-        bt_d, sl_d = batch.block_tables[:nd], batch.seq_lens[:nd]
-        bt_p = batch.block_tables[nd:]
+        # Per group: its slots (same rows as group 0's, other block ids) and its block tables.
+        per_group = []
+        for b in batches:
+            sp = [b.slot_mapping[:nd]] + [b.slot_mapping[int(qs[nd + j]):int(qs[nd + j]) + c]
+                                          for j, (_, c) in enumerate(prefills)]
+            per_group.append((np.concatenate(sp), b.block_tables[:nd], b.block_tables[nd:]))
+        sl_d = batch.seq_lens[:nd]
         qs_p = np.zeros(len(prefills) + 1, np.int32)
         np.cumsum(chunks, out=qs_p[1:])
         sl_p = np.array([s.num_computed + c for s, c in prefills], np.int32)
@@ -276,13 +287,15 @@ class Engine:
 
         def attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
             out = np.empty_like(q)
+            window, sink = mc.layer_window(layer)
+            slots, bt_d, bt_p = per_group[1 if mc.hybrid and window == 0 else 0]
             with self._kernel_clock:
                 write_kv(self.cache, layer, k, v, slots)
                 if nd:
-                    paged_attention(self.cache, layer, q[:nd], bt_d, sl_d, out[:nd], window=mc.window, sink=mc.sink)
+                    paged_attention(self.cache, layer, q[:nd], bt_d, sl_d, out[:nd], window=window, sink=sink)
                 if prefills:
-                    prefill_attention(self.cache, layer, q[nd:], qs_p, sl_p, bt_p, out[nd:], window=mc.window,
-                                      sink=mc.sink)
+                    prefill_attention(self.cache, layer, q[nd:], qs_p, sl_p, bt_p, out[nd:], window=window,
+                                      sink=sink)
             return out
 
         # Logits for decode rows and for the last row of each chunk that completes its prompt.
@@ -306,7 +319,7 @@ class Engine:
         later chunk would need them), and an n > 1 request forks its samples now: they sample from the same
         logits, and their first appends copy the shared partial block (copy-on-write)."""
         out = [s]
-        if self.model.cfg.window:
+        if self.model.cfg.window and not self.model.cfg.hybrid:  # a group's window is set at creation
             with self._mgr_clock:
                 self.mgr.set_window(s.seq_id, self.model.cfg.window, self.model.cfg.sink)
         if s.request.n > 1 and s.index == 0 and not s.output:
@@ -314,7 +327,7 @@ class Engine:
                 child = self._new_seq(s.request, i, list(s.tokens))
                 with self._mgr_clock:
                     self.mgr.fork(s.seq_id, child.seq_id)
-                    if self.model.cfg.window:
+                    if self.model.cfg.window and not self.model.cfg.hybrid:
                         self.mgr.set_window(child.seq_id, self.model.cfg.window, self.model.cfg.sink)
                 child.num_computed, child.status = s.num_computed, Status.RUNNING
                 self.running.append(child)

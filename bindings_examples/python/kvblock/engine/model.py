@@ -23,7 +23,16 @@ class ModelConfig:
     rope_theta: float = 10000.0
     window: int = 0        # sliding-window attention (0 = full), with `sink` attention-sink tokens
     sink: int = 0
+    # Hybrid (Gemma-2 style): even layers use the window above, odd layers full attention. The engine then
+    # serves the two kinds as two KV cache groups of one manager (one block table each).
+    hybrid: bool = False
     seed: int = 0
+
+    def layer_window(self, layer: int) -> tuple:
+        """(window, sink) of a layer; (0, 0) = full attention."""
+        if self.hybrid and layer % 2 == 1:
+            return 0, 0
+        return self.window, self.sink
 
     @property
     def hidden(self) -> int:
@@ -102,8 +111,9 @@ class Model:
             vv = np.repeat(v.astype(np.float64), group, axis=1)
             logits = np.einsum("nhd,thd->hnt", q.astype(np.float64), kk) / np.sqrt(cfg.head_dim)
             allowed = pos[None, :] <= pos[:, None]
-            if cfg.window:
-                allowed &= (pos[None, :] > pos[:, None] - cfg.window) | (pos[None, :] < cfg.sink)
+            window, sink = cfg.layer_window(layer)
+            if window:
+                allowed &= (pos[None, :] > pos[:, None] - window) | (pos[None, :] < sink)
             logits = np.where(allowed[None], logits, -np.inf)
             pr = np.exp(logits - logits.max(-1, keepdims=True))
             pr /= pr.sum(-1, keepdims=True)

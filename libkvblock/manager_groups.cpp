@@ -1,0 +1,162 @@
+// KV cache groups (kvb_config.groups): the prefix lookup whose hit is valid for every group, and
+// allocation with one block table per group. Every other operation loops over the groups of a sequence
+// in its own file (Manager::grp); a manager without groups never reaches this code.
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+// The chain of group g starts from the salt (or nothing) with g in the key's high word: a cached block
+// is keyed by its group and its whole history, so groups never hit each other's blocks, while the public
+// hash (what events report, with the group index) stays the same in every group.
+static ChainLink group_first_link(const SeqOptions& o, uint32_t g) {
+  ChainLink l;
+  if (o.has_salt) {
+    l.kind = ChainLink::salt;
+    l.hash = o.salt;
+    l.key = Key128{o.salt, 0};
+  }
+  l.key.hi ^= g;
+  return l;
+}
+
+static uint32_t ceil_div(uint64_t a, uint32_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
+
+bool Manager::group_takes(uint32_t g, uint32_t k, uint32_t i) const {
+  const GroupSpec& spec = cfg_.groups[g];
+  if (!spec.window) return true;
+  const uint64_t p = static_cast<uint64_t>(k) * bs_;  // the first uncached token
+  const uint64_t first_needed = p + 1 > spec.window_tokens ? p + 1 - spec.window_tokens : 0;
+  const uint32_t a = std::min(static_cast<uint32_t>(first_needed / bs_), k - 1);
+  return i >= a || i < ceil_div(spec.sink_tokens, bs_);
+}
+
+void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out) {
+  if (opts.window || opts.sink)
+    fail(Code::invalid_argument, "window_tokens %u / sink_tokens %u in the sequence options: with KV cache groups "
+         "each group's window comes from its kvb_group_spec", opts.window, opts.sink);
+  const uint32_t G = groups_;
+  out = GroupLookup{};
+  out.num_blocks = ceil_div(n, bs_);
+  const uint32_t M = out.num_blocks - 1;  // never the last block (see lookup)
+  group_stride_ = M;
+  group_hit_.assign(static_cast<size_t>(G) * M, -1);
+  group_last_miss_.assign(static_cast<size_t>(G) * M, -1);
+  group_link_.resize(static_cast<size_t>(G) * (M + 1));
+  for (uint32_t g = 0; g < G; ++g) group_link_[static_cast<size_t>(g) * (M + 1)] = group_first_link(opts, g);
+
+  // Every group's chain over the cacheable prefix, computed from the tokens: a window group needs its
+  // blocks near the end of the prefix even where it misses earlier ones.
+  uint32_t limit = M;
+  for (uint32_t i = 0; i < M; ++i) {
+    const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
+    ExtraKey extra{};
+    for (size_t j = 0; j < opts.num_extra_keys; ++j)
+      if (opts.extra_key_blocks[j] == i) extra = ExtraKey{true, opts.extra_keys[j]};
+    if (!is_cacheable(blk, bs_, extra)) {
+      limit = i;
+      break;
+    }
+    for (uint32_t g = 0; g < G; ++g) {
+      const ChainLink& link = group_link_[static_cast<size_t>(g) * (M + 1) + i];
+      ChainLink& next = group_link_[static_cast<size_t>(g) * (M + 1) + i + 1];
+      next.kind = ChainLink::parent;
+      hasher_.hash_and_key(link, blk, bs_, extra, &next.hash, &next.key);
+      int32_t b = index_.find(next.key);
+      const bool hit = b >= 0 && std::memcmp(pool_.tokens(b), blk, bs_ * sizeof(int64_t)) == 0 &&
+                       pool_.meta(b).has_extra == extra.present && (!extra.present || pool_.meta(b).extra == extra.value);
+      const size_t at = static_cast<size_t>(g) * M + i;
+      group_hit_[at] = hit ? b : -1;
+      group_last_miss_[at] = hit ? (i ? group_last_miss_[at - 1] : -1) : static_cast<int32_t>(i);
+    }
+  }
+  // Full groups: left to right, the hit ends at the first miss. Window groups: from the longest candidate
+  // down (right to left), the first k whose window and sink blocks are all cached.
+  uint32_t k = limit;
+  for (uint32_t g = 0; g < G; ++g) {
+    if (cfg_.groups[g].window) continue;
+    for (uint32_t i = 0; i < k; ++i)
+      if (group_hit_[static_cast<size_t>(g) * M + i] < 0) {
+        k = i;
+        break;
+      }
+  }
+  for (; k > 0; --k) {
+    bool ok = true;
+    for (uint32_t g = 0; g < G && ok; ++g) {
+      const GroupSpec& spec = cfg_.groups[g];
+      if (!spec.window) continue;
+      const int32_t* last_miss = &group_last_miss_[static_cast<size_t>(g) * M];
+      const uint64_t p = static_cast<uint64_t>(k) * bs_;
+      const uint64_t first_needed = p + 1 > spec.window_tokens ? p + 1 - spec.window_tokens : 0;
+      const uint32_t a = std::min(static_cast<uint32_t>(first_needed / bs_), k - 1);
+      const uint32_t sinks = std::min(ceil_div(spec.sink_tokens, bs_), k);
+      ok = last_miss[k - 1] < static_cast<int32_t>(a) && (sinks == 0 || last_miss[sinks - 1] < 0);
+    }
+    if (ok) break;
+  }
+  out.hits = k;
+  uint64_t needed = static_cast<uint64_t>(G) * (out.num_blocks - k);
+  for (uint32_t g = 0; g < G; ++g)
+    for (uint32_t i = 0; i < k; ++i)
+      if (group_takes(g, k, i) && pool_.meta(group_hit_[static_cast<size_t>(g) * M + i]).ref == 0) ++needed;
+  out.needed = needed;
+}
+
+size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
+  GroupLookup gl;
+  group_lookup(tokens, n, opts, gl);
+  if (pool_.num_free() < gl.needed + watermark_blocks_)
+    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s over %u groups (+%u watermark), %u %s free",
+         id, gl.needed, plural_s(gl.needed), groups_, watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
+  const uint32_t G = groups_, M = group_stride_, k = gl.hits;
+  Sequence& s = new_seq(id);
+  try {
+    for (uint32_t g = 0; g < G; ++g) {
+      Sequence& gs = grp(s, g);
+      gs.table.reserve(gl.num_blocks);
+      reserve_window_link(gs, cfg_.groups[g].window_tokens);
+      gs.extra_keys.reserve(opts.num_extra_keys);
+      for (size_t i = 0; i < opts.num_extra_keys; ++i) gs.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
+    }
+  } catch (...) {
+    drop_seq(s);
+    throw;
+  }
+  // From here on nothing allocates. Every group's hits are taken before any block leaves the free queue.
+  for (uint32_t g = 0; g < G; ++g)
+    for (uint32_t i = 0; i < k; ++i)
+      if (group_takes(g, k, i)) acquire_cached(group_hit_[static_cast<size_t>(g) * M + i]);
+  const size_t cached = static_cast<size_t>(k) * bs_;
+  for (uint32_t g = 0; g < G; ++g) {
+    Sequence& gs = grp(s, g);
+    const GroupSpec& spec = cfg_.groups[g];
+    const ChainLink* links = &group_link_[static_cast<size_t>(g) * (M + 1)];
+    for (uint32_t i = 0; i < k; ++i) {
+      const bool take = group_takes(g, k, i);
+      gs.table.push_back(take ? group_hit_[static_cast<size_t>(g) * M + i] : -1);
+      // A block not taken, followed by one taken: keep its link (as apply_window does for a release).
+      if (!take && group_takes(g, k, i + 1)) gs.released_links.emplace_back(i, links[i + 1]);
+    }
+    while (gs.table.size() < gl.num_blocks) gs.table.push_back(take_free_block());
+    gs.num_tokens = cached;
+    write_tokens(gs, tokens + cached, n - cached);
+    gs.num_computed = gs.num_cached = cached;
+    gs.num_hashed = k;
+    gs.first_link = links[0];
+    gs.chain = links[k];
+    gs.window = spec.window ? spec.window_tokens : 0;
+    gs.sink = spec.window ? spec.sink_tokens : 0;
+    gs.window_next = ceil_div(gs.sink, bs_);
+    apply_window(gs);
+  }
+  query_tokens_ += n;
+  hit_tokens_ += cached;
+  return cached;
+}
+
+}  // namespace kvb

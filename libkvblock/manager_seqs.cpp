@@ -1,0 +1,90 @@
+// The sequence table: pooled Sequence objects looked up by id (open addressing), created and dropped
+// without allocating on the warm path; with KV cache groups each sequence carries one state per group.
+#include <algorithm>
+#include <cinttypes>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+Sequence* Manager::find_seq(int64_t id) {
+  long pos = seq_table_.find(mix64(static_cast<uint64_t>(id)), [&](const SeqSlot& s) { return s.id == id; });
+  return pos < 0 ? nullptr : &seqs_[seq_table_.at(static_cast<size_t>(pos)).index];
+}
+
+const Sequence* Manager::find_seq_const(int64_t id) const {
+  return const_cast<Manager*>(this)->find_seq(id);
+}
+
+Sequence& Manager::seq(int64_t id) {
+  Sequence* s = find_seq(id);
+  if (!s) fail(Code::no_such_sequence, "no sequence with id %" PRId64, id);
+  return *s;
+}
+
+Sequence& Manager::device_seq(int64_t id) {
+  Sequence& s = seq(id);
+  if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out; swap it in first", id);
+  return s;
+}
+
+Sequence& Manager::new_seq(int64_t id) {
+  if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
+  // Reserve everything first so that nothing below can fail half-way.
+  seq_table_.grow_for(live_seqs_ + 1);
+  if (free_seq_slots_.empty()) {
+    if (seqs_.size() == seqs_.capacity()) {  // geometric growth: pooled sequences move rarely
+      seqs_.reserve(std::max<size_t>(16, 2 * seqs_.capacity()));
+      free_seq_slots_.reserve(seqs_.capacity());  // drop_seq relies on room for every slot
+    }
+    seqs_.emplace_back();
+    free_seq_slots_.push_back(static_cast<uint32_t>(seqs_.size() - 1));
+  }
+  if (groups_ > 1) seqs_[free_seq_slots_.back()].more.resize(groups_ - 1);  // before any change
+  uint32_t slot = free_seq_slots_.back();
+  free_seq_slots_.pop_back();
+  seq_table_.insert(mix64(static_cast<uint64_t>(id)), SeqSlot{id, slot});
+  Sequence& s = seqs_[slot];
+  s.id = id;
+  s.live = true;
+  s.swapped = false;
+  s.table.clear();
+  s.host_table.clear();
+  s.extra_keys.clear();
+  s.released_links.clear();
+  s.num_tokens = s.num_computed = s.num_cached = 0;
+  s.num_hashed = 0;
+  s.uncacheable_from = kNoBlockIndex;
+  s.chain = s.first_link = ChainLink{};
+  s.window = s.sink = s.window_next = 0;
+  s.group = 0;
+  for (uint32_t g = 1; g < groups_; ++g) {
+    Sequence& gs = s.more[g - 1];
+    gs.id = id;
+    gs.live = true;
+    gs.swapped = false;
+    gs.table.clear();
+    gs.host_table.clear();
+    gs.extra_keys.clear();
+    gs.released_links.clear();
+    gs.num_tokens = gs.num_computed = gs.num_cached = 0;
+    gs.num_hashed = 0;
+    gs.uncacheable_from = kNoBlockIndex;
+    gs.chain = gs.first_link = ChainLink{};
+    gs.window = gs.sink = gs.window_next = 0;
+    gs.group = g;
+  }
+  ++live_seqs_;
+  return s;
+}
+
+void Manager::drop_seq(Sequence& s) {
+  long pos = seq_table_.find(mix64(static_cast<uint64_t>(s.id)), [&](const SeqSlot& e) { return e.id == s.id; });
+  seq_table_.erase(static_cast<size_t>(pos));
+  s.live = false;
+  free_seq_slots_.push_back(static_cast<uint32_t>(&s - seqs_.data()));  // capacity reserved in new_seq
+  --live_seqs_;
+}
+
+}  // namespace kvb

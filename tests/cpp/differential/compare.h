@@ -180,7 +180,7 @@ void Run::compare() {
       {"offloaded_blocks", st.offloaded_blocks, model_.offloaded},
       {"loaded_blocks", st.loaded_blocks, model_.loaded},
       {"host_evictions", st.host_evictions, model_.host_evictions},
-      {"cached_host_blocks", st.cached_host_blocks, model_.host_lru.size() + model_.host_twins.size()},
+      {"cached_host_blocks", st.cached_host_blocks, model_.host_index.size()},
   };
   for (const F& f : fields)
     if (f.got != f.want) fail(fmt("stats.%s = %" PRIu64 ", model %" PRIu64, f.name, f.got, f.want));

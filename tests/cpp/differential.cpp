@@ -9,6 +9,11 @@
 // drained copy-on-write pairs and swap pairs on it, and checks after every step that each live sequence's
 // computed tokens read back through its block table are exactly the model's tokens ("data is never
 // lost", and a prefix hit never lands on KV that was not written).
+// The host-cache configurations (host_*) add the second cache level: the model keeps its host index,
+// LRU and twin lists as kvblock.h documents them; the test compares the drained offload / load pairs,
+// the host stats and every event (with its medium), and runs the pairs on the simulated store (all
+// offloads, then all loads, before copies, swap-ins and commits), checking that every block a hit can
+// return, on either level, holds exactly the tokens committed into it.
 //
 // The parts, one concern per file under differential/ (headers, so that the Makefile's tests/cpp/*.cpp
 // builds this file as the one test binary):

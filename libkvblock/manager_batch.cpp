@@ -88,7 +88,8 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
         fail(Code::invalid_argument, "seq %" PRId64 " (num_tokens[%zu]): commit of %zu token%s exceeds %" PRIu64
              " uncomputed token%s", ids[i], i, counts[i], plural_s(counts[i]), uncomputed, plural_s(uncomputed));
     }
-  // Room for the window's released links first (commit may add one each), so nothing fails half-way.
+  // The one allocation a commit may make (room for a windowed sequence's released chain link), made for
+  // every sequence before the first commit, so that running out of memory cannot stop the batch half-way.
   for (size_t i = 0; i < n; ++i) {
     Sequence& s = *find_seq(ids[i]);
     reserve_window_link(s, s.window);

@@ -68,6 +68,8 @@ def view(x: Any, what: str) -> View:
     torch's expand) is refused: the C API reads a 0 stride as the dense default, so passing it through
     would make the kernel read (or write) elements that are not the view's."""
     v = _view(x, what)
+    if 0 in v.shape:  # no element at all (numpy may give such arrays any strides, 0 included)
+        return v
     for i, (n, s) in enumerate(zip(v.shape, v.strides)):
         if s == 0 and n > 1:
             raise KvbArgumentError(f"{what}: dimension {i} has stride 0 (a broadcast view, shape {v.shape}, strides "
@@ -121,7 +123,7 @@ def require(v: View, what: str, *, dtype: Optional[str] = None, ndim: Optional[i
         raise KvbArgumentError(f"{what}: is on {device_name(v.device)}, the cache is on {device_name(device)}")
     if contiguous and v.strides != _elem_strides(None, v.shape, 1, what) and 0 not in v.shape:
         raise KvbArgumentError(f"{what}: must be contiguous, got strides {v.strides} for shape {v.shape}")
-    if inner_contiguous and v.shape and v.shape[-1] > 1 and v.strides[-1] != 1:
+    if inner_contiguous and v.shape and v.shape[-1] > 1 and v.strides[-1] != 1 and 0 not in v.shape:
         raise KvbArgumentError(f"{what}: the last dimension must be contiguous, got strides {v.strides}")
     if writable and v.readonly:
         raise KvbArgumentError(f"{what}: is read-only")

@@ -5,6 +5,7 @@ CUDA kernels check their device-side inputs (seq_lens, block tables, slot mappin
 after the launching call returned: take_fault() reports what they found."""
 from __future__ import annotations
 
+import threading
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
@@ -132,8 +133,7 @@ class KVCache:
             d.k, d.v = ffi.cast("void*", kv[0].ptr), ffi.cast("void*", kv[1].ptr)
             d.num_blocks, d.block_size, d.num_kv_heads, d.head_dim = first.shape
             d.block_stride, d.token_stride, d.head_stride = kv[0].strides[:3]
-        self._workspace: Any = None
-        self._workspace_bytes = 0
+        self._workspaces = threading.local()
 
     def desc(self, layer: int) -> Any:
         if not 0 <= layer < self.num_layers:
@@ -141,20 +141,23 @@ class KVCache:
         return self.descs + layer
 
     def workspace(self, nbytes: int) -> Any:
-        """A reusable kernel workspace of at least nbytes on the cache's device (void*)."""
-        if nbytes > self._workspace_bytes:
-            size = max(nbytes, 2 * self._workspace_bytes)
+        """A kernel workspace of at least nbytes on the cache's device (void*), reused by the calling thread's
+        later calls. Each thread has its own: kernels run with the GIL released, and two calls sharing one
+        workspace would mix their partial results (or one would grow it, freeing memory the other uses)."""
+        if not nbytes:
+            return ffi.NULL
+        ws = self._workspaces
+        if nbytes > getattr(ws, "nbytes", 0):
+            size = max(nbytes, 2 * getattr(ws, "nbytes", 0))
             if self.device[0] == CPU:
-                self._workspace = np.zeros(size + 16, np.uint8)
-                ptr = self._workspace.__array_interface__["data"][0]
+                buf = np.zeros(size + 16, np.uint8)
+                ptr = buf.__array_interface__["data"][0]
             else:
                 import torch
-                self._workspace = torch.empty(size + 16, dtype=torch.uint8, device=device_name(self.device))
-                ptr = self._workspace.data_ptr()
-            self._workspace_ptr = ffi.cast("void*", (ptr + 15) & ~15)
-            self._workspace_bytes = size
-        return self._workspace_ptr if nbytes else ffi.NULL
-
+                buf = torch.empty(size + 16, dtype=torch.uint8, device=device_name(self.device))
+                ptr = buf.data_ptr()
+            ws.buf, ws.ptr, ws.nbytes = buf, ffi.cast("void*", (ptr + 15) & ~15), size
+        return ws.ptr
 
 def _int_array(x: Any, what: str, dtype: str, ndim: int, cache: KVCache, shape: Optional[tuple] = None) -> View:
     v = view(x, what)

@@ -122,10 +122,14 @@ class Manager:
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
-                 event_capacity: int = 65536, index_seed: int = 0, host_cache: bool = False) -> None:
+                 event_capacity: int = 65536, index_seed: int = 0, host_cache: bool = False,
+                 host_cache_twin_percent: Optional[int] = None) -> None:
         """host_cache: the num_host_blocks host blocks are also a second prefix-cache level
         (KVB_CONFIG_HOST_CACHE): evicted device blocks are offloaded there and prefix hits can be loaded
-        back; run the copies that drain_host_transfers hands out (see there)."""
+        back; run the copies that drain_host_transfers hands out (see there). host_cache_twin_percent: the
+        percent of host blocks (0..100; None = the library's default, 1) that may keep the host copy of a
+        block loaded back to the device, so that evicting it again moves nothing: 0 is an exclusive cache
+        (most hits), larger values move fewer blocks."""
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
@@ -141,6 +145,11 @@ class Manager:
                      | (lib.KVB_CONFIG_HOST_CACHE if host_cache else 0))
         cfg.event_capacity = as_index(event_capacity, "event_capacity")
         cfg.index_seed = as_index(index_seed, "index_seed")
+        if host_cache_twin_percent is not None:
+            twins = as_index(host_cache_twin_percent, "host_cache_twin_percent")
+            if not 0 <= twins < 2**32:
+                raise KvbArgumentError(f"host_cache_twin_percent {twins} is not a percentage in [0, 100]")
+            cfg.host_cache_twin_percent = twins
         out = ffi.new("kvb_manager**")
         check(lib.kvb_manager_create(cfg, out))
         self._m = out[0]

@@ -3,9 +3,16 @@ those of the same model recomputing full attention at every step with no cache, 
 each run: a large pool (with chunked prefill), a pool so small that sequences are preempted and recomputed,
 swapping instead of recompute, n = 2 parallel sampling (fork + copy-on-write), and a sliding window.
 Prefix caching must reduce the tokens computed."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import kvblock
 from kvblock.engine.engine import Engine, EngineConfig
 from kvblock.engine.model import Model, ModelConfig, reference_generate
 from kvblock.engine.sequence import Request
@@ -139,3 +146,20 @@ def test_host_cache_small_device_pool(model, preemption):
 def test_host_cache_needs_host_blocks(model):
     with pytest.raises(ValueError, match="num_host_blocks"):
         Engine(model, EngineConfig(num_blocks=16, block_size=8, host_cache=True))
+
+
+def test_command_line_host_cache():
+    """python -m kvblock.engine --host-cache: prefix families that the device pool cannot hold all at once
+    come back from the host (the report splits hits by tier)."""
+    env = dict(os.environ, PYTHONPATH=str(Path(kvblock.__file__).resolve().parent.parent))
+    args = ["--requests", "8", "--shared-prefix", "32", "--prefix-families", "4", "--prompt", "8", "--max-tokens", "2",
+            "--num-blocks", "16", "--block-size", "8", "--host-blocks", "64", "--max-seqs", "2", "--layers", "1"]
+    r = subprocess.run([sys.executable, "-m", "kvblock.engine", *args, "--host-cache"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"host cache: +(\d+) hit tokens on device, (\d+) on host; (\d+) blocks offloaded, (\d+) loaded",
+                  r.stdout)
+    assert m and int(m.group(2)) > 0 and int(m.group(4)) > 0, r.stdout
+    r = subprocess.run([sys.executable, "-m", "kvblock.engine", *args[:-6], "--host-cache"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "--host-cache needs --host-blocks" in r.stderr

@@ -32,9 +32,12 @@ def _read_tokens(m, cache, sid, n):
     return k[:, 0, 0].astype(np.int64).tolist()
 
 
-def test_host_cache_bytes_survive_offload_and_load():
+def _random_workload(twin_percent):
+    """Random prompts over shared stems on a small device pool and host level, with real K/V moved by the
+    kernels; checks every hit's bytes and every live sequence's bytes after every step. Returns stats()."""
     bs, num_blocks, num_host = 4, 10, 12
-    m = kvblock.Manager(num_blocks, bs, num_host_blocks=num_host, host_cache=True)
+    m = kvblock.Manager(num_blocks, bs, num_host_blocks=num_host, host_cache=True,
+                        host_cache_twin_percent=twin_percent)
     dev = kvblock.KVCache(1, num_blocks, bs, 1, 64)
     host = kvblock.KVCache(1, num_host, bs, 1, 64)
     rng = random.Random(7)
@@ -64,7 +67,12 @@ def test_host_cache_bytes_survive_offload_and_load():
             del live[sid]
             m.free(sid)
         m.check_invariants()
-    st = m.stats()
+    return m.stats()
+
+
+@pytest.mark.parametrize("twin_percent", [None, 0, 100])
+def test_host_cache_bytes_survive_offload_and_load(twin_percent):
+    st = _random_workload(twin_percent)
     assert st["host_hit_tokens"] > 0 and st["device_hit_tokens"] > 0 and st["host_evictions"] > 0
     assert st["device_hit_tokens"] + st["host_hit_tokens"] == st["hit_tokens"]
     assert st["loaded_blocks"] > 0 and st["offloaded_blocks"] >= st["cached_host_blocks"] > 0
@@ -107,3 +115,15 @@ def test_host_cache_off_and_bad_config():
     with pytest.raises(kvblock.KvbError, match="num_host_blocks") as e:
         kvblock.Manager(8, 4, host_cache=True)
     assert e.value.status == kvblock.Status.INVALID_ARGUMENT
+
+
+def test_twin_percent_reaches_the_library():
+    """host_cache_twin_percent changes what the host keeps: the same workload moves other blocks (the
+    library's twin budget is 0 blocks at 0 percent and every host block at 100); out of range is refused."""
+    exclusive, inclusive = _random_workload(0), _random_workload(100)
+    keys = ("host_hit_tokens", "offloaded_blocks", "loaded_blocks", "host_evictions")
+    assert [exclusive[k] for k in keys] != [inclusive[k] for k in keys]
+    with pytest.raises(kvblock.KvbError, match="host_cache_twin_percent 101"):
+        kvblock.Manager(8, 4, num_host_blocks=8, host_cache=True, host_cache_twin_percent=101)
+    with pytest.raises(kvblock.KvbArgumentError, match="host_cache_twin_percent"):
+        kvblock.Manager(8, 4, num_host_blocks=8, host_cache=True, host_cache_twin_percent=-1)

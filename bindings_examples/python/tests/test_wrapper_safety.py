@@ -129,3 +129,49 @@ def test_parent_hash_must_be_a_u64():
     for bad, match in ((True, "got bool"), (1.5, "got float"), (-1, "not a u64"), (2**64, "not a u64")):
         with pytest.raises(kvblock.KvbArgumentError, match=match):
             kvblock.hash_tokens([1, 2], parent=bad)
+
+
+def test_kernels_on_one_cache_from_threads():
+    """Long-context decode uses a split-K workspace; two threads on one KVCache must not share it."""
+    rng = np.random.default_rng(1)
+    cache = kvblock.KVCache(1, 64, BS, KVH, D, "float32")
+    cache.k[0][:] = rng.standard_normal(cache.k[0].shape).astype(np.float32)
+    cache.v[0][:] = rng.standard_normal(cache.v[0].shape).astype(np.float32)
+    tables = np.arange(64, dtype=np.int32).reshape(1, 64).repeat(4, 0)
+    lens = np.array([1000, 900, 800, 700], np.int32)
+    qs = [rng.standard_normal((4, QH, D)).astype(np.float32) for _ in range(3)]
+    refs = []
+    for q in qs:
+        out = np.empty_like(q)
+        kvblock.paged_attention(cache, 0, q, tables, lens, out)
+        refs.append(out)
+    wrong = []
+
+    def worker(i):
+        out = np.empty_like(qs[i])
+        for _ in range(100):
+            # thread 2 alternates a shorter table: its workspace needs change size under the others
+            t = tables if i != 2 or _ % 2 else tables[:, :48].copy()
+            kvblock.paged_attention(cache, 0, qs[i], t, np.minimum(lens, t.shape[1] * BS), out)
+            if i != 2 and not np.array_equal(out, refs[i]):
+                wrong.append(i)
+                return
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+def test_empty_batches():
+    """Zero rows are valid (a step whose sequences bring no new token); numpy may give them 0 strides."""
+    cache = kvblock.KVCache(1, 4, BS, KVH, D, "float32")
+    empty = np.random.default_rng(0).standard_normal((0, KVH, D)).astype(np.float32)
+    kvblock.write_kv(cache, 0, empty, empty, np.zeros(0, np.int64))
+    q = np.random.default_rng(0).standard_normal((0, QH, D)).astype(np.float32)
+    out = np.empty((0, QH, D), np.float32)
+    kvblock.prefill_attention(cache, 0, q, np.array([0, 0], np.int32), np.array([5], np.int32),
+                              np.zeros((1, 1), np.int32), out)
+    assert not cache.k[0].any()

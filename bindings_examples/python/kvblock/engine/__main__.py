@@ -15,6 +15,9 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m kvblock.engine", description=__doc__)
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--shared-prefix", type=int, default=512, help="tokens of prompt prefix shared by every request")
+    p.add_argument("--prefix-families", type=int, default=1, metavar="K",
+                   help="K different shared prefixes, request r uses prefix r %% K (a device pool that holds "
+                        "fewer than K of them shows the host cache at work)")
     p.add_argument("--prompt", type=int, default=64, help="tokens of unique prompt suffix per request")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--n", type=int, default=1, help="parallel samples per request (fork)")
@@ -51,10 +54,12 @@ def main() -> None:
     if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
         p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
     rng = np.random.default_rng(a.seed)
-    shared = rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist()
+    if a.prefix_families < 1:
+        p.error("--prefix-families must be >= 1")
+    shared = [rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist() for _ in range(a.prefix_families)]
     for r in range(a.requests):
         suffix = rng.integers(0, model.cfg.vocab, a.prompt).tolist()
-        eng.add_request(Request(r, shared + suffix, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed))
+        eng.add_request(Request(r, shared[r % a.prefix_families] + suffix, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed))
     eng.run()
     ev = eng.publisher.stats() if eng.publisher is not None else None
     eng.close()

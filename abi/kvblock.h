@@ -386,7 +386,7 @@ typedef struct kvb_stats {
   uint64_t offloaded_blocks;   /* device -> host copies handed out (kvb_drain_host_transfers), cumulative */
   uint64_t loaded_blocks;      /* host -> device copies handed out, cumulative */
   uint64_t host_evictions;     /* cached host blocks dropped for new content */
-  uint64_t cached_host_blocks; /* host blocks holding cached content now */
+  uint64_t cached_host_blocks; /* host blocks holding cached content now (read by pending loads too) */
 } kvb_stats;
 
 KVB_API void kvb_stats_init(kvb_stats* stats);

@@ -565,7 +565,9 @@ Stats Manager::stats() const {
   st.offloaded_blocks = offloaded_;
   st.loaded_blocks = loaded_;
   st.host_evictions = host_evictions_;
-  st.cached_host_blocks = host_pool_.num_free() + twins_.size;
+  // Host blocks are empty, held by swapped-out sequences, or cached: pinned ones (read by pending loads)
+  // are cached too, in the host index and findable.
+  st.cached_host_blocks = cfg_.num_host_blocks - host_empty_.size() - host_held_;
   return st;
 }
 

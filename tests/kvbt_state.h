@@ -48,7 +48,7 @@ static int kvbt_state_hashes = 1;
 
 /* Everything that can be read without changing the manager: stats, free count, the info and block table
  * of every id in ids[0..num_ids), every block's committed hash. With destructive != 0 the pending
- * copy-on-write pairs and the queued events are drained into the snapshot too (the manager changes). */
+ * copy-on-write pairs, the host cache's transfers and the queued events are drained into the snapshot too (the manager changes). */
 static void kvbt_state_take(kvb_manager* m, const int64_t* ids, size_t num_ids, int destructive, kvbt_state* s) {
   kvb_stats st;
   size_t nfree = 0, i;
@@ -91,6 +91,18 @@ static void kvbt_state_take(kvb_manager* m, const int64_t* ids, size_t num_ids, 
     kvbt_state_status(s, kvb_drain_copies(m, pairs, 4096, &np));
     kvbt_state_put(s, &np, sizeof np);
     if (np <= 4096) kvbt_state_put(s, pairs, 2 * np * sizeof pairs[0]);
+    {
+      static int32_t loads[2 * 4096];
+      size_t nl = 0;
+      np = 0;
+      kvbt_state_status(s, kvb_drain_host_transfers(m, pairs, 4096, &np, loads, 4096, &nl));
+      kvbt_state_put(s, &np, sizeof np);
+      kvbt_state_put(s, &nl, sizeof nl);
+      if (np <= 4096 && nl <= 4096) {
+        kvbt_state_put(s, pairs, 2 * np * sizeof pairs[0]);
+        kvbt_state_put(s, loads, 2 * nl * sizeof loads[0]);
+      }
+    }
     do {
       memset(ev, 0, sizeof ev);
       es = kvb_drain_events(m, ev, 64, toks, sizeof toks / sizeof toks[0], &ne, &dropped);

@@ -1,6 +1,7 @@
 /* bench_kernels_env.h - what the kernel benchmark files share (internal to the tool): one device's run
-   (timing, fence, ceilings), caches and buffers on that device, and the timing loop. Defined in
-   bench_kernels.c; bench_prefill.c adds the prefill cases. */
+   (timing, fence, ceilings), caches and buffers on that device, and the timing loop (all defined in
+   bench_kernels_env.c); then the ceilings and the case groups, one file each, that bench_kernels.c
+   runs in order. */
 #ifndef KVBLOCK_TOOL_BENCH_KERNELS_ENV_H
 #define KVBLOCK_TOOL_BENCH_KERNELS_ENV_H
 
@@ -59,6 +60,11 @@ typedef struct kresult {
 /* Random fp16 values of magnitude 1/8..1 (no zeros, denormals, infinities or NaNs). */
 void fill16(uint16_t* p, size_t n, uint64_t* state);
 uint64_t next_rand(uint64_t* state);
+/* Bytes of one of d's K or V arrays (fp16). */
+size_t desc_bytes(const kvb_cache_desc* d);
+/* A bare fp16 cache from kvb_cache_alloc on the GPU (cuda) or the host; 0 on a failure (message printed). */
+int cache_alloc(kvb_cache_desc* d, int cuda, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd);
+void cache_free(kvb_cache_desc* d);
 /* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
 int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd, uint32_t host_blocks);
 void kc_free(kcache* c);
@@ -66,16 +72,30 @@ void kc_free(kcache* c);
 int kc_buffer(const kenv* e, kcache* c, size_t bytes);
 /* Waits until every GPU call issued so far has finished; 1 on the CPU. */
 int fence(kenv* e);
+/* The fence's device and host blocks (GPU); 1 on the CPU. */
+int fence_setup(kenv* e);
 /* Copies the staging cache into the device cache (GPU) and waits for it; nothing on the CPU. */
 int kc_upload(kenv* e, kcache* c);
 /* Random K and V on the host side, then uploaded. */
 int kc_fill_random(kenv* e, kcache* c);
 /* One warm-up call, then e->reps samples of e->inner calls each (fenced); seconds per call in res. */
 int time_calls(kenv* e, kcall fn, void* ctx, kresult* res);
+/* Times fn and prints it (bytes per call, against ceiling ceil); a ceiling result (is_ceiling) also sets
+   e->ceil[ceil]. */
+int bench_one(kenv* e, kcall fn, void* ctx, const char* key, const char* label, double bytes, int ceil,
+              int is_ceiling);
 /* A random permutation of 0..n-1. */
 void random_tables(int32_t* t, uint32_t n, uint64_t* seed);
 
+/* bench_ceilings.c: the copy and read ceilings of the CPU, the copy and transfer ceilings of the GPU. */
+int ceiling_cpu(kenv* e);
+int ceiling_gpu(kenv* e);
+/* bench_attention.c: kvb_paged_attention (decode) cases in GB/s. */
+int bench_attention(kenv* e);
 /* bench_prefill.c: kvb_prefill_attention cases in TFLOP/s (CPU: and of a measured FMA peak). */
 int bench_prefill(kenv* e);
+/* bench_write_copy_swap.c: kvb_write_kv, then kvb_copy_blocks and kvb_swap_blocks. */
+int bench_write_kv(kenv* e);
+int bench_blocks(kenv* e);
 
 #endif

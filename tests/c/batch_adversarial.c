@@ -1,9 +1,9 @@
 /* kvb_batch_append / kvb_batch_commit against the per-sequence calls, over random operation sequences
  * that include what batch_decode.c's random run leaves out: fork_at of partial blocks, rollback,
- * sliding windows with sinks, swap out / in, a watermark, events, and copy-on-write pairs left pending
- * across many steps (drained only now and then). A mirror manager runs the per-sequence calls; after
- * every step the two must agree on block tables, sequence info, stats, hashes, pending pairs and
- * events. A refused batch must change nothing (events included), and the per-sequence loop must then
+ * sliding windows with sinks, swap out / in, a watermark, events, the host cache (every other run), and
+ * copy-on-write pairs and host transfers left pending across many steps (drained only now and then). A
+ * mirror manager runs the per-sequence calls; after every step the two must agree on block tables,
+ * sequence info, stats, hashes, pending pairs and events. A refused batch must change nothing (events included), and the per-sequence loop must then
  * fail as well. */
 #include "kvbt_common.h"
 
@@ -31,7 +31,8 @@ static uint32_t rnd(uint32_t n) {
   return (uint32_t)(rs >> 33) % n;
 }
 
-static kvb_manager* make_pool(uint32_t blocks) { return kvbt_make_ex(4, blocks, 24, 0.1f, KVB_CONFIG_EVENTS, 0); }
+static uint32_t pool_flags = KVB_CONFIG_EVENTS; /* odd runs add the host cache (offloads on eviction, host hits) */
+static kvb_manager* make_pool(uint32_t blocks) { return kvbt_make_ex(4, blocks, 24, 0.1f, pool_flags, 0); }
 
 static kvb_status aapply(kvb_manager* m, const aop* o) {
   int32_t pairs[2 * 64];
@@ -50,7 +51,12 @@ static kvb_status aapply(kvb_manager* m, const aop* o) {
     case A_WINDOW: return kvb_seq_set_window(m, o->id, o->window, o->sink);
     case A_SWAP_OUT: return kvb_seq_swap_out(m, o->id, pairs, 64, &np);
     case A_SWAP_IN: return kvb_seq_swap_in(m, o->id, pairs, 64, &np);
-    case A_DRAIN: return kvb_drain_copies(m, pairs, 64, &np);
+    case A_DRAIN: { /* copy-on-write pairs, then host transfers (the replay of drain_both) */
+      int32_t off[128], load[128];
+      size_t no = 0, nl = 0;
+      kvb_status s = kvb_drain_copies(m, pairs, 64, &np);
+      return s != KVB_OK ? s : kvb_drain_host_transfers(m, off, 64, &no, load, 64, &nl);
+    }
     default: return kvb_seq_append(m, o->id, o->tokens, 1);
   }
 }
@@ -118,6 +124,17 @@ static void drain_both(kvb_manager* m, kvb_manager* mirror) {
   if (na != nb || memcmp(pa, pb, 2 * na * sizeof(int32_t)) != 0) {
     fprintf(stderr, "  copy-on-write pairs differ (%zu vs %zu)\n", na, nb);
     CHECK(0);
+  }
+  { /* host-cache offloads and loads (none without the host cache) */
+    int32_t oa[128], ob[128], la[128], lb[128];
+    size_t noa = 0, nob = 0, nla = 0, nlb = 0;
+    CHECK_OK(kvb_drain_host_transfers(m, oa, 64, &noa, la, 64, &nla));
+    CHECK_OK(kvb_drain_host_transfers(mirror, ob, 64, &nob, lb, 64, &nlb));
+    if (noa != nob || nla != nlb || memcmp(oa, ob, 2 * noa * sizeof(int32_t)) != 0 ||
+        memcmp(la, lb, 2 * nla * sizeof(int32_t)) != 0) {
+      fprintf(stderr, "  host transfers differ\n");
+      CHECK(0);
+    }
   }
   memset(&o, 0, sizeof o);
   o.type = A_DRAIN;
@@ -257,7 +274,10 @@ static void random_run(uint64_t seed, uint32_t blocks, int steps) {
 static void test_random_equivalence_adversarial(void) {
   const char* quick = getenv("KVB_TEST_QUICK");
   int runs = quick && quick[0] == '1' ? 3 : 20, r;
-  for (r = 0; r < runs && !kvbt_case_failures; ++r) random_run(7000 + (uint64_t)r, r % 3 == 0 ? 10 : (r % 3 == 1 ? 20 : 48), 400);
+  for (r = 0; r < runs && !kvbt_case_failures; ++r) {
+    pool_flags = KVB_CONFIG_EVENTS | (r % 2 ? KVB_CONFIG_HOST_CACHE : 0);
+    random_run(7000 + (uint64_t)r, r % 3 == 0 ? 10 : (r % 3 == 1 ? 20 : 48), 400);
+  }
 }
 
 int main(void) {

@@ -282,6 +282,28 @@ static void test_drain_buffer_too_small(void) {
   kvb_manager_destroy(m);
 }
 
+/* A host block read by a pending load is still cached content (a second prompt can hit it before the
+   drain): cached_host_blocks counts it. It used to count only the evictable ones, so it read 0 here. */
+static void test_pinned_host_blocks_stay_cached(void) {
+  kvb_manager* m = make_tiered(3, 2, 0);
+  int64_t a[9], b[9];
+  size_t cached = 0;
+  kvbt_iota(a, 9, 100);
+  kvbt_iota(b, 9, 900);
+  compute(m, 1, a, 9); /* two full blocks cached on the device */
+  compute(m, 2, b, 9); /* evicts and offloads both */
+  drain(m);
+  CHECK(kvbt_stats(m).cached_host_blocks == 2);
+  /* Two host hits: loads pending, host sources pinned (b's blocks, evicted now, find no host room). */
+  CHECK_OK(kvb_seq_allocate(m, 3, a, 9, &cached));
+  CHECK(cached == 8 && kvbt_stats(m).host_hit_tokens == 8);
+  CHECK(kvbt_stats(m).cached_host_blocks == 2 && kvbt_stats(m).free_host_blocks == 0);
+  CHECK_OK(kvb_check_invariants(m));
+  drain(m);
+  CHECK(kvbt_stats(m).cached_host_blocks == 2); /* now twins of the loaded device blocks */
+  kvb_manager_destroy(m);
+}
+
 int main(void) {
   RUN_TEST(test_offload_then_host_hit);
   RUN_TEST(test_kept_host_copy_moves_nothing);
@@ -291,5 +313,6 @@ int main(void) {
   RUN_TEST(test_swap_out_evicts_cache);
   RUN_TEST(test_events_carry_medium);
   RUN_TEST(test_drain_buffer_too_small);
+  RUN_TEST(test_pinned_host_blocks_stay_cached);
   TEST_SUMMARY();
 }

@@ -9,6 +9,11 @@
 // drained copy-on-write pairs and swap pairs on it, and checks after every step that each live sequence's
 // computed tokens read back through its block table are exactly the model's tokens ("data is never
 // lost", and a prefix hit never lands on KV that was not written).
+// The host-cache configurations (host_*) add the second cache level: the model keeps its host index,
+// LRU and twin lists as kvblock.h documents them; the test compares the drained offload / load pairs,
+// the host stats and every event (with its medium), and runs the pairs on the simulated store (all
+// offloads, then all loads, before copies, swap-ins and commits), checking that every block a hit can
+// return, on either level, holds exactly the tokens committed into it.
 //
 // The parts, one concern per file under differential/ (headers, so that the Makefile's tests/cpp/*.cpp
 // builds this file as the one test binary):
@@ -102,10 +107,12 @@ int main() {
     printf("     %s: %" PRIu64 " seeds, %" PRIu64 " steps; %" PRIu64 " allocations (%" PRIu64 " out of blocks), %" PRIu64
            " hit tokens, %" PRIu64 " commits, %" PRIu64 " appends, %" PRIu64 " forks, %" PRIu64 " CoW copies, %" PRIu64
            " rollbacks, %" PRIu64 " window releases, %" PRIu64 "/%" PRIu64 " swaps out/in, %" PRIu64 " evictions, %" PRIu64
-           " expected errors\n",
+           " expected errors; host: %" PRIu64 " hit tokens, %" PRIu64 "/%" PRIu64 " offloads/loads, %" PRIu64
+           " evictions, %" PRIu64 " events\n",
            kConfigs[ci].name, g_act.seeds, g_act.steps, g_act.allocs, g_act.alloc_oob, g_act.hit_tokens, g_act.commits,
            g_act.appends, g_act.forks, g_act.cow, g_act.rollbacks, g_act.released, g_act.swaps_out, g_act.swaps_in,
-           g_act.evictions, g_act.errors);
+           g_act.evictions, g_act.errors, g_act.host_hit_tokens, g_act.offloads, g_act.loads, g_act.host_evictions,
+           g_act.events);
     if (ok) kvbt_passed++;
     else kvbt_failed++;
     printf("%s differential_%s\n", ok ? "ok  " : "FAIL", kConfigs[ci].name);

@@ -10,6 +10,10 @@
 //     sequence lengths, computed counts and location; it also tracks what every device block holds, so
 //     that a prefix-cache hit on a block whose K/V is not exactly the prompt's (other tokens, other salt
 //     or extra key, not yet committed, non-cacheable) is caught.
+//   - with KVB_CONFIG_HOST_CACHE the model also plays the KV store the engine keeps: what each device
+//     and host block's K/V holds, moved by the drained offload / load pairs (run before anything writes
+//     device K/V: before commits and swap-ins), so that a hit from the host level must find the prompt's
+//     K/V once its load has run, and every offload / load moves committed, cacheable content.
 // Any violation aborts, which libFuzzer reports as a crash with the input saved.
 #include <algorithm>
 #include <cinttypes>
@@ -78,8 +82,13 @@ struct MSeq {
 struct Model {
   uint32_t bs = 16, nblocks = 0, nhost = 0;
   bool noncache7 = false;
+  bool host_cache = false;
   std::map<int64_t, MSeq> seqs;
   std::vector<uint64_t> content;  // per device block: descriptor of the committed content, 0 = none
+  // Host cache: the K/V the engine's store holds (descriptors) per device and host block, and host hits
+  // not yet checked (device block, descriptor the prompt needs): their loads are pending.
+  std::vector<uint64_t> kv, host_kv;
+  std::vector<std::pair<int32_t, uint64_t>> unverified;
 
   bool cacheable_block(const std::vector<int64_t>& t, uint32_t i, bool has_extra) const {
     if (has_extra || !noncache7) return true;
@@ -135,6 +144,51 @@ void check_info(kvb_manager* m, const Model& md, int64_t id) {
     REQUIRE(!t.empty() && t.back() >= 0, "seq %" PRId64 ": last block released", id);
     for (int32_t b : t) REQUIRE(b >= -1 && b < static_cast<int32_t>(md.nblocks), "seq %" PRId64 ": block %d", id, b);
   }
+}
+
+// Drains the host cache's transfers with the given capacities and, when that succeeds, runs them on the
+// model's KV store: offloads, then loads (kvblock.h's order). Every pair moves committed content; every
+// host hit of an earlier allocate now holds the prompt's K/V.
+kvb_status drain_host(kvb_manager* m, Model& md, size_t off_cap, size_t load_cap, bool null_off, bool null_counts) {
+  auto off = std::unique_ptr<int32_t[]>(new int32_t[2 * off_cap + 1]());
+  auto ld = std::unique_ptr<int32_t[]>(new int32_t[2 * load_cap + 1]());
+  size_t no = SIZE_MAX, nl = SIZE_MAX;
+  kvb_status s = kvb_drain_host_transfers(m, null_off ? nullptr : off.get(), off_cap, null_counts ? nullptr : &no,
+                                          ld.get(), load_cap, &nl);
+  if (s != KVB_OK) return s;
+  REQUIRE(md.host_cache || (no == 0 && nl == 0), "drain_host_transfers: %zu offloads, %zu loads without a host cache",
+          no, nl);
+  REQUIRE(no <= off_cap && nl <= load_cap, "drain_host_transfers: counts beyond capacity");
+  for (size_t i = 0; i < no; ++i) {
+    const int32_t b = off[2 * i], h = off[2 * i + 1];
+    REQUIRE(b >= 0 && b < static_cast<int32_t>(md.nblocks) && h >= 0 && h < static_cast<int32_t>(md.nhost),
+            "offload pair (%d,%d)", b, h);
+    REQUIRE(md.kv[b] != 0, "offload of device block %d, which holds no committed cacheable K/V", b);
+    md.host_kv[h] = md.kv[b];
+  }
+  for (size_t i = 0; i < nl; ++i) {
+    const int32_t h = ld[2 * i], d = ld[2 * i + 1];
+    REQUIRE(d >= 0 && d < static_cast<int32_t>(md.nblocks) && h >= 0 && h < static_cast<int32_t>(md.nhost),
+            "load pair (%d,%d)", h, d);
+    REQUIRE(md.host_kv[h] != 0, "load from host block %d, which holds no committed cacheable K/V", h);
+    md.kv[d] = md.host_kv[h];
+  }
+  for (const auto& u : md.unverified) {
+    bool loaded = false;
+    for (size_t i = 0; i < nl; ++i) loaded = loaded || ld[2 * i + 1] == u.first;
+    REQUIRE(loaded, "hit on device block %d whose K/V is not the prompt's, and no load into it", u.first);
+    REQUIRE(md.kv[u.first] == u.second, "host hit on device block %d: after the loads its K/V is not the prompt's",
+            u.first);
+  }
+  md.unverified.clear();
+  return s;
+}
+
+// The engine runs every pending transfer before the step writes K/V (commit) or a swap-in overwrites blocks.
+void drain_host_all(kvb_manager* m, Model& md) {
+  if (!md.host_cache) return;
+  kvb_status s = drain_host(m, md, 4096, 4096, false, false);
+  REQUIRE(s == KVB_OK, "drain_host_transfers: %s", kvb_status_string(s));
 }
 
 // ---- decoding helpers -----------------------------------------------------------------------------
@@ -255,8 +309,10 @@ kvb_status batch_decode_step(kvb_manager* m, Model& md, Reader& r, uint8_t b) {
       q.computed = all ? q.toks.size() : q.computed + counts[i];
       const std::vector<int32_t>& t = before.at(ids[i]);
       std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
-      for (uint64_t k = old / md.bs; k < q.computed / md.bs; ++k)
+      for (uint64_t k = old / md.bs; k < q.computed / md.bs; ++k) {
+        if (t[k] >= 0) md.kv[t[k]] = d[k];
         if (t[k] >= 0 && d[k]) md.content[t[k]] = d[k];
+      }
     }
   }
   for (size_t i = 0; i < ns; ++i) check_info(m, md, ids[i]);
@@ -266,14 +322,14 @@ kvb_status batch_decode_step(kvb_manager* m, Model& md, Reader& r, uint8_t b) {
 enum Op {
   OP_ALLOCATE, OP_CAN_ALLOCATE, OP_COMMIT, OP_APPEND, OP_CAN_APPEND, OP_FREE, OP_TABLE, OP_HASH, OP_FORK,
   OP_DRAIN_COPIES, OP_ROLLBACK, OP_WINDOW, OP_SWAP_OUT, OP_SWAP_IN, OP_BATCH, OP_STATS, OP_EVENTS, OP_RESET,
-  OP_EXTRA_KEY, OP_INFO, OP_NUM_FREE, OP_NULL_MANAGER, OP_COUNT
+  OP_EXTRA_KEY, OP_INFO, OP_NUM_FREE, OP_NULL_MANAGER, OP_DRAIN_HOST, OP_COUNT
 };
 
 const char* const kOpNames[OP_COUNT] = {"allocate", "can_allocate", "commit", "append", "can_append", "free",
                                         "block_table", "block_hash", "fork", "drain_copies", "rollback",
                                         "set_window", "swap_out", "swap_in", "batch_export", "get_stats",
                                         "drain_events", "reset_prefix_cache", "set_extra_key", "get_info",
-                                        "num_free_blocks", "null_manager"};
+                                        "num_free_blocks", "null_manager", "drain_host_transfers"};
 
 template <class T>
 std::unique_ptr<T[]> exact_buffer(size_t n) {  // exactly n elements, so ASan sees any overrun
@@ -298,6 +354,11 @@ void run(const uint8_t* data, size_t size) {
   cfg.watermark = kWatermarks[(c0 >> 3) & 3];
   cfg.flags = (c3 & 1 ? KVB_CONFIG_KEYED_INDEX : 0) | (c3 & 2 ? KVB_CONFIG_EVENTS : 0);
   cfg.event_capacity = 1 + ((c3 >> 2) & 15);
+  if (cfg.num_host_blocks > 0 && (c2 & 0x40)) {  // host blocks as a second prefix-cache level
+    static const uint32_t kTwinPercents[] = {0, 1, 50, 100};
+    cfg.flags |= KVB_CONFIG_HOST_CACHE;
+    cfg.host_cache_twin_percent = kTwinPercents[c1 >> 6];
+  }
   cfg.index_seed = 0x1234;
   if (c0 & 0x80) {
     cfg.non_cacheable_tokens = kNonCacheable;
@@ -310,7 +371,16 @@ void run(const uint8_t* data, size_t size) {
     switch (c3 >> 6) {
       case 0: bad.block_size = (c1 & 1) ? 0 : (1u << 17); break;
       case 1: bad.num_blocks = 0; bad.watermark = (c1 & 1) ? 1.0f : -0.5f; break;
-      case 2: bad.flags = 0x80; bad.struct_size = (c1 & 1) ? 4 : bad.struct_size; break;
+      case 2:
+        if (c1 & 2) {  // a host cache without host blocks, or a twin share over 100%
+          bad.flags = KVB_CONFIG_HOST_CACHE;
+          if (c1 & 4) bad.num_host_blocks = 0;
+          else bad.host_cache_twin_percent = 101;
+          break;
+        }
+        bad.flags = 0x80;
+        bad.struct_size = (c1 & 1) ? 4 : bad.struct_size;
+        break;
       default:
         if (c1 & 2) {  // KV cache groups that cannot run: a window of 0, sinks on a full group, NULL, host tier
           static kvb_group_spec specs[2];
@@ -341,10 +411,13 @@ void run(const uint8_t* data, size_t size) {
   md.nhost = cfg.num_host_blocks;
   md.noncache7 = cfg.num_non_cacheable_tokens > 0;
   md.content.assign(md.nblocks, 0);
+  md.host_cache = (cfg.flags & KVB_CONFIG_HOST_CACHE) != 0;
+  md.kv.assign(md.nblocks, 0);
+  md.host_kv.assign(md.nhost, 0);
   if (trace)
-    std::fprintf(stderr, "config: block_size %u, %u blocks, %u host, watermark %g, flags %u, non-cacheable %d\n",
+    std::fprintf(stderr, "config: block_size %u, %u blocks, %u host, watermark %g, flags %u, non-cacheable %d, twins %u%%\n",
                  cfg.block_size, cfg.num_blocks, cfg.num_host_blocks, static_cast<double>(cfg.watermark), cfg.flags,
-                 md.noncache7);
+                 md.noncache7, cfg.host_cache_twin_percent);
   const uint32_t bs = md.bs;
   // Block hashes in the before/after snapshots cost one failing call per unhashed block: small pools only.
   kvbt_state_hashes = md.nblocks <= 8 || (c2 & 0x08);
@@ -356,6 +429,9 @@ void run(const uint8_t* data, size_t size) {
   for (int step = 0; step < 256 && !r.empty(); ++step) {
     const Op op = static_cast<Op>(r.u8() % OP_COUNT);
     const char* what = kOpNames[op];
+    // The forward step that wrote the K/V a commit reports ran after every pending transfer, and so does a
+    // swap-in (kvblock.h's order): the engine drains them first.
+    if (op == OP_COMMIT || op == OP_BATCH || op == OP_SWAP_IN) drain_host_all(m, md);
     snap_ids.clear();
     for (const auto& e : md.seqs) snap_ids.push_back(e.first);
     snap_ids.push_back(-1);
@@ -451,6 +527,12 @@ void run(const uint8_t* data, size_t size) {
         for (uint32_t i = 0; i < hit / bs; ++i) {
           if (t[i] < 0) continue;  // a hit the sequence's sliding window released at once
           REQUIRE(d[i] != 0, "allocate: hit on block %u of a prompt that is not cacheable there", i);
+          if (md.host_cache && md.content[t[i]] != d[i]) {
+            // A hit from the host level: its load is pending (and holds the block); checked once drained.
+            md.unverified.emplace_back(t[i], d[i]);
+            md.content[t[i]] = d[i];
+            continue;
+          }
           REQUIRE(md.content[t[i]] == d[i],
                   "allocate seq %" PRId64 ": prefix hit on block %d at index %u whose K/V is not the prompt's", id,
                   t[i], i);
@@ -481,8 +563,10 @@ void run(const uint8_t* data, size_t size) {
         uint64_t old = q.computed;
         q.computed += n;
         std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
-        for (uint64_t i = old / bs; i < q.computed / bs; ++i)
+        for (uint64_t i = old / bs; i < q.computed / bs; ++i) {
+          if (t[i] >= 0) md.kv[t[i]] = d[i];
           if (t[i] >= 0 && d[i]) md.content[t[i]] = d[i];
+        }
         touched = id;
         touched_valid = true;
         break;
@@ -666,6 +750,7 @@ void run(const uint8_t* data, size_t size) {
             REQUIRE(buf[2 * i] >= 0 && buf[2 * i] < static_cast<int32_t>(md.nblocks), "swap_out: device block %d", buf[2 * i]);
             REQUIRE(buf[2 * i + 1] >= 0 && buf[2 * i + 1] < static_cast<int32_t>(md.nhost), "swap_out: host block %d", buf[2 * i + 1]);
           }
+          for (size_t i = 0; i < np; ++i) md.host_kv[buf[2 * i + 1]] = md.kv[buf[2 * i]];  // run the pairs
           q.swapped = true;
         } else {
           REQUIRE(q.swapped, "swap_in of a sequence on device succeeded");
@@ -674,6 +759,9 @@ void run(const uint8_t* data, size_t size) {
             REQUIRE(buf[2 * i] >= 0 && buf[2 * i] < static_cast<int32_t>(md.nhost), "swap_in: host block %d", buf[2 * i]);
             REQUIRE(buf[2 * i + 1] >= 0 && buf[2 * i + 1] < static_cast<int32_t>(md.nblocks), "swap_in: device block %d", buf[2 * i + 1]);
           }
+          // Offloads of blocks this swap-in evicted run before its pairs overwrite them.
+          drain_host_all(m, md);
+          for (size_t i = 0; i < np; ++i) md.kv[buf[2 * i + 1]] = md.host_kv[buf[2 * i]];
           // The swapped-in blocks hold the sequence's K/V again: committed full blocks carry its content.
           std::vector<int32_t> t = table_of(m, id);
           std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
@@ -732,6 +820,13 @@ void run(const uint8_t* data, size_t size) {
           REQUIRE(st.num_seqs == md.seqs.size(), "stats: %" PRIu64 " seqs, model %zu", st.num_seqs, md.seqs.size());
           REQUIRE(st.cached_free_blocks <= st.free_blocks, "stats: cached free > free");
           REQUIRE(st.free_host_blocks <= md.nhost, "stats: free host blocks");
+          if (!(b & 1)) {  // the host cache's fields are covered by the full struct size
+            REQUIRE(st.free_host_blocks + st.cached_host_blocks <= md.nhost, "stats: free + cached host blocks");
+            REQUIRE(st.device_hit_tokens + st.host_hit_tokens == st.hit_tokens, "stats: device + host hits != hits");
+            REQUIRE(md.host_cache || (st.host_hit_tokens == 0 && st.offloaded_blocks == 0 && st.loaded_blocks == 0 &&
+                                      st.cached_host_blocks == 0),
+                    "stats: host cache activity without KVB_CONFIG_HOST_CACHE");
+          }
         }
         break;
       }
@@ -814,6 +909,12 @@ void run(const uint8_t* data, size_t size) {
         predicted = true;
         break;
       }
+      case OP_DRAIN_HOST: {  // capacities too small or NULL are refused and drain nothing
+        uint8_t b = r.u8();
+        size_t oc = (b & 0x10) ? b % 3 : 4096, lc = (b & 0x20) ? (b >> 2) % 3 : 4096;
+        s = drain_host(m, md, oc, lc, (b & 0x40) && r.u8() < 60, (b & 0x80) && r.u8() < 60);
+        break;
+      }
       case OP_COUNT: break;
     }
     (void)predicted;
@@ -840,13 +941,18 @@ void run(const uint8_t* data, size_t size) {
   }
 
   for (const auto& e : md.seqs) check_info(m, md, e.first);
+  drain_host_all(m, md);  // a pending load holds its device block
   // The block accounting balances once every sequence is gone.
   for (const auto& e : md.seqs) REQUIRE(kvb_seq_free(m, e.first) == KVB_OK, "final free");
   kvb_stats st;
   kvb_stats_init(&st);
   REQUIRE(kvb_get_stats(m, &st) == KVB_OK, "final stats");
+  if (trace)
+    std::fprintf(stderr, "final: %" PRIu64 " hit tokens (%" PRIu64 " from host), %" PRIu64 " offloads, %" PRIu64
+                 " loads, %" PRIu64 " host evictions\n", st.hit_tokens, st.host_hit_tokens, st.offloaded_blocks,
+                 st.loaded_blocks, st.host_evictions);
   REQUIRE(st.free_blocks == md.nblocks && st.used_blocks == 0 && st.num_seqs == 0 &&
-              st.free_host_blocks == md.nhost,
+              st.free_host_blocks + st.cached_host_blocks == md.nhost,
           "final accounting: %" PRIu64 " free of %u, %" PRIu64 " used, %" PRIu64 " host free of %u", st.free_blocks,
           md.nblocks, st.used_blocks, st.free_host_blocks, md.nhost);
   REQUIRE(kvb_check_invariants(m) == KVB_OK, "final invariants: %s", kvb_last_error());

@@ -53,6 +53,9 @@ check "bench --only unknown refused" [ $? -eq 2 ]
 check "bench --only cow at block size 1 refused" [ $? -eq 2 ]
 "$KVB" bench --quick --block-size 1 --prompt-tokens 64 --decode-seqs 4 --only batch >/dev/null
 check "bench block size 1: batch runs" [ $? -eq 0 ]
+# Block size 1: the host-hit case's filler prompt must not share a token (a whole block) with the prompt.
+"$KVB" bench --quick --block-size 1 --prompt-tokens 64 --decode-seqs 4 --only hosthit >/dev/null
+check "bench block size 1: hosthit loads every host block" [ $? -eq 0 ]
 check "bench json: medians positive" sh -c "! grep -q '\"median\": 0.00[,}]' '$TMP/b.json'"
 check "bench json: reps 3" grep -q '"reps": 3' "$TMP/b.json"
 "$KVB" bench --quick --reps 2 --iters 4 --prompt-tokens 256 --decode-tokens 16 >"$TMP/b.txt"

@@ -19,13 +19,60 @@ int64_t Run::read_slot(const std::map<int32_t, std::vector<int64_t>>& overlay, i
   return content_[static_cast<size_t>(b) * cfg_.bs + off];
 }
 
+int64_t Run::read_host_slot(const std::map<int32_t, std::vector<int64_t>>& overlay, int32_t h, size_t off) const {
+  auto it = overlay.find(h);
+  if (it != overlay.end()) return it->second[off];
+  return host_content_[static_cast<size_t>(h) * cfg_.bs + off];
+}
+
+// Events drained after every step must be exactly the model's, in order (type, medium, block, hashes,
+// parent, extra key, tokens).
+void Run::compare_events() {
+  std::vector<kvb_event> ev(model_.events.size() + 1);
+  std::vector<int64_t> toks((model_.events.size() + 1) * cfg_.bs);
+  size_t n = 0;
+  uint64_t dropped = 7;
+  expect(kvb_drain_events(m_, ev.data(), ev.size(), toks.data(), toks.size(), &n, &dropped), KVB_OK, "drain_events");
+  if (dropped != 0) fail(fmt("drain_events: %" PRIu64 " dropped", dropped));
+  if (n != model_.events.size()) fail(fmt("drain_events gave %zu events, model %zu", n, model_.events.size()));
+  for (size_t i = 0; i < n; ++i) {
+    const kvb_event& e = ev[i];
+    const MEvent& w = model_.events[i];
+    bool st = w.type == KVB_EVENT_BLOCK_STORED;
+    if (e.type != w.type || e.medium != w.medium || e.block_id != w.block ||
+        (w.type != KVB_EVENT_ALL_CLEARED && e.block_hash != w.hash) ||
+        (st && (e.parent_kind != w.parent_kind || e.parent_hash != w.parent_hash || e.has_extra_key != w.has_extra ||
+                (w.has_extra && e.extra_key != w.extra) || e.num_tokens != cfg_.bs)))
+      fail(fmt("event %zu: type %u medium %u block %d hash %016" PRIx64 " parent %u/%016" PRIx64
+               " extra %u/%" PRIu64 "; model type %u medium %u block %d hash %016" PRIx64 " parent %u/%016" PRIx64
+               " extra %u/%" PRIu64,
+               i, e.type, e.medium, e.block_id, e.block_hash, e.parent_kind, e.parent_hash, e.has_extra_key,
+               e.extra_key, w.type, w.medium, w.block, w.hash, w.parent_kind, w.parent_hash, w.has_extra, w.extra));
+    if (st && !std::equal(w.toks.begin(), w.toks.end(), toks.begin() + static_cast<long>(e.token_offset)))
+      fail(fmt("event %zu (STORED, medium %u, block %d): tokens differ from the model's", i, w.medium, w.block));
+  }
+  g_act.events += n;
+  model_.events.clear();
+}
+
 void Run::compare() {
   size_t nf = 0;
   expect(kvb_num_free_blocks(m_, &nf), KVB_OK, "num_free_blocks");
   if (nf != model_.freeq.size()) fail(fmt("free blocks %zu, model %zu", nf, model_.freeq.size()));
 
-  // Pending copies not yet run: read destinations through their sources (what kvb_copy_blocks would do).
-  std::map<int32_t, std::vector<int64_t>> overlay;
+  // Pending transfers not yet run, in the order the engine runs them: host cache offloads, then loads,
+  // then copy-on-write copies. Destinations read through their sources.
+  std::map<int32_t, std::vector<int64_t>> overlay, host_overlay;
+  for (const auto& p : model_.offloads) {
+    std::vector<int64_t> row(cfg_.bs);
+    for (size_t o = 0; o < cfg_.bs; ++o) row[o] = read_slot(overlay, p.first, o);
+    host_overlay[p.second] = row;
+  }
+  for (const auto& p : model_.loads) {
+    std::vector<int64_t> row(cfg_.bs);
+    for (size_t o = 0; o < cfg_.bs; ++o) row[o] = read_host_slot(host_overlay, p.first, o);
+    overlay[p.second] = row;
+  }
   for (const auto& p : model_.pending) {
     std::vector<int64_t> row(cfg_.bs);
     for (size_t o = 0; o < cfg_.bs; ++o) row[o] = read_slot(overlay, p.first, o);
@@ -63,13 +110,25 @@ void Run::compare() {
     for (size_t p = 0; p < s.computed; ++p) {
       int32_t b = t[p / cfg_.bs];
       if (b < 0) continue;
-      int64_t got = s.swapped ? host_content_[static_cast<size_t>(b) * cfg_.bs + p % cfg_.bs]
-                              : read_slot(overlay, b, p % cfg_.bs);
+      int64_t got = s.swapped ? read_host_slot(host_overlay, b, p % cfg_.bs) : read_slot(overlay, b, p % cfg_.bs);
       if (got != s.tokens[p])
         fail(fmt("KV of seq %" PRId64 " token %zu (%s block %d slot %zu) holds %" PRId64 ", want %" PRId64, id, p,
                  s.swapped ? "host" : "device", b, p % cfg_.bs, got, s.tokens[p]));
     }
   }
+
+  // Data is never lost in the cache either: every block a prefix hit can return (device index, host
+  // index) holds exactly the tokens committed into it, once the pending transfers have run.
+  for (const auto& kv : model_.index)
+    for (size_t o = 0; o < cfg_.bs; ++o)
+      if (read_slot(overlay, kv.second, o) != model_.blk[kv.second].toks[o])
+        fail(fmt("KV of cached device block %d slot %zu holds %" PRId64 ", committed %" PRId64, kv.second, o,
+                 read_slot(overlay, kv.second, o), model_.blk[kv.second].toks[o]));
+  for (const auto& kv : model_.host_index)
+    for (size_t o = 0; o < cfg_.bs; ++o)
+      if (read_host_slot(host_overlay, kv.second, o) != model_.host[kv.second].toks[o])
+        fail(fmt("KV of cached host block %d slot %zu holds %" PRId64 ", committed %" PRId64, kv.second, o,
+                 read_host_slot(host_overlay, kv.second, o), model_.host[kv.second].toks[o]));
 
   // The hash of every block. A BAD_STATE answer costs the library an exception and a message, so for
   // large pools a step checks the blocks the model gives a hash, the blocks in tables and a rotating
@@ -116,9 +175,18 @@ void Run::compare() {
       {"num_host_blocks", st.num_host_blocks, cfg_.host},
       {"free_host_blocks", st.free_host_blocks, model_.host_free.size()},
       {"events_dropped", st.events_dropped, 0},
+      {"device_hit_tokens", st.device_hit_tokens, model_.hit - model_.host_hit},
+      {"host_hit_tokens", st.host_hit_tokens, model_.host_hit},
+      {"offloaded_blocks", st.offloaded_blocks, model_.offloaded},
+      {"loaded_blocks", st.loaded_blocks, model_.loaded},
+      {"host_evictions", st.host_evictions, model_.host_evictions},
+      {"cached_host_blocks", st.cached_host_blocks, model_.host_index.size()},
   };
   for (const F& f : fields)
     if (f.got != f.want) fail(fmt("stats.%s = %" PRIu64 ", model %" PRIu64, f.name, f.got, f.want));
+
+  if (cfg_.flags & KVB_CONFIG_EVENTS) compare_events();
+  else model_.events.clear();
 
   if (kvb_check_invariants(m_) != KVB_OK) fail(fmt("kvb_check_invariants: %s", kvb_last_error()));
 }

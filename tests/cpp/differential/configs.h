@@ -17,7 +17,10 @@ struct Config {
   int vocab;
   int steps;
   int seed_weight;  // seeds per configuration = weight * base seeds / 4
+  uint32_t twin_pct = 1;  // host_cache_twin_percent (with KVB_CONFIG_HOST_CACHE)
 };
+
+constexpr uint32_t kHostCache = KVB_CONFIG_HOST_CACHE | KVB_CONFIG_EVENTS;
 
 const Config kConfigs[] = {
     {"bs1_tiny", 1, 6, 4, false, 0.0f, 0, 3, 200, 12},
@@ -37,6 +40,14 @@ const Config kConfigs[] = {
     {"bs32_tiny", 32, 4, 4, false, 0.0f, 0, 2, 200, 12},
     {"bs32_small_nc_wm", 32, 20, 10, true, 0.1f, 0, 2, 200, 4},
     {"bs32_large", 32, 1024, 256, false, 0.0f, 0, 2, 250, 1},
+    // Host blocks as a second prefix-cache level (with events, so that the medium is checked too).
+    {"host_bs1_tiny", 1, 12, 8, false, 0.0f, kHostCache, 3, 200, 8, 0},
+    {"host_bs2_tiny_twins", 2, 10, 8, false, 0.0f, kHostCache, 3, 200, 8, 50},
+    {"host_bs2_small_nc_wm", 2, 16, 10, true, 0.1f, kHostCache, 3, 200, 4, 1},
+    {"host_bs4_tiny_all_twins", 4, 10, 6, false, 0.0f, kHostCache, 2, 200, 8, 100},
+    {"host_bs4_small_keyed", 4, 24, 40, false, 0.0f, kHostCache | KVB_CONFIG_KEYED_INDEX, 3, 250, 4, 10},
+    {"host_bs16_tiny", 16, 5, 8, true, 0.0f, kHostCache, 2, 200, 8, 25},
+    {"host_bs4_medium", 4, 64, 48, false, 0.02f, kHostCache, 4, 250, 1, 1},
 };
 
 constexpr int64_t kNC = 1000;  // the non-cacheable (image placeholder) token
@@ -44,7 +55,8 @@ constexpr int64_t kNC = 1000;  // the non-cacheable (image placeholder) token
 // Activity over a configuration's runs (printed with its result line, so a reader sees what was exercised).
 struct Activity {
   uint64_t seeds = 0, steps = 0, allocs = 0, alloc_oob = 0, hit_tokens = 0, commits = 0, appends = 0, forks = 0,
-           cow = 0, rollbacks = 0, released = 0, swaps_out = 0, swaps_in = 0, evictions = 0, errors = 0;
+           cow = 0, rollbacks = 0, released = 0, swaps_out = 0, swaps_in = 0, evictions = 0, errors = 0,
+           host_hit_tokens = 0, offloads = 0, loads = 0, host_evictions = 0, events = 0;
 };
 Activity g_act;
 

@@ -13,7 +13,35 @@
 
 namespace {
 
+// Drains the host cache's transfers, checks them against the model and runs them on the simulated KV
+// store in the documented order: every offload (device -> host), then every load (host -> device).
+void Run::drain_and_run_host_transfers() {
+  if (!host_cache()) return;
+  const size_t no = model_.offloads.size(), nl = model_.loads.size();
+  std::vector<int32_t> off(2 * no + 2, -7), ld(2 * nl + 2, -7);
+  size_t go = 99, gl = 99;
+  expect(kvb_drain_host_transfers(m_, off.data(), no + 1, &go, ld.data(), nl + 1, &gl), KVB_OK,
+         "drain_host_transfers");
+  if (go != no || gl != nl) fail(fmt("drain_host_transfers gave %zu offloads, %zu loads; model %zu, %zu", go, gl, no, nl));
+  const size_t bs = cfg_.bs;
+  for (size_t i = 0; i < no; ++i) {
+    if (off[2 * i] != model_.offloads[i].first || off[2 * i + 1] != model_.offloads[i].second)
+      fail(fmt("offload %zu is (%d,%d), model (%d,%d)", i, off[2 * i], off[2 * i + 1], model_.offloads[i].first,
+               model_.offloads[i].second));
+    std::copy(&content_[off[2 * i] * bs], &content_[(off[2 * i] + 1) * bs], &host_content_[off[2 * i + 1] * bs]);
+  }
+  for (size_t i = 0; i < nl; ++i) {
+    if (ld[2 * i] != model_.loads[i].first || ld[2 * i + 1] != model_.loads[i].second)
+      fail(fmt("load %zu is (%d,%d), model (%d,%d)", i, ld[2 * i], ld[2 * i + 1], model_.loads[i].first,
+               model_.loads[i].second));
+    std::copy(&host_content_[ld[2 * i] * bs], &host_content_[(ld[2 * i] + 1) * bs], &content_[ld[2 * i + 1] * bs]);
+  }
+  if (off[2 * no] != -7 || ld[2 * nl] != -7) fail("drain_host_transfers wrote past the pairs it reported");
+  model_.release_host_transfers();
+}
+
 void Run::drain_and_run_copies() {
+  drain_and_run_host_transfers();
   size_t np = 0;
   std::vector<int32_t> pairs(2 * model_.pending.size() + 2, -7);
   expect(kvb_drain_copies(m_, pairs.data(), model_.pending.size() + 1, &np), KVB_OK, "drain_copies");

@@ -64,6 +64,10 @@ std::vector<int64_t> Run::gen_prompt() {
     t = it->second.tokens;
     if (rng_.chance(0.5)) t.resize(rng_.range(1, t.size()));
     else for (size_t k = rng_.below(3); k-- > 0;) t.push_back(gen_token());
+  } else if (r < 0.4 && host_cache() && !past_.empty()) {
+    // An earlier prompt again: by now its blocks are often evicted from the device to the host level.
+    t = past_[rng_.below(past_.size())];
+    for (size_t k = rng_.below(2 * cfg_.bs); k-- > 0;) t.push_back(gen_token());
   } else {
     t = prefixes_[rng_.below(prefixes_.size())];
     size_t tail = rng_.below(3 * cfg_.bs + 1);
@@ -74,6 +78,10 @@ std::vector<int64_t> Run::gen_prompt() {
     for (size_t k = 0; k < more; ++k) t.push_back(gen_token());
   }
   if (t.empty()) t.push_back(gen_token());
+  if (host_cache()) {
+    if (past_.size() < 16) past_.push_back(t);
+    else past_[rng_.below(past_.size())] = t;
+  }
   return t;
 }
 

@@ -63,6 +63,16 @@ struct MBlock {
   std::vector<int64_t> toks;  // the block's tokens when it was hashed
   bool has_extra = false;
   uint64_t extra = 0;
+  int parent_kind = 0;        // as events report it (kvb_parent_kind), set when indexed
+  uint64_t parent_hash = 0;
+};
+
+// An event as kvb_drain_events reports it (tokens only for STORED).
+struct MEvent {
+  uint32_t type = 0, parent_kind = 0, medium = 0, has_extra = 0;
+  uint64_t hash = 0, parent_hash = 0, extra = 0;
+  int32_t block = -1;
+  std::vector<int64_t> toks;
 };
 
 struct MSeq {
@@ -92,20 +102,37 @@ struct Opts {
 struct Model {
   uint32_t bs = 0, N = 0, H = 0, wm = 0;
   bool keyed = false;
+  bool host_cache = false;  // KVB_CONFIG_HOST_CACHE
+  uint32_t twin_budget = 0;
   std::set<int64_t> nc;
   std::vector<MBlock> blk;
   std::list<int32_t> freeq;  // front = head
   std::map<uint64_t, int32_t> index;
   std::map<int64_t, MSeq> seqs;
   std::vector<MBlock> host;  // content descriptions of host blocks
-  std::set<int32_t> host_free;
+  // Host blocks that hold nothing, a stack (back is taken next; block 0 first at start).
+  std::vector<int32_t> host_free;
+  // Host cache level (kvblock.h "Host cache"): cached host blocks are in host_index and, unless pinned
+  // by pending loads (host[h].ref > 0), in host_lru (least recently used first) or, when the device
+  // index holds the same key (twin[h] = that device block), in host_twins (oldest first).
+  std::map<uint64_t, int32_t> host_index;
+  std::list<int32_t> host_lru, host_twins;
+  std::vector<int32_t> twin;
+  std::vector<std::pair<int32_t, int32_t>> offloads, loads;  // pending (device, host) / (host, device)
+  uint64_t host_hit = 0, offloaded = 0, loaded = 0, host_evictions = 0;
+  // Events: public hashes per medium (STORED at 0 -> 1, REMOVED at 1 -> 0) and the undrained events.
+  std::map<uint64_t, int> hash_count[2];
+  std::vector<MEvent> events;
   std::vector<std::pair<int32_t, int32_t>> pending;  // copy-on-write (src, dst)
   uint64_t query = 0, hit = 0, computed = 0, evictions = 0, cow = 0, sw_out = 0, sw_in = 0;
   uint64_t window_released = 0;
 
   void init(uint32_t block_size, uint32_t num_blocks, uint32_t num_host, float watermark,
-            const std::vector<int64_t>& non_cacheable, bool keyed_index) {
+            const std::vector<int64_t>& non_cacheable, bool keyed_index, bool host_cache_level = false,
+            uint32_t twin_percent = 1) {
     keyed = keyed_index;
+    host_cache = host_cache_level;
+    twin_budget = static_cast<uint32_t>(static_cast<uint64_t>(num_host) * twin_percent / 100);
     bs = block_size;
     N = num_blocks;
     H = num_host;
@@ -114,7 +141,8 @@ struct Model {
     blk.assign(N, MBlock{});
     for (uint32_t b = 0; b < N; ++b) freeq.push_back(static_cast<int32_t>(b));
     host.assign(H, MBlock{});
-    for (uint32_t h = 0; h < H; ++h) host_free.insert(static_cast<int32_t>(h));
+    for (uint32_t h = H; h-- > 0;) host_free.push_back(static_cast<int32_t>(h));
+    twin.assign(H, -1);
   }
 
   size_t nblocks(size_t ntok) const { return (ntok + bs - 1) / bs; }
@@ -140,12 +168,140 @@ struct Model {
     return true;
   }
 
+  // ---- events ----
+  void stored(int medium, const MBlock& m, int32_t b) {
+    if (++hash_count[medium][m.hash] != 1) return;
+    MEvent e;
+    e.type = KVB_EVENT_BLOCK_STORED;
+    e.medium = static_cast<uint32_t>(medium);
+    e.hash = m.hash;
+    e.parent_kind = static_cast<uint32_t>(m.parent_kind);
+    e.parent_hash = m.parent_hash;
+    e.has_extra = m.has_extra;
+    e.extra = m.has_extra ? m.extra : 0;
+    e.block = b;
+    e.toks = m.toks;
+    events.push_back(e);
+  }
+  void removed(int medium, const MBlock& m, int32_t b) {
+    if (--hash_count[medium][m.hash] != 0) return;
+    hash_count[medium].erase(m.hash);
+    MEvent e;
+    e.type = KVB_EVENT_BLOCK_REMOVED;
+    e.medium = static_cast<uint32_t>(medium);
+    e.hash = m.hash;
+    e.block = b;
+    events.push_back(e);
+  }
+
+  // ---- the device index (with the host level's twin bookkeeping and events) ----
+  // Enters committed block b (its hash, key, tokens and parent set); replaces an older entry.
+  void index_put(int32_t b) {
+    auto it = index.find(blk[b].key);
+    int32_t old = it == index.end() ? -1 : it->second;
+    if (old == b) return;
+    index[blk[b].key] = b;
+    if (host_cache) {
+      auto h = host_index.find(blk[b].key);
+      if (h != host_index.end()) twin_enter(b, h->second);
+    }
+    stored(0, blk[b], b);
+    if (old >= 0) removed(0, blk[old], old);
+  }
+  void index_erase(int32_t b) {  // b is indexed
+    index.erase(blk[b].key);
+    if (host_cache) {
+      auto h = host_index.find(blk[b].key);
+      if (h != host_index.end() && twin[h->second] == b) twin_leave(h->second);
+    }
+    removed(0, blk[b], b);
+  }
+
+  // ---- the host level ----
+  bool host_queued(int32_t h) const { return host[h].ref == 0; }  // cached and not pinned
+  void host_unqueue(int32_t h) {
+    if (twin[h] >= 0) host_twins.remove(h);
+    else host_lru.remove(h);
+  }
+  void host_enqueue(int32_t h) {
+    if (twin[h] >= 0) host_twins.push_back(h);
+    else host_lru.push_back(h);
+  }
+  void twin_enter(int32_t b, int32_t h) {
+    bool q = host_queued(h);
+    if (q) host_unqueue(h);
+    twin[h] = b;
+    if (q) host_enqueue(h);  // to the newest end of the twin list
+  }
+  void twin_leave(int32_t h) {
+    bool q = host_queued(h);
+    if (q) host_unqueue(h);
+    twin[h] = -1;
+    if (q) host_enqueue(h);  // the only copy now, most recently used
+  }
+  // An empty host block, else evict a cached one (twins first when over budget or no unique one is
+  // left; the newest twin); -1 when every host block is held or pinned.
+  int32_t take_host() {
+    if (!host_free.empty()) {
+      int32_t h = host_free.back();
+      host_free.pop_back();
+      return h;
+    }
+    int32_t h;
+    if (!host_twins.empty() && (host_twins.size() > twin_budget || host_lru.empty())) {
+      h = host_twins.back();
+      host_twins.pop_back();
+    } else if (!host_lru.empty()) {
+      h = host_lru.front();
+      host_lru.pop_front();
+    } else {
+      return -1;
+    }
+    host_index.erase(host[h].key);
+    ++host_evictions;
+    removed(1, host[h], h);
+    host[h] = MBlock{};
+    twin[h] = -1;
+    for (size_t i = 0; i < offloads.size(); ++i)  // its pending offload would overwrite the new content
+      if (offloads[i].second == h) {
+        offloads.erase(offloads.begin() + static_cast<long>(i));
+        --offloaded;
+        break;
+      }
+    return h;
+  }
+  // Write-back of an evicted device block (before its content is dropped).
+  void offload(int32_t b) {
+    if (host_index.count(blk[b].key)) return;  // already on the host level
+    int32_t h = take_host();
+    if (h < 0) return;
+    host[h] = blk[b];
+    host[h].ref = 0;
+    host_index[host[h].key] = h;
+    host_enqueue(h);
+    offloads.emplace_back(b, h);
+    ++offloaded;
+    stored(1, host[h], h);
+  }
+  size_t host_available() const { return host_free.size() + host_lru.size() + host_twins.size(); }
+  // Drained transfers: pinned host sources become evictable, load destinations are released.
+  void release_host_transfers() {
+    offloads.clear();
+    std::vector<std::pair<int32_t, int32_t>> taken;
+    taken.swap(loads);
+    for (const auto& p : taken) {
+      if (--host[p.first].ref == 0) host_enqueue(p.first);
+      release(p.second);
+    }
+  }
+
   int32_t take_free() {  // queue head; a cached block there is evicted
     int32_t b = freeq.front();
     freeq.pop_front();
     if (indexed(b)) {
-      index.erase(blk[b].key);
+      index_erase(b);
       ++evictions;
+      if (host_cache) offload(b);
     }
     blk[b] = MBlock{};
     blk[b].ref = 1;
@@ -174,7 +330,7 @@ struct Model {
     }
   }
   void forget(int32_t b) {
-    if (indexed(b)) index.erase(blk[b].key);
+    if (indexed(b)) index_erase(b);
     blk[b].has_hash = false;
     blk[b].has_extra = false;
   }
@@ -183,8 +339,12 @@ struct Model {
     size_t nb = 0;
     std::vector<int32_t> hits;
     std::vector<uint64_t> hashes, keys;
-    size_t free_hits = 0;
+    size_t free_hits = 0, host_hits = 0;  // a host hit is stored in hits as -2 - h
   };
+  bool same(const MBlock& m, const int64_t* bt, bool hx, uint64_t xv) const {
+    return m.toks.size() == bs && std::equal(m.toks.begin(), m.toks.end(), bt) && m.has_extra == hx &&
+           (!hx || m.extra == xv);
+  }
   Lookup lookup(const std::vector<int64_t>& t, const Opts& o) const {
     Lookup r;
     r.nb = nblocks(t.size());
@@ -201,14 +361,17 @@ struct Model {
       uint64_t h = model_hash(hp, parent, bt, bs, hx, xv);
       uint64_t key = model_key(keyed, h, kind, pkey, bt, bs, hx, xv);
       auto it = index.find(key);
-      if (it == index.end()) break;
-      const MBlock& m = blk[it->second];
-      if (!std::equal(m.toks.begin(), m.toks.end(), bt) || m.toks.size() != bs) break;
-      if (m.has_extra != hx || (hx && m.extra != xv)) break;
-      r.hits.push_back(it->second);
+      if (it != index.end() && same(blk[it->second], bt, hx, xv)) {  // the device level first
+        r.hits.push_back(it->second);
+        if (blk[it->second].ref == 0) ++r.free_hits;
+      } else {  // then the host level
+        auto hi = host_cache ? host_index.find(key) : host_index.end();
+        if (hi == host_index.end() || !same(host[hi->second], bt, hx, xv)) break;
+        r.hits.push_back(-2 - hi->second);
+        ++r.host_hits;
+      }
       r.hashes.push_back(h);
       r.keys.push_back(key);
-      if (m.ref == 0) ++r.free_hits;
       hp = true;
       parent = h;
       pkey = key;
@@ -227,7 +390,7 @@ struct Model {
     if (t.empty() || !opts_valid(o)) return KVB_ERR_INVALID_ARGUMENT;
     Lookup lk = lookup(t, o);
     *cached = lk.hits.size() * bs;
-    size_t needed = lk.nb - lk.hits.size() + lk.free_hits;
+    size_t needed = lk.nb - lk.hits.size() + lk.free_hits + lk.host_hits;
     return freeq.size() >= needed + wm ? KVB_OK : KVB_ERR_OUT_OF_BLOCKS;
   }
 
@@ -235,11 +398,32 @@ struct Model {
     if (t.empty() || !opts_valid(o)) return KVB_ERR_INVALID_ARGUMENT;
     if (find(id)) return KVB_ERR_SEQUENCE_EXISTS;
     Lookup lk = lookup(t, o);
-    size_t needed = lk.nb - lk.hits.size() + lk.free_hits;
+    size_t needed = lk.nb - lk.hits.size() + lk.free_hits + lk.host_hits;
     if (freeq.size() < needed + wm) return KVB_ERR_OUT_OF_BLOCKS;
     MSeq& s = seqs[id];
+    // Device hits are taken and host hits pinned before any block leaves the free queue.
     for (int32_t b : lk.hits) {
-      acquire(b);
+      if (b >= 0) {
+        acquire(b);
+      } else {
+        int32_t h = -2 - b;
+        if (host_queued(h)) host_unqueue(h);
+        ++host[h].ref;
+      }
+    }
+    for (size_t i = 0; i < lk.hits.size(); ++i) {
+      int32_t b = lk.hits[i];
+      if (b < 0) {  // a load from the host: a free device block, held by the load until drained
+        int32_t h = -2 - b;
+        b = take_free();
+        blk[b] = host[h];
+        blk[b].ref = 2;
+        blk[b].parent_kind = i > 0 ? KVB_PARENT_BLOCK : o.has_salt ? KVB_PARENT_SALT : KVB_PARENT_NONE;
+        blk[b].parent_hash = i > 0 ? lk.hashes[i - 1] : o.has_salt ? o.salt : 0;
+        loads.emplace_back(h, b);
+        ++loaded;
+        index_put(b);
+      }
       s.table.push_back(b);
     }
     while (s.table.size() < lk.nb) s.table.push_back(take_free());
@@ -255,6 +439,7 @@ struct Model {
     s.sink = o.sink;
     query += t.size();
     hit += s.cached;
+    host_hit += lk.host_hits * bs;
     *cached = s.cached;
     apply_window(s);
     return KVB_OK;
@@ -307,7 +492,9 @@ struct Model {
         m.toks.assign(bt, bt + bs);
         m.has_extra = hx;
         m.extra = xv;
-        index[key] = b;  // overwrites an older entry for the same hash
+        m.parent_kind = i > 0 ? KVB_PARENT_BLOCK : s->has_salt ? KVB_PARENT_SALT : KVB_PARENT_NONE;
+        m.parent_hash = i > 0 ? s->hashes[i - 1] : s->has_salt ? s->salt : 0;
+        index_put(b);  // overwrites an older entry for the same hash
         s->hashes.push_back(h);
         s->keys.push_back(key);
       }
@@ -369,8 +556,7 @@ struct Model {
     MSeq* s = find(id);
     if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
     if (s->swapped) {
-      for (size_t i = s->host_table.size(); i-- > 0;)
-        if (s->host_table[i] >= 0) host_free.insert(s->host_table[i]);
+      release_swapped(*s);
     } else {
       for (size_t i = s->table.size(); i-- > 0;)
         if (s->table[i] >= 0) release(s->table[i]);
@@ -463,12 +649,20 @@ struct Model {
     return n;
   }
 
+  void release_swapped(MSeq& s) {
+    for (size_t i = s.host_table.size(); i-- > 0;)
+      if (s.host_table[i] >= 0) {
+        host[s.host_table[i]] = MBlock{};
+        host_free.push_back(s.host_table[i]);
+      }
+  }
+
   kvb_status can_swap_out(int64_t id, kvb_availability* a) {
     MSeq* s = find(id);
     if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
     if (s->swapped) return KVB_ERR_BAD_STATE;
     size_t need = held(s->table);
-    *a = need > H ? KVB_AVAIL_NEVER : host_free.size() >= need ? KVB_AVAIL_OK : KVB_AVAIL_LATER;
+    *a = need > H ? KVB_AVAIL_NEVER : host_available() >= need ? KVB_AVAIL_OK : KVB_AVAIL_LATER;
     return KVB_OK;
   }
   kvb_status check_swap_out(int64_t id, size_t cap, size_t* need) {
@@ -477,12 +671,14 @@ struct Model {
     if (s->swapped) return KVB_ERR_BAD_STATE;
     *need = held(s->table);
     if (cap < *need) return KVB_ERR_BUFFER_TOO_SMALL;
-    if (host_free.size() < *need) return KVB_ERR_OUT_OF_BLOCKS;
+    if (host_available() < *need) return KVB_ERR_OUT_OF_BLOCKS;
     for (const auto& p : pending)
+      if (std::find(s->table.begin(), s->table.end(), p.second) != s->table.end()) return KVB_ERR_BAD_STATE;
+    for (const auto& p : loads)
       if (std::find(s->table.begin(), s->table.end(), p.second) != s->table.end()) return KVB_ERR_BAD_STATE;
     return KVB_OK;
   }
-  // Applies a swap-out whose host block choice came from the library (validated here).
+  // Applies a swap-out and checks the library's pairs against the model's host block choice.
   std::string apply_swap_out(int64_t id, const int32_t* pairs, size_t np) {
     MSeq& s = seqs[id];
     s.host_table.assign(s.table.size(), -1);
@@ -492,10 +688,10 @@ struct Model {
       if (b < 0) continue;
       if (k >= np) return "swap out returned too few pairs";
       if (pairs[2 * k] != b) return fmt("swap out pair %zu: device src %d, want %d", k, pairs[2 * k], b);
-      int32_t h = pairs[2 * k + 1];
-      if (!host_free.count(h)) return fmt("swap out pair %zu: host block %d is not free (or out of range)", k, h);
-      host_free.erase(h);
+      int32_t h = take_host();  // never -1: check_swap_out counted them
+      if (pairs[2 * k + 1] != h) return fmt("swap out pair %zu: host dst %d, model %d", k, pairs[2 * k + 1], h);
       host[h] = blk[b];
+      host[h].ref = 1;
       s.host_table[i] = h;
       ++k;
     }
@@ -526,6 +722,8 @@ struct Model {
     if (cap < *need) return KVB_ERR_BUFFER_TOO_SMALL;
     if (freeq.size() < *need) return KVB_ERR_OUT_OF_BLOCKS;
     bool parent_known = true;
+    int pk = s->has_salt ? KVB_PARENT_SALT : KVB_PARENT_NONE;
+    uint64_t ph = s->has_salt ? s->salt : 0;
     for (size_t i = 0; i < s->host_table.size(); ++i) {
       int32_t h = s->host_table[i];
       if (h < 0) {
@@ -536,16 +734,19 @@ struct Model {
       MBlock& m = blk[b];
       m = host[h];
       m.ref = 1;
+      m.parent_kind = pk;
+      m.parent_hash = ph;
       // Back in the index where no other block holds its hash (and its parent is known).
-      if (m.has_hash && parent_known && !index.count(m.key)) index[m.key] = b;
+      if (m.has_hash && parent_known && !index.count(m.key)) index_put(b);
       parent_known = m.has_hash;
+      pk = KVB_PARENT_BLOCK;
+      ph = m.hash;
       s->table[i] = b;
       pairs->push_back(h);
       pairs->push_back(b);
       ++sw_in;
     }
-    for (size_t i = s->host_table.size(); i-- > 0;)
-      if (s->host_table[i] >= 0) host_free.insert(s->host_table[i]);
+    release_swapped(*s);
     s->host_table.clear();
     s->swapped = false;
     return KVB_OK;
@@ -558,6 +759,24 @@ struct Model {
       m.has_hash = false;
       m.has_extra = false;
     }
+    // The host level empties too (least recently used first, then the twins, oldest first); pending
+    // offloads into it are dropped. No load can be pending: its destination would be in use.
+    while (!host_lru.empty() || !host_twins.empty()) {
+      std::list<int32_t>& l = host_lru.empty() ? host_twins : host_lru;
+      int32_t h = l.front();
+      l.pop_front();
+      host[h] = MBlock{};
+      twin[h] = -1;
+      host_free.push_back(h);
+    }
+    host_index.clear();
+    offloaded -= offloads.size();
+    offloads.clear();
+    hash_count[0].clear();
+    hash_count[1].clear();
+    MEvent e;
+    e.type = KVB_EVENT_ALL_CLEARED;
+    events.push_back(e);
     return KVB_OK;
   }
 };

@@ -155,6 +155,8 @@ void Run::op_swap_in() {
   if ((st == KVB_OK || st == KVB_ERR_BUFFER_TOO_SMALL) && np != need)
     fail(fmt("swap_in num_pairs %zu, model %zu", np, need));
   if (st != KVB_OK) return;
+  // Taking free blocks may have offloaded evicted ones: those run before the swap-in overwrites them.
+  drain_and_run_host_transfers();
   for (size_t k = 0; k < 2 * np; ++k)
     if (pairs[k] != want_pairs[k]) fail(fmt("swap_in pairs %s, model %s", vec_str(std::vector<int32_t>(pairs.begin(), pairs.begin() + static_cast<long>(2 * np))).c_str(), vec_str(want_pairs).c_str()));
   for (size_t k = 0; k < np; ++k) {  // run the pairs: host -> device
@@ -177,6 +179,25 @@ void Run::op_drain() {
   }
   note("drain_copies");
   drain_and_run_copies();
+}
+
+void Run::op_drain_host() {
+  const size_t no = model_.offloads.size(), nl = model_.loads.size();
+  if (rng_.chance(0.3) && no + nl > 0) {  // a capacity too small: both counts, nothing drained
+    std::vector<int32_t> off(2 * no + 2, -5), ld(2 * nl + 2, -5);
+    bool short_off = no > 0 && (nl == 0 || rng_.chance(0.5));
+    size_t go = 0, gl = 0;
+    note("drain_host_transfers (too small)");
+    expect(kvb_drain_host_transfers(m_, off.data(), short_off ? no - 1 : no, &go, ld.data(), short_off ? nl : nl - 1,
+                                    &gl),
+           KVB_ERR_BUFFER_TOO_SMALL, "drain_host_transfers");
+    if (go != no || gl != nl) fail(fmt("drain_host_transfers needed %zu, %zu; model %zu, %zu", go, gl, no, nl));
+    for (int32_t v : off) if (v != -5) fail("failed drain_host_transfers wrote offload pairs");
+    for (int32_t v : ld) if (v != -5) fail("failed drain_host_transfers wrote load pairs");
+    return;
+  }
+  note("drain_host_transfers");
+  drain_and_run_host_transfers();
 }
 
 void Run::op_batch() {
@@ -374,7 +395,7 @@ void Run::one_step() {
   else if (r < 50) op_append();
   else if (r < 56) op_free();
   else if (r < 62) op_fork();
-  else if (r < 65) op_drain();
+  else if (r < 65) (host_cache() && rng_.chance(0.5)) ? op_drain_host() : op_drain();
   else if (r < 69) op_rollback();
   else if (r < 73) op_spec_decode();
   else if (r < 76) op_window();

@@ -38,8 +38,10 @@ class Run {
     kc.num_non_cacheable_tokens = ncv.size();
     kc.flags = cfg_.flags;
     kc.index_seed = cfg_.flags & KVB_CONFIG_KEYED_INDEX ? 12345 : 0;
+    kc.host_cache_twin_percent = cfg_.twin_pct;
     expect(kvb_manager_create(&kc, &m_), KVB_OK, "manager_create");
-    model_.init(cfg_.bs, cfg_.N, cfg_.host, cfg_.wm, ncv, (cfg_.flags & KVB_CONFIG_KEYED_INDEX) != 0);
+    model_.init(cfg_.bs, cfg_.N, cfg_.host, cfg_.wm, ncv, (cfg_.flags & KVB_CONFIG_KEYED_INDEX) != 0,
+                (cfg_.flags & KVB_CONFIG_HOST_CACHE) != 0, cfg_.twin_pct);
     content_.assign(static_cast<size_t>(cfg_.N) * cfg_.bs, -1);
     host_content_.assign(static_cast<size_t>(cfg_.host) * cfg_.bs, -1);
     // Shared prefixes over a small vocabulary: prompts collide often.
@@ -55,7 +57,12 @@ class Run {
     g_act.cow += model_.cow;
     g_act.evictions += model_.evictions;
     g_act.released += model_.window_released;
-    // Tear down through the API: everything must come back.
+    g_act.host_hit_tokens += model_.host_hit;
+    g_act.offloads += model_.offloaded;
+    g_act.loads += model_.loaded;
+    g_act.host_evictions += model_.host_evictions;
+    // Tear down: run what is pending (a load holds its device block), then free everything.
+    drain_and_run_host_transfers();
     std::vector<int64_t> ids;
     for (const auto& kv : model_.seqs) ids.push_back(kv.first);
     for (int64_t id : ids) {
@@ -83,6 +90,16 @@ class Run {
     std::string pc;
     for (const auto& p : model_.pending) pc += fmt("(%d,%d) ", p.first, p.second);
     if (!pc.empty()) printf("    pending copies: %s\n", pc.c_str());
+    if (!model_.host_cache) return;
+    std::string hl;
+    for (int32_t h : model_.host_lru) hl += std::to_string(h) + " ";
+    hl += "| twins ";
+    for (int32_t h : model_.host_twins) hl += fmt("%d(%d) ", h, model_.twin[h]);
+    printf("    host LRU (oldest first): %s\n", hl.c_str());
+    std::string ht;
+    for (const auto& p : model_.offloads) ht += fmt("off(%d,%d) ", p.first, p.second);
+    for (const auto& p : model_.loads) ht += fmt("load(%d,%d) ", p.first, p.second);
+    if (!ht.empty()) printf("    pending host transfers: %s\n", ht.c_str());
   }
   const std::deque<std::string>& history() const { return history_; }
 
@@ -94,6 +111,7 @@ class Run {
   Model model_;
   std::vector<int64_t> content_, host_content_;  // simulated K/V: the token id written at each slot
   std::vector<std::vector<int64_t>> prefixes_;
+  std::vector<std::vector<int64_t>> past_;  // earlier prompts (host cache configurations)
   std::deque<std::string> history_;
   int step_ = 0;
   int64_t next_id_ = 0;
@@ -141,7 +159,9 @@ class Run {
   static std::string opts_str(const Opts& o);
 
   // ---- the engine side: simulated KV store, batch export, commit (engine.h) ----
-  void drain_and_run_copies();
+  void drain_and_run_copies();  // runs pending host transfers first (kvblock.h's order)
+  void drain_and_run_host_transfers();
+  bool host_cache() const { return (cfg_.flags & KVB_CONFIG_HOST_CACHE) != 0; }
 
   // Model expectation of kvb_batch_export for ids (all on device).
   struct BatchWant {
@@ -168,6 +188,7 @@ class Run {
   void op_swap_out();
   void op_swap_in();
   void op_drain();
+  void op_drain_host();
   void op_batch();
   void op_reset();
   void op_extra_key();
@@ -176,6 +197,8 @@ class Run {
 
   // ---- full comparison after every step (compare.h) ----
   int64_t read_slot(const std::map<int32_t, std::vector<int64_t>>& overlay, int32_t b, size_t off) const;
+  int64_t read_host_slot(const std::map<int32_t, std::vector<int64_t>>& overlay, int32_t h, size_t off) const;
+  void compare_events();
 
   void compare();
 };

@@ -1,0 +1,111 @@
+/* bench_attention.c - the decode-attention cases of `kvblock bench`: kvb_paged_attention over random
+   block tables, every sequence at the full context, in GB/s of the K+V bytes read (fp16; on the CPU
+   also fp32), against the copy ceiling on the GPU and the streaming-read ceiling on the CPU. */
+#include <string.h>
+
+#include "bench_kernels_env.h"
+#include "util.h"
+
+typedef struct attn_ctx {
+  kcache cache, q, out, tables, lens, ws;
+  kvb_attention_args a;
+} attn_ctx;
+
+static int call_attention(void* p) {
+  attn_ctx* c = (attn_ctx*)p;
+  kvb_status st = kvb_paged_attention(&c->cache.dev, &c->a, NULL);
+  if (st != KVB_OK) lib_error("kvb_paged_attention", st);
+  return st == KVB_OK;
+}
+
+static void attn_free(attn_ctx* c) {
+  kc_free(&c->cache);
+  kc_free(&c->q);
+  kc_free(&c->out);
+  kc_free(&c->tables);
+  kc_free(&c->lens);
+  kc_free(&c->ws);
+}
+
+/* Random fp32 values of magnitude 1/8..1, as fill16's. */
+static void fill32(float* p, size_t n, uint64_t* state) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    uint64_t x = next_rand(state);
+    p[i] = (float)(0.125 + 0.875 * (double)(x >> 40) / (double)(1u << 24)) * ((x & 1u) ? -1.f : 1.f);
+  }
+}
+
+/* An fp32 cache of nblocks blocks: the fp16 allocation of twice the blocks, relabelled (strides are in
+   elements, so they stay), filled with random fp32 values. */
+static int kc_alloc_fp32(kenv* e, kcache* c, uint32_t nblocks) {
+  if (!kc_alloc(e, c, 2 * nblocks, BS, HKV, HD, 4096)) return 0;
+  c->dev.dtype = c->host.dtype = KVB_DTYPE_FP32;
+  c->dev.num_blocks = nblocks;
+  c->host.num_blocks = c->host.num_blocks / 2;
+  fill32((float*)c->host.k, (size_t)c->host.num_blocks * (size_t)c->host.block_stride, &e->seed);
+  fill32((float*)c->host.v, (size_t)c->host.num_blocks * (size_t)c->host.block_stride, &e->seed);
+  return kc_upload(e, c);
+}
+
+static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx) {
+  uint32_t i, maxb = ctx / BS, nblocks = batch * maxb;
+  size_t es = dtype == KVB_DTYPE_FP32 ? 4 : 2, qbytes = (size_t)batch * HQ * HD * es;
+  kvb_status st;
+  memset(c, 0, sizeof *c);
+  if (!(dtype == KVB_DTYPE_FP32 ? kc_alloc_fp32(e, &c->cache, nblocks)
+                                : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
+      !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
+      !kc_buffer(e, &c->tables, (size_t)nblocks * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
+    return 0;
+  if (dtype == KVB_DTYPE_FP32)
+    fill32((float*)c->q.host.k, qbytes / 4, &e->seed);
+  else
+    fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
+  random_tables((int32_t*)c->tables.host.k, nblocks, &e->seed);
+  for (i = 0; i < batch; i++) ((int32_t*)c->lens.host.k)[i] = (int32_t)ctx;
+  kvb_attention_args_init(&c->a);
+  c->a.num_seqs = batch;
+  c->a.num_q_heads = HQ;
+  c->a.max_blocks_per_seq = maxb;
+  if ((st = kvb_paged_attention_workspace_size(&c->cache.dev, &c->a, &c->a.workspace_size)) != KVB_OK) {
+    lib_error("kvb_paged_attention_workspace_size", st);
+    return 0;
+  }
+  if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
+  if (!kc_upload(e, &c->q) || !kc_upload(e, &c->tables) || !kc_upload(e, &c->lens)) return 0;
+  c->a.q = c->q.dev.k;
+  c->a.out = c->out.dev.k;
+  c->a.block_tables = (const int32_t*)c->tables.dev.k;
+  c->a.seq_lens = (const int32_t*)c->lens.dev.k;
+  c->a.workspace = c->a.workspace_size ? c->ws.dev.k : NULL;
+  return 1;
+}
+
+int bench_attention(kenv* e) {
+  /* (batch, context, fp32?), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of
+     the PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: the goal's shapes
+     (fp16 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling (attention reads K
+     and V once, with every thread). */
+  static const uint32_t gpu[][3] = {{1, 4096, 0}, {32, 4096, 0}, {128, 2048, 0}, {64, 8192, 0}, {16, 32768, 0}, {0, 0, 0}};
+  static const uint32_t gpu_quick[][3] = {{8, 1024, 0}, {32, 512, 0}, {0, 0, 0}};
+  static const uint32_t cpu[][3] = {{1, 4096, 0}, {8, 4096, 0}, {32, 1024, 0}, {8, 4096, 1}, {0, 0, 0}};
+  static const uint32_t cpu_quick[][3] = {{4, 256, 0}, {8, 256, 0}, {4, 256, 1}, {0, 0, 0}};
+  const uint32_t(*shapes)[3] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
+  int s, ok = 1;
+  for (s = 0; shapes[s][0] && ok; s++) {
+    attn_ctx c;
+    char key[48], label[64];
+    uint32_t batch = shapes[s][0], ctx = shapes[s][1], fp32 = shapes[s][2];
+    snprintf(key, sizeof key, "attention_%s%ux%u", fp32 ? "fp32_" : "", batch, ctx);
+    if (fp32)
+      snprintf(label, sizeof label, "paged_attention fp32 %u seqs x %u", batch, ctx);
+    else
+      snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens", batch, ctx);
+    ok = attn_setup(e, &c, fp32 ? KVB_DTYPE_FP32 : KVB_DTYPE_FP16, batch, ctx) &&
+         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * (fp32 ? 4 : 2) * 2,
+                   e->cuda ? CEIL_COPY : CEIL_READ, 0);
+    attn_free(&c);
+  }
+  return ok;
+}

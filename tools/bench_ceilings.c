@@ -1,0 +1,128 @@
+/* bench_ceilings.c - the ceilings the kernel cases of `kvblock bench` are compared with, measured in the
+   same run. CPU: a memcpy of a large buffer, read + write (2 x bytes / time), and a streaming read of it
+   by one thread per online CPU. GPU: kvb_copy_blocks of large dense 2 MiB blocks (read + write) for the
+   on-device figures and kvb_swap_blocks of the same blocks with KVB_SWAP_USE_MEMCPY between device and
+   page-locked host memory, one direction at a time (bytes / time), for the swaps. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_kernels_env.h"
+#include "bench_read.h"
+#include "util.h"
+
+static volatile uint64_t g_ksink;
+
+typedef struct memcpy_ctx {
+  unsigned char *a, *b;
+  size_t n, k;
+} memcpy_ctx;
+
+static int call_memcpy(void* p) {
+  memcpy_ctx* c = (memcpy_ctx*)p;
+  memcpy(c->b, c->a, c->n);
+  c->k = (c->k * 2654435761u + 4099) % c->n;
+  g_ksink += c->b[c->k]; /* the destination is read: the copy cannot be dropped */
+  return 1;
+}
+
+typedef struct read_ctx {
+  const unsigned char* buf;
+  size_t n;
+  int threads;
+} read_ctx;
+
+static int call_read(void* p) {
+  read_ctx* c = (read_ctx*)p;
+  int ok = 0;
+  g_ksink += read_all(c->buf, c->n, c->threads, &ok);
+  return ok;
+}
+
+/* CPU: memcpy of a large buffer of random data, read + write counted; checked equal afterwards. Then a
+   streaming read of the same buffer by one thread per online CPU (bench_read.c), bytes read counted:
+   the ceiling of CPU attention, which reads K and V once with as many threads. */
+int ceiling_cpu(kenv* e) {
+  memcpy_ctx c;
+  int ok;
+  c.n = (size_t)(e->quick ? 32 : 512) << 20;
+  c.k = 0;
+  c.a = (unsigned char*)xmalloc(c.n);
+  c.b = (unsigned char*)xmalloc(c.n);
+  fill16((uint16_t*)c.a, c.n / 2, &e->seed);
+  memset(c.b, 0, c.n);
+  e->ceil_name[CEIL_COPY] = e->ceil_name[CEIL_D2H] = e->ceil_name[CEIL_H2D] = "memcpy";
+  ok = bench_one(e, call_memcpy, &c, "ceiling_memcpy", e->quick ? "ceiling: memcpy 32 MiB" : "ceiling: memcpy 512 MiB",
+                 2.0 * (double)c.n, CEIL_COPY, 1);
+  if (ok && memcmp(c.a, c.b, c.n) != 0) {
+    tool_error("bench: memcpy ceiling: the destination differs from the source");
+    ok = 0;
+  }
+  e->ceil[CEIL_D2H] = e->ceil[CEIL_H2D] = e->ceil[CEIL_COPY];
+  free(c.b);
+  if (ok) {
+    read_ctx rc;
+    char label[64];
+    rc.buf = c.a;
+    rc.n = c.n;
+    rc.threads = read_threads();
+    snprintf(label, sizeof label, "ceiling: read %u MiB, %d thread%s", (unsigned)(c.n >> 20), rc.threads,
+             rc.threads > 1 ? "s" : "");
+    e->ceil_name[CEIL_READ] = "read";
+    ok = bench_one(e, call_read, &rc, "ceiling_read", label, (double)c.n, CEIL_READ, 1);
+  }
+  free(c.a);
+  return ok;
+}
+
+typedef struct big_ctx {
+  kvb_cache_desc dev, host;
+  int32_t* pairs;
+  uint32_t n;
+  int dir; /* 0 device copy, 1 device -> host, 2 host -> device */
+} big_ctx;
+
+static int call_big(void* p) {
+  big_ctx* c = (big_ctx*)p;
+  kvb_status st;
+  if (c->dir == 0) st = kvb_copy_blocks(&c->dev, 1, c->pairs, c->n, NULL);
+  else if (c->dir == 1) st = kvb_swap_blocks(&c->dev, &c->host, 1, c->pairs + 2 * c->n, c->n, KVB_SWAP_USE_MEMCPY, NULL);
+  else st = kvb_swap_blocks(&c->host, &c->dev, 1, c->pairs + 2 * c->n, c->n, KVB_SWAP_USE_MEMCPY, NULL);
+  if (st != KVB_OK) lib_error(c->dir ? "kvb_swap_blocks" : "kvb_copy_blocks", st);
+  return st == KVB_OK;
+}
+
+/* GPU: kvb_copy_blocks of n 2 MiB blocks (K and V: 1024 tokens x 8 heads x 128) to n others, read +
+   write; then kvb_swap_blocks of the first n blocks to and from page-locked host blocks, one way. */
+int ceiling_gpu(kenv* e) {
+  big_ctx c;
+  uint32_t i;
+  double moved;
+  int ok;
+  memset(&c, 0, sizeof c);
+  c.n = e->quick ? 16 : 64;
+  moved = (double)c.n * 2 * (2u << 20);
+  c.pairs = (int32_t*)xmalloc(4 * (size_t)c.n * sizeof *c.pairs);
+  for (i = 0; i < c.n; i++) {
+    c.pairs[2 * i] = (int32_t)i, c.pairs[2 * i + 1] = (int32_t)(c.n + i);            /* copy: i -> n + i */
+    c.pairs[2 * c.n + 2 * i] = (int32_t)i, c.pairs[2 * c.n + 2 * i + 1] = (int32_t)i; /* swap: i -> i */
+  }
+  e->ceil_name[CEIL_COPY] = "copy_blocks 2 MiB";
+  e->ceil_name[CEIL_D2H] = "D2H 2 MiB";
+  e->ceil_name[CEIL_H2D] = "H2D 2 MiB";
+  ok = cache_alloc(&c.dev, 1, 2 * c.n, 1024, HKV, HD) && cache_alloc(&c.host, 0, c.n, 1024, HKV, HD);
+  if (ok) {
+    memset(c.host.k, 1, desc_bytes(&c.host));
+    memset(c.host.v, 1, desc_bytes(&c.host));
+    c.dir = 2;
+    ok = call_big(&c) && fence(e); /* device blocks hold data */
+  }
+  ok = ok && bench_one(e, call_big, &c, "ceiling_copy", "ceiling: copy_blocks 2 MiB blocks", 2 * moved, CEIL_COPY, 1);
+  c.dir = 1;
+  ok = ok && bench_one(e, call_big, &c, "ceiling_d2h", "ceiling: swap D2H 2 MiB (memcpy)", moved, CEIL_D2H, 1);
+  c.dir = 2;
+  ok = ok && bench_one(e, call_big, &c, "ceiling_h2d", "ceiling: swap H2D 2 MiB (memcpy)", moved, CEIL_H2D, 1);
+  cache_free(&c.dev);
+  cache_free(&c.host);
+  free(c.pairs);
+  return ok;
+}

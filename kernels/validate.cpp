@@ -95,6 +95,15 @@ int64_t check_extent(const char* what, const void* base, size_t elem, int64_t in
   return last + 1;
 }
 
+void check_workspace(size_t needed, const void* ws, size_t size, const char* size_query) {
+  if (needed == 0) return;
+  if (size < needed)
+    fail(Code::buffer_too_small, "args: workspace_size %zu is smaller than the %zu bytes needed (%s)", size, needed,
+         size_query);
+  KVB_REQUIRE_ARG(ws != nullptr, "args: workspace is NULL");
+  KVB_REQUIRE_ARG(reinterpret_cast<uintptr_t>(ws) % 16 == 0, "args: workspace is not 16-byte aligned");
+}
+
 Cache read_cache(const kvb_cache_desc* desc, const char* what) {
   KVB_REQUIRE_ARG(desc != nullptr, "%s is NULL", what);
   kvb_cache_desc d = read_versioned(desc, kvb_cache_desc_init, offsetof(kvb_cache_desc, alloc_kind), what);
@@ -251,13 +260,7 @@ Attention read_attention(const Cache& c, const kvb_attention_args* args, bool ne
   KVB_REQUIRE_ARG(a.out != nullptr, "args: out is NULL");
   KVB_REQUIRE_ARG(a.block_tables != nullptr, "args: block_tables is NULL");
   KVB_REQUIRE_ARG(a.seq_lens != nullptr, "args: seq_lens is NULL");
-  if (t.plan.workspace_bytes > 0) {
-    if (a.workspace_size < t.plan.workspace_bytes)
-      fail(Code::buffer_too_small, "args: workspace_size %zu is smaller than the %zu bytes needed "
-           "(kvb_paged_attention_workspace_size)", a.workspace_size, t.plan.workspace_bytes);
-    KVB_REQUIRE_ARG(a.workspace != nullptr, "args: workspace is NULL");
-    KVB_REQUIRE_ARG(reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0, "args: workspace is not 16-byte aligned");
-  }
+  check_workspace(t.plan.workspace_bytes, a.workspace, a.workspace_size, "kvb_paged_attention_workspace_size");
   t.q = a.q;
   t.out = a.out;
   t.block_tables = a.block_tables;

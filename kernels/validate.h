@@ -32,6 +32,10 @@ int64_t check_extent(const char* what, const void* base, size_t elem, int64_t in
 // dimension is `inner` contiguous elements): distinct indices never share an element.
 bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int64_t>> dims);
 
+// A caller workspace of `size` bytes at `ws` for a kernel that needs `needed` bytes (nothing when 0):
+// BUFFER_TOO_SMALL naming the size query `size_query`, or INVALID_ARGUMENT when NULL or not 16-byte aligned.
+void check_workspace(size_t needed, const void* ws, size_t size, const char* size_query);
+
 Cache read_cache(const kvb_cache_desc* desc, const char* what);
 // Checks that a CUDA cache can be used here (built with CUDA, device present), else unsupported/device.
 void require_backend(const Cache& c, const char* what);

@@ -101,13 +101,7 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
     KVB_REQUIRE_ARG(a.q != nullptr, "args: q is NULL");
     KVB_REQUIRE_ARG(a.out != nullptr, "args: out is NULL");
   }
-  if (t.plan.workspace_bytes > 0) {
-    if (a.workspace_size < t.plan.workspace_bytes)
-      fail(Code::buffer_too_small, "args: workspace_size %zu is smaller than the %zu bytes needed "
-           "(kvb_prefill_attention_workspace_size)", a.workspace_size, t.plan.workspace_bytes);
-    KVB_REQUIRE_ARG(a.workspace != nullptr, "args: workspace is NULL");
-    KVB_REQUIRE_ARG(reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0, "args: workspace is not 16-byte aligned");
-  }
+  check_workspace(t.plan.workspace_bytes, a.workspace, a.workspace_size, "kvb_prefill_attention_workspace_size");
   t.q = a.q;
   t.out = a.out;
   t.query_start = a.query_start;

@@ -6,7 +6,8 @@
 // attended range only (sinks, then the window, up to the tile's last position); online softmax in fp32
 // with exp2, one rescale per key tile and row; the causal / window mask is applied only to the key
 // tiles that some row of the item does not fully attend. Inner loops: 8-wide fp32 vectors (GCC/Clang
-// vector extensions), built twice on x86-64: portable, and for AVX2 + FMA + F16C chosen at run time.
+// vector extensions), built twice on x86-64: portable, and for AVX2 + FMA + F16C, picked from the
+// process-wide vector path of simd.h (so KVB_CPU_ISA narrows prefill as it narrows decode).
 // Threads over the items for calls of at least kParallelFlops (kernels/cpu/parallel.h).
 #include <algorithm>
 #include <cmath>
@@ -14,22 +15,11 @@
 #include <limits>
 #include <vector>
 
-#ifndef KVB_ATTN_F16C
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define KVB_ATTN_F16C 1
-#else
-#define KVB_ATTN_F16C 0
-#endif
-#endif
-#if KVB_ATTN_F16C
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
-
 #include "../../libkvblock/error.h"
 #include "../prefill.h"
 #include "convert.h"
 #include "parallel.h"
+#include "simd.h"
 
 namespace kvb {
 namespace kern {
@@ -116,8 +106,8 @@ void check_inputs(const Cache& c, const Prefill& a) {
 #include "prefill_item.inc"  // run_item<D>: portable vector code
 #undef KVB_PREFILL_VARIANT
 
-#if KVB_ATTN_F16C
-// The same code compiled for AVX2 + FMA + F16C, chosen at run time by has_avx2_fma().
+#if KVB_SIMD_X86
+// The same code compiled for AVX2 + FMA + F16C, chosen at run time by simd::isa().
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
@@ -134,22 +124,14 @@ namespace avx2 {
 #else
 #pragma GCC pop_options
 #endif
-
-bool has_avx2_fma() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  }();
-  return yes;
-}
 #endif
 
 using ItemFn = void (*)(const Job&, Scratch&, const Item&, int64_t);
 
 template <int D>
 ItemFn pick() {
-#if KVB_ATTN_F16C
-  if (has_avx2_fma()) return avx2::run_item<D>;
+#if KVB_SIMD_X86
+  if (simd::isa() != simd::Isa::baseline) return avx2::run_item<D>;  // AVX-512 CPUs also run the AVX2 copy
 #endif
   return run_item<D>;
 }

@@ -45,36 +45,26 @@ Sequence& Manager::new_seq(int64_t id) {
   uint32_t slot = free_seq_slots_.back();
   free_seq_slots_.pop_back();
   seq_table_.insert(mix64(static_cast<uint64_t>(id)), SeqSlot{id, slot});
+  // A reused slot starts empty; its buffers keep their capacity (no allocation on a warm pool). The
+  // group-0 state is the Sequence itself, groups 1.. live in s.more.
+  auto start_empty = [id](Sequence& x, uint32_t group) {
+    x.id = id;
+    x.live = true;
+    x.swapped = false;
+    x.table.clear();
+    x.host_table.clear();
+    x.extra_keys.clear();
+    x.released_links.clear();
+    x.num_tokens = x.num_computed = x.num_cached = 0;
+    x.num_hashed = 0;
+    x.uncacheable_from = kNoBlockIndex;
+    x.chain = x.first_link = ChainLink{};
+    x.window = x.sink = x.window_next = 0;
+    x.group = group;
+  };
   Sequence& s = seqs_[slot];
-  s.id = id;
-  s.live = true;
-  s.swapped = false;
-  s.table.clear();
-  s.host_table.clear();
-  s.extra_keys.clear();
-  s.released_links.clear();
-  s.num_tokens = s.num_computed = s.num_cached = 0;
-  s.num_hashed = 0;
-  s.uncacheable_from = kNoBlockIndex;
-  s.chain = s.first_link = ChainLink{};
-  s.window = s.sink = s.window_next = 0;
-  s.group = 0;
-  for (uint32_t g = 1; g < groups_; ++g) {
-    Sequence& gs = s.more[g - 1];
-    gs.id = id;
-    gs.live = true;
-    gs.swapped = false;
-    gs.table.clear();
-    gs.host_table.clear();
-    gs.extra_keys.clear();
-    gs.released_links.clear();
-    gs.num_tokens = gs.num_computed = gs.num_cached = 0;
-    gs.num_hashed = 0;
-    gs.uncacheable_from = kNoBlockIndex;
-    gs.chain = gs.first_link = ChainLink{};
-    gs.window = gs.sink = gs.window_next = 0;
-    gs.group = g;
-  }
+  start_empty(s, 0);
+  for (uint32_t g = 1; g < groups_; ++g) start_empty(s.more[g - 1], g);
   ++live_seqs_;
   return s;
 }

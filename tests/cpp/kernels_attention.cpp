@@ -152,9 +152,7 @@ struct Problem {
                     dname(cs.dtype), cs.head_dim, cs.block_size, cs.group, cs.window, (double)cs.soft_cap, s, lens[s], h,
                     d, g, w);
         }
-    for (size_t i = 0; i < got.n; ++i)
-      if (!logical[i] && !std::isnan(got.get(i)) && bad++ < 3) fprintf(stderr, "  %s: padding element %zu overwritten\n", what, i);
-    return bad;
+    return padding_overwritten(got, logical, what, bad);
   }
 };
 

@@ -173,9 +173,7 @@ struct Problem {
                     dname(cf.dtype), cf.head_dim, cf.block_size, cf.group, cf.window, cf.sink, (double)cf.soft_cap, r, h,
                     d, g, w);
         }
-    for (size_t i = 0; i < got.n; ++i)
-      if (!logical[i] && !std::isnan(got.get(i)) && bad++ < 3) fprintf(stderr, "  %s: padding element %zu overwritten\n", what, i);
-    return bad;
+    return padding_overwritten(got, logical, what, bad);
   }
   int compare_ref(const Tensor& got, const char* what) const {
     const uint32_t D = cf.head_dim, H = num_q_heads;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <algorithm>
@@ -74,6 +75,14 @@ inline bool close(double got, double want, uint32_t dtype) {
   const double atol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 2e-3 : 1.6e-2;
   const double rtol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 4e-3 : 1.6e-2;
   return std::isfinite(got) && std::fabs(got - want) <= atol + rtol * std::fabs(want);
+}
+
+// Elements of a poisoned output that no logical index covers (logical[i] false) must still hold the
+// NaN poison; returns how many were overwritten (reporting the first few), counting on from `bad`.
+inline int padding_overwritten(const Tensor& got, const std::vector<bool>& logical, const char* what, int bad) {
+  for (size_t i = 0; i < got.n; ++i)
+    if (!logical[i] && !std::isnan(got.get(i)) && bad++ < 3) fprintf(stderr, "  %s: padding element %zu overwritten\n", what, i);
+  return bad;
 }
 
 // Usable CUDA devices in this build (0 without CUDA or driver).

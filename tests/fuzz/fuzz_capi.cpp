@@ -171,7 +171,9 @@ kvb_status drain_host(kvb_manager* m, Model& md, size_t off_cap, size_t load_cap
     REQUIRE(d >= 0 && d < static_cast<int32_t>(md.nblocks) && h >= 0 && h < static_cast<int32_t>(md.nhost),
             "load pair (%d,%d)", h, d);
     REQUIRE(md.host_kv[h] != 0, "load from host block %d, which holds no committed cacheable K/V", h);
-    md.kv[d] = md.host_kv[h];
+    // The loaded block is indexed on the device with that content, also where the sequence's window
+    // released it at once (allocate could not see its id, and a later prompt can hit it).
+    md.kv[d] = md.content[d] = md.host_kv[h];
   }
   for (const auto& u : md.unverified) {
     bool loaded = false;

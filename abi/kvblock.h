@@ -110,10 +110,10 @@ typedef enum kvb_config_flags {
    With groups, per-sequence windows (kvb_seq_options.window_tokens, kvb_seq_set_window) are refused
    (each group's window is its spec's), kvb_seq_block_table and kvb_batch_export (without .group) give
    group 0, and kvb_seq_get_info reports num_held_blocks summed over the groups (num_blocks, the
-   entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's). Not implemented yet, so refused at create with
-   KVB_ERR_UNSUPPORTED: KVB_CONFIG_HOST_CACHE with any groups, and num_host_blocks > 0 (swapping) with
-   more than one group. A manager with no
-   groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */
+   entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's).
+   Swapping moves every group at once (see kvb_seq_swap_out). Not implemented yet, so refused at create
+   with KVB_ERR_UNSUPPORTED: KVB_CONFIG_HOST_CACHE with any groups. A manager with no groups
+   (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */
 typedef enum kvb_group_kind {
   KVB_GROUP_FULL = 0,   /* full attention: every block is kept */
   KVB_GROUP_WINDOW = 1  /* sliding window (window_tokens > 0) with optional attention sinks */
@@ -282,14 +282,23 @@ typedef enum kvb_availability {
   KVB_AVAIL_NEVER = 2  /* the pool could never hold it */
 } kvb_availability;
 
-/* Can the sequence move to host blocks now? (host free blocks vs. its held device blocks) */
+/* With KV cache groups a sequence swaps as one: every group's held blocks move (one host table per
+   group), counts and availability cover all groups, and a refused swap moves nothing in any group.
+   Blocks of all groups live in the one device pool and the one host pool, so pairs are plain block ids
+   with no group index: group 0's held blocks first, then group 1's, ..., each group in block order.
+   Slots a window group released before the swap (-1) stay released after the swap-in.
+
+   Can the sequence move to host blocks now? (host free blocks vs. its held device blocks) */
 KVB_API kvb_status kvb_seq_can_swap_out(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
 /* Move the sequence's held device blocks to host blocks. pairs[2*i] = device src, pairs[2*i+1] = host dst;
    run them with kvb_swap_blocks before the device blocks are reused. *num_pairs needed if too small. */
 KVB_API kvb_status kvb_seq_swap_out(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 /* Can the swapped-out sequence come back? OK when free - needed >= watermark blocks (vLLM's rule). */
 KVB_API kvb_status kvb_seq_can_swap_in(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
-/* Bring the sequence back to device blocks. pairs[2*i] = host src, pairs[2*i+1] = device dst. */
+/* Bring the sequence back to device blocks. pairs[2*i] = host src, pairs[2*i+1] = device dst, in the
+   order of the swap-out. Committed full blocks become findable again (each group's under its own key)
+   where no device block holds that key, except a block right after a released slot (the released
+   block's hash, its parent, left with it). */
 KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -203,8 +203,9 @@ class Manager {
   void host_unqueue(int32_t h);           // ... leaves whichever list it is in
   int32_t load_from_host(int32_t h, const ChainLink& parent);  // a free device block, loaded from h
   void clear_host_cache();
-  void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks become empty
+  void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks (every group's) become empty
   size_t host_available() const;          // host blocks a swap out may take
+  size_t held_blocks(const Sequence& s, bool host) const;  // blocks held in every group (device or host tables)
   void check_host_invariants(const std::vector<uint8_t>& host_held) const;
 
   ManagerConfig cfg_;

@@ -79,14 +79,10 @@ void validate_config(const ManagerConfig& cfg) {
       fail(Code::invalid_argument, "groups[%zu]: a full-attention group takes no window_tokens (%u) or sink_tokens (%u)",
            g, gs.window_tokens, gs.sink_tokens);
   }
-  // The host tier (swapping, host cache) keeps one host table per sequence; with several groups it is not
-  // implemented yet, so the combination is refused rather than half supported.
+  // The host prefix cache does not look up group-keyed chains yet: refused rather than half supported.
   if (!cfg.groups.empty() && cfg.host_cache)
     fail(Code::unsupported, "KVB_CONFIG_HOST_CACHE with KV cache groups: the host prefix cache does not look up "
          "group-keyed chains yet; leave the flag off or num_groups 0");
-  if (cfg.groups.size() > 1 && cfg.num_host_blocks > 0)
-    fail(Code::unsupported, "num_host_blocks %u with %zu KV cache groups: the host tier (swap, host cache) does not "
-         "support several groups yet; use num_host_blocks 0", cfg.num_host_blocks, cfg.groups.size());
 }
 
 // ---- blocks -------------------------------------------------------------------------------------

@@ -8,7 +8,10 @@
 //   - every held computed full block carries the public hash of the model's tokens (so hits and copies
 //     put the right content in the right group); no block is in two groups;
 //   - a failed call changed nothing (every table of every group, the infos and the free count);
-//   - allocate reports the hit that the rule of kvblock.h gives on the model's cached set.
+//   - allocate reports the hit that the rule of kvblock.h gives on the model's cached set;
+//   - swapping moves every group's held blocks: the pairs list group 0's held blocks then group 1's ...,
+//     swap-in reads back the host blocks swap-out wrote, in the same order, and the tables come back
+//     with the same released slots and the same content (hashes).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +47,8 @@ struct MSeq {
   // Per group, the block indices the window released. Releases accumulate (a rollback of committed
   // tokens brings none back), so the model replays each release rather than deriving it from the state.
   std::vector<std::set<uint32_t>> rel;
+  bool swapped = false;
+  std::vector<int32_t> host;  // while swapped: the host blocks swap-out wrote, in pair order
 };
 
 struct World {
@@ -52,7 +57,8 @@ struct World {
   std::vector<Spec> specs;
   std::map<int64_t, MSeq> seqs;
   std::set<std::pair<uint32_t, uint64_t>> cached;  // (group, public hash)
-  uint64_t hits = 0, window_cuts = 0, failures = 0;
+  uint32_t host_blocks = 0;
+  uint64_t hits = 0, window_cuts = 0, failures = 0, swaps = 0;
 };
 
 uint64_t chain_hash(const std::vector<int64_t>& t, uint32_t bs, uint32_t upto_block) {
@@ -86,6 +92,15 @@ std::vector<int32_t> table(World& w, int64_t id, uint32_t g) {
   return t;
 }
 
+// The held blocks of every group, group 0's first (the order of swap pairs).
+std::vector<int32_t> held_blocks(World& w, int64_t id) {
+  std::vector<int32_t> out;
+  for (uint32_t g = 0; g < w.specs.size(); ++g)
+    for (int32_t b : table(w, id, g))
+      if (b >= 0) out.push_back(b);
+  return out;
+}
+
 // Everything a failed call must leave unchanged.
 std::vector<int64_t> snapshot(World& w) {
   std::vector<int64_t> out;
@@ -99,8 +114,10 @@ std::vector<int64_t> snapshot(World& w) {
     out.push_back(static_cast<int64_t>(info.num_tokens));
     out.push_back(static_cast<int64_t>(info.num_computed));
     out.push_back(static_cast<int64_t>(info.num_held_blocks));
-    for (uint32_t g = 0; g < w.specs.size(); ++g)
-      for (int32_t b : table(w, e.first, g)) out.push_back(b);
+    out.push_back(static_cast<int64_t>(info.location));
+    if (!e.second.swapped)
+      for (uint32_t g = 0; g < w.specs.size(); ++g)
+        for (int32_t b : table(w, e.first, g)) out.push_back(b);
   }
   return out;
 }
@@ -134,8 +151,17 @@ void check_all(World& w) {
     kvb_seq_info_init(&info);
     CHECK_OK(kvb_seq_get_info(w.m, e.first, &info));
     CHECK(info.num_tokens == s.tokens.size() && info.num_computed == s.computed);
+    CHECK(info.location == (s.swapped ? KVB_SEQ_SWAPPED_OUT : KVB_SEQ_ON_DEVICE));
     const uint32_t nb = static_cast<uint32_t>((s.tokens.size() + w.bs - 1) / w.bs);
     uint64_t held = 0;
+    if (s.swapped) {
+      for (uint32_t g = 0; g < w.specs.size(); ++g) held += nb - s.rel[g].size();
+      CHECK(info.num_held_blocks == held && s.host.size() == held);
+      int32_t t[4];
+      size_t len = 0;
+      CHECK(kvb_seq_block_table_group(w.m, e.first, 0, t, 4, &len) == KVB_ERR_BAD_STATE);
+      continue;
+    }
     for (uint32_t g = 0; g < w.specs.size(); ++g) {
       std::vector<int32_t> t = table(w, e.first, g);
       CHECK(t.size() == nb);
@@ -209,6 +235,8 @@ void run(uint64_t seed, int steps) {
   cfg.flags = KVB_CONFIG_EVENTS | (r.below(2) ? KVB_CONFIG_KEYED_INDEX : 0);
   cfg.groups = gs.data();
   cfg.num_groups = ng;
+  w.host_blocks = r.below(3) == 0 ? 0 : 8 + r.below(40);
+  cfg.num_host_blocks = w.host_blocks;
   CHECK_OK(kvb_manager_create(&cfg, &w.m));
   if (!w.m) return;
   // Prompts share prefixes so that hits happen; tokens come from a small alphabet.
@@ -219,11 +247,14 @@ void run(uint64_t seed, int steps) {
   for (int step = 0; step < steps; ++step) {
     std::vector<int64_t> before = snapshot(w);
     kvb_status st = KVB_OK;
-    std::vector<int64_t> ids;
-    for (auto& e : w.seqs) ids.push_back(e.first);
+    std::vector<int64_t> ids, dev;
+    for (auto& e : w.seqs) {
+      ids.push_back(e.first);
+      if (!e.second.swapped) dev.push_back(e.first);
+    }
     const int64_t id = ids.empty() ? 0 : ids[r.below(static_cast<uint32_t>(ids.size()))];
     MSeq* s = ids.empty() ? nullptr : &w.seqs[id];
-    const uint32_t op = r.below(100);
+    const uint32_t op = r.below(105);  // 95..99: swap (with a host tier), else batch export
     if (op < 22 || !s) {
       std::vector<int64_t> p = prefixes[r.below(3)];
       p.resize(1 + r.below(static_cast<uint32_t>(p.size())));
@@ -284,19 +315,55 @@ void run(uint64_t seed, int steps) {
       st = kvb_seq_free(w.m, id);
       if (st == KVB_OK) w.seqs.erase(id);
     } else if (op < 90) {
+      if (!dev.empty() && r.below(4) != 0) ids = dev;  // mostly on-device sequences; else a swapped one refuses
       std::vector<int64_t> t;
       for (size_t i = 0; i < ids.size(); ++i) t.push_back(r.below(5));
       st = kvb_batch_append(w.m, ids.data(), t.data(), ids.size());
       if (st == KVB_OK)
         for (size_t i = 0; i < ids.size(); ++i) w.seqs[ids[i]].tokens.push_back(t[i]);
     } else if (op < 95) {
+      if (!dev.empty() && r.below(4) != 0) ids = dev;
       st = kvb_batch_commit(w.m, ids.data(), nullptr, ids.size());
       if (st == KVB_OK)
         for (int64_t i : ids) {
           w.seqs[i].computed = w.seqs[i].tokens.size();
           release(w, w.seqs[i]);
         }
+    } else if (op < 100 && w.host_blocks > 0) {
+      std::vector<int32_t> pairs(512);
+      size_t np = 0;
+      if (!s->swapped) {
+        const std::vector<int32_t> held = held_blocks(w, id);
+        const size_t cap = r.below(8) == 0 && !held.empty() ? held.size() - 1 : 256;
+        st = kvb_seq_swap_out(w.m, id, pairs.data(), cap, &np);
+        if (st == KVB_OK || st == KVB_ERR_BUFFER_TOO_SMALL) CHECK(np == held.size());
+        if (st == KVB_OK) {
+          s->swapped = true;
+          s->host.clear();
+          std::set<int32_t> dst;
+          for (size_t i = 0; i < np && i < held.size(); ++i) {
+            CHECK(pairs[2 * i] == held[i]);
+            CHECK(pairs[2 * i + 1] >= 0 && static_cast<uint32_t>(pairs[2 * i + 1]) < w.host_blocks);
+            CHECK(dst.insert(pairs[2 * i + 1]).second);
+            s->host.push_back(pairs[2 * i + 1]);
+          }
+          ++w.swaps;
+        }
+      } else {
+        const size_t cap = r.below(8) == 0 && !s->host.empty() ? s->host.size() - 1 : 256;
+        st = kvb_seq_swap_in(w.m, id, pairs.data(), cap, &np);
+        if (st == KVB_OK || st == KVB_ERR_BUFFER_TOO_SMALL) CHECK(np == s->host.size());
+        if (st == KVB_OK) {
+          s->swapped = false;
+          const std::vector<int32_t> held = held_blocks(w, id);
+          CHECK(held.size() == np);
+          for (size_t i = 0; i < np && i < held.size(); ++i)
+            CHECK(pairs[2 * i] == s->host[i] && pairs[2 * i + 1] == held[i]);
+          s->host.clear();
+        }
+      }
     } else {
+      ids = dev;
       int32_t pairs[256];
       size_t np = 0;
       CHECK_OK(kvb_drain_copies(w.m, pairs, 128, &np));
@@ -325,7 +392,8 @@ void run(uint64_t seed, int steps) {
     }
     if (st != KVB_OK) {
       ++w.failures;
-      CHECK(st == KVB_ERR_OUT_OF_BLOCKS || st == KVB_ERR_INVALID_ARGUMENT || st == KVB_ERR_BAD_STATE);
+      CHECK(st == KVB_ERR_OUT_OF_BLOCKS || st == KVB_ERR_INVALID_ARGUMENT || st == KVB_ERR_BAD_STATE ||
+            st == KVB_ERR_BUFFER_TOO_SMALL);
       CHECK(snapshot(w) == before);
     }
     check_all(w);
@@ -335,12 +403,16 @@ void run(uint64_t seed, int steps) {
     }
   }
   kvb_manager_destroy(w.m);
-  static uint64_t total_hits, total_fail;
+  static uint64_t total_hits, total_fail, total_swaps;
   total_hits += w.hits;
   total_fail += w.failures;
-  if (seed % 16 == 15)
-    printf("  seeds to %llu: %llu allocations with hits, %llu refused calls\n", static_cast<unsigned long long>(seed),
-           static_cast<unsigned long long>(total_hits), static_cast<unsigned long long>(total_fail));
+  total_swaps += w.swaps;
+  if (seed % 16 == 15) {
+    printf("  seeds to %llu: %llu allocations with hits, %llu refused calls, %llu swaps out\n",
+           static_cast<unsigned long long>(seed), static_cast<unsigned long long>(total_hits),
+           static_cast<unsigned long long>(total_fail), static_cast<unsigned long long>(total_swaps));
+    CHECK(total_swaps > 0);
+  }
 }
 
 void random_groups() {

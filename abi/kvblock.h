@@ -111,9 +111,9 @@ typedef enum kvb_config_flags {
    (each group's window is its spec's), kvb_seq_block_table and kvb_batch_export (without .group) give
    group 0, and kvb_seq_get_info reports num_held_blocks summed over the groups (num_blocks, the
    entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's).
-   Swapping moves every group at once (see kvb_seq_swap_out). Not implemented yet, so refused at create
-   with KVB_ERR_UNSUPPORTED: KVB_CONFIG_HOST_CACHE with any groups. A manager with no groups
-   (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */
+   Swapping moves every group at once (see kvb_seq_swap_out), and the host prefix cache keeps each
+   group's blocks apart and feeds the hit rule above from both levels (see "Host cache"). A manager with
+   no groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */
 typedef enum kvb_group_kind {
   KVB_GROUP_FULL = 0,   /* full attention: every block is kept */
   KVB_GROUP_WINDOW = 1  /* sliding window (window_tokens > 0) with optional attention sinks */
@@ -319,6 +319,13 @@ KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pair
    device copy will be the last evicted); otherwise the least recently used cached host block goes.
    0 percent behaves like an exclusive cache (most hits), larger values move fewer blocks.
 
+   With KV cache groups, an evicted block is offloaded under its group: the host index is keyed like the
+   device one (group and whole history), so a block of one group never satisfies another. In the hit
+   rule of "KV cache groups" a block counts as cached when it is on the device or on the host; every
+   group that takes a host-hit block gets its own load (loads are listed group 0's first, each group in
+   block order), and a window group loads only the blocks it needs. A refused allocation pins and loads
+   nothing in any group. Events of both media carry the group (kvb_drain_events_group).
+
    kvb_drain_host_transfers hands out every pending transfer at once, oldest first: offload_pairs
    (pairs[2*i] = device src, pairs[2*i+1] = host dst) and load_pairs (host src, device dst). Run them
    before anything overwrites their device blocks, in this order: all offloads, then all loads, then the
@@ -391,7 +398,8 @@ typedef struct kvb_stats {
   uint64_t events_dropped;     /* events lost to a full event queue, cumulative */
   /* --- fields below were added with the host cache; older callers' struct_size omits them --- */
   uint64_t device_hit_tokens;  /* of hit_tokens, found on the device */
-  uint64_t host_hit_tokens;    /* of hit_tokens, found on the host level (loaded back) */
+  uint64_t host_hit_tokens;    /* of hit_tokens, found on the host level (loaded back); with KV cache
+                                  groups, the hit tokens whose block at least one group loaded */
   uint64_t offloaded_blocks;   /* device -> host copies handed out (kvb_drain_host_transfers), cumulative */
   uint64_t loaded_blocks;      /* host -> device copies handed out, cumulative */
   uint64_t host_evictions;     /* cached host blocks dropped for new content */

@@ -146,6 +146,7 @@ class Manager {
   static Sequence& grp(Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   static const Sequence& grp(const Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   uint32_t block_group(int32_t b) const { return block_group_.empty() ? 0 : block_group_[b]; }
+  uint32_t host_group(int32_t h) const { return host_group_.empty() ? 0 : host_group_[h]; }
   // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
@@ -244,14 +245,15 @@ class Manager {
   uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
   size_t host_held_ = 0;             // blocks held by swapped-out sequences
   std::vector<BlockPair> pending_offloads_, pending_loads_;
-  HashCounts host_hashes_;           // public hashes in the host index, when events are on
+  std::vector<HashCounts> host_hashes_;  // per group: public hashes in the host index, when events are on
+  std::vector<uint8_t> host_group_;  // group of each cached host block's content (only with groups)
   std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
 
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
-  // group_lookup's results, [group][block]: the cached block (-1 = miss), the link before each block
-  // (M + 1 per group), and the last miss at or before each block.
+  // group_lookup's results, [group][block]: the cached block (-1 = miss, -2 - h = host block h), the link
+  // before each block (M + 1 per group), and the last miss at or before each block.
   std::vector<int32_t> group_hit_, group_last_miss_;
   std::vector<ChainLink> group_link_;
   uint32_t group_stride_ = 0;  // M of the last group_lookup

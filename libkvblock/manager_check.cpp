@@ -256,6 +256,10 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
     int32_t h = host_index_.find(m.key);
     KVB_INVARIANT(h < 0 || host_twin_[h] == static_cast<int32_t>(b), "device block %u: host copy %d does not name it",
                   b, h);
+    // Keys carry the group, so a block and its host copy belong to one group.
+    KVB_INVARIANT(h < 0 || host_group(h) == block_group(static_cast<int32_t>(b)),
+                  "device block %u of group %u: host copy %d is of group %u", b, block_group(static_cast<int32_t>(b)), h,
+                  host_group(h));
   }
   std::vector<uint8_t> dst(H, 0);
   for (const BlockPair& p : pending_offloads_) {
@@ -264,15 +268,19 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
                   "pending offload into host block %d: repeated or not cached", p.second);
     dst[p.second] = 1;
   }
-  if (events_.enabled() && cfg_.host_cache) {
-    std::unordered_map<uint64_t, uint32_t> counts;
-    for (uint32_t h = 0; h < H; ++h)
-      if (host_pool_.meta(static_cast<int32_t>(h)).indexed) ++counts[host_pool_.meta(static_cast<int32_t>(h)).hash];
-    KVB_INVARIANT(counts.size() == host_hashes_.size(), "%zu public hashes on the host, event counts hold %zu",
-                  counts.size(), host_hashes_.size());
-    for (const auto& c : counts)
-      KVB_INVARIANT(host_hashes_.count(c.first) == c.second, "host hash %016" PRIx64 ": %u blocks, counted %u",
-                    c.first, c.second, host_hashes_.count(c.first));
+  if (events_.enabled() && cfg_.host_cache) {  // per group, as on the device
+    for (uint32_t g = 0; g < groups_; ++g) {
+      std::unordered_map<uint64_t, uint32_t> counts;
+      for (uint32_t h = 0; h < H; ++h)
+        if (host_pool_.meta(static_cast<int32_t>(h)).indexed && host_group(static_cast<int32_t>(h)) == g)
+          ++counts[host_pool_.meta(static_cast<int32_t>(h)).hash];
+      const HashCounts& hc = host_hashes_[g];
+      KVB_INVARIANT(counts.size() == hc.size(), "group %u: %zu public hashes on the host, event counts hold %zu", g,
+                    counts.size(), hc.size());
+      for (const auto& c : counts)
+        KVB_INVARIANT(hc.count(c.first) == c.second, "group %u host hash %016" PRIx64 ": %u blocks, counted %u", g,
+                      c.first, c.second, hc.count(c.first));
+    }
   }
 }
 

@@ -79,7 +79,8 @@ int32_t Manager::take_host_block() {
   host_index_.erase_if_points_to(m.key, h);
   m.indexed = 0;
   ++host_evictions_;
-  if (events_.enabled() && host_hashes_.remove(m.hash)) emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
+  if (events_.enabled() && host_hashes_[host_group(h)].remove(m.hash))
+    emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
   host_twin_[h] = -1;
   // Its pending offload (if any) would now overwrite the block's next content: drop it.
@@ -102,13 +103,14 @@ void Manager::offload(int32_t b) {
   std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
   host_index_.put(hm.key, h);
   hm.indexed = 1;
+  if (!host_group_.empty()) host_group_[h] = static_cast<uint8_t>(block_group(b));  // the key carries it too
   hm.ref = 0;
   host_enqueue(h);
   pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
   ++offloaded_;
   if (events_.enabled()) {
     host_parents_[h] = parents_[b];
-    if (host_hashes_.add(hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
+    if (host_hashes_[host_group(h)].add(hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
   }
 }
 
@@ -142,7 +144,7 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
   ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
   pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
   ++loaded_;
-  index_block(d, parent, 0, h);
+  index_block(d, parent, host_group(h), h);
   return d;
 }
 
@@ -165,7 +167,7 @@ void Manager::clear_host_cache() {
     host_empty_.push_back(h);
   }
   host_index_.clear();
-  host_hashes_.clear();
+  for (HashCounts& hc : host_hashes_) hc.clear();
   offloaded_ -= pending_offloads_.size();
   pending_offloads_.clear();
 }

@@ -1,14 +1,16 @@
 // KV cache groups (issue 17): random operations on managers with several groups (full and window, with
 // sinks, one shared pool) against a simple model, with kvb_check_invariants after every step. The model
-// keeps each sequence's tokens and computed count, and the set of (group, public hash) the index holds
-// as the group events report it. After every step:
+// keeps each sequence's tokens and computed count, and the set of (medium, group, public hash) the device
+// and host indexes hold as the group events report it. Some managers have a host tier for swapping, some
+// also the host prefix cache (KVB_CONFIG_HOST_CACHE). After every step:
 //   - every group's table has one entry per block; full groups hold every block; window groups hold
 //     exactly the blocks a coming query can reach (positions p >= num_computed attend back window_tokens,
 //     plus the sinks and the block of the last computed token) and nothing before that;
 //   - every held computed full block carries the public hash of the model's tokens (so hits and copies
 //     put the right content in the right group); no block is in two groups;
 //   - a failed call changed nothing (every table of every group, the infos and the free count);
-//   - allocate reports the hit that the rule of kvblock.h gives on the model's cached set;
+//   - allocate reports the hit that the rule of kvblock.h gives on the model's cached set (a needed block
+//     may be on the device or on the host);
 //   - swapping moves every group's held blocks: the pairs list group 0's held blocks then group 1's ...,
 //     swap-in reads back the host blocks swap-out wrote, in the same order, and the tables come back
 //     with the same released slots and the same content (hashes).
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "harness.h"
@@ -56,7 +59,8 @@ struct World {
   uint32_t bs = 0;
   std::vector<Spec> specs;
   std::map<int64_t, MSeq> seqs;
-  std::set<std::pair<uint32_t, uint64_t>> cached;  // (group, public hash)
+  std::set<std::tuple<uint32_t, uint32_t, uint64_t>> cached;  // (medium, group, public hash)
+  bool host_cache = false;
   uint32_t host_blocks = 0;
   uint64_t hits = 0, window_cuts = 0, failures = 0, swaps = 0;
 };
@@ -75,7 +79,8 @@ void drain(World& w) {
   do {
     CHECK_OK(kvb_drain_events_group(w.m, ev, grp, 32, toks, 32 * 8, &n, nullptr));
     for (size_t i = 0; i < n; ++i) {
-      auto key = std::make_pair(grp[i], ev[i].block_hash);
+      auto key = std::make_tuple(ev[i].medium, grp[i], ev[i].block_hash);
+      CHECK(ev[i].medium == KVB_MEDIUM_DEVICE || (w.host_cache && ev[i].medium == KVB_MEDIUM_HOST));
       CHECK(grp[i] < w.specs.size());
       if (ev[i].type == KVB_EVENT_BLOCK_STORED) CHECK(w.cached.insert(key).second);
       else if (ev[i].type == KVB_EVENT_BLOCK_REMOVED) CHECK(w.cached.erase(key) == 1);
@@ -199,7 +204,9 @@ uint32_t expected_hit(World& w, const std::vector<int64_t>& p) {
       for (uint32_t i = 0; i < k && ok; ++i) {
         // Needed: every block for a full group; for a window group what it keeps with k blocks computed.
         bool need = window_keeps(w.specs[g], w.bs, static_cast<uint64_t>(k) * w.bs, i);
-        if (need && !w.cached.count(std::make_pair(g, h[i]))) ok = false;
+        if (need && !w.cached.count(std::make_tuple(uint32_t{KVB_MEDIUM_DEVICE}, g, h[i])) &&
+            !w.cached.count(std::make_tuple(uint32_t{KVB_MEDIUM_HOST}, g, h[i])))
+          ok = false;
       }
     if (ok) return k;
   }
@@ -231,12 +238,14 @@ void run(uint64_t seed, int steps) {
   kvb_config cfg;
   kvb_config_init(&cfg);
   cfg.block_size = w.bs;
-  cfg.num_blocks = 24 + r.below(40);
   cfg.flags = KVB_CONFIG_EVENTS | (r.below(2) ? KVB_CONFIG_KEYED_INDEX : 0);
   cfg.groups = gs.data();
   cfg.num_groups = ng;
   w.host_blocks = r.below(3) == 0 ? 0 : 8 + r.below(40);
   cfg.num_host_blocks = w.host_blocks;
+  w.host_cache = w.host_blocks > 0 && r.below(2) == 0;
+  if (w.host_cache) cfg.flags |= KVB_CONFIG_HOST_CACHE;
+  cfg.num_blocks = w.host_cache ? 16 + r.below(20) : 24 + r.below(40);  // a small device level evicts more
   CHECK_OK(kvb_manager_create(&cfg, &w.m));
   if (!w.m) return;
   // Prompts share prefixes so that hits happen; tokens come from a small alphabet.
@@ -367,6 +376,14 @@ void run(uint64_t seed, int steps) {
       int32_t pairs[256];
       size_t np = 0;
       CHECK_OK(kvb_drain_copies(w.m, pairs, 128, &np));
+      if (w.host_cache) {  // offloads into distinct host blocks, loads into distinct device blocks
+        std::vector<int32_t> off(1024), load(1024);
+        size_t noff = 0, nload = 0;
+        CHECK_OK(kvb_drain_host_transfers(w.m, off.data(), 512, &noff, load.data(), 512, &nload));
+        std::set<int32_t> hd, dd;
+        for (size_t i = 0; i < noff; ++i) CHECK(hd.insert(off[2 * i + 1]).second);
+        for (size_t i = 0; i < nload; ++i) CHECK(dd.insert(load[2 * i + 1]).second);
+      }
       // Every group's batch export: slots are the group's own blocks.
       for (uint32_t g = 0; g < ng; ++g) {
         std::vector<int32_t> tabs(ids.size() * 64), lens(ids.size());
@@ -402,17 +419,23 @@ void run(uint64_t seed, int steps) {
       w.seqs.erase(w.seqs.begin());
     }
   }
-  kvb_manager_destroy(w.m);
-  static uint64_t total_hits, total_fail, total_swaps;
+  static uint64_t total_hits, total_fail, total_swaps, total_host_hits;
+  kvb_stats st;
+  kvb_stats_init(&st);
+  CHECK_OK(kvb_get_stats(w.m, &st));
+  CHECK(st.device_hit_tokens + st.host_hit_tokens == st.hit_tokens);
+  total_host_hits += st.host_hit_tokens;
   total_hits += w.hits;
   total_fail += w.failures;
   total_swaps += w.swaps;
   if (seed % 16 == 15) {
-    printf("  seeds to %llu: %llu allocations with hits, %llu refused calls, %llu swaps out\n",
+    printf("  seeds to %llu: %llu allocations with hits, %llu refused calls, %llu swaps out, %llu host-hit tokens\n",
            static_cast<unsigned long long>(seed), static_cast<unsigned long long>(total_hits),
-           static_cast<unsigned long long>(total_fail), static_cast<unsigned long long>(total_swaps));
-    CHECK(total_swaps > 0);
+           static_cast<unsigned long long>(total_fail), static_cast<unsigned long long>(total_swaps),
+           static_cast<unsigned long long>(total_host_hits));
+    CHECK(total_swaps > 0 && total_host_hits > 0);
   }
+  kvb_manager_destroy(w.m);
 }
 
 void random_groups() {

@@ -171,6 +171,10 @@ void Run::engine_step() {
   for (uint32_t g = 0; g < num_groups(); ++g)
     sm[g] = batch_export(ids, cols + static_cast<uint32_t>(rng_.below(2)), slots + rng_.below(3), true, true, true,
                          true, g);
+  // The commits: one call per sequence, or one kvb_batch_commit (counts NULL: every uncomputed token).
+  const bool batched = rng_.chance(0.3);
+  std::vector<size_t> counts;
+  bool all = true;
   size_t off = 0;
   for (int64_t id : ids) {
     MSeq& s = model_.seqs[id];
@@ -178,9 +182,17 @@ void Run::engine_step() {
     size_t k = rng_.chance(0.6) ? unc : rng_.below(unc + 1);
     write_kv(sm, off, s.tokens, s.computed, k);
     off += unc;
+    counts.push_back(k);
+    all = all && k == unc;
+    if (batched) continue;
     note(fmt("commit %" PRId64 " %zu", id, k));
     expect(kvb_seq_commit(m_, id, k), model_.commit(id, k), "commit");
   }
+  if (!batched) return;
+  const bool null_counts = all && rng_.chance(0.5);
+  note(fmt("batch_commit %s %s", vec_str(ids).c_str(), null_counts ? "(all)" : vec_str(counts).c_str()));
+  expect(kvb_batch_commit(m_, ids.data(), null_counts ? nullptr : counts.data(), ids.size()),
+         model_.batch_commit(ids, counts), "batch_commit");
 }
 
 

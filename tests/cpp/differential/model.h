@@ -6,6 +6,7 @@
 //   model_pool.h    the free queue, the device index and the events
 //   model_lookup.h  the prefix lookup and the hit valid for every KV cache group
 //   model_seq.h     the sequence calls: allocate, commit, append, free, fork, rollback, window, reset
+//   model_batch.h   the batched decode calls (kvb_batch_append, kvb_batch_commit)
 //   model_host.h    the host level (host cache) and swapping
 // KV cache groups (kvblock.h): every sequence has one MTable per group over the one pool and free queue;
 // a manager without groups is one full group whose window is per sequence, so every operation is
@@ -221,6 +222,11 @@ struct Model {
   kvb_status set_extra_key(int64_t id, uint32_t bi, uint64_t key);
   kvb_status reset_prefix_cache();
 
+  // ---- the batched decode calls (model_batch.h) ----
+  kvb_status check_batch_ids(const std::vector<int64_t>& ids);
+  kvb_status batch_append(const std::vector<int64_t>& ids, const std::vector<int64_t>& toks);
+  kvb_status batch_commit(const std::vector<int64_t>& ids, const std::vector<size_t>& counts);
+
   // ---- the host level and swapping (model_host.h) ----
   bool host_queued(int32_t h) const { return host[h].ref == 0; }  // cached and not pinned
   void host_unqueue(int32_t h);
@@ -246,4 +252,5 @@ struct Model {
 #include "model_pool.h"
 #include "model_lookup.h"
 #include "model_seq.h"
+#include "model_batch.h"
 #include "model_host.h"

@@ -46,6 +46,19 @@ void Run::op_append() {
   expect(kvb_seq_append(m_, id, t.data(), n), model_.append(id, t), "append");
 }
 
+// A decode step's appends in one call: some device sequences, now and then an id twice, an unknown or a
+// swapped-out one (all refused, nothing changed).
+void Run::op_batch_append() {
+  std::vector<int64_t> ids;
+  for (const auto& kv : model_.seqs)
+    if ((!kv.second.swapped || rng_.chance(0.05)) && rng_.chance(0.5)) ids.push_back(kv.first);
+  if (!ids.empty() && rng_.chance(0.05)) ids.push_back(ids[rng_.below(ids.size())]);
+  if (rng_.chance(0.05)) ids.insert(ids.begin() + static_cast<long>(rng_.below(ids.size() + 1)), unknown_id());
+  std::vector<int64_t> t = gen_tokens(ids.size());
+  note(fmt("batch_append %s %s", vec_str(ids).c_str(), vec_str(t).c_str()));
+  expect(kvb_batch_append(m_, ids.data(), t.data(), ids.size()), model_.batch_append(ids, t), "batch_append");
+}
+
 void Run::op_free() {
   int64_t id;
   if (!pick(&id, 0)) return;
@@ -420,7 +433,7 @@ void Run::one_step() {
   size_t r = rng_.below(100);
   if (model_.seqs.empty() || r < 16) op_allocate();
   else if (r < 36) engine_step();
-  else if (r < 50) op_append();
+  else if (r < 50) rng_.chance(0.2) ? op_batch_append() : op_append();
   else if (r < 56) op_free();
   else if (r < 62) op_fork();
   else if (r < 65) (host_cache() && rng_.chance(0.5)) ? op_drain_host() : op_drain();

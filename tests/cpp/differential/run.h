@@ -200,6 +200,7 @@ class Run {
   // A new operation is declared here, defined in operations.h and given a weight in one_step.
   void op_allocate();
   void op_append();
+  void op_batch_append();
   void op_free();
   void op_fork();
   void op_rollback();

@@ -113,7 +113,20 @@ typedef enum kvb_config_flags {
    entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's).
    Swapping moves every group at once (see kvb_seq_swap_out), and the host prefix cache keeps each
    group's blocks apart and feeds the hit rule above from both levels (see "Host cache"). A manager with
-   no groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */
+   no groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups.
+
+   Eviction order with groups (a hit needs every group, so a window group's cached blocks age with the
+   rest of their sequence). Free blocks are evicted (taken for new data) in this order:
+     1. the free queue: blocks of sequences that ended (or never cached), least recently freed first;
+     2. then, only when that is empty, the cached blocks that the windows of running sequences
+        released, oldest first. They stay free blocks (kvb_num_free_blocks and OUT_OF_BLOCKS count
+        them): the window still saves the blocks, it only gives them up last, since serving every
+        layer with full attention would still hold them.
+   Freeing a sequence puts its blocks at the tail of the free queue by block index, last block first,
+   every group at each index (full block i, window block i, full block i-1, ...), the blocks its
+   windows released included while they still hold its content: pressure then cuts the cached prefix
+   from its end in every group at once. Prefix hits a window group did not take (-1 above) keep their
+   place. Without groups the order is the plain free queue of DESIGN section 4. */
 typedef enum kvb_group_kind {
   KVB_GROUP_FULL = 0,   /* full attention: every block is kept */
   KVB_GROUP_WINDOW = 1  /* sliding window (window_tokens > 0) with optional attention sinks */
@@ -185,7 +198,8 @@ KVB_API kvb_status kvb_seq_commit(kvb_manager* m, int64_t seq_id, size_t num_tok
 KVB_API kvb_status kvb_seq_can_append(kvb_manager* m, int64_t seq_id, size_t num_tokens);
 /* Append tokens (decode or speculative), taking blocks as needed; all-or-nothing. */
 KVB_API kvb_status kvb_seq_append(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n);
-/* Drop the sequence (device or swapped out); its blocks are released last block first. */
+/* Drop the sequence (device or swapped out); its blocks are released last block first (with KV cache
+   groups: every group at each block, see "Eviction order with groups"). */
 KVB_API kvb_status kvb_seq_free(kvb_manager* m, int64_t seq_id);
 /* The sequence's block ids, one per block of its tokens (-1 where released by a sliding window).
    *len = the number of entries (also on KVB_ERR_BUFFER_TOO_SMALL). Swapped out: KVB_ERR_BAD_STATE. */

@@ -158,6 +158,9 @@ class Manager {
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  void free_group_blocks(Sequence& s);   // free_seq with groups: see the eviction order in kvblock.h
+  // A block a window group let go of, if it still holds that content and is free: to the queue tail.
+  void requeue_released(const Sequence::ReleasedBlock& r);
   void append_apply(Sequence& s, const int64_t* tokens, size_t n);  // blocks checked and reserved
   void rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
@@ -178,7 +181,7 @@ class Manager {
 
   int32_t take_free_block();             // queue head, evicting its cached content
   void acquire_cached(int32_t b);        // a hit: take a reference
-  void release_block(int32_t b);         // drop a reference; to the queue tail at zero
+  void release_block(int32_t b, bool park = false);  // drop a reference; to the queue tail (or parked) at zero
   int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
   // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key

@@ -25,14 +25,39 @@ void Manager::check_invariants() const {
     KVB_INVARIANT(b < static_cast<int32_t>(N), "free queue holds block id %d", b);
     KVB_INVARIANT(walked < N, "free queue has a cycle");
     const BlockMeta& m = pool_.meta(b);
-    KVB_INVARIANT(m.in_free, "block %d is linked in the free queue but not marked free", b);
+    KVB_INVARIANT(m.in_free == 1, "block %d is linked in the free queue but marked %d", b, m.in_free);
     KVB_INVARIANT(m.ref == 0, "free block %d has ref count %d", b, m.ref);
     KVB_INVARIANT(m.prev == prev, "block %d: prev link %d, expected %d", b, m.prev, prev);
     prev = b;
     ++walked;
   }
   KVB_INVARIANT(prev == pool_.free_tail(), "free queue tail is %d, walk ended at %d", pool_.free_tail(), prev);
+  // The parked queue (groups only): cached blocks that a live sequence's window group let go of.
+  uint32_t parked = 0;
+  prev = -1;
+  for (int32_t b = pool_.parked_head(); b >= 0; b = pool_.meta(b).next) {
+    KVB_INVARIANT(b < static_cast<int32_t>(N) && parked < N, "parked queue holds block id %d or has a cycle", b);
+    const BlockMeta& m = pool_.meta(b);
+    KVB_INVARIANT(m.in_free == 2 && m.ref == 0 && m.indexed && m.prev == prev,
+                  "parked block %d: in_free %d, ref %d, indexed %d, prev link %d (expected %d)", b, m.in_free, m.ref,
+                  m.indexed, m.prev, prev);
+    prev = b;
+    ++parked;
+  }
+  KVB_INVARIANT(prev == pool_.parked_tail() && parked == pool_.num_parked() && (parked == 0 || !cfg_.groups.empty()),
+                "parked queue: tail %d, walk ended at %d, %u blocks walked, count says %u", pool_.parked_tail(), prev,
+                parked, pool_.num_parked());
+  walked += parked;
   KVB_INVARIANT(walked == pool_.num_free(), "free queue walk found %u blocks, count says %u", walked, pool_.num_free());
+  if (parked > 0) {  // each parked block is one a live sequence let go of, still with that content
+    std::vector<uint8_t> owned(N, 0);
+    for (const Sequence& s0 : seqs_)
+      for (uint32_t g = 0; s0.live && g < groups_; ++g)
+        for (const Sequence::ReleasedBlock& r : grp(s0, g).released_blocks)
+          if (r.block >= 0 && static_cast<uint32_t>(r.block) < N && pool_.meta(r.block).key == r.key) owned[r.block] = 1;
+    for (int32_t b = pool_.parked_head(); b >= 0; b = pool_.meta(b).next)
+      KVB_INVARIANT(owned[b], "parked block %d belongs to no live sequence", b);
+  }
 
   // Reference counts equal the number of sequence tables holding each block.
   std::vector<int32_t> refs(N, 0);
@@ -85,6 +110,15 @@ void Manager::check_invariants() const {
       uint32_t k = s.released_links[i].first;
       KVB_INVARIANT(k + 1 < table.size() && table[k] < 0 && (i == 0 || s.released_links[i - 1].first < k),
                     "seq %" PRId64 ": released link of block %u names a held, missing or unordered block", s.id, k);
+    }
+    KVB_INVARIANT(s.released_blocks.empty() || (!cfg_.groups.empty() && s.window),
+                  "seq %" PRId64 " group %u: released blocks remembered outside a window group", s.id, g);
+    for (size_t i = 0; i < s.released_blocks.size(); ++i) {
+      const Sequence::ReleasedBlock& r = s.released_blocks[i];
+      KVB_INVARIANT(r.index < s.table.size() && s.table[r.index] < 0 && r.block >= 0 &&
+                    static_cast<uint32_t>(r.block) < N && (i == 0 || s.released_blocks[i - 1].index < r.index),
+                    "seq %" PRId64 " group %u: released block entry %zu (index %u, block %d) names a held, missing or "
+                    "unordered block", s.id, g, i, r.index, r.block);
     }
     // Each hashed block still held must carry the hash its chain position implies.
     ChainLink chain = s.first_link;

@@ -111,10 +111,11 @@ void Manager::acquire_cached(int32_t b) {
   ++m.ref;
 }
 
-void Manager::release_block(int32_t b) {
+void Manager::release_block(int32_t b, bool park) {
   BlockMeta& m = pool_.meta(b);
   if (--m.ref > 0) return;
-  pool_.push_tail(b);
+  if (park) pool_.park(b);
+  else pool_.push_tail(b);
   if (m.indexed) ++cached_free_;
   // A copy into a block nobody holds any more must not run once the block is reused; dropping it
   // releases the reference it held on its source. (Destinations are unique.)
@@ -177,6 +178,10 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
     if (o.in_free) --cached_free_;
+    if (o.in_free == 2) {  // parked blocks are cached ones (see park): an empty one is reused first
+      pool_.unlink(old);
+      pool_.push_head(old);
+    }
     if (events_.enabled() && stored_hashes_[group].remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
 }
@@ -499,12 +504,13 @@ void Manager::free_seq(int64_t id) {
   Sequence& s = seq(id);
   if (s.swapped) {
     release_swapped(s);
+    for (uint32_t g = 0; g < groups_; ++g)  // its parked blocks (if any) age from now on
+      for (size_t i = grp(s, g).released_blocks.size(); i-- > 0;) requeue_released(grp(s, g).released_blocks[i]);
+  } else if (!cfg_.groups.empty()) {
+    free_group_blocks(s);  // every group's blocks age together (manager_groups.cpp)
   } else {
-    for (uint32_t g = 0; g < groups_; ++g) {
-      const Sequence& gs = grp(s, g);
-      for (size_t i = gs.table.size(); i-- > 0;)
-        if (gs.table[i] >= 0) release_block(gs.table[i]);
-    }
+    for (size_t i = s.table.size(); i-- > 0;)
+      if (s.table[i] >= 0) release_block(s.table[i]);
   }
   drop_seq(s);
 }

@@ -174,13 +174,17 @@ $(BUILD)/kvblock_cdef.h: abi/kvblock.h
 tests: $(BUILD)/kvblock_cdef.h
 
 # ---- Reliability variants: fuzzing, ThreadSanitizer, valgrind ----------------------------------------
-# `make fuzz FUZZ_SECONDS=N`: libFuzzer (clang, ASan+UBSan) over the C API (tests/fuzz/fuzz_capi.cpp),
-# seeded from tests/fuzz/corpus; fails on any crash, leak, sanitizer report or invariant failure.
+# `make fuzz`: libFuzzer (clang, ASan+UBSan) over the C API (tests/fuzz/fuzz_capi.cpp), seeded from
+# tests/fuzz/corpus; fails on any crash, leak, sanitizer report or invariant failure. By default a fixed
+# number of inputs from a fixed seed (FUZZ_RUNS, FUZZ_SEED), so that a run (CI's included) can be
+# repeated exactly; `make fuzz FUZZ_SECONDS=N FUZZ_SEED=0` explores for N seconds from a random seed.
 # `make check-tsan`: the library and the C tests under ThreadSanitizer (build-tsan).
 # `make check-valgrind`: every test binary under valgrind memcheck (build-vg); KVB_TEST_QUICK=1 tells
 # long randomized tests to shorten themselves (KVB_DIFF_SEEDS=1: one seed per differential config).
 .PHONY: fuzz fuzz-build check-tsan check-valgrind tests-c
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 0
+FUZZ_RUNS    ?= 20000
+FUZZ_SEED    ?= 1
 FUZZ_CXX     ?= $(shell command -v clang++-14 2>/dev/null || command -v clang++ 2>/dev/null || echo clang++)
 FUZZ_DIR     := build-fuzz
 FUZZ_BIN     := $(FUZZ_DIR)/fuzz_capi
@@ -195,7 +199,8 @@ fuzz-build: $(FUZZ_BIN)
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  $(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -max_len=600 -len_control=0 -timeout=20 \
+	  $(FUZZ_BIN) $(if $(filter 0,$(FUZZ_SECONDS)),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_SECONDS)) \
+	  -seed=$(FUZZ_SEED) -print_final_stats=1 -max_len=600 -len_control=0 -timeout=20 \
 	  -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus tests/fuzz/corpus
 
 tests-c: lib $(C_TESTS)

@@ -3,7 +3,7 @@
 # fuzzing), each logged to build/check-all/<variant>.log. Adds up their closing "N passed, N failed"
 # lines (a variant without one counts as one test, by its exit status) and prints the grand total.
 MAKE=${MAKE:-make}
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${FUZZ_SECONDS:-0}
 logs=build/check-all
 mkdir -p "$logs"
 total_pass=0
@@ -39,6 +39,7 @@ for variant in check check-sanitize check-bindings check-tsan check-valgrind fuz
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then p=$((p > 0 ? p - 1 : 0)); f=1; fi
   if [ "$f" -ne 0 ]; then
     echo "FAIL $variant ($summary, exit $rc, ${secs}s); last lines of $log:"
+    grep -E '^fuzz_capi: |^(==[0-9]+==)?ERROR|runtime error' "$log" | head -n 5 | sed 's/^/    /'
     tail -n 30 "$log" | sed 's/^/    /'
   else
     echo "ok   $variant ($summary, ${secs}s)"

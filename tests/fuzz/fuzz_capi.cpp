@@ -171,7 +171,9 @@ kvb_status drain_host(kvb_manager* m, Model& md, size_t off_cap, size_t load_cap
     REQUIRE(d >= 0 && d < static_cast<int32_t>(md.nblocks) && h >= 0 && h < static_cast<int32_t>(md.nhost),
             "load pair (%d,%d)", h, d);
     REQUIRE(md.host_kv[h] != 0, "load from host block %d, which holds no committed cacheable K/V", h);
-    md.kv[d] = md.host_kv[h];
+    // The loaded block is indexed on the device with that content, also where the sequence's window
+    // released it at once (allocate could not see its id, and a later prompt can hit it).
+    md.kv[d] = md.content[d] = md.host_kv[h];
   }
   for (const auto& u : md.unverified) {
     bool loaded = false;
@@ -762,11 +764,17 @@ void run(const uint8_t* data, size_t size) {
           // Offloads of blocks this swap-in evicted run before its pairs overwrite them.
           drain_host_all(m, md);
           for (size_t i = 0; i < np; ++i) md.kv[buf[2 * i + 1]] = md.host_kv[buf[2 * i]];
-          // The swapped-in blocks hold the sequence's K/V again: committed full blocks carry its content.
+          // The swapped-in blocks hold what was swapped out (kv: the store's bytes, rewritten only by a
+          // commit): the committed full blocks, and also a block that a fork_at child shares partially
+          // but that its parent had filled and committed (its K/V and hash travel with it, so the
+          // manager may index it again).
           std::vector<int32_t> t = table_of(m, id);
           std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
-          for (size_t i = 0; i < t.size(); ++i)
-            if (t[i] >= 0) md.content[t[i]] = (i < q.computed / bs) ? d[i] : 0;
+          for (size_t i = 0; i < t.size(); ++i) {
+            if (t[i] < 0) continue;
+            if (i < q.computed / bs) REQUIRE(md.kv[t[i]] == d[i], "swap_in: block %zu lost its K/V", i);
+            md.content[t[i]] = md.kv[t[i]];
+          }
         }
         touched = id;
         touched_valid = true;

@@ -21,6 +21,8 @@
 // token's window and sinks need, -1 elsewhere), and the test compares every group's table, the batch
 // export of every group (kvb_batch.group) and the events with their group (kvb_drain_events_group); the
 // engine writes each group's slots and reads every computed token back through every group's table.
+// grp_swap_* and grp_host_* add host blocks: a sequence swaps every group at once, and the host cache
+// level keeps each group's blocks apart and feeds the same hit rule (loads per group).
 //
 // The parts, one concern per file under differential/ (headers, so that the Makefile's tests/cpp/*.cpp
 // builds this file as the one test binary):

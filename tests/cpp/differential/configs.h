@@ -55,15 +55,20 @@ const Config kConfigs[] = {
     {"host_bs4_medium", 4, 64, 48, false, 0.02f, kHostCache, 4, 250, 1, 1},
     // KV cache groups over one pool: the hit valid for every group (window groups take only the blocks
     // the first uncached token's window and sinks need), per-group tables, events with their group.
-    // No host blocks yet: the library refuses the host tier with several groups.
-    {"grp_bs4_full_window", 4, 18, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 6, 1, "full,window:6"},
+    {"grp_bs4_full_window", 4, 18, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 3, 1, "full,window:6"},
     {"grp_bs4_window_sinks_nc", 4, 24, 0, true, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 4, 1, "full,window:5:3"},
-    {"grp_bs4_window_lt_block", 4, 16, 0, false, 0.0f, KVB_CONFIG_EVENTS | KVB_CONFIG_KEYED_INDEX, 3, 200, 4, 1,
+    {"grp_bs4_window_lt_block", 4, 16, 0, false, 0.0f, KVB_CONFIG_EVENTS | KVB_CONFIG_KEYED_INDEX, 3, 200, 3, 1,
      "window:3,full"},
-    {"grp_bs2_two_windows_wm", 2, 30, 0, false, 0.1f, KVB_CONFIG_EVENTS, 3, 200, 4, 1, "window:3:1,full,window:8"},
+    {"grp_bs2_two_windows_wm", 2, 30, 0, false, 0.1f, KVB_CONFIG_EVENTS, 3, 200, 6, 1, "window:3:1,full,window:8"},
     {"grp_bs1_window1", 1, 14, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 4, 1, "full,window:1"},
     {"grp_bs8_window_eq_block", 8, 16, 0, true, 0.0f, 0, 2, 200, 2, 1, "full,window:8:8"},
-    {"grp_bs4_window_alone", 4, 10, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 4, 1, "window:7:2"},
+    {"grp_bs4_window_alone", 4, 10, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 6, 1, "window:7:2"},
+    // ... with host blocks: swapping moves every group at once; the host cache level keeps each group's
+    // blocks apart and feeds the hit rule (a block is cached on the device or the host).
+    {"grp_swap_bs2_window_full", 2, 24, 16, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 3, 1, "window:5:1,full"},
+    {"grp_host_bs4_full_window", 4, 16, 12, false, 0.0f, kHostCache, 3, 200, 3, 0, "full,window:6"},
+    {"grp_host_bs2_sinks_twins_nc", 2, 20, 16, true, 0.0f, kHostCache | KVB_CONFIG_KEYED_INDEX, 3, 200, 4, 50,
+     "full,window:5:3,window:2"},
 };
 
 // "full,window:6:2" -> a full group and a window group of 6 tokens with 2 sink tokens.

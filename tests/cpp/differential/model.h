@@ -199,7 +199,7 @@ struct Model {
     // [group][candidate]: the device block holding it, -2 - h for host block h, or -1 (not cached)
     std::vector<std::vector<int32_t>> found;
     size_t needed = 0;     // free-queue blocks an allocation takes (new, free hits, host hits)
-    size_t host_hits = 0;  // taken blocks found on the host level
+    size_t host_hits = 0;  // hit blocks that at least one group loads from the host level
   };
   bool same(const MBlock& m, const int64_t* bt, bool hx, uint64_t xv) const;
   bool group_needs(size_t g, size_t k, size_t i) const;

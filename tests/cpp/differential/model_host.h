@@ -1,8 +1,7 @@
 // Differential test of the block manager, the model (model.h): host blocks, shared by the host cache
 // level (kvblock.h "Host cache": write-back of evicted blocks, LRU and twin lists, loads) and swapping.
-// Swapping and the host cache are written over the groups like every sequence call, although the
-// library supports them with one group only for now (several groups with host blocks are refused at
-// create, so no configuration runs that yet).
+// With KV cache groups a host block keeps its group (its key is the group's), and a sequence swaps as
+// one: every group's held blocks, group 0's first.
 #pragma once
 
 #include "model.h"

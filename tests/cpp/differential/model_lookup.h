@@ -78,13 +78,16 @@ Model::Lookup Model::lookup(const std::vector<int64_t>& t, const Opts& o) const 
   r.k = r.hashes.size();
   while (r.k > 0 && !hit_valid(r, r.k)) --r.k;
   r.needed = G * (r.nb - r.k);
-  for (size_t g = 0; g < G; ++g)
-    for (size_t i = 0; i < r.k; ++i) {
+  for (size_t i = 0; i < r.k; ++i) {
+    bool any_load = false;
+    for (size_t g = 0; g < G; ++g) {
       if (!group_needs(g, r.k, i)) continue;
       const int32_t at = r.found[g][i];
-      if (at <= -2) ++r.host_hits;
+      any_load = any_load || at <= -2;
       if (at <= -2 || blk[at].ref == 0) ++r.needed;  // a load takes a free block; a free hit leaves the queue
     }
+    r.host_hits += any_load;
+  }
   return r;
 }
 

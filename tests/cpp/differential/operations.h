@@ -132,9 +132,6 @@ void Run::op_swap_out() {
   if (want == KVB_OK && a != wa) fail(fmt("can_swap_out answered %d, model %d", a, wa));
   size_t need = 0;
   size_t cap = rng_.chance(0.1) ? rng_.below(3) : 4096;
-  // Swapping with several groups is not implemented yet (refused with host blocks at create) and the
-  // library sizes the pairs of group 0 alone meanwhile: no undersized buffer there.
-  if (num_groups() > 1) cap = 4096;
   want = model_.check_swap_out(id, cap, &need);
   std::vector<int32_t> pairs(2 * std::max<size_t>(need, 1) + 2 * cap, -3);
   size_t np = 77777;

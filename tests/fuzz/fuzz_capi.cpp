@@ -1,23 +1,26 @@
 // libFuzzer harness for the manager's C API (build and run: `make fuzz FUZZ_SECONDS=N`).
 //
-// The input is decoded into a manager configuration and a sequence of C API calls, valid and invalid:
-// any sequence ids, lengths, NULL where a pointer is optional or required, capacities too small,
-// struct sizes too small, operations in any order. After every call:
+// The input is decoded into a manager configuration (with or without KV cache groups) and a sequence of
+// C API calls, valid and invalid: any sequence ids, lengths, groups, NULL where a pointer is optional or
+// required, capacities too small, struct sizes too small, operations in any order. After every call:
 //   - kvb_check_invariants() must pass;
 //   - a failed call must name a known status, leave a non-empty kvb_last_error() and change nothing
-//     observable (stats, free count, block tables and infos, block hashes: tests/kvbt_state.h);
-//   - the test model (below) predicts the status of the core operations and, where they succeed, the
-//     sequence lengths, computed counts and location; it also tracks what every device block holds, so
-//     that a prefix-cache hit on a block whose K/V is not exactly the prompt's (other tokens, other salt
-//     or extra key, not yet committed, non-cacheable) is caught.
+//     observable (stats, free count, every group's block tables, infos, block hashes: tests/kvbt_state.h);
+//   - the test model predicts the status of the core operations and, where they succeed, the sequence
+//     lengths, computed counts, location and, per group, which blocks a window released (kvblock.h's
+//     rule replayed at every release point); a block belongs to one group and one block index at a time;
+//   - the model tracks what every device block holds (per group: a block of another group never
+//     matches), so that a prefix-cache hit on a block whose K/V is not exactly the prompt's (other
+//     tokens, other salt or extra key, not yet committed, non-cacheable, another group) is caught, and
+//     a window group holds exactly the blocks the hit rule says it needs;
 //   - with KVB_CONFIG_HOST_CACHE the model also plays the KV store the engine keeps: what each device
 //     and host block's K/V holds, moved by the drained offload / load pairs (run before anything writes
 //     device K/V: before commits and swap-ins), so that a hit from the host level must find the prompt's
 //     K/V once its load has run, and every offload / load moves committed, cacheable content.
 // Any violation aborts, which libFuzzer reports as a crash with the input saved.
 //
-// This file decodes the configuration and drives the steps; the model is in fuzz_model.h, the op
-// handlers in fuzz_ops_seq.h (sequence lifecycle) and fuzz_ops_io.h (the rest).
+// This file drives the steps; the configuration is decoded in fuzz_config.h, the model is in
+// fuzz_model.h, the op handlers in fuzz_ops_seq.h (sequence lifecycle) and fuzz_ops_io.h (the rest).
 #include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
@@ -29,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "fuzz_config.h"
 #include "fuzz_harness.h"
 #include "fuzz_model.h"
 #include "fuzz_ops_io.h"
@@ -55,87 +59,8 @@ void run(const uint8_t* data, size_t size) {
   Reader r{data, size};
   Model md;
   static const bool trace = std::getenv("KVB_FUZZ_TRACE") != nullptr;  // replaying a crash: print the calls
-  static const int64_t kNonCacheable[] = {7};
-
-  // ---- configuration (an invalid one first, sometimes) ----
-  uint8_t c0 = r.u8(), c1 = r.u8(), c2 = r.u8(), c3 = r.u8();
-  kvb_config cfg;
-  kvb_config_init(&cfg);
-  static const uint32_t kBlockSizes[] = {1, 2, 4, 8, 16};
-  static const float kWatermarks[] = {0.0f, 0.0f, 0.1f, 0.3f};
-  cfg.block_size = kBlockSizes[c0 % 5];
-  cfg.num_blocks = 1 + c1 % 40;
-  cfg.num_host_blocks = (c2 & 3) ? c2 % 24 : 0;
-  cfg.watermark = kWatermarks[(c0 >> 3) & 3];
-  cfg.flags = (c3 & 1 ? KVB_CONFIG_KEYED_INDEX : 0) | (c3 & 2 ? KVB_CONFIG_EVENTS : 0);
-  cfg.event_capacity = 1 + ((c3 >> 2) & 15);
-  if (cfg.num_host_blocks > 0 && (c2 & 0x40)) {  // host blocks as a second prefix-cache level
-    static const uint32_t kTwinPercents[] = {0, 1, 50, 100};
-    cfg.flags |= KVB_CONFIG_HOST_CACHE;
-    cfg.host_cache_twin_percent = kTwinPercents[c1 >> 6];
-  }
-  cfg.index_seed = 0x1234;
-  if (c0 & 0x80) {
-    cfg.non_cacheable_tokens = kNonCacheable;
-    cfg.num_non_cacheable_tokens = 1;
-  }
-  if ((c2 & 0xf0) == 0xf0) {  // an invalid configuration must be refused cleanly
-    kvb_config bad = cfg;
-    kvb_manager* bm = reinterpret_cast<kvb_manager*>(&bad);  // must be overwritten with NULL
-    const kvb_config* pass = &bad;
-    switch (c3 >> 6) {
-      case 0: bad.block_size = (c1 & 1) ? 0 : (1u << 17); break;
-      case 1: bad.num_blocks = 0; bad.watermark = (c1 & 1) ? 1.0f : -0.5f; break;
-      case 2:
-        if (c1 & 2) {  // a host cache without host blocks, or a twin share over 100%
-          bad.flags = KVB_CONFIG_HOST_CACHE;
-          if (c1 & 4) bad.num_host_blocks = 0;
-          else bad.host_cache_twin_percent = 101;
-          break;
-        }
-        bad.flags = 0x80;
-        bad.struct_size = (c1 & 1) ? 4 : bad.struct_size;
-        break;
-      default:
-        if (c1 & 2) {  // KV cache groups that cannot run: a window of 0, sinks on a full group, NULL, host tier
-          static kvb_group_spec specs[2];
-          kvb_group_spec_init(&specs[0]);
-          kvb_group_spec_init(&specs[1]);
-          specs[1].kind = (c1 & 4) ? KVB_GROUP_WINDOW : 9;
-          specs[0].sink_tokens = (c1 & 8) ? 3 : 0;
-          bad.groups = (c1 & 16) ? nullptr : specs;
-          bad.num_groups = 2;
-        } else if (c1 & 1) {
-          pass = nullptr;
-        } else {
-          bad.non_cacheable_tokens = nullptr;
-          bad.num_non_cacheable_tokens = 3;
-        }
-        break;
-    }
-    prime_last_error();
-    kvb_status s = kvb_manager_create(pass, &bm);
-    check_failure(s, "manager_create(invalid)");
-    REQUIRE(bm == nullptr, "failed manager_create left *out non-NULL");
-  }
-  kvb_manager* m = nullptr;
-  kvb_status cs = kvb_manager_create(&cfg, &m);
-  REQUIRE(cs == KVB_OK && m, "manager_create: %s", kvb_status_string(cs));
-  md.bs = cfg.block_size;
-  md.nblocks = cfg.num_blocks;
-  md.nhost = cfg.num_host_blocks;
-  md.noncache7 = cfg.num_non_cacheable_tokens > 0;
-  md.content.assign(md.nblocks, 0);
-  md.host_cache = (cfg.flags & KVB_CONFIG_HOST_CACHE) != 0;
-  md.kv.assign(md.nblocks, 0);
-  md.host_kv.assign(md.nhost, 0);
-  if (trace)
-    std::fprintf(stderr, "config: block_size %u, %u blocks, %u host, watermark %g, flags %u, non-cacheable %d, twins %u%%\n",
-                 cfg.block_size, cfg.num_blocks, cfg.num_host_blocks, static_cast<double>(cfg.watermark), cfg.flags,
-                 md.noncache7, cfg.host_cache_twin_percent);
+  kvb_manager* m = make_manager(r, md, trace);
   const uint32_t bs = md.bs;
-  // Block hashes in the before/after snapshots cost one failing call per unhashed block: small pools only.
-  kvbt_state_hashes = md.nblocks <= 8 || (c2 & 0x08);
 
   std::vector<int64_t> toks;
   kvbt_state before{}, after{};
@@ -186,8 +111,10 @@ void run(const uint8_t* data, size_t size) {
       for (const auto& e : md.seqs) {
         std::fprintf(stderr, "    seq %" PRId64 ": %zu tokens, %" PRIu64 " computed, window %u%s, table", e.first,
                      e.second.toks.size(), e.second.computed, e.second.window, e.second.swapped ? ", swapped" : "");
-        if (!e.second.swapped)
-          for (int32_t b : table_of(m, e.first)) std::fprintf(stderr, " %d", b);
+        for (uint32_t g = 0; !e.second.swapped && g < md.num_tables(); ++g) {
+          if (g) std::fprintf(stderr, " |");
+          for (int32_t b : table_of(m, e.first, g)) std::fprintf(stderr, " %d", b);
+        }
         std::fprintf(stderr, "\n");
       }
     }
@@ -200,7 +127,8 @@ void run(const uint8_t* data, size_t size) {
       long d = kvbt_state_diff(&before, &after);
       REQUIRE(d < 0, "failed %s (%s) changed the manager (snapshot byte %ld)", what, kvb_status_string(s), d);
     }
-    if (st.touched_valid && md.seqs.count(st.touched)) check_info(m, md, st.touched);
+    for (const auto& e : md.seqs) check_info(m, md, e.first);
+    check_block_owners(m, md);
   }
 
   for (const auto& e : md.seqs) check_info(m, md, e.first);

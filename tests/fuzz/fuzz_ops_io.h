@@ -2,6 +2,8 @@
 // pairs, batch export and the batched decode step, events, host transfers), swapping, stats and control
 // calls. Included only by fuzz_capi.cpp.
 #pragma once
+#include <cstddef>
+
 #include "fuzz_model.h"
 
 namespace kvbfuzz {
@@ -27,7 +29,8 @@ inline kvb_status batch_decode_step(kvb_manager* m, Model& md, Reader& r, uint8_
   }
   const bool null_ids = ns > 0 && (f & 0x0f) == 1, null_second = ns > 0 && (f & 0x0f) == 2;
   const bool all = !append && (f & 0x10);
-  std::map<int64_t, std::vector<int32_t>> before;  // tables before a commit (a window may release blocks)
+  // Every group's tables before a commit (a window may release the blocks it completes).
+  std::map<int64_t, std::vector<std::vector<int32_t>>> before;
   kvb_status want = KVB_OK;
   if (null_ids || (append && null_second)) want = KVB_ERR_INVALID_ARGUMENT;
   std::vector<int64_t> seen;
@@ -37,7 +40,7 @@ inline kvb_status batch_decode_step(kvb_manager* m, Model& md, Reader& r, uint8_
     else if (it->second.swapped) want = KVB_ERR_BAD_STATE;
     else if (std::find(seen.begin(), seen.end(), ids[i]) != seen.end()) want = KVB_ERR_INVALID_ARGUMENT;
     seen.push_back(ids[i]);
-    if (want == KVB_OK) before[ids[i]] = table_of(m, ids[i]);
+    if (want == KVB_OK) before[ids[i]] = tables_of(m, md, ids[i]);
   }
   if (!append && !all)
     for (size_t i = 0; i < ns && want == KVB_OK; ++i)
@@ -56,19 +59,10 @@ inline kvb_status batch_decode_step(kvb_manager* m, Model& md, Reader& r, uint8_
   for (size_t i = 0; i < ns; ++i) {
     MSeq& q = md.seqs.at(ids[i]);
     if (append) {
-      const std::vector<int32_t> t = table_of(m, ids[i]);
-      for (size_t k = q.toks.size() / md.bs; k < t.size(); ++k)
-        if (t[k] >= 0) md.content[t[k]] = 0;
+      md.appended(q, tables_of(m, md, ids[i]));
       q.toks.push_back(tok[i]);
     } else {
-      const uint64_t old = q.computed;
-      q.computed = all ? q.toks.size() : q.computed + counts[i];
-      const std::vector<int32_t>& t = before.at(ids[i]);
-      std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
-      for (uint64_t k = old / md.bs; k < q.computed / md.bs; ++k) {
-        if (t[k] >= 0) md.kv[t[k]] = d[k];
-        if (t[k] >= 0 && d[k]) md.content[t[k]] = d[k];
-      }
+      md.commit(q, before.at(ids[i]), all ? q.toks.size() : q.computed + counts[i]);
     }
   }
   for (size_t i = 0; i < ns; ++i) check_info(m, md, ids[i]);
@@ -81,14 +75,27 @@ inline void Step::block_table() {
   size_t cap = b % 12;
   auto buf = exact_buffer<int32_t>(cap);
   size_t len = SIZE_MAX;
-  const uint8_t g = r.u8();  // the group variant: group 0 is the table, other groups do not exist here
-  if (g & 1)
-    s = kvb_seq_block_table_group(m, id, g >> 6, (b & 0x40) ? nullptr : buf.get(), cap, (b & 0x80) ? nullptr : &len);
-  else
-    s = kvb_seq_block_table(m, id, (b & 0x40) ? nullptr : buf.get(), cap, (b & 0x80) ? nullptr : &len);
-  if (s == KVB_OK) REQUIRE(len <= cap, "block_table: len %zu > capacity %zu", len, cap);
-  REQUIRE(!((g & 1) && (g >> 6) > 0) || s == KVB_ERR_INVALID_ARGUMENT || s == KVB_ERR_NO_SUCH_SEQUENCE,
-          "block_table_group: group %u of a manager without groups gave %s", g >> 6, kvb_status_string(s));
+  const uint8_t g = r.u8();  // the group variant, groups 0..3 (without groups only group 0 exists)
+  const uint32_t group = (g & 1) ? g >> 6 : 0;
+  int32_t* const out = (b & 0x40) ? nullptr : buf.get();
+  size_t* const lp = (b & 0x80) ? nullptr : &len;
+  if (g & 1) s = kvb_seq_block_table_group(m, id, group, out, cap, lp);
+  else s = kvb_seq_block_table(m, id, out, cap, lp);
+  // Refusals in kvb_seq_block_table_group's order: len, the sequence, the group, swapped out, capacity, out.
+  auto it = md.seqs.find(id);
+  std::vector<int32_t> t;
+  kvb_status want = KVB_OK;
+  if (!lp) want = KVB_ERR_INVALID_ARGUMENT;
+  else if (it == md.seqs.end()) want = KVB_ERR_NO_SUCH_SEQUENCE;
+  else if (group >= md.num_tables()) want = KVB_ERR_INVALID_ARGUMENT;
+  else if (it->second.swapped) want = KVB_ERR_BAD_STATE;
+  else if ((t = table_of(m, id, group)).size() > cap) want = KVB_ERR_BUFFER_TOO_SMALL;
+  else if (!out) want = KVB_ERR_INVALID_ARGUMENT;
+  REQUIRE(s == want, "block_table(group %u): %s, model %s", group, kvb_status_string(s), kvb_status_string(want));
+  predicted = true;
+  if (s != KVB_OK) return;
+  REQUIRE(len == t.size(), "block_table: len %zu, table %zu", len, t.size());
+  for (size_t i = 0; i < len; ++i) REQUIRE(buf[i] == t[i], "block_table(group %u): entry %zu", group, i);
 }
 
 inline void Step::block_hash() {
@@ -117,12 +124,10 @@ inline void Step::swap(bool in) {
   size_t np = SIZE_MAX;
   kvb_availability av = KVB_AVAIL_NEVER;
   kvb_status cs2;
-  std::vector<int32_t> old_t;
   auto it = md.seqs.find(id);
   if (!in) {
     cs2 = kvb_seq_can_swap_out(m, id, (b & 0x40) && r.u8() < 40 ? nullptr : &av);
     prime_last_error();
-    if (it != md.seqs.end() && !it->second.swapped) old_t = table_of(m, id);
     s = kvb_seq_swap_out(m, id, (b & 0x80) ? nullptr : buf.get(), cap, (b & 0x10) && r.u8() < 40 ? nullptr : &np);
   } else {
     cs2 = kvb_seq_can_swap_in(m, id, (b & 0x40) && r.u8() < 40 ? nullptr : &av);
@@ -153,13 +158,13 @@ inline void Step::swap(bool in) {
     drain_host_all(m, md);
     for (size_t i = 0; i < np; ++i) md.kv[buf[2 * i + 1]] = md.host_kv[buf[2 * i]];
     // The swapped-in blocks hold the sequence's K/V again: committed full blocks carry its content.
-    std::vector<int32_t> t = table_of(m, id);
-    std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
-    for (size_t i = 0; i < t.size(); ++i)
-      if (t[i] >= 0) md.content[t[i]] = (i < q.computed / bs) ? d[i] : 0;
+    for (uint32_t g = 0; g < md.num_tables(); ++g) {
+      std::vector<int32_t> t = table_of(m, id, g);
+      std::vector<uint64_t> d = md.descriptors(q, g);
+      for (size_t i = 0; i < t.size(); ++i)
+        if (t[i] >= 0) md.content[t[i]] = (i < q.computed / bs) ? d[i] : 0;
+    }
   }
-  touched = id;
-  touched_valid = true;
 }
 
 inline void Step::batch() {
@@ -187,16 +192,47 @@ inline void Step::batch() {
   batch.query_start = (f & 4) ? qs.get() : nullptr;
   batch.slot_mapping = (f & 8) ? sm.get() : nullptr;
   if ((f & 0x30) == 0x30) batch.struct_size = 8;
-  const uint32_t group = (f & 0x30) == 0x20 ? 1 : 0;  // KV cache group (this manager has none)
+  // The KV cache group: without groups group 1 (which does not exist) or 0; with groups any of them or
+  // one past the last, sometimes with the struct size of callers before groups (group 0 then).
+  uint32_t group = (f & 0x30) == 0x20 ? 1 : 0;
+  bool before_groups = false;
+  if (!md.groups.empty() && (f & 0x30) != 0x30) {
+    const uint8_t gsel = r.u8();
+    group = gsel % (md.num_tables() + 1);
+    before_groups = gsel & 0x80;
+    if (before_groups) batch.struct_size = offsetof(kvb_batch, group);
+  }
   batch.group = group;
+  const uint32_t read_group = before_groups ? 0 : group;
   s = kvb_batch_export(m, (f & 0x40) && ns ? nullptr : ids.data(), ns, (f & 0x80) && r.u8() < 40 ? nullptr : &batch);
-  REQUIRE(s != KVB_OK || group == 0, "batch: group 1 of a manager without groups was accepted");
+  if (s != KVB_OK) return;
+  REQUIRE(read_group < md.num_tables(), "batch: group %u of %u was accepted", read_group, md.num_tables());
   for (size_t i = 0; i < ns; ++i)
     for (size_t j = 0; j < i; ++j)
-      REQUIRE(s != KVB_OK || ids[i] != ids[j], "batch: seq %" PRId64 " listed twice was accepted", ids[i]);
-  if (s == KVB_OK && batch.slot_mapping)
-    for (size_t i = 0; i < batch.num_slots; ++i)
-      REQUIRE(sm[i] >= 0 && sm[i] < static_cast<int64_t>(md.nblocks) * bs, "batch: slot %" PRId64, sm[i]);
+      REQUIRE(ids[i] != ids[j], "batch: seq %" PRId64 " listed twice was accepted", ids[i]);
+  // The outputs are the group's tables and the slots of every uncomputed token, in its (held) blocks.
+  size_t k = 0;
+  REQUIRE(!batch.query_start || qs[0] == 0, "batch: query_start[0] %d", qs[0]);
+  for (size_t i = 0; i < ns; ++i) {
+    const MSeq& q = md.seqs.at(ids[i]);
+    const std::vector<int32_t> t = table_of(m, ids[i], read_group);
+    if (batch.block_tables)
+      for (uint32_t j = 0; j < batch.max_blocks_per_seq; ++j)
+        REQUIRE(bt[i * batch.max_blocks_per_seq + j] == (j < t.size() ? t[j] : -1), "batch: group %u row %zu column %u",
+                read_group, i, j);
+    REQUIRE(!batch.seq_lens || sl[i] == static_cast<int32_t>(q.toks.size()), "batch: seq_lens[%zu] %d", i, sl[i]);
+    for (uint64_t pos = q.computed; pos < q.toks.size(); ++pos, ++k) {
+      const int32_t blk = t[pos / bs];
+      REQUIRE(blk >= 0, "batch: seq %" PRId64 " token %" PRIu64 " lies in a released block of group %u", ids[i], pos,
+              read_group);
+      REQUIRE(!batch.slot_mapping || sm[k] == static_cast<int64_t>(blk) * bs + static_cast<int64_t>(pos % bs),
+              "batch: slot %zu of group %u is %" PRId64, k, read_group, sm[k]);
+    }
+    REQUIRE(!batch.query_start || qs[i + 1] == static_cast<int32_t>(k), "batch: query_start[%zu] %d", i + 1, qs[i + 1]);
+  }
+  REQUIRE(batch.num_slots == k, "batch: %zu slots, model %zu", batch.num_slots, k);
+  if (batch.slot_mapping)
+    for (size_t j = k; j < batch.slot_capacity; ++j) REQUIRE(sm[j] == -1, "batch: slot %zu past the end is %" PRId64, j, sm[j]);
 }
 
 inline void Step::stats() {
@@ -236,10 +272,17 @@ inline void Step::events() {
   else
     s = kvb_drain_events(m, (b & 0x40) ? nullptr : ev.get(), cap, (b & 0x80) ? nullptr : tk.get(), tcap,
                          (b & 0x20) && r.u8() < 40 ? nullptr : &ne, (b & 0x10) ? nullptr : &dropped);
+  // With several groups the plain drain is refused (an event without its group would be ambiguous).
+  if (!(v & 1) && md.num_tables() > 1) {
+    REQUIRE(s == KVB_ERR_BAD_STATE, "drain_events with %u groups: %s", md.num_tables(), kvb_status_string(s));
+    predicted = true;
+  }
   if (s == KVB_OK)
     for (size_t i = 0; i < ne; ++i) {
       REQUIRE(ev[i].token_offset + ev[i].num_tokens <= tcap, "drain_events: tokens beyond capacity");
-      REQUIRE(!(v & 1) || (v & 2) || grp[i] == 0, "drain_events_group: group %u without groups", grp[i]);
+      if (!(v & 1) || (v & 2)) continue;
+      REQUIRE(grp[i] < md.num_tables(), "drain_events_group: group %u of %u", grp[i], md.num_tables());
+      REQUIRE(ev[i].type != KVB_EVENT_ALL_CLEARED || grp[i] == 0, "drain_events_group: ALL_CLEARED in group %u", grp[i]);
     }
 }
 

@@ -46,12 +46,15 @@ inline void Step::allocate(bool can) {
                  id, n, tp ? "set" : "NULL", po ? "set" : "NULL", o.has_cache_salt, o.num_extra_keys,
                  o.window_tokens, o.sink_tokens, o.struct_size);
   const bool args_valid = opts_valid && n > 0 && (tp || n == 0);
+  // With KV cache groups each group's window is its spec's: a per-sequence window is refused.
+  const bool window_refused = !md.groups.empty() && po && (o.window_tokens || o.sink_tokens);
   size_t cached = SIZE_MAX, cached2 = SIZE_MAX;
   kvb_status cs2 = kvb_seq_can_allocate_ex(m, tp, n, po, &cached2);
   if (can) {
     s = cs2;
     predicted = true;
-    if (!args_valid) REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "can_allocate(invalid args): %s", kvb_status_string(s));
+    if (!args_valid || window_refused)
+      REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "can_allocate(invalid args): %s", kvb_status_string(s));
     else REQUIRE(s == KVB_OK || s == KVB_ERR_OUT_OF_BLOCKS, "can_allocate: %s", kvb_status_string(s));
     return;
   }
@@ -62,6 +65,8 @@ inline void Step::allocate(bool can) {
     REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "allocate(invalid args): %s", kvb_status_string(s));
   } else if (md.seqs.count(id)) {
     REQUIRE(s == KVB_ERR_SEQUENCE_EXISTS, "allocate(existing id): %s", kvb_status_string(s));
+  } else if (window_refused) {
+    REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "allocate(window with groups): %s", kvb_status_string(s));
   } else {
     REQUIRE(s == KVB_OK || s == KVB_ERR_OUT_OF_BLOCKS, "allocate: %s", kvb_status_string(s));
     REQUIRE((s == KVB_OK) == (cs2 == KVB_OK), "allocate gave %s but can_allocate said %s",
@@ -74,7 +79,13 @@ inline void Step::allocate(bool can) {
   q.salt = o.cache_salt;
   if (po)
     for (size_t i = 0; i < o.num_extra_keys; ++i) q.extra[ekb[i]] = ek[i];
-  q.window = po ? o.window_tokens : 0;
+  if (md.groups.empty()) {
+    q.window = po ? o.window_tokens : 0;
+    q.sink = po ? o.sink_tokens : 0;
+  } else if (md.groups[0].on) {
+    q.window = md.groups[0].tokens;
+    q.sink = md.groups[0].sinks;
+  }
   kvb_seq_info info;
   kvb_seq_info_init(&info);
   REQUIRE(kvb_seq_get_info(m, id, &info) == KVB_OK, "get_info after allocate");
@@ -83,26 +94,35 @@ inline void Step::allocate(bool can) {
   REQUIRE(hit == cached2, "allocate hit %" PRIu64 " tokens, can_allocate predicted %zu", hit, cached2);
   REQUIRE(hit % bs == 0 && hit < n, "allocate: %" PRIu64 " cached tokens of %zu", hit, n);
   q.computed = hit;
-  std::vector<int32_t> t = table_of(m, id);
-  std::vector<uint64_t> d = md.descriptors(toks, q.has_salt, q.salt, q.extra);
-  for (uint32_t i = 0; i < hit / bs; ++i) {
-    if (t[i] < 0) continue;  // a hit the sequence's sliding window released at once
-    REQUIRE(d[i] != 0, "allocate: hit on block %u of a prompt that is not cacheable there", i);
-    if (md.host_cache && md.content[t[i]] != d[i]) {
-      // A hit from the host level: its load is pending (and holds the block); checked once drained.
-      md.unverified.emplace_back(t[i], d[i]);
-      md.content[t[i]] = d[i];
-      continue;
+  // The hit rule of kvblock.h: every hit block is cacheable in the prompt; every group holds, where its
+  // table is not -1, a block with the prompt's committed K/V of that group; a window group holds exactly
+  // the blocks the first uncached token's window and sinks need (the released sets, checked by
+  // check_info once the model has released the rest), the others read -1; blocks past the hit are new.
+  const std::vector<uint64_t> d0 = md.descriptors(q, 0);
+  for (uint32_t i = 0; i < hit / bs; ++i)
+    REQUIRE(d0[i] != 0, "allocate: hit on block %u of a prompt that is not cacheable there", i);
+  for (uint32_t g = 0; g < md.num_tables(); ++g) {
+    std::vector<int32_t> t = table_of(m, id, g);
+    std::vector<uint64_t> d = md.descriptors(q, g);
+    for (uint32_t i = 0; i < hit / bs; ++i) {
+      if (t[i] < 0) continue;  // a block the window does not need (released at once, or never taken)
+      if (md.host_cache && md.content[t[i]] != d[i]) {
+        // A hit from the host level: its load is pending (and holds the block); checked once drained.
+        md.unverified.emplace_back(t[i], d[i]);
+        md.content[t[i]] = d[i];
+        continue;
+      }
+      REQUIRE(md.content[t[i]] == d[i],
+              "allocate seq %" PRId64 ": prefix hit on block %d at index %u of group %u whose K/V is not the "
+              "prompt's", id, t[i], i, g);
     }
-    REQUIRE(md.content[t[i]] == d[i],
-            "allocate seq %" PRId64 ": prefix hit on block %d at index %u whose K/V is not the prompt's", id,
-            t[i], i);
+    for (size_t i = hit / bs; i < t.size(); ++i) {
+      REQUIRE(t[i] >= 0, "allocate seq %" PRId64 ": block index %zu of group %u past the hit reads -1", id, i, g);
+      md.content[t[i]] = 0;
+    }
   }
-  for (size_t i = hit / bs; i < t.size(); ++i)
-    if (t[i] >= 0) md.content[t[i]] = 0;
+  md.release(q);
   md.seqs[id] = q;
-  touched = id;
-  touched_valid = true;
 }
 
 inline void Step::commit() {
@@ -111,9 +131,9 @@ inline void Step::commit() {
   auto it = md.seqs.find(id);
   size_t n = b % (2 * bs + 1);
   if (it != md.seqs.end() && (b & 0x80)) n = it->second.toks.size() - it->second.computed;  // all
-  // The table before the call: a window may release the blocks this very commit completes.
-  std::vector<int32_t> t;
-  if (it != md.seqs.end() && !it->second.swapped) t = table_of(m, id);
+  // The tables before the call: a window may release the blocks this very commit completes.
+  std::vector<std::vector<int32_t>> tables;
+  if (it != md.seqs.end() && !it->second.swapped) tables = tables_of(m, md, id);
   s = kvb_seq_commit(m, id, n);
   predicted = true;
   if (it == md.seqs.end()) { REQUIRE(s == KVB_ERR_NO_SUCH_SEQUENCE, "commit(unknown): %s", kvb_status_string(s)); return; }
@@ -121,15 +141,7 @@ inline void Step::commit() {
   if (q.swapped) { REQUIRE(s == KVB_ERR_BAD_STATE, "commit(swapped): %s", kvb_status_string(s)); return; }
   if (n > q.toks.size() - q.computed) { REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "commit(too many): %s", kvb_status_string(s)); return; }
   REQUIRE(s == KVB_OK, "commit: %s", kvb_status_string(s));
-  uint64_t old = q.computed;
-  q.computed += n;
-  std::vector<uint64_t> d = md.descriptors(q.toks, q.has_salt, q.salt, q.extra);
-  for (uint64_t i = old / bs; i < q.computed / bs; ++i) {
-    if (t[i] >= 0) md.kv[t[i]] = d[i];
-    if (t[i] >= 0 && d[i]) md.content[t[i]] = d[i];
-  }
-  touched = id;
-  touched_valid = true;
+  md.commit(q, tables, q.computed + n);
 }
 
 inline void Step::append(bool can) {
@@ -148,8 +160,6 @@ inline void Step::append(bool can) {
   }
   const bool null_tokens = n > 0 && r.u8() < 20;
   const int64_t* tp = null_tokens ? nullptr : toks.data();
-  std::vector<int32_t> old_t;
-  if (it != md.seqs.end() && !it->second.swapped) old_t = table_of(m, id);
   prime_last_error();
   s = kvb_seq_append(m, id, tp, n);
   predicted = true;
@@ -161,15 +171,8 @@ inline void Step::append(bool can) {
   REQUIRE((s == KVB_OK) == (ca == KVB_OK), "append gave %s but can_append said %s", kvb_status_string(s),
           kvb_status_string(ca));
   if (s != KVB_OK) return;
-  std::vector<int32_t> t = table_of(m, id);
-  // Blocks written by this append: new or copied ones, and the partial last block written in place.
-  size_t first_written = q.toks.size() / bs;
-  if (n > 0)
-    for (size_t i = first_written; i < t.size(); ++i)
-      if (t[i] >= 0) md.content[t[i]] = 0;
+  if (n > 0) md.appended(q, tables_of(m, md, id));
   q.toks.insert(q.toks.end(), toks.begin(), toks.end());
-  touched = id;
-  touched_valid = true;
 }
 
 inline void Step::free_seq() {
@@ -194,37 +197,39 @@ inline void Step::fork() {
   if (child == parent || md.seqs.count(child)) { REQUIRE(s == KVB_ERR_SEQUENCE_EXISTS, "fork(existing child): %s", kvb_status_string(s)); predicted = true; return; }
   if (pos == 0 || pos > p.toks.size()) { REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "fork(bad position): %s", kvb_status_string(s)); predicted = true; return; }
   if (pos > p.computed) { REQUIRE(s == KVB_ERR_BAD_STATE, "fork(uncommitted): %s", kvb_status_string(s)); predicted = true; return; }
-  // Otherwise OK, or BAD_STATE where the position reaches blocks released by a sliding window.
+  // BAD_STATE where the position ends in a block a window released (in any group), else OK.
+  const uint32_t nb = static_cast<uint32_t>((pos + bs - 1) / bs);
+  const kvb_status want = md.released_anywhere(p, nb - 1) ? KVB_ERR_BAD_STATE : KVB_OK;
+  REQUIRE(s == want, "fork at %zu: %s, model %s", pos, kvb_status_string(s), kvb_status_string(want));
+  predicted = true;
   if (s != KVB_OK) return;
   MSeq c = p;
   c.toks.resize(pos);
   c.computed = pos;
-  std::map<uint32_t, uint64_t> ex = p.extra;
-  c.extra = ex;
+  for (auto& rel : c.released) rel.erase(rel.lower_bound(nb), rel.end());
+  md.release(c);
   md.seqs[child] = c;
-  touched = child;
-  touched_valid = true;
 }
 
 inline void Step::rollback() {
   int64_t id = pick_id(r);
   size_t n = r.u8() % (2 * bs + 2);
   auto it = md.seqs.find(id);
-  bool released = false;
-  if (it != md.seqs.end() && !it->second.swapped)
-    for (int32_t b : table_of(m, id)) released = released || b < 0;
   s = kvb_seq_rollback(m, id, n);
   if (it == md.seqs.end()) { REQUIRE(s == KVB_ERR_NO_SUCH_SEQUENCE, "rollback(unknown): %s", kvb_status_string(s)); predicted = true; return; }
   MSeq& q = it->second;
   if (q.swapped) { REQUIRE(s == KVB_ERR_BAD_STATE, "rollback(swapped): %s", kvb_status_string(s)); predicted = true; return; }
   if (n > 0 && n >= q.toks.size()) { REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "rollback(all): %s", kvb_status_string(s)); predicted = true; return; }
-  // Without released blocks (a window, even one switched off since, may have released some) it succeeds.
-  if (!released) { REQUIRE(s == KVB_OK, "rollback: %s", kvb_status_string(s)); predicted = true; }
+  // Refused where the new end lies in a block a window released (in any group; also a window switched
+  // off since), else done.
+  const uint32_t nb = static_cast<uint32_t>((q.toks.size() - n + bs - 1) / bs);
+  const kvb_status want = n > 0 && md.released_anywhere(q, nb - 1) ? KVB_ERR_BAD_STATE : KVB_OK;
+  REQUIRE(s == want, "rollback of %zu: %s, model %s", n, kvb_status_string(s), kvb_status_string(want));
+  predicted = true;
   if (s != KVB_OK) return;
   q.toks.resize(q.toks.size() - n);
   q.computed = std::min<uint64_t>(q.computed, q.toks.size());
-  touched = id;
-  touched_valid = true;
+  for (auto& rel : q.released) rel.erase(rel.lower_bound(nb), rel.end());
 }
 
 inline void Step::set_window() {
@@ -236,12 +241,14 @@ inline void Step::set_window() {
   predicted = true;
   if (it == md.seqs.end()) { REQUIRE(s == KVB_ERR_NO_SUCH_SEQUENCE, "set_window(unknown): %s", kvb_status_string(s)); return; }
   if (it->second.swapped) { REQUIRE(s == KVB_ERR_BAD_STATE, "set_window(swapped): %s", kvb_status_string(s)); return; }
+  // With KV cache groups the windows are the groups' specs: refused whatever the arguments.
+  if (!md.groups.empty()) { REQUIRE(s == KVB_ERR_BAD_STATE, "set_window(groups): %s", kvb_status_string(s)); return; }
   if (w == 0 && sink != 0) { REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "set_window(sink, no window): %s", kvb_status_string(s)); return; }
-  // Turning a window off after it released blocks may be refused (BAD_STATE).
-  REQUIRE(s == KVB_OK || (w == 0 && s == KVB_ERR_BAD_STATE), "set_window: %s", kvb_status_string(s));
-  if (s == KVB_OK) it->second.window = w;
-  touched = id;
-  touched_valid = s == KVB_OK;
+  // Done, also where a window that released blocks is switched off (they stay released).
+  REQUIRE(s == KVB_OK, "set_window: %s", kvb_status_string(s));
+  it->second.window = w;
+  it->second.sink = sink;
+  md.release(it->second);
 }
 
 inline void Step::extra_key() {
@@ -251,11 +258,7 @@ inline void Step::extra_key() {
   s = kvb_seq_set_extra_key(m, id, bi, key);
   auto it = md.seqs.find(id);
   if (it == md.seqs.end()) { REQUIRE(s == KVB_ERR_NO_SUCH_SEQUENCE, "set_extra_key(unknown): %s", kvb_status_string(s)); predicted = true; return; }
-  if (s == KVB_OK) {
-    it->second.extra[bi] = key;
-    touched = id;
-    touched_valid = true;
-  }
+  if (s == KVB_OK) it->second.extra[bi] = key;
 }
 
 }  // namespace kvbfuzz

@@ -146,6 +146,7 @@ class Manager {
   static Sequence& grp(Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   static const Sequence& grp(const Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   uint32_t block_group(int32_t b) const { return block_group_.empty() ? 0 : block_group_[b]; }
+  uint32_t host_group(int32_t h) const { return host_group_.empty() ? 0 : host_group_[h]; }
   // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
@@ -203,8 +204,9 @@ class Manager {
   void host_unqueue(int32_t h);           // ... leaves whichever list it is in
   int32_t load_from_host(int32_t h, const ChainLink& parent);  // a free device block, loaded from h
   void clear_host_cache();
-  void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks become empty
+  void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks (every group's) become empty
   size_t host_available() const;          // host blocks a swap out may take
+  size_t held_blocks(const Sequence& s, bool host) const;  // blocks held in every group (device or host tables)
   void check_host_invariants(const std::vector<uint8_t>& host_held) const;
 
   ManagerConfig cfg_;
@@ -243,14 +245,15 @@ class Manager {
   uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
   size_t host_held_ = 0;             // blocks held by swapped-out sequences
   std::vector<BlockPair> pending_offloads_, pending_loads_;
-  HashCounts host_hashes_;           // public hashes in the host index, when events are on
+  std::vector<HashCounts> host_hashes_;  // per group: public hashes in the host index, when events are on
+  std::vector<uint8_t> host_group_;  // group of each cached host block's content (only with groups)
   std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
 
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
-  // group_lookup's results, [group][block]: the cached block (-1 = miss), the link before each block
-  // (M + 1 per group), and the last miss at or before each block.
+  // group_lookup's results, [group][block]: the cached block (-1 = miss, -2 - h = host block h), the link
+  // before each block (M + 1 per group), and the last miss at or before each block.
   std::vector<int32_t> group_hit_, group_last_miss_;
   std::vector<ChainLink> group_link_;
   uint32_t group_stride_ = 0;  // M of the last group_lookup

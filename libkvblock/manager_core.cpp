@@ -27,16 +27,20 @@ Manager::Manager(const ManagerConfig& cfg)
       non_cacheable_(cfg.non_cacheable),
       seq_table_(64, SeqTraits{}),
       host_pool_(cfg.num_host_blocks, cfg.block_size),
-      host_index_(host_pool_),
-      host_hashes_(cfg.events && cfg.host_cache ? cfg.num_host_blocks : 0) {
+      host_index_(host_pool_) {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
     stored_hashes_.reserve(groups_);
     for (uint32_t g = 0; g < groups_; ++g) stored_hashes_.emplace_back(cfg.num_blocks);
+    if (cfg.host_cache) {
+      host_hashes_.reserve(groups_);
+      for (uint32_t g = 0; g < groups_; ++g) host_hashes_.emplace_back(cfg.num_host_blocks);
+    }
   }
   if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
+  if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_empty_.reserve(cfg.num_host_blocks);
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
@@ -79,14 +83,6 @@ void validate_config(const ManagerConfig& cfg) {
       fail(Code::invalid_argument, "groups[%zu]: a full-attention group takes no window_tokens (%u) or sink_tokens (%u)",
            g, gs.window_tokens, gs.sink_tokens);
   }
-  // The host tier (swapping, host cache) keeps one host table per sequence; with several groups it is not
-  // implemented yet, so the combination is refused rather than half supported.
-  if (!cfg.groups.empty() && cfg.host_cache)
-    fail(Code::unsupported, "KVB_CONFIG_HOST_CACHE with KV cache groups: the host prefix cache does not look up "
-         "group-keyed chains yet; leave the flag off or num_groups 0");
-  if (cfg.groups.size() > 1 && cfg.num_host_blocks > 0)
-    fail(Code::unsupported, "num_host_blocks %u with %zu KV cache groups: the host tier (swap, host cache) does not "
-         "support several groups yet; use num_host_blocks 0", cfg.num_host_blocks, cfg.groups.size());
 }
 
 // ---- blocks -------------------------------------------------------------------------------------

@@ -66,9 +66,18 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
       ChainLink& next = group_link_[static_cast<size_t>(g) * (M + 1) + i + 1];
       next.kind = ChainLink::parent;
       hasher_.hash_and_key(link, blk, bs_, extra, &next.hash, &next.key);
-      int32_t b = index_.find(next.key);
-      const bool hit = b >= 0 && std::memcmp(pool_.tokens(b), blk, bs_ * sizeof(int64_t)) == 0 &&
-                       pool_.meta(b).has_extra == extra.present && (!extra.present || pool_.meta(b).extra == extra.value);
+      // The stored tokens and extra key must equal the prompt's, on either level (see lookup).
+      auto same = [&](const BlockPool& pool, int32_t x) {
+        return std::memcmp(pool.tokens(x), blk, bs_ * sizeof(int64_t)) == 0 && pool.meta(x).has_extra == extra.present &&
+               (!extra.present || pool.meta(x).extra == extra.value);
+      };
+      int32_t b = index_.find(next.key);  // the device level first, then the host level (stored as -2 - h)
+      bool hit = b >= 0 && same(pool_, b);
+      if (!hit && cfg_.host_cache) {
+        const int32_t h = host_index_.find(next.key);
+        hit = h >= 0 && same(host_pool_, h);
+        b = -2 - h;
+      }
       const size_t at = static_cast<size_t>(g) * M + i;
       group_hit_[at] = hit ? b : -1;
       group_last_miss_[at] = hit ? (i ? group_last_miss_[at - 1] : -1) : static_cast<int32_t>(i);
@@ -80,7 +89,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   for (uint32_t g = 0; g < G; ++g) {
     if (cfg_.groups[g].window) continue;
     for (uint32_t i = 0; i < k; ++i)
-      if (group_hit_[static_cast<size_t>(g) * M + i] < 0) {
+      if (group_hit_[static_cast<size_t>(g) * M + i] == -1) {
         k = i;
         break;
       }
@@ -100,10 +109,13 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
     if (ok) break;
   }
   out.hits = k;
+  // New blocks, free device hits, and host hits (each loads into a free device block).
   uint64_t needed = static_cast<uint64_t>(G) * (out.num_blocks - k);
   for (uint32_t g = 0; g < G; ++g)
-    for (uint32_t i = 0; i < k; ++i)
-      if (group_takes(g, k, i) && pool_.meta(group_hit_[static_cast<size_t>(g) * M + i]).ref == 0) ++needed;
+    for (uint32_t i = 0; i < k; ++i) {
+      const int32_t b = group_hit_[static_cast<size_t>(g) * M + i];
+      if (group_takes(g, k, i) && (b < 0 || pool_.meta(b).ref == 0)) ++needed;
+    }
   out.needed = needed;
 }
 
@@ -127,10 +139,22 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     drop_seq(s);
     throw;
   }
-  // From here on nothing allocates. Every group's hits are taken before any block leaves the free queue.
+  // From here on nothing allocates. Every group's device hits are taken and host hits pinned before any
+  // block leaves the free queue: its evictions (and their offloads) must not touch them.
   for (uint32_t g = 0; g < G; ++g)
     for (uint32_t i = 0; i < k; ++i)
-      if (group_takes(g, k, i)) acquire_cached(group_hit_[static_cast<size_t>(g) * M + i]);
+      if (group_takes(g, k, i)) {
+        const int32_t b = group_hit_[static_cast<size_t>(g) * M + i];
+        if (b >= 0) acquire_cached(b);
+        else pin_host(-2 - b);
+      }
+  // A hit token counts as a host hit when any group loads its block.
+  uint32_t host_hits = 0;
+  for (uint32_t i = 0; i < k; ++i) {
+    bool host = false;
+    for (uint32_t g = 0; g < G; ++g) host |= group_takes(g, k, i) && group_hit_[static_cast<size_t>(g) * M + i] < -1;
+    host_hits += host;
+  }
   const size_t cached = static_cast<size_t>(k) * bs_;
   for (uint32_t g = 0; g < G; ++g) {
     Sequence& gs = grp(s, g);
@@ -138,7 +162,9 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     const ChainLink* links = &group_link_[static_cast<size_t>(g) * (M + 1)];
     for (uint32_t i = 0; i < k; ++i) {
       const bool take = group_takes(g, k, i);
-      gs.table.push_back(take ? group_hit_[static_cast<size_t>(g) * M + i] : -1);
+      int32_t b = take ? group_hit_[static_cast<size_t>(g) * M + i] : -1;
+      if (b < -1) b = load_from_host(-2 - b, links[i]);  // counts as cached: the load runs before the step
+      gs.table.push_back(b);
       // A block not taken, followed by one taken: keep its link (as apply_window does for a release).
       if (!take && group_takes(g, k, i + 1)) gs.released_links.emplace_back(i, links[i + 1]);
     }
@@ -156,6 +182,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
   }
   query_tokens_ += n;
   hit_tokens_ += cached;
+  host_hit_tokens_ += static_cast<uint64_t>(host_hits) * bs_;
   return cached;
 }
 

@@ -13,11 +13,6 @@
 
 namespace kvbfuzz {
 
-// The host tier (swapping with several groups, the host cache with any) is refused at create with KV
-// cache groups today, and checked so; inputs that choose both then go on without it. Set this to true
-// once the library runs it: those inputs then keep their host tier (the model is written for groups).
-constexpr bool kHostTierWithGroups = false;
-
 constexpr uint32_t kBlockSizes[] = {1, 2, 4, 8, 16};
 
 // Byte 4's top bit: 1-3 groups, each full attention or a window smaller than, equal to or larger than a
@@ -115,19 +110,6 @@ inline kvb_manager* make_manager(Reader& r, Model& md, bool trace) {
   }
   cfg.groups = specs.data();
   cfg.num_groups = specs.size();
-  const bool host_with_groups = !groups.empty() && ((cfg.flags & KVB_CONFIG_HOST_CACHE) ||
-                                                    (groups.size() > 1 && cfg.num_host_blocks > 0));
-  if (host_with_groups && !kHostTierWithGroups) {  // refused for now; the input goes on without the host tier
-    kvb_manager* bm = reinterpret_cast<kvb_manager*>(&cfg);
-    prime_last_error();
-    kvb_status s = kvb_manager_create(&cfg, &bm);
-    REQUIRE(s == KVB_ERR_UNSUPPORTED, "manager_create(host tier with %zu groups): %s", groups.size(),
-            kvb_status_string(s));
-    check_failure(s, "manager_create(host tier with groups)");
-    REQUIRE(bm == nullptr, "failed manager_create left *out non-NULL");
-    cfg.flags &= ~static_cast<uint32_t>(KVB_CONFIG_HOST_CACHE);
-    if (groups.size() > 1) cfg.num_host_blocks = 0;
-  }
   kvb_manager* m = nullptr;
   kvb_status cs = kvb_manager_create(&cfg, &m);
   REQUIRE(cs == KVB_OK && m, "manager_create: %s", kvb_status_string(cs));

@@ -157,12 +157,19 @@ inline void Step::swap(bool in) {
     // Offloads of blocks this swap-in evicted run before its pairs overwrite them.
     drain_host_all(m, md);
     for (size_t i = 0; i < np; ++i) md.kv[buf[2 * i + 1]] = md.host_kv[buf[2 * i]];
-    // The swapped-in blocks hold the sequence's K/V again: committed full blocks carry its content.
+    // The swapped-in blocks hold what was swapped out (kv: the store's bytes, rewritten only by a
+    // commit): the committed full blocks, and also a block that a fork_at child shares partially
+    // but that its parent had filled and committed (its K/V and hash travel with it, so the
+    // manager may index it again).
     for (uint32_t g = 0; g < md.num_tables(); ++g) {
       std::vector<int32_t> t = table_of(m, id, g);
       std::vector<uint64_t> d = md.descriptors(q, g);
-      for (size_t i = 0; i < t.size(); ++i)
-        if (t[i] >= 0) md.content[t[i]] = (i < q.computed / bs) ? d[i] : 0;
+      for (size_t i = 0; i < t.size(); ++i) {
+        if (t[i] < 0) continue;
+        if (i < q.computed / bs)
+          REQUIRE(md.kv[t[i]] == d[i], "swap_in: block %zu of group %u lost its K/V", i, g);
+        md.content[t[i]] = md.kv[t[i]];
+      }
     }
   }
 }

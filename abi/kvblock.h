@@ -12,7 +12,8 @@
  *    built against an older or newer header works as it is).
  *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
  *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
- *  - Every function on one kvb_manager may be called from several threads (one lock per manager).
+ *  - Every function on one kvb_manager may be called from several threads (one lock per manager),
+ *    except kvb_manager_destroy: it must not overlap any other call on that manager (it frees the lock).
  *
  * `cc -E -P -DKVB_CDEF kvblock.h` yields text accepted by cffi's FFI.cdef().
  */
@@ -166,7 +167,8 @@ typedef struct kvb_config {
 KVB_API void kvb_config_init(kvb_config* cfg);
 /* Create a manager with num_blocks device blocks, all free, in the queue order 0..num_blocks-1. */
 KVB_API kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out);
-/* Destroy a manager and everything it holds. NULL is a no-op. */
+/* Destroy a manager and everything it holds. NULL is a no-op. No other call on m may be in progress or
+   follow: a binding that shares m between threads makes its close wait for the calls in progress. */
 KVB_API void kvb_manager_destroy(kvb_manager* m);
 
 /* ------------------------------------------------------------------------------------------------ */

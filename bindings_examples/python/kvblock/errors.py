@@ -33,6 +33,16 @@ class KvbArgumentError(KvbError, TypeError, ValueError):
         KvbError.__init__(self, Status.INVALID_ARGUMENT, message)
 
 
+class KvbClosedError(KvbArgumentError):
+    """A call on an object whose C handle close() (or the end of its with-block) destroyed: the handle is no
+    longer a valid argument, as a NULL manager is not one for the C library (KVB_ERR_INVALID_ARGUMENT).
+    .owner names the object."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        super().__init__(f"{owner} is closed: close() destroyed its C handle; create a new one")
+
+
 # kvb_fault_kind and kvb_kernel_id (read from the header): FaultKind.SEQ_LEN, ..., KernelId.WRITE_KV, ...
 FaultKind = enum.IntEnum("FaultKind", {name.removeprefix("KVB_FAULT_"): value
                                        for value, name in sorted(_lib.ffi.typeof("kvb_fault_kind").elements.items())})

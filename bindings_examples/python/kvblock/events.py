@@ -220,6 +220,8 @@ class KvEventPublisher:
         self._manager = manager
         self._drain_capacity = drain_capacity
         self._flush_lock = threading.Lock()
+        self._close_lock = threading.Lock()  # held through close(): a second closer waits for the first
+        self._closed = False
         self._queue = queue.Queue(maxsize=max_queue_batches)
         self._replay_buf = []
         self._replay_max = replay_buffer
@@ -266,7 +268,7 @@ class KvEventPublisher:
         sent and the stream resyncs (see the module notes)."""
         with self._flush_lock:
             if not self._running:
-                raise RuntimeError("KvEventPublisher is closed")
+                raise RuntimeError(f"KvEventPublisher on {self.bound_endpoint} is closed")
             raw, dropped = drain_all(self._manager, self._drain_capacity)
             resync = dropped > 0
             error = None
@@ -335,21 +337,25 @@ class KvEventPublisher:
         return s
 
     def close(self, timeout=5.0):
-        """Flush what the manager still holds, send everything queued (bounded by timeout), stop."""
-        if not self._running:
-            return
-        try:
-            self.flush()
-        except Exception:  # the manager may be gone already; what was queued still goes out
-            pass
-        self.wait_sent(timeout)
-        with self._flush_lock:
-            self._running = False
-        self._wake()
-        self._thread.join(timeout)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        self._close_sockets()
+        """Flush what the manager still holds, send everything queued (bounded by timeout), stop.
+        Idempotent and safe from several threads at once: the first close() does the work and the others
+        return when it is done (closing the wake pipe twice could close a descriptor reused meanwhile)."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self.flush()
+            except Exception:  # the manager may be closed already; what was queued still goes out
+                pass
+            self.wait_sent(timeout)
+            with self._flush_lock:
+                self._running = False
+            self._wake()
+            self._thread.join(timeout)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._close_sockets()
 
     def __enter__(self):
         return self

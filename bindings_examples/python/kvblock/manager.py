@@ -9,7 +9,6 @@ The decode step of an engine is three calls with no Python loop over sequences:
 from __future__ import annotations
 
 import enum
-import threading
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -17,10 +16,10 @@ import numpy as np
 
 from . import _lib
 from ._convert import TokenLike, as_index, as_int64_array, int64_ptr
+from ._guard import GuardedHandle
 from .errors import KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
-_CLOSE_LOCK = threading.Lock()
 
 
 class Availability(enum.IntEnum):
@@ -116,9 +115,12 @@ def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
 
 
 class Manager:
-    """A KV-cache block manager (one kvb_manager). Use it as a context manager, or call close()."""
+    """A KV-cache block manager (one kvb_manager). Use it as a context manager, or call close().
 
-    _m = None
+    Threads may share a Manager, close() included: close() waits for the call in progress on another thread,
+    and every call after it raises KvbClosedError (a KvbArgumentError) naming this Manager (kvblock._guard)."""
+
+    _guard: Optional[GuardedHandle] = None  # None until the C manager exists (a failed __init__ has none)
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
@@ -168,20 +170,26 @@ class Manager:
         self.num_groups = len(groups) if groups else 1
         out = ffi.new("kvb_manager**")
         check(lib.kvb_manager_create(cfg, out))
-        self._m = out[0]
+        self._guard = guard = GuardedHandle(out[0], lib.kvb_manager_destroy, f"kvblock.Manager(num_blocks={num_blocks}, "
+                                            f"block_size={block_size}) at {id(self):#x}")
+        # Every C call on the manager goes through these two (bound once: the per-call cost is one Python call).
+        self._call, self._run = guard.call, guard.run
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_host_blocks
         self.host_cache = bool(host_cache)
 
     def close(self) -> None:
-        """Destroys the C manager; later calls raise KvbArgumentError. Idempotent and safe to call from
-        several threads at once, but it must not overlap another call on this Manager (the C manager
-        would be freed under that call)."""
-        with _CLOSE_LOCK:  # check-and-clear as one step: two concurrent closes must not destroy twice
-            m, self._m = self._m, None
-        if m is not None:
-            self._lib.kvb_manager_destroy(m)
+        """Destroys the C manager once the calls in progress on other threads return (it waits for them);
+        every later call raises KvbClosedError. Idempotent, and safe from several threads at once: each
+        close() returns after the destroy. From a signal handler that interrupted a call on this Manager it
+        returns at once, and the interrupted call destroys the manager as it returns."""
+        if self._guard is not None:
+            self._guard.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._guard is None or self._guard.closed
 
     def __enter__(self) -> "Manager":
         return self
@@ -190,15 +198,19 @@ class Manager:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if self._guard is not None:
+            self._guard.close(wait=False)  # a finalizer never blocks (a daemon thread frozen at exit)
+
+    def __repr__(self) -> str:
+        name = self._guard.name if self._guard is not None else "kvblock.Manager (not created)"
+        return f"<{name}{' closed' if self.closed else ''}>"
 
     @property
     def _h(self) -> Any:
-        if self._m is None:
-            raise KvbArgumentError("kvblock.Manager is closed")
-        return self._m
-
-    _handle = _h  # the kvb_manager* for code that calls the C API directly (kvblock.events)
+        """The kvb_manager* itself, NOT held: a close() on another thread may free it under its user. Only for
+        code that guarantees no close() meanwhile (the benchmark's raw-cffi floor); everything else calls
+        through self._call / self._run."""
+        return self._guard.unguarded()
 
     # -- sequences: the core flow ----------------------------------------------------------------
     def _options(self, n: int, cache_salt: Optional[int], extra_keys: Optional[Mapping[int, int]],
@@ -225,7 +237,7 @@ class Manager:
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, 0, 0)
         cached = ffi.new("size_t*")
-        status = self._lib.kvb_seq_can_allocate_ex(self._h, buf, n, opts, cached)
+        status = self._call(self._lib.kvb_seq_can_allocate_ex, buf, n, opts, cached)
         if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
             return None
         check(status)
@@ -238,14 +250,14 @@ class Manager:
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, window, sink)
         cached = ffi.new("size_t*")
-        check(self._lib.kvb_seq_allocate_ex(self._h, as_index(seq_id, "seq_id"), buf, n, opts, cached))
+        self._run(self._lib.kvb_seq_allocate_ex, as_index(seq_id, "seq_id"), buf, n, opts, cached)
         return int(cached[0])
 
     def commit(self, seq_id: int, num_tokens: int) -> None:
-        check(self._lib.kvb_seq_commit(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens")))
+        self._run(self._lib.kvb_seq_commit, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
-        status = self._lib.kvb_seq_can_append(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        status = self._call(self._lib.kvb_seq_can_append, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
         if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
             return False
         check(status)
@@ -253,22 +265,22 @@ class Manager:
 
     def append(self, seq_id: int, tokens: TokenLike) -> None:
         buf, n = int64_ptr(tokens)
-        check(self._lib.kvb_seq_append(self._h, as_index(seq_id, "seq_id"), buf, n))
+        self._run(self._lib.kvb_seq_append, as_index(seq_id, "seq_id"), buf, n)
 
     def free(self, seq_id: int) -> None:
-        check(self._lib.kvb_seq_free(self._h, as_index(seq_id, "seq_id")))
+        self._run(self._lib.kvb_seq_free, as_index(seq_id, "seq_id"))
 
     def block_table(self, seq_id: int, group: int = 0) -> np.ndarray:
         """The sequence's block ids in KV cache group `group` (int32; -1 where a sliding window released the
         block or a window group did not need a cached one)."""
         sid, g = as_index(seq_id, "seq_id"), as_index(group, "group")
         size = ffi.new("size_t*")
-        status = self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.NULL, 0, size)
+        status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.NULL, 0, size)
         while True:  # another thread may grow the table between the size query and the copy
             if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
                 check(status)
             out = np.empty(size[0], np.int32)
-            status = self._lib.kvb_seq_block_table_group(self._h, sid, g, ffi.from_buffer("int32_t[]", out),
+            status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.from_buffer("int32_t[]", out),
                                                          out.shape[0], size)
             if status == self._lib.KVB_OK:
                 return out[: size[0]]
@@ -276,20 +288,20 @@ class Manager:
     def block_hash(self, block_id: int) -> Optional[int]:
         """The hash block_id got when committed full, or None if it holds no committed full block."""
         h = ffi.new("uint64_t*")
-        status = self._lib.kvb_block_hash(self._h, as_index(block_id, "block_id"), h)
+        status = self._call(self._lib.kvb_block_hash, as_index(block_id, "block_id"), h)
         if status == self._lib.KVB_ERR_BAD_STATE:
             return None
         check(status)
         return int(h[0])
 
     def set_extra_key(self, seq_id: int, block_index: int, key: int) -> None:
-        check(self._lib.kvb_seq_set_extra_key(self._h, as_index(seq_id, "seq_id"),
-                                              as_index(block_index, "block_index"), as_index(key, "key")))
+        self._run(self._lib.kvb_seq_set_extra_key, as_index(seq_id, "seq_id"), as_index(block_index, "block_index"),
+                  as_index(key, "key"))
 
     def info(self, seq_id: int) -> SeqInfo:
         i = ffi.new("kvb_seq_info*")
         self._lib.kvb_seq_info_init(i)
-        check(self._lib.kvb_seq_get_info(self._h, as_index(seq_id, "seq_id"), i))
+        self._run(self._lib.kvb_seq_get_info, as_index(seq_id, "seq_id"), i)
         return SeqInfo(i.location == self._lib.KVB_SEQ_SWAPPED_OUT, i.num_tokens, i.num_computed, i.num_cached,
                        i.num_blocks, i.num_held_blocks, i.window_tokens, i.sink_tokens)
 
@@ -298,19 +310,19 @@ class Manager:
         """child shares parent's blocks (the first num_tokens tokens' with fork_at semantics)."""
         p, c = as_index(parent_id, "parent_id"), as_index(child_id, "child_id")
         if num_tokens is None:
-            check(self._lib.kvb_seq_fork(self._h, p, c))
+            self._run(self._lib.kvb_seq_fork, p, c)
         else:
-            check(self._lib.kvb_seq_fork_at(self._h, p, c, as_index(num_tokens, "num_tokens")))
+            self._run(self._lib.kvb_seq_fork_at, p, c, as_index(num_tokens, "num_tokens"))
 
     def fork_at(self, parent_id: int, child_id: int, num_tokens: int) -> None:
         self.fork(parent_id, child_id, num_tokens)
 
     def _pairs_call(self, fn: Any, *args: Any) -> np.ndarray:
-        """Calls fn(*args, pairs, capacity, &n), growing the buffer on BUFFER_TOO_SMALL; [n, 2] int32.
+        """Calls fn(manager, *args, pairs, capacity, &n), growing the buffer on BUFFER_TOO_SMALL; [n, 2] int32.
         Buffers are per call: a Manager is used from several threads (the C calls lock, Python state would not)."""
         pairs, size = np.empty((16, 2), np.int32), ffi.new("size_t*")
         while True:
-            status = fn(*args, ffi.from_buffer("int32_t[]", pairs), pairs.shape[0], size)
+            status = self._call(fn, *args, ffi.from_buffer("int32_t[]", pairs), pairs.shape[0], size)
             if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
                 pairs = np.empty((max(size[0], 2 * pairs.shape[0]), 2), np.int32)
                 continue
@@ -319,19 +331,19 @@ class Manager:
 
     def drain_copies(self) -> np.ndarray:
         """Pending copy-on-write pairs [n, 2] (src, dst): run them with copy_blocks before the next step."""
-        return self._pairs_call(self._lib.kvb_drain_copies, self._h)
+        return self._pairs_call(self._lib.kvb_drain_copies)
 
     def rollback(self, seq_id: int, num_tokens: int) -> None:
-        check(self._lib.kvb_seq_rollback(self._h, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens")))
+        self._run(self._lib.kvb_seq_rollback, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
 
     def set_window(self, seq_id: int, window_tokens: int, sink_tokens: int = 0) -> None:
-        check(self._lib.kvb_seq_set_window(self._h, as_index(seq_id, "seq_id"), as_index(window_tokens, "window_tokens"),
-                                           as_index(sink_tokens, "sink_tokens")))
+        self._run(self._lib.kvb_seq_set_window, as_index(seq_id, "seq_id"), as_index(window_tokens, "window_tokens"),
+                  as_index(sink_tokens, "sink_tokens"))
 
     # -- host tier ---------------------------------------------------------------------------------
     def _availability(self, fn: Any, seq_id: int) -> Availability:
         a = ffi.new("kvb_availability*")
-        check(fn(self._h, as_index(seq_id, "seq_id"), a))
+        self._run(fn, as_index(seq_id, "seq_id"), a)
         return Availability(a[0])
 
     def can_swap_out(self, seq_id: int) -> Availability:
@@ -342,11 +354,11 @@ class Manager:
 
     def swap_out(self, seq_id: int) -> np.ndarray:
         """Moves the sequence to host blocks; returns [n, 2] (device src, host dst) pairs for swap_blocks."""
-        return self._pairs_call(self._lib.kvb_seq_swap_out, self._h, as_index(seq_id, "seq_id"))
+        return self._pairs_call(self._lib.kvb_seq_swap_out, as_index(seq_id, "seq_id"))
 
     def swap_in(self, seq_id: int) -> np.ndarray:
         """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
-        return self._pairs_call(self._lib.kvb_seq_swap_in, self._h, as_index(seq_id, "seq_id"))
+        return self._pairs_call(self._lib.kvb_seq_swap_in, as_index(seq_id, "seq_id"))
 
     def drain_host_transfers(self) -> Tuple[np.ndarray, np.ndarray]:
         """Every pending host-cache transfer, oldest first: (offloads, loads), [n, 2] int32 copies each.
@@ -360,7 +372,7 @@ class Manager:
         n_off, n_load = ffi.new("size_t*"), ffi.new("size_t*")
         while True:
             co, cl = offloads.shape[0], loads.shape[0]
-            status = lib.kvb_drain_host_transfers(self._h, ffi.from_buffer("int32_t[]", offloads), co, n_off,
+            status = self._call(lib.kvb_drain_host_transfers, ffi.from_buffer("int32_t[]", offloads), co, n_off,
                                                   ffi.from_buffer("int32_t[]", loads), cl, n_load)
             if status == lib.KVB_ERR_BUFFER_TOO_SMALL:  # nothing was drained: grow and ask again
                 if n_off[0] > co:
@@ -381,14 +393,14 @@ class Manager:
         toks, nt = int64_ptr(tokens, "tokens")
         if n != nt:
             raise KvbArgumentError(f"seq_ids has {n} entries but tokens has {nt}")
-        check(self._lib.kvb_batch_append(self._h, ids, toks, n))
+        self._run(self._lib.kvb_batch_append, ids, toks, n)
 
     def batch_commit(self, seq_ids: TokenLike, num_tokens: Optional[TokenLike] = None) -> None:
         """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
         where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if num_tokens is None:
-            check(self._lib.kvb_batch_commit(self._h, ids, ffi.NULL, n))
+            self._run(self._lib.kvb_batch_commit, ids, ffi.NULL, n)
             return
         counts = as_int64_array(num_tokens, "num_tokens")
         if counts.shape[0] != n:
@@ -396,7 +408,7 @@ class Manager:
         if counts.size and int(counts.min()) < 0:
             raise KvbArgumentError(f"num_tokens: {int(counts.min())} is negative")
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
-        check(self._lib.kvb_batch_commit(self._h, ids, ffi.from_buffer("size_t[]", counts), n))
+        self._run(self._lib.kvb_batch_commit, ids, ffi.from_buffer("size_t[]", counts), n)
 
     def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None, group: int = 0) -> Batch:
         """Kernel inputs for the sequences (kvb_batch_export) of KV cache group `group`, written into
@@ -409,14 +421,14 @@ class Manager:
             buffers._alloc(max(n, 2 * rows), cols, slots)
         b = buffers.c
         b.group = as_index(group, "group")
-        status = self._lib.kvb_batch_export(self._h, ids, n, b)
+        status = self._call(self._lib.kvb_batch_export, ids, n, b)
         if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
             rows, cols, slots = buffers.capacity
             buffers._alloc(rows, max(cols, b.max_blocks_needed + b.max_blocks_needed // 4),
                            max(slots, b.num_slots + b.num_slots // 4))
             b = buffers.c
             b.group = as_index(group, "group")
-            status = self._lib.kvb_batch_export(self._h, ids, n, b)
+            status = self._call(self._lib.kvb_batch_export, ids, n, b)
         check(status)
         k = b.num_slots
         return Batch(buffers.block_tables_all[:n], buffers.seq_lens_all[:n], buffers.query_start_all[: n + 1],
@@ -426,14 +438,14 @@ class Manager:
     @property
     def num_free_blocks(self) -> int:
         n = ffi.new("size_t*")
-        check(self._lib.kvb_num_free_blocks(self._h, n))
+        self._run(self._lib.kvb_num_free_blocks, n)
         return int(n[0])
 
     def stats(self) -> Dict[str, int]:
         """The counters of kvb_stats."""
         s = ffi.new("kvb_stats*")
         self._lib.kvb_stats_init(s)
-        check(self._lib.kvb_get_stats(self._h, s))
+        self._run(self._lib.kvb_get_stats, s)
         return {name: int(getattr(s, name)) for name, _ in ffi.typeof("kvb_stats").fields if name != "struct_size"}
 
     def drain_events(self, max_events: int = 4096) -> tuple:
@@ -441,8 +453,8 @@ class Manager:
         evs = ffi.new("kvb_event[]", max_events)
         toks = np.empty(max_events * self.block_size, np.int64)
         n, dropped = ffi.new("size_t*"), ffi.new("uint64_t*")
-        check(self._lib.kvb_drain_events(self._h, evs, max_events, ffi.from_buffer("int64_t[]", toks), toks.shape[0],
-                                         n, dropped))
+        self._run(self._lib.kvb_drain_events, evs, max_events, ffi.from_buffer("int64_t[]", toks), toks.shape[0],
+                  n, dropped)
         out: List[Event] = []
         for i in range(n[0]):
             e = evs[i]
@@ -456,7 +468,7 @@ class Manager:
         return out, int(dropped[0])
 
     def reset_prefix_cache(self) -> None:
-        check(self._lib.kvb_reset_prefix_cache(self._h))
+        self._run(self._lib.kvb_reset_prefix_cache)
 
     def check_invariants(self) -> None:
-        check(self._lib.kvb_check_invariants(self._h))
+        self._run(self._lib.kvb_check_invariants)

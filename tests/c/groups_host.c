@@ -343,51 +343,51 @@ static void test_host_hit_in_every_group(void) {
   kvb_manager_destroy(m);
 }
 
-/* Group isolation on the host: with two full groups, group 0's copies of a prefix are dropped from a
-   small host level while group 1's stay. Group 1's blocks (same tokens, same public hashes) must not
-   satisfy group 0: no hit. */
+/* Group isolation on the host: two full groups each cache block 0 of a prompt; both device copies are
+   evicted into a host level of one block, so exactly one group's copy survives there (which one depends
+   on the eviction order). The other group has the block nowhere, and the surviving copy (same tokens,
+   same public hash) must not satisfy it: no hit, no load. */
 static void test_host_groups_never_mix(void) {
   kvb_config cfg;
   kvb_group_spec spec[2];
   kvb_manager* m = NULL;
-  int64_t p[12], filler[16];
-  size_t cached = 99;
+  int64_t p[8], filler[8];
+  size_t cached = 99, i;
+  int net[2] = {0, 0};
   events ev;
   transfers tr;
-  uint32_t i;
   kvb_config_init(&cfg);
   kvb_group_spec_init(&spec[0]);
   kvb_group_spec_init(&spec[1]);
   cfg.block_size = BS;
-  cfg.num_blocks = 8;
-  cfg.num_host_blocks = 2;
+  cfg.num_blocks = 4;
+  cfg.num_host_blocks = 1;
   cfg.flags = KVB_CONFIG_HOST_CACHE | KVB_CONFIG_EVENTS;
   cfg.groups = spec;
   cfg.num_groups = 2;
   CHECK_OK(kvb_manager_create(&cfg, &m));
   if (!m) return;
-  kvbt_iota(p, 12, 40);
-  kvbt_iota(filler, 16, 7000);
-  CHECK_OK(kvb_seq_allocate(m, 1, p, 9, NULL));
-  CHECK_OK(kvb_seq_commit(m, 1, 9));
-  CHECK_OK(kvb_seq_free(m, 1)); /* the queue: group 0's blocks (last first), then group 1's */
+  kvbt_iota(p, 8, 40);
+  kvbt_iota(filler, 8, 7000);
+  CHECK_OK(kvb_seq_allocate(m, 1, p, 5, NULL));
+  CHECK_OK(kvb_seq_commit(m, 1, 5)); /* block 0 cached in both groups */
+  CHECK_OK(kvb_seq_free(m, 1));
   drain_events(m);
-  CHECK_OK(kvb_seq_allocate(m, 2, filler, 16, NULL)); /* evicts group 0's two, then group 1's two */
+  CHECK_OK(kvb_seq_allocate(m, 2, filler, 8, NULL)); /* all four device blocks: both copies evicted */
   tr = drain_transfers(m);
-  CHECK(tr.noff == 2); /* group 0's offloads were dropped with their host blocks */
+  CHECK(tr.noff == 1); /* the first offload was dropped with its host block */
   ev = drain_events(m);
-  for (i = 0; i < 2; ++i) {
-    uint64_t h = chain_hash(p, i);
-    CHECK(count_events(&ev, KVB_EVENT_BLOCK_STORED, 0, KVB_MEDIUM_HOST, h) == 1);
-    CHECK(count_events(&ev, KVB_EVENT_BLOCK_REMOVED, 0, KVB_MEDIUM_HOST, h) == 1);
-    CHECK(count_events(&ev, KVB_EVENT_BLOCK_STORED, 1, KVB_MEDIUM_HOST, h) == 1);
-    CHECK(count_events(&ev, KVB_EVENT_BLOCK_REMOVED, 1, KVB_MEDIUM_HOST, h) == 0);
+  for (i = 0; i < ev.n; ++i) {
+    CHECK(ev.hash[i] == chain_hash(p, 0) && ev.group[i] < 2);
+    if (ev.medium[i] == KVB_MEDIUM_HOST && ev.group[i] < 2)
+      net[ev.group[i]] += ev.type[i] == KVB_EVENT_BLOCK_STORED ? 1 : -1;
   }
-  CHECK(kvbt_stats(m).host_evictions == 2 && kvbt_stats(m).cached_host_blocks == 2);
+  CHECK(net[0] + net[1] == 1 && net[0] >= 0 && net[1] >= 0); /* one group's copy is on the host */
+  CHECK(kvbt_stats(m).host_evictions == 1 && kvbt_stats(m).cached_host_blocks == 1);
   CHECK_OK(kvb_seq_free(m, 2));
-  CHECK_OK(kvb_seq_can_allocate(m, p, 9, &cached));
+  CHECK_OK(kvb_seq_can_allocate(m, p, 5, &cached));
   CHECK(cached == 0);
-  CHECK_OK(kvb_seq_allocate(m, 3, p, 9, &cached));
+  CHECK_OK(kvb_seq_allocate(m, 3, p, 5, &cached));
   CHECK(cached == 0);
   tr = drain_transfers(m);
   CHECK(tr.nload == 0);

@@ -66,7 +66,7 @@ void Run::compare_events() {
 void Run::compare() {
   size_t nf = 0;
   expect(kvb_num_free_blocks(m_, &nf), KVB_OK, "num_free_blocks");
-  if (nf != model_.freeq.size()) fail(fmt("free blocks %zu, model %zu", nf, model_.freeq.size()));
+  if (nf != model_.num_free()) fail(fmt("free blocks %zu, model %zu", nf, model_.num_free()));
 
   // Pending transfers not yet run, in the order the engine runs them: host cache offloads, then loads,
   // then copy-on-write copies. Destinations read through their sources.
@@ -180,8 +180,8 @@ void Run::compare() {
   struct F { const char* name; uint64_t got, want; } fields[] = {
       {"block_size", st.block_size, cfg_.bs},
       {"num_blocks", st.num_blocks, cfg_.N},
-      {"free_blocks", st.free_blocks, model_.freeq.size()},
-      {"used_blocks", st.used_blocks, cfg_.N - model_.freeq.size()},
+      {"free_blocks", st.free_blocks, model_.num_free()},
+      {"used_blocks", st.used_blocks, cfg_.N - model_.num_free()},
       {"cached_free_blocks", st.cached_free_blocks, model_.cached_free()},
       {"num_seqs", st.num_seqs, model_.seqs.size()},
       {"query_tokens", st.query_tokens, model_.query},

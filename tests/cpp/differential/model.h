@@ -68,6 +68,14 @@ struct MTable {
   std::vector<int32_t> host_table;  // while swapped: host block per block index, -1 = none
   std::vector<uint64_t> keys;       // index keys of blocks [0, hashed) up to the first uncacheable one
   uint32_t window = 0, sink = 0;    // the group's window (without groups: the sequence's)
+  // With groups: the cached blocks this window released (parked), by block index, with the key they
+  // held then; freeing the sequence puts those still holding that content back with its other blocks.
+  struct Released {
+    size_t index;
+    int32_t block;
+    uint64_t key;
+  };
+  std::vector<Released> released;
 };
 
 struct MSeq {
@@ -100,6 +108,9 @@ struct Model {
   std::set<int64_t> nc;
   std::vector<MBlock> blk;
   std::list<int32_t> freeq;  // front = head
+  // With groups: cached blocks a window released while their sequence runs, oldest first. Free blocks,
+  // taken only when freeq is empty (kvblock.h "Eviction order with groups").
+  std::list<int32_t> parked;
   std::map<uint64_t, int32_t> index;
   std::map<int64_t, MSeq> seqs;
   std::vector<MBlock> host;  // content descriptions of host blocks
@@ -156,9 +167,12 @@ struct Model {
     auto it = index.find(m.key);
     return it != index.end() && it->second == b;
   }
+  size_t num_free() const { return freeq.size() + parked.size(); }
+  bool is_free(int32_t b) const { return blk[b].ref == 0; }
   size_t cached_free() const {
     size_t n = 0;
     for (int32_t b : freeq) n += indexed(b);
+    for (int32_t b : parked) n += indexed(b);
     return n;
   }
   bool cacheable(const int64_t* t, bool has_extra) const {
@@ -187,7 +201,8 @@ struct Model {
   int32_t take_free();
   void acquire(int32_t b);
   int holders(int32_t b) const;
-  void release(int32_t b);
+  void release(int32_t b, bool park = false);
+  void requeue(const MTable::Released& r);
   void forget(int32_t b);
 
   // ---- the prefix lookup and the hit rule over the groups (model_lookup.h) ----

@@ -192,7 +192,7 @@ kvb_status Model::can_swap_in(int64_t id, kvb_availability* a) {
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
   if (!s->swapped) return KVB_ERR_BAD_STATE;
   size_t need = held(*s);
-  *a = need > N ? KVB_AVAIL_NEVER : freeq.size() >= need + wm ? KVB_AVAIL_OK : KVB_AVAIL_LATER;
+  *a = need > N ? KVB_AVAIL_NEVER : num_free() >= need + wm ? KVB_AVAIL_OK : KVB_AVAIL_LATER;
   return KVB_OK;
 }
 
@@ -202,7 +202,7 @@ kvb_status Model::swap_in(int64_t id, size_t cap, size_t* need, std::vector<int3
   if (!s->swapped) return KVB_ERR_BAD_STATE;
   *need = held(*s);
   if (cap < *need) return KVB_ERR_BUFFER_TOO_SMALL;
-  if (freeq.size() < *need) return KVB_ERR_OUT_OF_BLOCKS;
+  if (num_free() < *need) return KVB_ERR_OUT_OF_BLOCKS;
   for (MTable& t : s->g) {
     bool parent_known = true;
     int pk = s->has_salt ? KVB_PARENT_SALT : KVB_PARENT_NONE;

@@ -50,7 +50,13 @@ void Model::index_put(int32_t b) {
     if (h != host_index.end()) twin_enter(b, h->second);
   }
   stored(0, blk[b], b);
-  if (old >= 0) removed(0, blk[old], old);
+  if (old < 0) return;
+  removed(0, blk[old], old);
+  // A parked block that no longer holds cached content is reused first (kvblock.h parks cached ones).
+  if (std::find(parked.begin(), parked.end(), old) != parked.end()) {
+    parked.remove(old);
+    freeq.push_front(old);
+  }
 }
 
 void Model::index_erase(int32_t b) {  // b is indexed
@@ -64,9 +70,12 @@ void Model::index_erase(int32_t b) {  // b is indexed
 
 // ---- the free queue ----
 
-int32_t Model::take_free() {  // queue head; a cached block there is evicted
-  int32_t b = freeq.front();
-  freeq.pop_front();
+// The free queue's head, else the parked queue's (kvblock.h "Eviction order with groups"); a cached
+// block there is evicted.
+int32_t Model::take_free() {
+  std::list<int32_t>& q = freeq.empty() ? parked : freeq;
+  int32_t b = q.front();
+  q.pop_front();
   if (indexed(b)) {
     index_erase(b);
     ++evictions;
@@ -78,7 +87,10 @@ int32_t Model::take_free() {  // queue head; a cached block there is evicted
 }
 
 void Model::acquire(int32_t b) {
-  if (blk[b].ref == 0) freeq.remove(b);
+  if (blk[b].ref == 0) {
+    freeq.remove(b);
+    parked.remove(b);
+  }
   ++blk[b].ref;
 }
 
@@ -89,9 +101,10 @@ int Model::holders(int32_t b) const {
   return n;
 }
 
-void Model::release(int32_t b) {
+// To the free queue's tail, or parked (a cached block a window released, with groups).
+void Model::release(int32_t b, bool park) {
   if (--blk[b].ref > 0) return;
-  freeq.push_back(b);
+  (park ? parked : freeq).push_back(b);
   // A copy into a block nobody holds any more is dropped, with the reference it held on its source.
   for (size_t i = 0; i < pending.size(); ++i) {
     if (pending[i].second != b) continue;
@@ -100,6 +113,14 @@ void Model::release(int32_t b) {
     release(src);
     break;
   }
+}
+
+// A block a window released goes to the free queue's tail if it is still free and holds that content.
+void Model::requeue(const MTable::Released& r) {
+  if (!is_free(r.block) || !indexed(r.block) || blk[r.block].key != r.key) return;
+  freeq.remove(r.block);
+  parked.remove(r.block);
+  freeq.push_back(r.block);
 }
 
 void Model::forget(int32_t b) {

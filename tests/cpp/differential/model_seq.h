@@ -22,7 +22,7 @@ kvb_status Model::can_allocate(const std::vector<int64_t>& t, const Opts& o, siz
   if (kvb_status st = check_opts(o)) return st;
   Lookup lk = lookup(t, o);
   *cached = lk.k * bs;
-  return freeq.size() >= lk.needed + wm ? KVB_OK : KVB_ERR_OUT_OF_BLOCKS;
+  return num_free() >= lk.needed + wm ? KVB_OK : KVB_ERR_OUT_OF_BLOCKS;
 }
 
 kvb_status Model::allocate(int64_t id, const std::vector<int64_t>& t, const Opts& o, size_t* cached) {
@@ -30,7 +30,7 @@ kvb_status Model::allocate(int64_t id, const std::vector<int64_t>& t, const Opts
   if (kvb_status st = check_opts(o)) return st;
   if (find(id)) return KVB_ERR_SEQUENCE_EXISTS;
   Lookup lk = lookup(t, o);
-  if (freeq.size() < lk.needed + wm) return KVB_ERR_OUT_OF_BLOCKS;
+  if (num_free() < lk.needed + wm) return KVB_ERR_OUT_OF_BLOCKS;
   const size_t G = num_groups(), k = lk.k;
   MSeq& s = seqs[id];
   s.g.assign(G, MTable{});
@@ -88,17 +88,24 @@ kvb_status Model::allocate(int64_t id, const std::vector<int64_t>& t, const Opts
 
 // Sliding window with sinks: every held block wholly before the window of the first query still to
 // come (position `computed`: [computed + 1 - window, computed]) and past the first `sink` tokens is
-// released (ascending order), except the block of the last computed token.
+// released (ascending order), except the block of the last computed token. With groups a cached block
+// is parked and remembered (kvblock.h "Eviction order with groups").
 void Model::apply_window(const MSeq& s, MTable& t) {
   if (t.window == 0 || s.computed == 0) return;
   size_t before = s.computed + 1 > t.window ? s.computed + 1 - t.window : 0;
   size_t end = std::min(before / bs, (s.computed - 1) / bs);
-  for (size_t i = (t.sink + bs - 1) / bs; i < end; ++i)
-    if (t.table[i] >= 0) {
-      release(t.table[i]);
-      t.table[i] = -1;
-      ++window_released;
+  for (size_t i = (t.sink + bs - 1) / bs; i < end; ++i) {
+    const int32_t b = t.table[i];
+    if (b < 0) continue;
+    const bool park = !groups.empty() && indexed(b);
+    if (park) {
+      if (!t.released.empty() && t.released.back().index >= i) throw Divergence("model: releases out of order");
+      t.released.push_back({i, b, blk[b].key});
     }
+    release(b, park);
+    t.table[i] = -1;
+    ++window_released;
+  }
 }
 
 kvb_status Model::commit(int64_t id, size_t n) {
@@ -170,7 +177,7 @@ kvb_status Model::can_append(int64_t id, size_t n) {
   if (s->swapped) return KVB_ERR_BAD_STATE;
   size_t need = 0;
   for (const MTable& t : s->g) need += append_needed(*s, t, n);
-  return freeq.size() >= need ? KVB_OK : KVB_ERR_OUT_OF_BLOCKS;
+  return num_free() >= need ? KVB_OK : KVB_ERR_OUT_OF_BLOCKS;
 }
 
 // Appending never releases window blocks (the new tokens' queries attend back from their own positions).
@@ -181,7 +188,7 @@ kvb_status Model::append(int64_t id, const std::vector<int64_t>& tok) {
   if (tok.empty()) return KVB_OK;
   size_t need = 0;
   for (const MTable& t : s->g) need += append_needed(*s, t, tok.size());
-  if (freeq.size() < need) return KVB_ERR_OUT_OF_BLOCKS;
+  if (num_free() < need) return KVB_ERR_OUT_OF_BLOCKS;
   const size_t L = s->tokens.size();
   for (MTable& t : s->g) {
     if (L % bs != 0) {
@@ -211,16 +218,26 @@ kvb_status Model::append(int64_t id, const std::vector<int64_t>& tok) {
   return KVB_OK;
 }
 
-// Free: group after group, each group's blocks last block first.
+// Free: last block first. With groups every group at each block index (group 0's block i, group 1's,
+// ..., then block i - 1), a block a window released taking its place there while it still holds the
+// sequence's content (kvblock.h "Eviction order with groups").
 kvb_status Model::free_seq(int64_t id) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
   if (s->swapped) {
     release_swapped(*s);
-  } else {
     for (const MTable& t : s->g)
-      for (size_t i = t.table.size(); i-- > 0;)
-        if (t.table[i] >= 0) release(t.table[i]);
+      for (size_t k = t.released.size(); k-- > 0;) requeue(t.released[k]);
+  } else {
+    for (size_t i = s->g[0].table.size(); i-- > 0;)
+      for (const MTable& t : s->g) {
+        if (t.table[i] >= 0) {
+          release(t.table[i]);
+          continue;
+        }
+        for (const MTable::Released& r : t.released)
+          if (r.index == i) requeue(r);
+      }
   }
   seqs.erase(id);
   return KVB_OK;
@@ -254,6 +271,8 @@ kvb_status Model::fork(int64_t pid, int64_t cid, size_t pos, bool at) {
     for (int32_t b : t.table)
       if (b >= 0) acquire(b);
     t.keys.assign(pt.keys.begin(), pt.keys.begin() + static_cast<long>(std::min(hashed, pt.keys.size())));
+    for (const MTable::Released& r : pt.released)  // the shared prefix ages with the child too
+      if (r.index < nb) t.released.push_back(r);
     t.window = pt.window;
     t.sink = pt.sink;
     c.g.push_back(t);
@@ -281,6 +300,10 @@ kvb_status Model::rollback(int64_t id, size_t n) {
     for (size_t i = t.table.size(); i-- > nb;)
       if (t.table[i] >= 0) release(t.table[i]);
     t.table.resize(nb);
+    while (!t.released.empty() && t.released.back().index >= nb) {  // back to the free queue's tail
+      requeue(t.released.back());
+      t.released.pop_back();
+    }
     if (len % bs != 0) {
       int32_t last = t.table.back();
       if (blk[last].has_hash && holders(last) == 1) forget(last);  // stops being full, unless shared
@@ -318,7 +341,8 @@ kvb_status Model::set_extra_key(int64_t id, uint32_t bi, uint64_t key) {
 }
 
 kvb_status Model::reset_prefix_cache() {
-  if (freeq.size() != N) return KVB_ERR_BAD_STATE;
+  if (num_free() != N) return KVB_ERR_BAD_STATE;
+  freeq.splice(freeq.end(), parked);  // parked blocks (a swapped-out sequence's) join the queue, in order
   index.clear();
   for (MBlock& m : blk) {
     m.has_hash = false;

@@ -100,6 +100,8 @@ class Run {
     }
     std::string fq;
     for (int32_t b : model_.freeq) fq += std::to_string(b) + (model_.indexed(b) ? "* " : " ");
+    if (!model_.parked.empty()) fq += "| parked ";
+    for (int32_t b : model_.parked) fq += std::to_string(b) + (model_.indexed(b) ? "* " : " ");
     printf("    free queue (* = cached): %s\n", fq.c_str());
     std::string pc;
     for (const auto& p : model_.pending) pc += fmt("(%d,%d) ", p.first, p.second);

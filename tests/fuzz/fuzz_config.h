@@ -80,7 +80,7 @@ inline kvb_manager* make_manager(Reader& r, Model& md, bool trace) {
         bad.struct_size = (c1 & 1) ? 4 : bad.struct_size;
         break;
       default:
-        if (c1 & 2) {  // KV cache groups that cannot run: a window of 0, sinks on a full group, NULL, host tier
+        if (c1 & 2) {  // KV cache groups that cannot run: a window of 0 or an unknown kind, sinks on a full group, NULL
           static kvb_group_spec specs[2];
           kvb_group_spec_init(&specs[0]);
           kvb_group_spec_init(&specs[1]);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "fuzz_harness.h"
@@ -63,6 +64,11 @@ struct Model {
   // not yet checked (device block, descriptor the prompt needs): their loads are pending.
   std::vector<uint64_t> kv, host_kv;
   std::vector<std::pair<int32_t, uint64_t>> unverified;
+  // Events: the (medium, group, public hash) set the drained events describe (kvblock.h: per medium and
+  // group each hash alternates STORED, REMOVED; ALL_CLEARED empties both media). Unknown once an event
+  // was dropped, or drained without its group from a manager with several groups.
+  bool events_known = true;
+  std::set<std::tuple<uint32_t, uint32_t, uint64_t>> stored_hashes;
 
   uint32_t num_tables() const { return groups.empty() ? 1 : static_cast<uint32_t>(groups.size()); }
   Window window_of(const MSeq& q, uint32_t g) const {

@@ -272,6 +272,11 @@ inline void Step::events() {
   uint64_t dropped = 0;
   const uint8_t v = r.u8();  // the group variant, with or without the groups array
   auto grp = exact_buffer<uint32_t>(cap);
+  kvb_stats st;
+  kvb_stats_init(&st);
+  REQUIRE(kvb_get_stats(m, &st) == KVB_OK, "get_stats");
+  if (st.events_dropped > 0) md.events_known = false;
+  prime_last_error();
   if (v & 1)
     s = kvb_drain_events_group(m, (b & 0x40) ? nullptr : ev.get(), (v & 2) ? nullptr : grp.get(), cap,
                                (b & 0x80) ? nullptr : tk.get(), tcap, (b & 0x20) && r.u8() < 40 ? nullptr : &ne,
@@ -284,13 +289,25 @@ inline void Step::events() {
     REQUIRE(s == KVB_ERR_BAD_STATE, "drain_events with %u groups: %s", md.num_tables(), kvb_status_string(s));
     predicted = true;
   }
-  if (s == KVB_OK)
-    for (size_t i = 0; i < ne; ++i) {
-      REQUIRE(ev[i].token_offset + ev[i].num_tokens <= tcap, "drain_events: tokens beyond capacity");
-      if (!(v & 1) || (v & 2)) continue;
-      REQUIRE(grp[i] < md.num_tables(), "drain_events_group: group %u of %u", grp[i], md.num_tables());
-      REQUIRE(ev[i].type != KVB_EVENT_ALL_CLEARED || grp[i] == 0, "drain_events_group: ALL_CLEARED in group %u", grp[i]);
-    }
+  if (s != KVB_OK) return;
+  if (trace) std::fprintf(stderr, "  drained %zu events%s\n", ne, md.events_known ? "" : " (hash sets unknown)");
+  const bool with_groups = (v & 1) && !(v & 2);
+  if (!with_groups && md.num_tables() > 1) md.events_known = false;
+  for (size_t i = 0; i < ne; ++i) {
+    REQUIRE(ev[i].token_offset + ev[i].num_tokens <= tcap, "drain_events: tokens beyond capacity");
+    const uint32_t g = with_groups ? grp[i] : 0;
+    REQUIRE(g < md.num_tables(), "drain_events_group: group %u of %u", g, md.num_tables());
+    REQUIRE(ev[i].type != KVB_EVENT_ALL_CLEARED || g == 0, "drain_events_group: ALL_CLEARED in group %u", g);
+    if (!md.events_known) continue;
+    const auto key = std::make_tuple(ev[i].medium, g, ev[i].block_hash);
+    if (ev[i].type == KVB_EVENT_ALL_CLEARED) md.stored_hashes.clear();
+    else if (ev[i].type == KVB_EVENT_BLOCK_STORED)
+      REQUIRE(md.stored_hashes.insert(key).second, "drain_events: STORED twice (medium %u, group %u, hash %" PRIx64 ")",
+              ev[i].medium, g, ev[i].block_hash);
+    else
+      REQUIRE(md.stored_hashes.erase(key) == 1, "drain_events: REMOVED of a hash not stored (medium %u, group %u, hash %"
+              PRIx64 ")", ev[i].medium, g, ev[i].block_hash);
+  }
 }
 
 inline void Step::reset() {

@@ -159,8 +159,9 @@ class Manager {
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
   void free_group_blocks(Sequence& s);   // free_seq with groups: see the eviction order in kvblock.h
-  // A block a window group let go of, if it still holds that content and is free: to the queue tail.
-  void requeue_released(const Sequence::ReleasedBlock& r);
+  // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
+  // parked, parked for that sequence): to the queue tail.
+  void requeue_released(const Sequence::ReleasedBlock& r, int64_t id);
   void append_apply(Sequence& s, const int64_t* tokens, size_t n);  // blocks checked and reserved
   void rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
@@ -181,7 +182,8 @@ class Manager {
 
   int32_t take_free_block();             // queue head, evicting its cached content
   void acquire_cached(int32_t b);        // a hit: take a reference
-  void release_block(int32_t b, bool park = false);  // drop a reference; to the queue tail (or parked) at zero
+  // Drops a reference; at zero the block goes to the queue tail, or is parked for the window of `parker`.
+  void release_block(int32_t b, const Sequence* parker = nullptr);
   int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
   // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key
@@ -222,6 +224,7 @@ class Manager {
   uint32_t groups_ = 1;       // KV cache groups (1 when none are configured)
   std::vector<HashCounts> stored_hashes_;  // per group: public hashes of indexed blocks, when events are on
   std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
+  std::vector<int64_t> parked_for_;        // with groups: the sequence each parked block is parked for
   std::vector<int64_t> non_cacheable_;  // sorted, unique
 
   // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).

@@ -49,14 +49,16 @@ void Manager::check_invariants() const {
                 parked, pool_.num_parked());
   walked += parked;
   KVB_INVARIANT(walked == pool_.num_free(), "free queue walk found %u blocks, count says %u", walked, pool_.num_free());
-  if (parked > 0) {  // each parked block is one a live sequence let go of, still with that content
+  if (parked > 0) {  // each parked block is parked for a live sequence that released it with that content
     std::vector<uint8_t> owned(N, 0);
     for (const Sequence& s0 : seqs_)
       for (uint32_t g = 0; s0.live && g < groups_; ++g)
         for (const Sequence::ReleasedBlock& r : grp(s0, g).released_blocks)
-          if (r.block >= 0 && static_cast<uint32_t>(r.block) < N && pool_.meta(r.block).key == r.key) owned[r.block] = 1;
+          if (r.block >= 0 && static_cast<uint32_t>(r.block) < N && pool_.meta(r.block).key == r.key &&
+              parked_for_[r.block] == s0.id)
+            owned[r.block] = 1;
     for (int32_t b = pool_.parked_head(); b >= 0; b = pool_.meta(b).next)
-      KVB_INVARIANT(owned[b], "parked block %d belongs to no live sequence", b);
+      KVB_INVARIANT(owned[b], "parked block %d is parked for seq %" PRId64 ", which does not name it", b, parked_for_[b]);
   }
 
   // Reference counts equal the number of sequence tables holding each block.

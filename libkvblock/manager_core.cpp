@@ -41,6 +41,7 @@ Manager::Manager(const ManagerConfig& cfg)
   }
   if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
   if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
+  if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_empty_.reserve(cfg.num_host_blocks);
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
@@ -111,11 +112,15 @@ void Manager::acquire_cached(int32_t b) {
   ++m.ref;
 }
 
-void Manager::release_block(int32_t b, bool park) {
+void Manager::release_block(int32_t b, const Sequence* parker) {
   BlockMeta& m = pool_.meta(b);
   if (--m.ref > 0) return;
-  if (park) pool_.park(b);
-  else pool_.push_tail(b);
+  if (parker) {
+    pool_.park(b);
+    parked_for_[b] = parker->id;
+  } else {
+    pool_.push_tail(b);
+  }
   if (m.indexed) ++cached_free_;
   // A copy into a block nobody holds any more must not run once the block is reused; dropping it
   // releases the reference it held on its source. (Destinations are unique.)
@@ -505,7 +510,7 @@ void Manager::free_seq(int64_t id) {
   if (s.swapped) {
     release_swapped(s);
     for (uint32_t g = 0; g < groups_; ++g)  // its parked blocks (if any) age from now on
-      for (size_t i = grp(s, g).released_blocks.size(); i-- > 0;) requeue_released(grp(s, g).released_blocks[i]);
+      for (size_t i = grp(s, g).released_blocks.size(); i-- > 0;) requeue_released(grp(s, g).released_blocks[i], id);
   } else if (!cfg_.groups.empty()) {
     free_group_blocks(s);  // every group's blocks age together (manager_groups.cpp)
   } else {

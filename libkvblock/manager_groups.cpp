@@ -193,18 +193,20 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
 // than the window (a system prompt) found it in the full group and missed in the window group. (vLLM's
 // sliding-window manager frees into its one free queue the same way; SGLang's SWA radix cache keeps
 // the window part in its own LRU list, timed by the use of the prefix it belongs to.) Here, one pool:
-//  - a cached block the window releases is parked (BlockPool): still free, but taken only when the free
-//    queue proper is empty, after everything finished sequences left cached. With every layer full
-//    attention it would still be held;
-//  - freeing the sequence puts its parked blocks back in the free queue with its other blocks, by block
-//    index, last first, every group at each index, so that pressure shortens the cached prefix from its
-//    end in every group at once and every shorter prefix stays valid for every group.
-// Measured (timed replay, PERFORMANCE.md "KV cache groups: eviction order"): on a trace of prompts
-// sharing system prompts, at 2,500 blocks, hits 30.0% before, 39.5% with this (48.5% all-full, which
-// queues 5x longer); only requeueing at free, without parking, gave 32.0%, and also parking the window
-// group's prefix hits not taken at allocation gave 38.6% (those are left where they are: only a prompt
-// diverging before this one's hit point needs them). O(blocks of the sequence) and no allocation here:
-// released_blocks has room for one entry per block (reserve_window_link).
+//  - a cached block the window releases is parked for its sequence (BlockPool, parked_for_): still
+//    free, but taken only when the free queue proper is empty, after everything that finished
+//    sequences left cached. With every layer full attention it would still be held;
+//  - freeing the sequence puts the blocks parked for it back in the free queue with its other blocks,
+//    by block index, last first, every group at each index, so that pressure shortens the cached prefix
+//    from its end in every group at once and every shorter prefix stays valid for every group.
+// Measured (timed replay, PERFORMANCE.md "KV cache groups: eviction order"): on a trace of prompts that
+// share system prompts, at 2,500 blocks, hits 30.0% before, 41.7% with this (all-full 50.1%, queueing
+// 5x longer). Weaker variants measured on the way: requeueing at free without parking 32.0%; parking
+// without parked_for_ (any sequence that had released a block requeued it at its end, even when a
+// running sequence had parked it again since) 39.5%; also parking the window group's prefix hits not
+// taken at allocation, 38.6% (those keep their place: only a prompt diverging before this one's hit
+// point needs them). O(blocks of the sequence) and no allocation here: released_blocks has room for
+// one entry per block (reserve_window_link).
 void Manager::free_group_blocks(Sequence& s) {
   const uint32_t G = groups_;
   size_t left[kMaxForkGroups];  // per group: released_blocks entries not yet visited (from the end)
@@ -213,14 +215,16 @@ void Manager::free_group_blocks(Sequence& s) {
     for (uint32_t g = 0; g < G; ++g) {
       Sequence& gs = grp(s, g);
       if (gs.table[i] >= 0) release_block(gs.table[i]);
-      else if (left[g] > 0 && gs.released_blocks[left[g] - 1].index == i) requeue_released(gs.released_blocks[--left[g]]);
+      else if (left[g] > 0 && gs.released_blocks[left[g] - 1].index == i) requeue_released(gs.released_blocks[--left[g]], s.id);
     }
   }
 }
 
-void Manager::requeue_released(const Sequence::ReleasedBlock& r) {
+void Manager::requeue_released(const Sequence::ReleasedBlock& r, int64_t id) {
   const BlockMeta& m = pool_.meta(r.block);
   if (!m.in_free || !m.indexed || m.key != r.key) return;  // taken since, or holding other content
+  // Another sequence hit the block and its window parked it again: that sequence still runs.
+  if (m.in_free == 2 && parked_for_[r.block] != id) return;
   pool_.unlink(r.block);
   pool_.push_tail(r.block);
 }

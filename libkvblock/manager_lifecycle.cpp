@@ -135,7 +135,7 @@ void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t ha
   s.table.resize(nb);
   while (!s.released_links.empty() && s.released_links.back().first + 1 >= nb) s.released_links.pop_back();
   for (; !s.released_blocks.empty() && s.released_blocks.back().index >= nb; s.released_blocks.pop_back())
-    requeue_released(s.released_blocks.back());
+    requeue_released(s.released_blocks.back(), s.id);
   // A committed full block that is about to be overwritten leaves the index, unless another sequence
   // still holds it as it is (the next append here then copies it first).
   if (len % bs_ != 0) {
@@ -203,7 +203,7 @@ void Manager::apply_window(Sequence& s) {
     // Manager::free_group_blocks). Room for the entry was reserved by reserve_window_link.
     const bool park = !cfg_.groups.empty() && pool_.meta(b).indexed;
     if (park) s.released_blocks.push_back(Sequence::ReleasedBlock{i, b, pool_.meta(b).key});
-    release_block(b, park);
+    release_block(b, park ? &s : nullptr);
     s.table[i] = -1;
   }
   s.window_next = std::max(start, end);

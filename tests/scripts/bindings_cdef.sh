@@ -42,7 +42,8 @@ lib = ffi.dlopen(sys.argv[2])
 declared = set(re.findall(r"\b(kvb_\w+)\s*\(", text))
 missing = sorted(n for n in declared if not hasattr(lib, n))
 nm = subprocess.run(["nm", "-D", "--defined-only", sys.argv[2]], capture_output=True, text=True)
-exported = {l.split()[-1] for l in nm.stdout.splitlines() if l.split()[-1].startswith("kvb_")}
+# nm shows versioned names (kvb_x@@KVB_0.1, abi/libkvblock.map): the symbol is the part before the '@'
+exported = {l.split()[-1].split("@")[0] for l in nm.stdout.splitlines() if l.split()[-1].startswith("kvb_")}
 undeclared = sorted(exported - declared) if nm.returncode == 0 else []
 if missing or undeclared:
     print("declared, not exported:", missing, "exported, not declared:", undeclared)

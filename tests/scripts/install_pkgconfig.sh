@@ -148,7 +148,8 @@ else
   cat "$work/cc.log"
 fi
 
-syms=$(nm -D --defined-only "$prefix/lib/libkvblock.so" | awk 'NF >= 3 {print $3}')
+# The version nodes of libkvblock.map (KVB_0.1, ...) show as absolute symbols: not functions.
+syms=$(nm -D --defined-only "$prefix/lib/libkvblock.so" | awk 'NF >= 3 && !($2 == "A" && $3 ~ /^KVB_[0-9.]+$/) {print $3}')
 others=$(echo "$syms" | grep -v '^kvb_' | grep -v '^$')
 nkvb=$(echo "$syms" | grep -c '^kvb_')
 if [ -z "$others" ] && [ "$nkvb" -gt 30 ]; then

@@ -1,0 +1,168 @@
+/* Callers built against an older header (abi/ABI.md, "Growing a struct"): kvb_config, kvb_batch and
+ * kvb_stats grew at their ends, and a caller that knows only the earlier layout passes the struct_size of
+ * that layout. The library must then read only the fields that size covers (the later ones take their
+ * defaults, whatever bytes lie there) and write nothing beyond it. Each struct sits at the start of a
+ * buffer poisoned with 0xcd beyond the old size: poison that is read would change the behaviour (a
+ * garbage group count or group index is refused), poison that is written would show. */
+#include <stddef.h>
+#include <string.h>
+
+#include "kvbt_common.h"
+
+#define POISON 0xcd
+
+/* A buffer for one struct of the current layout and some slack, aligned for any of them. */
+typedef union {
+  kvb_config cfg;
+  kvb_batch batch;
+  kvb_stats stats;
+  unsigned char bytes[sizeof(kvb_stats) + sizeof(kvb_config) + sizeof(kvb_batch) + 32];
+} buffer;
+
+static int untouched_from(const buffer* b, size_t from) {
+  size_t i;
+  for (i = from; i < sizeof b->bytes; ++i)
+    if (b->bytes[i] != POISON) return 0;
+  return 1;
+}
+
+/* The old layout as the old kvb_xxx_init left it: zeroed up to the old size, struct_size = old size. */
+static void old_init(buffer* b, size_t old_size) {
+  memset(b->bytes, POISON, sizeof b->bytes);
+  memset(b->bytes, 0, old_size);
+  b->cfg.struct_size = (uint32_t)old_size; /* the first member of each, at offset 0 */
+}
+
+/* kvb_config before KV cache groups: groups / num_groups (poison: a huge count) are not read, the manager
+   has the one implicit group, and the flags of that layout are read. */
+static void test_config_before_groups(void) {
+  const size_t old = offsetof(kvb_config, groups);
+  buffer b;
+  kvb_manager* m = NULL;
+  int64_t t[5] = {1, 2, 3, 4, 5};
+  int32_t table[4];
+  size_t n = 0;
+  kvb_stats st;
+  old_init(&b, old);
+  b.cfg.block_size = 4;
+  b.cfg.num_blocks = 8;
+  b.cfg.flags = KVB_CONFIG_EVENTS; /* a field of the old layout: read */
+  b.cfg.event_capacity = 16;
+  CHECK_OK(kvb_manager_create(&b.cfg, &m));
+  CHECK(untouched_from(&b, old));
+  CHECK_OK(kvb_seq_allocate(m, 1, t, 5, NULL));
+  CHECK_OK(kvb_seq_block_table_group(m, 1, 0, table, 4, &n));
+  CHECK(n == 2);
+  CHECK_STATUS(kvb_seq_block_table_group(m, 1, 1, table, 4, &n), KVB_ERR_INVALID_ARGUMENT); /* one group */
+  CHECK_OK(kvb_seq_commit(m, 1, 5));
+  {
+    kvb_event ev[4];
+    int64_t tk[16];
+    CHECK_OK(kvb_drain_events(m, ev, 4, tk, 16, &n, NULL)); /* events are on (flags was read) */
+    CHECK(n == 1 && ev[0].type == KVB_EVENT_BLOCK_STORED);
+  }
+  kvb_stats_init(&st);
+  CHECK_OK(kvb_get_stats(m, &st));
+  CHECK(st.num_blocks == 8 && st.block_size == 4);
+  CHECK_INV(m);
+  kvb_manager_destroy(m);
+}
+
+static kvb_manager* two_sequences(void) {
+  kvb_manager* m = kvbt_make(4, 16);
+  int64_t t[10];
+  kvbt_iota(t, 10, 100);
+  CHECK_OK(kvb_seq_allocate(m, 1, t, 10, NULL));
+  CHECK_OK(kvb_seq_allocate(m, 2, t, 3, NULL));
+  return m;
+}
+
+/* kvb_batch before KV cache groups, as a caller that ends the struct at its last field passes it: the
+   group (poison: an index far out of range) is not read, so group 0 is exported, and nothing is written
+   past max_blocks_needed. (The old sizeof is the current one, the group sitting in the old tail padding:
+   a caller whose old kvb_batch_init zeroed that padding exports group 0 as well; see ABI.md.) */
+static void test_batch_before_group(void) {
+  const size_t old = offsetof(kvb_batch, group);
+  kvb_manager* m = two_sequences();
+  const int64_t ids[2] = {1, 2};
+  int32_t tables[2 * 4], lens[2], qs[3], want[2 * 4];
+  int64_t slots[16];
+  buffer b;
+  kvb_batch cur;
+  old_init(&b, old);
+  b.batch.max_blocks_per_seq = 4;
+  b.batch.block_tables = tables;
+  b.batch.seq_lens = lens;
+  b.batch.query_start = qs;
+  b.batch.slot_mapping = slots;
+  b.batch.slot_capacity = 16;
+  CHECK_OK(kvb_batch_export(m, ids, 2, &b.batch));
+  CHECK(untouched_from(&b, old));
+  CHECK(b.batch.struct_size == old && b.batch.num_slots == 13 && b.batch.max_blocks_needed == 3);
+  CHECK(lens[0] == 10 && lens[1] == 3 && qs[2] == 13);
+  /* the same export through the current layout, group 0 */
+  kvb_batch_init(&cur);
+  cur.max_blocks_per_seq = 4;
+  cur.block_tables = want;
+  CHECK_OK(kvb_batch_export(m, ids, 2, &cur));
+  CHECK(memcmp(tables, want, sizeof want) == 0);
+  CHECK_INV(m);
+  kvb_manager_destroy(m);
+}
+
+/* The earlier kvb_batch was 64 bytes too (group sits in its tail padding), so an old caller's struct_size
+   covers group: its old kvb_batch_init zeroed the padding (group 0, the default); garbage there, from a
+   caller that did not zero the struct, is refused on a manager without groups (ABI.md). */
+static void test_batch_old_padding(void) {
+  kvb_manager* m = two_sequences();
+  const int64_t ids[2] = {1, 2};
+  int32_t lens[2];
+  buffer b;
+  CHECK(offsetof(kvb_batch, group) + sizeof(uint32_t) == sizeof(kvb_batch)); /* what the case is about */
+  old_init(&b, sizeof(kvb_batch));
+  b.batch.seq_lens = lens;
+  CHECK_OK(kvb_batch_export(m, ids, 2, &b.batch)); /* zeroed padding: group 0 */
+  CHECK(lens[0] == 10 && lens[1] == 3);
+  memset(&b.batch.group, POISON, sizeof b.batch.group);
+  CHECK_STATUS(kvb_batch_export(m, ids, 2, &b.batch), KVB_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(kvb_last_error(), "group") != NULL);
+  kvb_manager_destroy(m);
+}
+
+/* kvb_stats before the host cache's counters: the first-version fields are written, nothing after. */
+static void test_stats_before_host_cache(void) {
+  const size_t old = offsetof(kvb_stats, device_hit_tokens);
+  kvb_manager* m = two_sequences();
+  buffer b;
+  old_init(&b, old);
+  CHECK_OK(kvb_get_stats(m, &b.stats));
+  CHECK(untouched_from(&b, old));
+  CHECK(b.stats.struct_size == old && b.stats.block_size == 4 && b.stats.num_blocks == 16 &&
+        b.stats.num_seqs == 2 && b.stats.used_blocks == 4 && b.stats.free_blocks == 12 &&
+        b.stats.query_tokens == 13 && b.stats.events_dropped == 0);
+  kvb_manager_destroy(m);
+}
+
+/* The _init functions are what cannot serve an old caller by struct_size: they write the library's own
+   sizeof (which is why they carry symbol versions, ABI.md). They write exactly that much. */
+static void test_init_writes_its_own_sizeof(void) {
+  buffer b;
+  memset(b.bytes, POISON, sizeof b.bytes);
+  kvb_config_init(&b.cfg);
+  CHECK(b.cfg.struct_size == sizeof(kvb_config) && untouched_from(&b, sizeof(kvb_config)));
+  memset(b.bytes, POISON, sizeof b.bytes);
+  kvb_batch_init(&b.batch);
+  CHECK(b.batch.struct_size == sizeof(kvb_batch) && b.batch.group == 0 && untouched_from(&b, sizeof(kvb_batch)));
+  memset(b.bytes, POISON, sizeof b.bytes);
+  kvb_stats_init(&b.stats);
+  CHECK(b.stats.struct_size == sizeof(kvb_stats) && untouched_from(&b, sizeof(kvb_stats)));
+}
+
+int main(void) {
+  RUN_TEST(test_config_before_groups);
+  RUN_TEST(test_batch_before_group);
+  RUN_TEST(test_batch_old_padding);
+  RUN_TEST(test_stats_before_host_cache);
+  RUN_TEST(test_init_writes_its_own_sizeof);
+  TEST_SUMMARY();
+}

@@ -1,0 +1,44 @@
+#!/bin/sh
+# Symbol versions (abi/ABI.md, "Symbol versions"): every kvb_* function the shared library exports carries
+# version KVB_0.1 (abi/libkvblock.map), and a program linked against the library records KVB_0.1
+# references, which is what lets a later release serve it the KVB_0.1 behaviour (the _init of a struct
+# that grew writes the 0.1 size). Skipped without objdump.
+BUILD=${BUILD:-build}
+lib="$BUILD/lib/libkvblock.so"
+consumer="$BUILD/tests/c_core_api"
+if ! command -v objdump >/dev/null 2>&1; then
+  echo "SKIP abi_symbols: objdump not installed"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   abi_symbols: $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL abi_symbols: $1"; }
+for f in "$lib" "$consumer"; do
+  [ -f "$f" ] || { echo "FAIL abi_symbols: $f not built"; echo "0 passed, 1 failed"; exit 1; }
+done
+# objdump -T rows: ... FLAGS SECTION SIZE VERSION NAME; the version is "(V)" for a hidden one or a reference.
+defined=$(objdump -T "$lib" | awk '$NF ~ /^kvb_/ && $0 !~ /\*UND\*/ {print $(NF-1), $NF}')
+n=$(echo "$defined" | grep -c ' kvb_')
+others=$(echo "$defined" | awk '$1 != "KVB_0.1"')
+if [ "$n" -gt 30 ] && [ -z "$others" ]; then
+  ok "the library exports $n kvb_* functions, each at version KVB_0.1"
+else
+  bad "exported kvb_* functions not at KVB_0.1 (of $n): $(echo "$others" | head -n 5 | tr '\n' ';')"
+fi
+refs=$(objdump -T "$consumer" | awk '$NF ~ /^kvb_/ && /\*UND\*/ {print $(NF-1), $NF}')
+n=$(echo "$refs" | grep -c ' kvb_')
+others=$(echo "$refs" | awk '$1 != "(KVB_0.1)"')
+if [ "$n" -gt 10 ] && [ -z "$others" ]; then
+  ok "a program linked against it ($consumer) records $n references, each to KVB_0.1"
+else
+  bad "references of $consumer not to KVB_0.1 (of $n): $(echo "$others" | head -n 5 | tr '\n' ';')"
+fi
+if echo "$refs" | grep -q '(KVB_0.1) kvb_config_init$'; then
+  ok "kvb_config_init@KVB_0.1 is among them"
+else
+  bad "kvb_config_init@KVB_0.1 is not referenced by $consumer"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -47,10 +47,15 @@ ifneq ($(NVCC),)
   CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
 endif
 
+# Objects of a build with and without CUDA are compiled differently (KVB_WITH_CUDA): each has its own
+# folder, and the library is linked again when the choice changes, so that `make CUDA=0` followed by
+# `make` (or the reverse) never mixes them.
+OBJ       := $(BUILD)/obj/$(if $(NVCC),cuda,cpu)
 LIB_SRCS  := $(wildcard libkvblock/*.cpp) $(wildcard kernels/*.cpp) $(wildcard kernels/cpu/*.cpp)
-LIB_OBJS  := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
+LIB_OBJS  := $(LIB_SRCS:%.cpp=$(OBJ)/%.o) $(CUDA_SRCS:%.cu=$(OBJ)/%.cu.o)
+LINK_STAMP:= $(BUILD)/obj/linked-from
 TOOL_SRCS := $(wildcard tools/*.c)
-TOOL_OBJS := $(TOOL_SRCS:%.c=$(BUILD)/obj/%.o)
+TOOL_OBJS := $(TOOL_SRCS:%.c=$(OBJ)/%.o)
 
 SONAME  := libkvblock.so.$(VERSION_MAJOR)
 SHLIB   := $(BUILD)/lib/libkvblock.so.$(VERSION)
@@ -68,28 +73,32 @@ all: lib tool
 lib: $(SHLIB) $(STLIB)
 tool: $(TOOL)
 
-$(BUILD)/obj/%.o: %.cpp
+$(OBJ)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS_) -c $< -o $@
 
-$(BUILD)/obj/tools/%.o: tools/%.c
+$(OBJ)/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) -MMD -MP -c $< -o $@
 
-$(SHLIB): $(LIB_OBJS) abi/libkvblock.map
+$(LINK_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(OBJ)' | cmp -s - $@ 2>/dev/null || echo '$(OBJ)' > $@
+
+$(SHLIB): $(LIB_OBJS) abi/libkvblock.map $(LINK_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) -shared $(SANITIZE) -Wl,-soname,$(SONAME) -Wl,--version-script=abi/libkvblock.map \
 	  -Wl,--no-undefined -o $@ $(LIB_OBJS) $(LDLIBS_)
 	ln -sf libkvblock.so.$(VERSION) $(BUILD)/lib/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/lib/libkvblock.so
 
-$(STLIB): $(LIB_OBJS)
+$(STLIB): $(LIB_OBJS) $(LINK_STAMP)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
 
 # The tool is a plain C consumer of the shared library.
 $(TOOL): $(TOOL_OBJS) $(SHLIB)

@@ -191,7 +191,7 @@ FUZZ_BIN     := $(FUZZ_DIR)/fuzz_capi
 FUZZ_FLAGS   := -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined $(WARN) -Wno-unknown-warning-option -pthread -Iabi -Itests \
                 $(shell pkg-config --cflags libxxhash 2>/dev/null)
-$(FUZZ_BIN): tests/fuzz/fuzz_capi.cpp tests/kvbt_state.h abi/kvblock.h $(wildcard libkvblock/*.cpp libkvblock/*.h)
+$(FUZZ_BIN): tests/fuzz/fuzz_capi.cpp $(wildcard tests/fuzz/*.h) tests/kvbt_state.h abi/kvblock.h $(wildcard libkvblock/*.cpp libkvblock/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -o $@ tests/fuzz/fuzz_capi.cpp $(wildcard libkvblock/*.cpp) \
 	  $(shell pkg-config --libs libxxhash 2>/dev/null || echo -lxxhash)

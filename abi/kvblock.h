@@ -111,10 +111,23 @@ typedef enum kvb_config_flags {
    With groups, per-sequence windows (kvb_seq_options.window_tokens, kvb_seq_set_window) are refused
    (each group's window is its spec's), kvb_seq_block_table and kvb_batch_export (without .group) give
    group 0, and kvb_seq_get_info reports num_held_blocks summed over the groups (num_blocks, the
-   entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's). Not implemented yet, so refused at create with
-   KVB_ERR_UNSUPPORTED: KVB_CONFIG_HOST_CACHE with any groups, and num_host_blocks > 0 (swapping) with
-   more than one group. A manager with no
-   groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups. */
+   entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's).
+   Swapping moves every group at once (see kvb_seq_swap_out), and the host prefix cache keeps each
+   group's blocks apart and feeds the hit rule above from both levels (see "Host cache"). A manager with
+   no groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups.
+
+   Eviction order with groups (a hit needs every group, so a window group's cached blocks age with the
+   rest of their sequence). Free blocks are evicted (taken for new data) in this order:
+     1. the free queue: blocks of sequences that ended (or never cached), least recently freed first;
+     2. then, only when that is empty, the cached blocks that the windows of running sequences
+        released, oldest first. They stay free blocks (kvb_num_free_blocks and OUT_OF_BLOCKS count
+        them): the window still saves the blocks, it only gives them up last, since serving every
+        layer with full attention would still hold them.
+   Freeing a sequence puts its blocks at the tail of the free queue by block index, last block first,
+   every group at each index (full block i, window block i, full block i-1, ...), the blocks its
+   windows released included while they still hold its content: pressure then cuts the cached prefix
+   from its end in every group at once. Prefix hits a window group did not take (-1 above) keep their
+   place. Without groups the order is the plain free queue of DESIGN section 4. */
 typedef enum kvb_group_kind {
   KVB_GROUP_FULL = 0,   /* full attention: every block is kept */
   KVB_GROUP_WINDOW = 1  /* sliding window (window_tokens > 0) with optional attention sinks */
@@ -187,7 +200,8 @@ KVB_API kvb_status kvb_seq_commit(kvb_manager* m, int64_t seq_id, size_t num_tok
 KVB_API kvb_status kvb_seq_can_append(kvb_manager* m, int64_t seq_id, size_t num_tokens);
 /* Append tokens (decode or speculative), taking blocks as needed; all-or-nothing. */
 KVB_API kvb_status kvb_seq_append(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n);
-/* Drop the sequence (device or swapped out); its blocks are released last block first. */
+/* Drop the sequence (device or swapped out); its blocks are released last block first (with KV cache
+   groups: every group at each block, see "Eviction order with groups"). */
 KVB_API kvb_status kvb_seq_free(kvb_manager* m, int64_t seq_id);
 /* The sequence's block ids, one per block of its tokens (-1 where released by a sliding window).
    *len = the number of entries (also on KVB_ERR_BUFFER_TOO_SMALL). Swapped out: KVB_ERR_BAD_STATE. */
@@ -284,14 +298,23 @@ typedef enum kvb_availability {
   KVB_AVAIL_NEVER = 2  /* the pool could never hold it */
 } kvb_availability;
 
-/* Can the sequence move to host blocks now? (host free blocks vs. its held device blocks) */
+/* With KV cache groups a sequence swaps as one: every group's held blocks move (one host table per
+   group), counts and availability cover all groups, and a refused swap moves nothing in any group.
+   Blocks of all groups live in the one device pool and the one host pool, so pairs are plain block ids
+   with no group index: group 0's held blocks first, then group 1's, ..., each group in block order.
+   Slots a window group released before the swap (-1) stay released after the swap-in.
+
+   Can the sequence move to host blocks now? (host free blocks vs. its held device blocks) */
 KVB_API kvb_status kvb_seq_can_swap_out(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
 /* Move the sequence's held device blocks to host blocks. pairs[2*i] = device src, pairs[2*i+1] = host dst;
    run them with kvb_swap_blocks before the device blocks are reused. *num_pairs needed if too small. */
 KVB_API kvb_status kvb_seq_swap_out(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 /* Can the swapped-out sequence come back? OK when free - needed >= watermark blocks (vLLM's rule). */
 KVB_API kvb_status kvb_seq_can_swap_in(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
-/* Bring the sequence back to device blocks. pairs[2*i] = host src, pairs[2*i+1] = device dst. */
+/* Bring the sequence back to device blocks. pairs[2*i] = host src, pairs[2*i+1] = device dst, in the
+   order of the swap-out. Committed full blocks become findable again (each group's under its own key)
+   where no device block holds that key, except a block right after a released slot (the released
+   block's hash, its parent, left with it). */
 KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -311,6 +334,13 @@ KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pair
    at most host_cache_twin_percent of the host blocks (beyond that the newest twin goes first: its
    device copy will be the last evicted); otherwise the least recently used cached host block goes.
    0 percent behaves like an exclusive cache (most hits), larger values move fewer blocks.
+
+   With KV cache groups, an evicted block is offloaded under its group: the host index is keyed like the
+   device one (group and whole history), so a block of one group never satisfies another. In the hit
+   rule of "KV cache groups" a block counts as cached when it is on the device or on the host; every
+   group that takes a host-hit block gets its own load (loads are listed group 0's first, each group in
+   block order), and a window group loads only the blocks it needs. A refused allocation pins and loads
+   nothing in any group. Events of both media carry the group (kvb_drain_events_group).
 
    kvb_drain_host_transfers hands out every pending transfer at once, oldest first: offload_pairs
    (pairs[2*i] = device src, pairs[2*i+1] = host dst) and load_pairs (host src, device dst). Run them
@@ -384,7 +414,8 @@ typedef struct kvb_stats {
   uint64_t events_dropped;     /* events lost to a full event queue, cumulative */
   /* --- fields below were added with the host cache; older callers' struct_size omits them --- */
   uint64_t device_hit_tokens;  /* of hit_tokens, found on the device */
-  uint64_t host_hit_tokens;    /* of hit_tokens, found on the host level (loaded back) */
+  uint64_t host_hit_tokens;    /* of hit_tokens, found on the host level (loaded back); with KV cache
+                                  groups, the hit tokens whose block at least one group loaded */
   uint64_t offloaded_blocks;   /* device -> host copies handed out (kvb_drain_host_transfers), cumulative */
   uint64_t loaded_blocks;      /* host -> device copies handed out, cumulative */
   uint64_t host_evictions;     /* cached host blocks dropped for new content */

@@ -1,5 +1,10 @@
 // The device block array: per-block metadata, the intrusive FIFO free queue and the flat token store.
 // Everything is sized once at creation; no operation here allocates.
+//
+// The free queue has two parts: the queue proper, and behind it a parked queue (KV cache groups only:
+// cached blocks that a window group let go of while their sequence still runs, see Manager::park). A
+// block is taken from the head of the queue proper, and from the parked queue's head only when the
+// queue proper is empty: in eviction order the parked queue simply follows the queue proper.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,7 +18,7 @@ struct BlockMeta {
   int32_t ref = 0;     // sequences holding the block
   int32_t prev = -1;   // free-queue links, valid while in_free
   int32_t next = -1;
-  uint8_t in_free = 0;
+  uint8_t in_free = 0;  // 0: held; 1: in the free queue; 2: parked (see above)
   uint8_t has_hash = 0;   // holds a committed full block: hash/key/extra describe its content
   uint8_t indexed = 0;    // the prefix index points to this block
   uint8_t has_extra = 0;  // extra key hashed into this block
@@ -28,28 +33,39 @@ class BlockPool {
 
   uint32_t num_blocks() const { return num_blocks_; }
   uint32_t block_size() const { return block_size_; }
-  uint32_t num_free() const { return num_free_; }
-  int32_t free_head() const { return head_; }
+  uint32_t num_free() const { return num_free_; }  // both parts
+  uint32_t num_parked() const { return num_parked_; }
+  int32_t free_head() const { return head_; }  // the queue proper
   int32_t free_tail() const { return tail_; }
+  int32_t parked_head() const { return parked_.head; }
+  int32_t parked_tail() const { return parked_.tail; }
 
   BlockMeta& meta(int32_t b) { return meta_[b]; }
   const BlockMeta& meta(int32_t b) const { return meta_[b]; }
   int64_t* tokens(int32_t b) { return tokens_.get() + static_cast<size_t>(b) * block_size_; }
   const int64_t* tokens(int32_t b) const { return tokens_.get() + static_cast<size_t>(b) * block_size_; }
 
-  // Unlinks the queue head (the caller has checked num_free() > 0).
+  // Unlinks the queue head, the parked head if the queue proper is empty (the caller has checked
+  // num_free() > 0).
   int32_t pop_head();
-  // Unlinks b from anywhere in the queue in O(1) (a prefix hit on a cached-free block).
+  // Unlinks b from anywhere in either part in O(1) (a prefix hit on a cached-free block).
   void unlink(int32_t b);
   // Appends b at the tail.
   void push_tail(int32_t b);
   // Puts b at the head (the host cache's free drops; see manager_host.cpp).
   void push_head(int32_t b);
+  // Appends b at the parked queue's tail.
+  void park(int32_t b);
 
  private:
+  struct Ends {
+    int32_t head = -1, tail = -1;
+  };
+
   uint32_t num_blocks_, block_size_;
-  uint32_t num_free_ = 0;
+  uint32_t num_free_ = 0, num_parked_ = 0;
   int32_t head_ = -1, tail_ = -1;
+  Ends parked_;
   std::unique_ptr<BlockMeta[]> meta_;
   std::unique_ptr<int64_t[]> tokens_;  // left uninitialised: pages are touched only when used
 };

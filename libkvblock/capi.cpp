@@ -281,9 +281,9 @@ kvb_status kvb_seq_get_info(kvb_manager* m, int64_t seq_id, kvb_seq_info* info) 
     r.num_blocks = s.table.size();
     uint64_t held = 0;
     for (int32_t b : s.swapped ? s.host_table : s.table) held += b >= 0;
-    for (const kvb::Sequence& g : s.more)  // the other KV cache groups (never swapped)
+    for (const kvb::Sequence& g : s.more)  // the other KV cache groups (swapped with group 0)
       if (g.live)
-        for (int32_t b : g.table) held += b >= 0;
+        for (int32_t b : g.swapped ? g.host_table : g.table) held += b >= 0;
     r.num_held_blocks = held;
     r.window_tokens = s.window;
     r.sink_tokens = s.sink;

@@ -146,6 +146,7 @@ class Manager {
   static Sequence& grp(Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   static const Sequence& grp(const Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   uint32_t block_group(int32_t b) const { return block_group_.empty() ? 0 : block_group_[b]; }
+  uint32_t host_group(int32_t h) const { return host_group_.empty() ? 0 : host_group_[h]; }
   // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
@@ -157,6 +158,10 @@ class Manager {
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  void free_group_blocks(Sequence& s);   // free_seq with groups: see the eviction order in kvblock.h
+  // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
+  // parked, parked for that sequence): to the queue tail.
+  void requeue_released(const Sequence::ReleasedBlock& r, int64_t id);
   void append_apply(Sequence& s, const int64_t* tokens, size_t n);  // blocks checked and reserved
   void rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
@@ -177,7 +182,8 @@ class Manager {
 
   int32_t take_free_block();             // queue head, evicting its cached content
   void acquire_cached(int32_t b);        // a hit: take a reference
-  void release_block(int32_t b);         // drop a reference; to the queue tail at zero
+  // Drops a reference; at zero the block goes to the queue tail, or is parked for the window of `parker`.
+  void release_block(int32_t b, const Sequence* parker = nullptr);
   int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
   void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
   // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key
@@ -203,8 +209,9 @@ class Manager {
   void host_unqueue(int32_t h);           // ... leaves whichever list it is in
   int32_t load_from_host(int32_t h, const ChainLink& parent);  // a free device block, loaded from h
   void clear_host_cache();
-  void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks become empty
+  void release_swapped(Sequence& s);      // a swapped-out sequence's host blocks (every group's) become empty
   size_t host_available() const;          // host blocks a swap out may take
+  size_t held_blocks(const Sequence& s, bool host) const;  // blocks held in every group (device or host tables)
   void check_host_invariants(const std::vector<uint8_t>& host_held) const;
 
   ManagerConfig cfg_;
@@ -217,6 +224,7 @@ class Manager {
   uint32_t groups_ = 1;       // KV cache groups (1 when none are configured)
   std::vector<HashCounts> stored_hashes_;  // per group: public hashes of indexed blocks, when events are on
   std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
+  std::vector<int64_t> parked_for_;        // with groups: the sequence each parked block is parked for
   std::vector<int64_t> non_cacheable_;  // sorted, unique
 
   // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).
@@ -243,14 +251,15 @@ class Manager {
   uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
   size_t host_held_ = 0;             // blocks held by swapped-out sequences
   std::vector<BlockPair> pending_offloads_, pending_loads_;
-  HashCounts host_hashes_;           // public hashes in the host index, when events are on
+  std::vector<HashCounts> host_hashes_;  // per group: public hashes in the host index, when events are on
+  std::vector<uint8_t> host_group_;  // group of each cached host block's content (only with groups)
   std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
 
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
-  // group_lookup's results, [group][block]: the cached block (-1 = miss), the link before each block
-  // (M + 1 per group), and the last miss at or before each block.
+  // group_lookup's results, [group][block]: the cached block (-1 = miss, -2 - h = host block h), the link
+  // before each block (M + 1 per group), and the last miss at or before each block.
   std::vector<int32_t> group_hit_, group_last_miss_;
   std::vector<ChainLink> group_link_;
   uint32_t group_stride_ = 0;  // M of the last group_lookup

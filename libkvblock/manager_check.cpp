@@ -25,14 +25,41 @@ void Manager::check_invariants() const {
     KVB_INVARIANT(b < static_cast<int32_t>(N), "free queue holds block id %d", b);
     KVB_INVARIANT(walked < N, "free queue has a cycle");
     const BlockMeta& m = pool_.meta(b);
-    KVB_INVARIANT(m.in_free, "block %d is linked in the free queue but not marked free", b);
+    KVB_INVARIANT(m.in_free == 1, "block %d is linked in the free queue but marked %d", b, m.in_free);
     KVB_INVARIANT(m.ref == 0, "free block %d has ref count %d", b, m.ref);
     KVB_INVARIANT(m.prev == prev, "block %d: prev link %d, expected %d", b, m.prev, prev);
     prev = b;
     ++walked;
   }
   KVB_INVARIANT(prev == pool_.free_tail(), "free queue tail is %d, walk ended at %d", pool_.free_tail(), prev);
+  // The parked queue (groups only): cached blocks that a live sequence's window group let go of.
+  uint32_t parked = 0;
+  prev = -1;
+  for (int32_t b = pool_.parked_head(); b >= 0; b = pool_.meta(b).next) {
+    KVB_INVARIANT(b < static_cast<int32_t>(N) && parked < N, "parked queue holds block id %d or has a cycle", b);
+    const BlockMeta& m = pool_.meta(b);
+    KVB_INVARIANT(m.in_free == 2 && m.ref == 0 && m.indexed && m.prev == prev,
+                  "parked block %d: in_free %d, ref %d, indexed %d, prev link %d (expected %d)", b, m.in_free, m.ref,
+                  m.indexed, m.prev, prev);
+    prev = b;
+    ++parked;
+  }
+  KVB_INVARIANT(prev == pool_.parked_tail() && parked == pool_.num_parked() && (parked == 0 || !cfg_.groups.empty()),
+                "parked queue: tail %d, walk ended at %d, %u blocks walked, count says %u", pool_.parked_tail(), prev,
+                parked, pool_.num_parked());
+  walked += parked;
   KVB_INVARIANT(walked == pool_.num_free(), "free queue walk found %u blocks, count says %u", walked, pool_.num_free());
+  if (parked > 0) {  // each parked block is parked for a live sequence that released it with that content
+    std::vector<uint8_t> owned(N, 0);
+    for (const Sequence& s0 : seqs_)
+      for (uint32_t g = 0; s0.live && g < groups_; ++g)
+        for (const Sequence::ReleasedBlock& r : grp(s0, g).released_blocks)
+          if (r.block >= 0 && static_cast<uint32_t>(r.block) < N && pool_.meta(r.block).key == r.key &&
+              parked_for_[r.block] == s0.id)
+            owned[r.block] = 1;
+    for (int32_t b = pool_.parked_head(); b >= 0; b = pool_.meta(b).next)
+      KVB_INVARIANT(owned[b], "parked block %d is parked for seq %" PRId64 ", which does not name it", b, parked_for_[b]);
+  }
 
   // Reference counts equal the number of sequence tables holding each block.
   std::vector<int32_t> refs(N, 0);
@@ -46,8 +73,9 @@ void Manager::check_invariants() const {
                   s0.more.size() + 1, groups_);
    for (uint32_t g = 0; g < groups_; ++g) {
     const Sequence& s = grp(s0, g);
-    KVB_INVARIANT(s.group == g && s.id == s0.id && s.num_tokens == s0.num_tokens && s.num_computed == s0.num_computed,
-                  "seq %" PRId64 " group %u: group index or token counts differ from group 0", s0.id, g);
+    KVB_INVARIANT(s.group == g && s.id == s0.id && s.num_tokens == s0.num_tokens && s.num_computed == s0.num_computed &&
+                      s.swapped == s0.swapped,
+                  "seq %" PRId64 " group %u: group index, token counts or location differ from group 0", s0.id, g);
     if (!cfg_.groups.empty()) {
       const GroupSpec& spec = cfg_.groups[g];
       KVB_INVARIANT(s.window == (spec.window ? spec.window_tokens : 0) && s.sink == (spec.window ? spec.sink_tokens : 0),
@@ -62,6 +90,10 @@ void Manager::check_invariants() const {
                   " tokens", s.id, s.table.size(), s.num_tokens);
     KVB_INVARIANT(s.num_hashed == s.num_computed / bs_, "seq %" PRId64 ": %u blocks hashed, %" PRIu64
                   " full computed blocks", s.id, s.num_hashed, s.num_computed / bs_);
+    // A swapped-out sequence (every group of it) holds host blocks in host_table instead, with the same
+    // released slots and the same content: the chain check below reads whichever table holds the blocks.
+    const BlockPool& pool = s.swapped ? host_pool_ : pool_;
+    const std::vector<int32_t>& table = s.swapped ? s.host_table : s.table;
     if (s.swapped) {
       KVB_INVARIANT(s.host_table.size() == s.table.size(), "swapped seq %" PRId64 ": host table size", s.id);
       for (size_t i = 0; i < s.table.size(); ++i) {
@@ -72,41 +104,53 @@ void Manager::check_invariants() const {
                       "host block %d is out of range or held twice", h);
         host_held[h] = 1;
       }
-      continue;
+    } else {
+      KVB_INVARIANT(s.host_table.empty(), "seq %" PRId64 " on device has a host table", s.id);
     }
-    KVB_INVARIANT(s.host_table.empty(), "seq %" PRId64 " on device has a host table", s.id);
-    KVB_INVARIANT(s.table.back() >= 0, "seq %" PRId64 ": last block released", s.id);
+    KVB_INVARIANT(table.back() >= 0, "seq %" PRId64 ": last block released", s.id);
     for (size_t i = 0; i < s.released_links.size(); ++i) {
       uint32_t k = s.released_links[i].first;
-      KVB_INVARIANT(k + 1 < s.table.size() && s.table[k] < 0 && (i == 0 || s.released_links[i - 1].first < k),
+      KVB_INVARIANT(k + 1 < table.size() && table[k] < 0 && (i == 0 || s.released_links[i - 1].first < k),
                     "seq %" PRId64 ": released link of block %u names a held, missing or unordered block", s.id, k);
+    }
+    KVB_INVARIANT(s.released_blocks.empty() || (!cfg_.groups.empty() && s.window),
+                  "seq %" PRId64 " group %u: released blocks remembered outside a window group", s.id, g);
+    for (size_t i = 0; i < s.released_blocks.size(); ++i) {
+      const Sequence::ReleasedBlock& r = s.released_blocks[i];
+      KVB_INVARIANT(r.index < s.table.size() && s.table[r.index] < 0 && r.block >= 0 &&
+                    static_cast<uint32_t>(r.block) < N && (i == 0 || s.released_blocks[i - 1].index < r.index),
+                    "seq %" PRId64 " group %u: released block entry %zu (index %u, block %d) names a held, missing or "
+                    "unordered block", s.id, g, i, r.index, r.block);
     }
     // Each hashed block still held must carry the hash its chain position implies.
     ChainLink chain = s.first_link;
     bool chain_known = true;
-    for (size_t i = 0; i < s.table.size(); ++i) {
-      int32_t b = s.table[i];
+    for (size_t i = 0; i < table.size(); ++i) {
+      int32_t b = table[i];
       if (b < 0) {
         // Released by a sliding window, which may have been switched off or resized since; never the last
         // block (checked above).
-        KVB_INVARIANT(i + 1 < s.table.size(), "seq %" PRId64 ": block %zu released", s.id, i);
+        KVB_INVARIANT(i + 1 < table.size(), "seq %" PRId64 ": block %zu released", s.id, i);
         chain_known = false;
         continue;
       }
-      KVB_INVARIANT(b < static_cast<int32_t>(N), "seq %" PRId64 " holds block id %d", s.id, b);
-      ++refs[b];
+      if (!s.swapped) {
+        KVB_INVARIANT(b < static_cast<int32_t>(N), "seq %" PRId64 " holds block id %d", s.id, b);
+        ++refs[b];
+      }
       if (i >= s.num_hashed || (s.uncacheable_from != kNoBlockIndex && i >= s.uncacheable_from)) continue;
-      const BlockMeta& m = pool_.meta(b);
-      KVB_INVARIANT(m.has_hash, "seq %" PRId64 ": committed full block %zu (block %d) has no hash", s.id, i, b);
+      const BlockMeta& m = pool.meta(b);
+      KVB_INVARIANT(m.has_hash, "seq %" PRId64 ": committed full block %zu (%s block %d) has no hash", s.id, i,
+                    s.swapped ? "host" : "device", b);
       if (chain_known) {
         ExtraKey extra = s.extra_key(static_cast<uint32_t>(i));
         uint64_t h;
         Key128 k;
-        hasher_.hash_and_key(chain, pool_.tokens(b), bs_, extra, &h, &k);
-        KVB_INVARIANT(h == m.hash && k == m.key, "seq %" PRId64 ": block %zu (block %d) hash does not match its chain",
-                      s.id, i, b);
+        hasher_.hash_and_key(chain, pool.tokens(b), bs_, extra, &h, &k);
+        KVB_INVARIANT(h == m.hash && k == m.key, "seq %" PRId64 " group %u: block %zu (%s block %d) hash does not match "
+                      "its chain", s.id, g, i, s.swapped ? "host" : "device", b);
       }
-      if (!block_group_.empty())
+      if (!block_group_.empty() && !s.swapped)
         KVB_INVARIANT(!m.indexed || block_group_[b] == g, "seq %" PRId64 " group %u holds block %d of group %u", s.id, g,
                       b, block_group_[b]);
       chain = link_after(m);
@@ -248,6 +292,10 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
     int32_t h = host_index_.find(m.key);
     KVB_INVARIANT(h < 0 || host_twin_[h] == static_cast<int32_t>(b), "device block %u: host copy %d does not name it",
                   b, h);
+    // Keys carry the group, so a block and its host copy belong to one group.
+    KVB_INVARIANT(h < 0 || host_group(h) == block_group(static_cast<int32_t>(b)),
+                  "device block %u of group %u: host copy %d is of group %u", b, block_group(static_cast<int32_t>(b)), h,
+                  host_group(h));
   }
   std::vector<uint8_t> dst(H, 0);
   for (const BlockPair& p : pending_offloads_) {
@@ -256,15 +304,19 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
                   "pending offload into host block %d: repeated or not cached", p.second);
     dst[p.second] = 1;
   }
-  if (events_.enabled() && cfg_.host_cache) {
-    std::unordered_map<uint64_t, uint32_t> counts;
-    for (uint32_t h = 0; h < H; ++h)
-      if (host_pool_.meta(static_cast<int32_t>(h)).indexed) ++counts[host_pool_.meta(static_cast<int32_t>(h)).hash];
-    KVB_INVARIANT(counts.size() == host_hashes_.size(), "%zu public hashes on the host, event counts hold %zu",
-                  counts.size(), host_hashes_.size());
-    for (const auto& c : counts)
-      KVB_INVARIANT(host_hashes_.count(c.first) == c.second, "host hash %016" PRIx64 ": %u blocks, counted %u",
-                    c.first, c.second, host_hashes_.count(c.first));
+  if (events_.enabled() && cfg_.host_cache) {  // per group, as on the device
+    for (uint32_t g = 0; g < groups_; ++g) {
+      std::unordered_map<uint64_t, uint32_t> counts;
+      for (uint32_t h = 0; h < H; ++h)
+        if (host_pool_.meta(static_cast<int32_t>(h)).indexed && host_group(static_cast<int32_t>(h)) == g)
+          ++counts[host_pool_.meta(static_cast<int32_t>(h)).hash];
+      const HashCounts& hc = host_hashes_[g];
+      KVB_INVARIANT(counts.size() == hc.size(), "group %u: %zu public hashes on the host, event counts hold %zu", g,
+                    counts.size(), hc.size());
+      for (const auto& c : counts)
+        KVB_INVARIANT(hc.count(c.first) == c.second, "group %u host hash %016" PRIx64 ": %u blocks, counted %u", g,
+                      c.first, c.second, hc.count(c.first));
+    }
   }
 }
 

@@ -27,16 +27,21 @@ Manager::Manager(const ManagerConfig& cfg)
       non_cacheable_(cfg.non_cacheable),
       seq_table_(64, SeqTraits{}),
       host_pool_(cfg.num_host_blocks, cfg.block_size),
-      host_index_(host_pool_),
-      host_hashes_(cfg.events && cfg.host_cache ? cfg.num_host_blocks : 0) {
+      host_index_(host_pool_) {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
     stored_hashes_.reserve(groups_);
     for (uint32_t g = 0; g < groups_; ++g) stored_hashes_.emplace_back(cfg.num_blocks);
+    if (cfg.host_cache) {
+      host_hashes_.reserve(groups_);
+      for (uint32_t g = 0; g < groups_; ++g) host_hashes_.emplace_back(cfg.num_host_blocks);
+    }
   }
   if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
+  if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
+  if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_empty_.reserve(cfg.num_host_blocks);
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
@@ -79,14 +84,6 @@ void validate_config(const ManagerConfig& cfg) {
       fail(Code::invalid_argument, "groups[%zu]: a full-attention group takes no window_tokens (%u) or sink_tokens (%u)",
            g, gs.window_tokens, gs.sink_tokens);
   }
-  // The host tier (swapping, host cache) keeps one host table per sequence; with several groups it is not
-  // implemented yet, so the combination is refused rather than half supported.
-  if (!cfg.groups.empty() && cfg.host_cache)
-    fail(Code::unsupported, "KVB_CONFIG_HOST_CACHE with KV cache groups: the host prefix cache does not look up "
-         "group-keyed chains yet; leave the flag off or num_groups 0");
-  if (cfg.groups.size() > 1 && cfg.num_host_blocks > 0)
-    fail(Code::unsupported, "num_host_blocks %u with %zu KV cache groups: the host tier (swap, host cache) does not "
-         "support several groups yet; use num_host_blocks 0", cfg.num_host_blocks, cfg.groups.size());
 }
 
 // ---- blocks -------------------------------------------------------------------------------------
@@ -115,10 +112,15 @@ void Manager::acquire_cached(int32_t b) {
   ++m.ref;
 }
 
-void Manager::release_block(int32_t b) {
+void Manager::release_block(int32_t b, const Sequence* parker) {
   BlockMeta& m = pool_.meta(b);
   if (--m.ref > 0) return;
-  pool_.push_tail(b);
+  if (parker) {
+    pool_.park(b);
+    parked_for_[b] = parker->id;
+  } else {
+    pool_.push_tail(b);
+  }
   if (m.indexed) ++cached_free_;
   // A copy into a block nobody holds any more must not run once the block is reused; dropping it
   // releases the reference it held on its source. (Destinations are unique.)
@@ -181,6 +183,10 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
     if (o.in_free) --cached_free_;
+    if (o.in_free == 2) {  // parked blocks are cached ones (see park): an empty one is reused first
+      pool_.unlink(old);
+      pool_.push_head(old);
+    }
     if (events_.enabled() && stored_hashes_[group].remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
 }
@@ -503,12 +509,13 @@ void Manager::free_seq(int64_t id) {
   Sequence& s = seq(id);
   if (s.swapped) {
     release_swapped(s);
+    for (uint32_t g = 0; g < groups_; ++g)  // its parked blocks (if any) age from now on
+      for (size_t i = grp(s, g).released_blocks.size(); i-- > 0;) requeue_released(grp(s, g).released_blocks[i], id);
+  } else if (!cfg_.groups.empty()) {
+    free_group_blocks(s);  // every group's blocks age together (manager_groups.cpp)
   } else {
-    for (uint32_t g = 0; g < groups_; ++g) {
-      const Sequence& gs = grp(s, g);
-      for (size_t i = gs.table.size(); i-- > 0;)
-        if (gs.table[i] >= 0) release_block(gs.table[i]);
-    }
+    for (size_t i = s.table.size(); i-- > 0;)
+      if (s.table[i] >= 0) release_block(s.table[i]);
   }
   drop_seq(s);
 }

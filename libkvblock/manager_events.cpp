@@ -31,6 +31,7 @@ void Manager::emit_host(uint32_t type, int32_t h, bool stored) {
   e.type = type;
   e.block = h;
   e.medium = 1;
+  e.group = host_group(h);
   const BlockMeta& m = host_pool_.meta(h);
   e.hash = m.hash;
   if (stored) {

@@ -79,7 +79,8 @@ int32_t Manager::take_host_block() {
   host_index_.erase_if_points_to(m.key, h);
   m.indexed = 0;
   ++host_evictions_;
-  if (events_.enabled() && host_hashes_.remove(m.hash)) emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
+  if (events_.enabled() && host_hashes_[host_group(h)].remove(m.hash))
+    emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
   host_twin_[h] = -1;
   // Its pending offload (if any) would now overwrite the block's next content: drop it.
@@ -102,13 +103,14 @@ void Manager::offload(int32_t b) {
   std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
   host_index_.put(hm.key, h);
   hm.indexed = 1;
+  if (!host_group_.empty()) host_group_[h] = static_cast<uint8_t>(block_group(b));  // the key carries it too
   hm.ref = 0;
   host_enqueue(h);
   pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
   ++offloaded_;
   if (events_.enabled()) {
     host_parents_[h] = parents_[b];
-    if (host_hashes_.add(hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
+    if (host_hashes_[host_group(h)].add(hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
   }
 }
 
@@ -142,7 +144,7 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
   ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
   pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
   ++loaded_;
-  index_block(d, parent, 0, h);
+  index_block(d, parent, host_group(h), h);
   return d;
 }
 
@@ -165,23 +167,26 @@ void Manager::clear_host_cache() {
     host_empty_.push_back(h);
   }
   host_index_.clear();
-  host_hashes_.clear();
+  for (HashCounts& hc : host_hashes_) hc.clear();
   offloaded_ -= pending_offloads_.size();
   pending_offloads_.clear();
 }
 
 // ---- swapping -----------------------------------------------------------------------------------
+// With KV cache groups every group's held blocks move together: one host table per group, the pairs of
+// group 0 first, then group 1, ... (each in block order); window slots released (-1) stay released.
 
-static size_t held_blocks(const std::vector<int32_t>& table) {
+size_t Manager::held_blocks(const Sequence& s, bool host) const {
   size_t n = 0;
-  for (int32_t b : table) n += b >= 0;
+  for (uint32_t g = 0; g < groups_; ++g)
+    for (int32_t b : host ? grp(s, g).host_table : grp(s, g).table) n += b >= 0;
   return n;
 }
 
 size_t Manager::host_available() const { return host_empty_.size() + host_pool_.num_free() + twins_.size; }
 
 Availability Manager::can_swap_out(int64_t id) {
-  size_t need = held_blocks(device_seq(id).table);
+  size_t need = held_blocks(device_seq(id), false);
   if (need > cfg_.num_host_blocks) return Availability::never;
   return host_available() >= need ? Availability::ok : Availability::later;
 }
@@ -189,106 +194,125 @@ Availability Manager::can_swap_out(int64_t id) {
 Availability Manager::can_swap_in(int64_t id) {
   Sequence& s = seq(id);
   if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  size_t need = held_blocks(s.host_table);
+  size_t need = held_blocks(s, true);
   if (need > pool_.num_blocks()) return Availability::never;
   return pool_.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
 }
 
-size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id).table); }
+size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id), false); }
 
 size_t Manager::swap_in_size(int64_t id) {
   Sequence& s = seq(id);
   if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  return held_blocks(s.host_table);
+  return held_blocks(s, true);
 }
 
 void Manager::swap_out(int64_t id, int32_t* pairs) {
   Sequence& s = device_seq(id);
-  size_t need = held_blocks(s.table);
+  size_t need = held_blocks(s, false);
   if (cfg_.num_host_blocks == 0)
     fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, but there is no host tier "
          "(num_host_blocks is 0)", id, need, plural_s(need));
   if (need > host_available())
     fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, %zu %s free", id, need,
          plural_s(need), host_available(), is_are(host_available()));
-  for (const BlockPair& p : pending_copies_)
-    if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
-      fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
-           id, p.second);
-  for (const BlockPair& p : pending_loads_)
-    if (std::find(s.table.begin(), s.table.end(), p.second) != s.table.end())
-      fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending load from the host; drain and run it first", id,
-           p.second);
-  s.host_table.assign(s.table.size(), -1);  // the only allocation, before any change
+  for (uint32_t g = 0; g < groups_; ++g) {
+    const std::vector<int32_t>& table = grp(s, g).table;
+    for (const BlockPair& p : pending_copies_)
+      if (std::find(table.begin(), table.end(), p.second) != table.end())
+        fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
+             id, p.second);
+    for (const BlockPair& p : pending_loads_)
+      if (std::find(table.begin(), table.end(), p.second) != table.end())
+        fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending load from the host; drain and run it first", id,
+             p.second);
+  }
+  // The only allocations, before any change: the host tables stay empty until every one has room.
+  for (uint32_t g = 0; g < groups_; ++g) grp(s, g).host_table.reserve(grp(s, g).table.size());
   size_t k = 0;
-  for (size_t i = 0; i < s.table.size(); ++i) {
-    int32_t b = s.table[i];
-    if (b < 0) continue;
-    int32_t h = take_host_block();  // never -1: host_available() >= need
-    BlockMeta& hm = host_pool_.meta(h);
-    copy_content(pool_.meta(b), hm);  // content description travels with the data
-    hm.ref = 1;
-    std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
-    ++host_held_;
-    s.host_table[i] = h;
-    pairs[2 * k] = b;
-    pairs[2 * k + 1] = h;
-    ++k;
+  for (uint32_t g = 0; g < groups_; ++g) {
+    Sequence& gs = grp(s, g);
+    gs.host_table.assign(gs.table.size(), -1);
+    for (size_t i = 0; i < gs.table.size(); ++i) {
+      int32_t b = gs.table[i];
+      if (b < 0) continue;
+      int32_t h = take_host_block();  // never -1: host_available() >= need
+      BlockMeta& hm = host_pool_.meta(h);
+      copy_content(pool_.meta(b), hm);  // content description travels with the data
+      hm.ref = 1;
+      std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
+      ++host_held_;
+      gs.host_table[i] = h;
+      pairs[2 * k] = b;
+      pairs[2 * k + 1] = h;
+      ++k;
+    }
   }
   // The device copies stay valid until reused, so cached ones remain findable until evicted.
-  for (size_t i = s.table.size(); i-- > 0;)
-    if (s.table[i] >= 0) {
-      release_block(s.table[i]);
-      s.table[i] = -1;
-    }
-  s.swapped = true;
+  for (uint32_t g = 0; g < groups_; ++g) {
+    Sequence& gs = grp(s, g);
+    for (size_t i = gs.table.size(); i-- > 0;)
+      if (gs.table[i] >= 0) {
+        release_block(gs.table[i]);
+        gs.table[i] = -1;
+      }
+    gs.swapped = true;
+  }
   swapped_out_ += k;
 }
 
 void Manager::release_swapped(Sequence& s) {
-  for (size_t i = s.host_table.size(); i-- > 0;) {
-    int32_t h = s.host_table[i];
-    if (h < 0) continue;
-    BlockMeta& hm = host_pool_.meta(h);
-    hm.ref = 0;
-    hm.has_hash = 0;
-    host_empty_.push_back(h);  // capacity is num_host_blocks
-    --host_held_;
+  for (uint32_t g = 0; g < groups_; ++g) {
+    Sequence& gs = grp(s, g);
+    for (size_t i = gs.host_table.size(); i-- > 0;) {
+      int32_t h = gs.host_table[i];
+      if (h < 0) continue;
+      BlockMeta& hm = host_pool_.meta(h);
+      hm.ref = 0;
+      hm.has_hash = 0;
+      host_empty_.push_back(h);  // capacity is num_host_blocks
+      --host_held_;
+    }
   }
 }
 
 void Manager::swap_in(int64_t id, int32_t* pairs) {
   Sequence& s = seq(id);
   if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
-  size_t need = held_blocks(s.host_table);
+  size_t need = held_blocks(s, true);
   if (need > pool_.num_free())
     fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free block%s, %u %s free", id, need, plural_s(need),
          pool_.num_free(), is_are(pool_.num_free()));
   size_t k = 0;
-  ChainLink parent = s.first_link;  // the link of the next block, while the chain is unbroken
-  bool parent_known = true;
-  for (size_t i = 0; i < s.host_table.size(); ++i) {
-    int32_t h = s.host_table[i];
-    if (h < 0) {
-      parent_known = false;  // released by the window: its hash is gone with it
-      continue;
+  for (uint32_t g = 0; g < groups_; ++g) {
+    Sequence& gs = grp(s, g);
+    ChainLink parent = gs.first_link;  // the link of the next block, while the chain is unbroken
+    bool parent_known = true;
+    for (size_t i = 0; i < gs.host_table.size(); ++i) {
+      int32_t h = gs.host_table[i];
+      if (h < 0) {
+        parent_known = false;  // released by the window: its hash is gone with it
+        continue;
+      }
+      int32_t b = take_free_block();
+      BlockMeta& m = pool_.meta(b);
+      copy_content(host_pool_.meta(h), m);
+      std::memcpy(pool_.tokens(b), host_pool_.tokens(h), bs_ * sizeof(int64_t));
+      // A committed block becomes findable again where no other block holds its key (keys carry the group).
+      if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent, g);
+      parent_known = m.has_hash;
+      if (m.has_hash) parent = link_after(m);
+      gs.table[i] = b;
+      pairs[2 * k] = h;
+      pairs[2 * k + 1] = b;
+      ++k;
     }
-    int32_t b = take_free_block();
-    BlockMeta& m = pool_.meta(b);
-    copy_content(host_pool_.meta(h), m);
-    std::memcpy(pool_.tokens(b), host_pool_.tokens(h), bs_ * sizeof(int64_t));
-    // A committed block becomes findable again where no other block holds its hash.
-    if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent, 0);
-    parent_known = m.has_hash;
-    if (m.has_hash) parent = link_after(m);
-    s.table[i] = b;
-    pairs[2 * k] = h;
-    pairs[2 * k + 1] = b;
-    ++k;
   }
   release_swapped(s);
-  s.host_table.clear();
-  s.swapped = false;
+  for (uint32_t g = 0; g < groups_; ++g) {
+    grp(s, g).host_table.clear();
+    grp(s, g).swapped = false;
+  }
   swapped_in_ += k;
 }
 

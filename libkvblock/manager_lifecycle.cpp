@@ -66,6 +66,8 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
       cg.extra_keys = pg.extra_keys;
       for (const auto& e : pg.released_links)
         if (e.first + 1 < nb) cg.released_links.push_back(e);
+      for (const auto& e : pg.released_blocks)  // the shared prefix ages with the child too
+        if (e.index < nb) cg.released_blocks.push_back(e);
       reserve_window_link(cg, pg.window);
     }
   } catch (...) {
@@ -132,6 +134,8 @@ void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t ha
     if (s.table[i] >= 0) release_block(s.table[i]);
   s.table.resize(nb);
   while (!s.released_links.empty() && s.released_links.back().first + 1 >= nb) s.released_links.pop_back();
+  for (; !s.released_blocks.empty() && s.released_blocks.back().index >= nb; s.released_blocks.pop_back())
+    requeue_released(s.released_blocks.back(), s.id);
   // A committed full block that is about to be overwritten leaves the index, unless another sequence
   // still holds it as it is (the next append here then copies it first).
   if (len % bs_ != 0) {
@@ -168,6 +172,10 @@ void Manager::reserve_window_link(Sequence& s, uint32_t window) {
   // apply_window adds at most one released link per call; reserving first keeps it allocation-free.
   if (window && s.released_links.size() == s.released_links.capacity())
     s.released_links.reserve(s.released_links.size() + 2);
+  // With groups, released cached blocks are remembered (one entry per block index at most, so the
+  // table's capacity bounds them; it grows geometrically, so this reserves rarely).
+  if (window && !cfg_.groups.empty() && s.released_blocks.capacity() < s.table.capacity())
+    s.released_blocks.reserve(s.table.capacity());
 }
 
 void Manager::apply_window(Sequence& s) {
@@ -191,7 +199,11 @@ void Manager::apply_window(Sequence& s) {
       else ++pos;
     }
     if (i + 1 < s.table.size() && s.table[i + 1] >= 0) links.emplace(pos, i, link_after(pool_.meta(b)));
-    release_block(b);
+    // With groups, a cached block the window lets go of is parked: it ages with its sequence (see
+    // Manager::free_group_blocks). Room for the entry was reserved by reserve_window_link.
+    const bool park = !cfg_.groups.empty() && pool_.meta(b).indexed;
+    if (park) s.released_blocks.push_back(Sequence::ReleasedBlock{i, b, pool_.meta(b).key});
+    release_block(b, park ? &s : nullptr);
     s.table[i] = -1;
   }
   s.window_next = std::max(start, end);
@@ -259,6 +271,11 @@ void Manager::reset_prefix_cache() {
          pool_.num_blocks() - pool_.num_free(), plural_s(pool_.num_blocks() - pool_.num_free()),
          is_are(pool_.num_blocks() - pool_.num_free()));
   index_.clear();
+  while (pool_.num_parked() > 0) {  // parked blocks are cached ones (a swapped-out sequence's)
+    int32_t b = pool_.parked_head();
+    pool_.unlink(b);
+    pool_.push_tail(b);
+  }
   for (uint32_t b = 0; b < pool_.num_blocks(); ++b) {
     BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
     m.has_hash = m.indexed = m.has_extra = 0;

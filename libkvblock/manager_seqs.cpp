@@ -55,6 +55,7 @@ Sequence& Manager::new_seq(int64_t id) {
     x.host_table.clear();
     x.extra_keys.clear();
     x.released_links.clear();
+    x.released_blocks.clear();
     x.num_tokens = x.num_computed = x.num_cached = 0;
     x.num_hashed = 0;
     x.uncacheable_from = kNoBlockIndex;

@@ -33,6 +33,16 @@ struct Sequence {
   // block must hash it again, and the released block's metadata may be reused by then. Few entries
   // (one per released -> held boundary), kept sorted by block index.
   std::vector<std::pair<uint32_t, ChainLink>> released_links;
+  // With KV cache groups only: the cached blocks this window group released while the sequence runs,
+  // sorted by block index. They are parked, and freeing the sequence moves those still cached to the
+  // tail of the free queue with the rest of the sequence (Manager::free_group_blocks). The key tells
+  // whether the block still holds that content.
+  struct ReleasedBlock {
+    uint32_t index;
+    int32_t block;
+    Key128 key;
+  };
+  std::vector<ReleasedBlock> released_blocks;
   // KV cache groups (kvb_config.groups): this object is group 0; more[g - 1] is group g, with its own
   // table, chain (keyed by its group) and window. Token counts are kept equal in every group. Empty when
   // the manager has a single group, so that case runs exactly the single-table code.

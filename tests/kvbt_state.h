@@ -45,9 +45,11 @@ static void kvbt_state_free(kvbt_state* s) {
 
 /* Set to 0 to leave the block hashes out of snapshots (each unhashed block costs a failing call). */
 static int kvbt_state_hashes = 1;
+/* KV cache groups whose block tables snapshots cover (kvb_config.num_groups; 1 without groups). */
+static unsigned kvbt_state_groups = 1;
 
-/* Everything that can be read without changing the manager: stats, free count, the info and block table
- * of every id in ids[0..num_ids), every block's committed hash. With destructive != 0 the pending
+/* Everything that can be read without changing the manager: stats, free count, the info and block tables
+ * (of every group) of every id in ids[0..num_ids), every block's committed hash. With destructive != 0 the pending
  * copy-on-write pairs, the host cache's transfers and the queued events are drained into the snapshot too (the manager changes). */
 static void kvbt_state_take(kvb_manager* m, const int64_t* ids, size_t num_ids, int destructive, kvbt_state* s) {
   kvb_stats st;
@@ -64,15 +66,19 @@ static void kvbt_state_take(kvb_manager* m, const int64_t* ids, size_t num_ids, 
     kvb_seq_info info;
     static int32_t table[1024]; /* static: these helpers are for single-threaded tests */
     size_t len = 0;
+    unsigned g;
     kvb_status ts;
     memset(&info, 0, sizeof info);
     kvb_seq_info_init(&info);
     kvbt_state_status(s, kvb_seq_get_info(m, ids[i], &info));
     kvbt_state_put(s, &info, sizeof info);
-    ts = kvb_seq_block_table(m, ids[i], table, sizeof table / sizeof table[0], &len);
-    kvbt_state_status(s, ts);
-    kvbt_state_put(s, &len, sizeof len);
-    if (ts == KVB_OK) kvbt_state_put(s, table, len * sizeof table[0]);
+    for (g = 0; g < kvbt_state_groups; ++g) {
+      len = 0;
+      ts = kvb_seq_block_table_group(m, ids[i], g, table, sizeof table / sizeof table[0], &len);
+      kvbt_state_status(s, ts);
+      kvbt_state_put(s, &len, sizeof len);
+      if (ts == KVB_OK) kvbt_state_put(s, table, len * sizeof table[0]);
+    }
   }
   nblocks = st.num_blocks;
   for (b = 0; kvbt_state_hashes && b < nblocks && b < (1u << 20); ++b) {

@@ -78,8 +78,8 @@ void replay_help(FILE* f) {
       "                       loaded back to the device: 0 = exclusive (most hits), more = fewer moves\n"
       "    --kv-bytes-per-block N  KV bytes per block for the bytes moved (default 131072 * block size:\n"
       "                       a Llama-3-8B-like layout, 32 layers x K,V x 8 heads x 128 dims x fp16)\n"
-      "    --groups G         KV cache groups of a hybrid model (both modes; timed: --preempt recompute): a\n"
-      "                       comma-separated list of\n"
+      "    --groups G         KV cache groups of a hybrid model (both modes, with --host-cache and\n"
+      "                       --preempt swap too): a comma-separated list of\n"
       "                       full and window:W[:SINKS] (W window tokens, SINKS attention-sink tokens), one\n"
       "                       block table per group over the one pool. The report adds the peak blocks\n"
       "                       each group held (sequential; timed reports the pool's peak). Default\n"
@@ -266,9 +266,6 @@ int replay_main(int argc, char** argv) {
 #undef OPT
   }
   if (!o.path) return usage("no TRACE given");
-  if (o.num_groups && o.timed && o.preempt_swap)
-    return usage("--groups with --preempt swap: the library does not swap several KV cache groups yet");
-  if (o.num_groups && o.host_cache) return usage("--groups with --host-cache: the library does not support it yet");
   if (!o.timed && host_blocks_given && !o.host_cache)
     return usage("--num-host-blocks applies to --mode timed or to --host-cache");
   if (o.host_cache && host_blocks_given && o.num_host_blocks == 0)

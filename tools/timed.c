@@ -225,7 +225,8 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
   }
   S.tokens = (int64_t*)xmalloc(max_tok * sizeof *S.tokens);
   S.tokens_req = (size_t)-1;
-  S.pairs_cap = (max_tok + o->block_size - 1) / o->block_size + 1;
+  /* A swap moves the held blocks of every KV cache group. */
+  S.pairs_cap = ((max_tok + o->block_size - 1) / o->block_size + 1) * (o->num_groups ? o->num_groups : 1);
   S.pairs = (int32_t*)xmalloc(2 * S.pairs_cap * sizeof *S.pairs);
   chart_init(&ch, (size_t)o->svg_points);
   progress_init(&pr, "timed replay", S.n, o->quiet ? 0 : o->progress);

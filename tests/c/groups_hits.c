@@ -107,9 +107,13 @@ static uint32_t expected_hit(const cached_set* c, const uint64_t* hashes, uint32
   return 0;
 }
 
-/* One scenario: seq 1 holds prompt P (n tokens) fully computed, is freed; then a filler evicts
- * `evict` more blocks than the pool's untouched ones. Then P' = P + extra tokens is looked up. */
-static void scenario(uint32_t bs, uint32_t window, uint32_t sink, uint32_t n, uint32_t evict, uint32_t extra) {
+/* One scenario: seq 1 holds prompt P (n tokens) fully computed; a filler evicts `evict` more blocks
+ * than the pool's untouched ones, after seq 1 is freed (every group's blocks of P age as one: the
+ * evictions cut P from its end in both groups) or, if `live`, before (the filler can only take the
+ * blocks seq 1's window released, oldest first: the window group loses blocks the full group keeps).
+ * Then P' = P + extra tokens is looked up. */
+static void scenario(uint32_t bs, uint32_t window, uint32_t sink, uint32_t n, uint32_t evict, uint32_t extra,
+                     int live) {
   const uint32_t N = 64;
   kvb_manager* m = make_groups(bs, N, window, sink);
   cached_set* c = calloc(1, sizeof *c);
@@ -122,18 +126,21 @@ static void scenario(uint32_t bs, uint32_t window, uint32_t sink, uint32_t n, ui
   CHECK_OK(kvb_seq_allocate(m, 1, p, n, NULL));
   CHECK_OK(kvb_seq_commit(m, 1, n));
   CHECK_OK(kvb_check_invariants(m));
-  CHECK_OK(kvb_seq_free(m, 1));
+  if (!live) CHECK_OK(kvb_seq_free(m, 1));
   CHECK_OK(kvb_num_free_blocks(m, &free_blocks));
-  CHECK(free_blocks == N);
+  CHECK(live || free_blocks == N);
   /* The free queue now starts with the blocks seq 1 never took; the filler takes those and `evict` more
      (2 groups: each filler block index costs 2 blocks). */
   f_blocks = (N - 2 * ((n + bs - 1) / bs) + evict + 1) / 2;
-  if (f_blocks > N / 2) f_blocks = N / 2;
+  if (f_blocks > free_blocks / 2) f_blocks = (uint32_t)(free_blocks / 2);
   if (f_blocks > 0 && f_blocks * bs <= 256) {
     kvbt_iota(filler, f_blocks * bs, 900000);
     CHECK_OK(kvb_seq_allocate(m, 2, filler, f_blocks * bs, NULL));
-    CHECK_OK(kvb_seq_free(m, 2)); /* its blocks go to the tail: the pool is whole again */
+    CHECK_OK(kvb_seq_free(m, 2)); /* its blocks go to the tail */
   }
+  if (live) CHECK_OK(kvb_seq_free(m, 1));
+  CHECK_OK(kvb_num_free_blocks(m, &free_blocks));
+  CHECK(free_blocks == N); /* the pool is whole again */
   drain(m, c);
   nb = (n + extra + bs - 1) / bs;
   M = nb - 1;
@@ -187,7 +194,10 @@ static void test_hit_boundaries(void) {
       for (s = 0; s < 4; ++s)
         for (n = 2 * bs; n <= 6 * bs; n += bs)
           for (e = 0; e <= 12; e += (bs > 1 ? 2 : 3) * quick)
-            for (x = 0; x <= bs + 1; x += bs > 1 ? bs + 1 : 2) scenario(bs, windows[w], sinks[s], n, e, x);
+            for (x = 0; x <= bs + 1; x += bs > 1 ? bs + 1 : 2) {
+              scenario(bs, windows[w], sinks[s], n, e, x, 0);
+              scenario(bs, windows[w], sinks[s], n, e, x, 1);
+            }
   }
   printf("  coverage: %u hits, %u without, %u cut by the window, %u cut by the full group, %u window holes\n",
          cov_hit, cov_zero, cov_window_cut, cov_full_cut, cov_hole);
@@ -197,10 +207,11 @@ static void test_hit_boundaries(void) {
 /* The header's worked example: bs 4, {full, window 6}, 21 tokens; the window group misses blocks 0..2,
    then only holds block 4. */
 static void test_header_example(void) {
-  /* Window group blocks 0..2 released and evicted: hit at k = 5 with window table {-1,-1,-1,w3,w4,new}. */
-  scenario(4, 6, 0, 20, 3 * 1, 1);
+  /* Window group blocks 0..2 released and evicted while seq 1 runs: hit at k = 5 with window table
+     {-1,-1,-1,w3,w4,new}. */
+  scenario(4, 6, 0, 20, 3 * 1, 1, 1);
   /* With sinks 2, block 0 is needed. */
-  scenario(4, 6, 2, 20, 2, 1);
+  scenario(4, 6, 2, 20, 2, 1, 1);
 }
 
 static void test_config_errors(void) {
@@ -228,11 +239,13 @@ static void test_config_errors(void) {
   cfg.groups = NULL;
   CHECK_STATUS(kvb_manager_create(&cfg, &m), KVB_ERR_INVALID_ARGUMENT);
   cfg.groups = spec;
-  cfg.num_host_blocks = 4; /* host tier with several groups: not supported */
-  CHECK_STATUS(kvb_manager_create(&cfg, &m), KVB_ERR_UNSUPPORTED);
-  cfg.num_groups = 1; /* one group: swapping works, the host cache does not (yet) */
-  cfg.flags = KVB_CONFIG_HOST_CACHE;
-  CHECK_STATUS(kvb_manager_create(&cfg, &m), KVB_ERR_UNSUPPORTED);
+  cfg.num_host_blocks = 4; /* swapping with several groups (tests/c/groups_host.c) */
+  CHECK_OK(kvb_manager_create(&cfg, &m));
+  kvb_manager_destroy(m);
+  cfg.flags = KVB_CONFIG_HOST_CACHE; /* and the host cache (tests/c/groups_host.c) */
+  CHECK_OK(kvb_manager_create(&cfg, &m));
+  kvb_manager_destroy(m);
+  cfg.num_groups = 1;
   cfg.flags = 0;
   CHECK_OK(kvb_manager_create(&cfg, &m));
   kvb_manager_destroy(m);

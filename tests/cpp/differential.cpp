@@ -15,10 +15,20 @@
 // offloads, then all loads, before copies, swap-ins and commits), checking that every block a hit can
 // return, on either level, holds exactly the tokens committed into it.
 //
+// The KV cache group configurations (grp_*) give the manager several groups over one pool: the model
+// keeps one table per group, releases window groups' blocks as kvblock.h says, takes prefix hits by the
+// rule valid for every group (full groups every block, window groups only what the first uncached
+// token's window and sinks need, -1 elsewhere), and the test compares every group's table, the batch
+// export of every group (kvb_batch.group) and the events with their group (kvb_drain_events_group); the
+// engine writes each group's slots and reads every computed token back through every group's table.
+// grp_swap_* and grp_host_* add host blocks: a sequence swaps every group at once, and the host cache
+// level keeps each group's blocks apart and feeds the same hit rule (loads per group).
+//
 // The parts, one concern per file under differential/ (headers, so that the Makefile's tests/cpp/*.cpp
 // builds this file as the one test binary):
 //   util.h        Rng, failure type, formatting
-//   model.h       the model of the manager (where a new feature's expected behaviour goes first)
+//   model.h       the model of the manager (where a new feature's expected behaviour goes first), its
+//                 parts in model_hash.h, model_pool.h, model_lookup.h, model_seq.h, model_host.h
 //   configs.h     the pool configurations and activity counters
 //   run.h         one run: library + model + simulated KV store (class declaration)
 //   inputs.h      random prompts, ids and per-sequence options
@@ -108,11 +118,12 @@ int main() {
            " hit tokens, %" PRIu64 " commits, %" PRIu64 " appends, %" PRIu64 " forks, %" PRIu64 " CoW copies, %" PRIu64
            " rollbacks, %" PRIu64 " window releases, %" PRIu64 "/%" PRIu64 " swaps out/in, %" PRIu64 " evictions, %" PRIu64
            " expected errors; host: %" PRIu64 " hit tokens, %" PRIu64 "/%" PRIu64 " offloads/loads, %" PRIu64
-           " evictions, %" PRIu64 " events\n",
+           " evictions, %" PRIu64 " events; groups: %" PRIu64 " hit blocks a window group did not take, %" PRIu64
+           " hits cut by a window group\n",
            kConfigs[ci].name, g_act.seeds, g_act.steps, g_act.allocs, g_act.alloc_oob, g_act.hit_tokens, g_act.commits,
            g_act.appends, g_act.forks, g_act.cow, g_act.rollbacks, g_act.released, g_act.swaps_out, g_act.swaps_in,
            g_act.evictions, g_act.errors, g_act.host_hit_tokens, g_act.offloads, g_act.loads, g_act.host_evictions,
-           g_act.events);
+           g_act.events, g_act.window_skipped, g_act.window_cut);
     if (ok) kvbt_passed++;
     else kvbt_failed++;
     printf("%s differential_%s\n", ok ? "ok  " : "FAIL", kConfigs[ci].name);

@@ -1,20 +1,26 @@
 // KV cache groups (issue 17): random operations on managers with several groups (full and window, with
 // sinks, one shared pool) against a simple model, with kvb_check_invariants after every step. The model
-// keeps each sequence's tokens and computed count, and the set of (group, public hash) the index holds
-// as the group events report it. After every step:
+// keeps each sequence's tokens and computed count, and the set of (medium, group, public hash) the device
+// and host indexes hold as the group events report it. Some managers have a host tier for swapping, some
+// also the host prefix cache (KVB_CONFIG_HOST_CACHE). After every step:
 //   - every group's table has one entry per block; full groups hold every block; window groups hold
 //     exactly the blocks a coming query can reach (positions p >= num_computed attend back window_tokens,
 //     plus the sinks and the block of the last computed token) and nothing before that;
 //   - every held computed full block carries the public hash of the model's tokens (so hits and copies
 //     put the right content in the right group); no block is in two groups;
 //   - a failed call changed nothing (every table of every group, the infos and the free count);
-//   - allocate reports the hit that the rule of kvblock.h gives on the model's cached set.
+//   - allocate reports the hit that the rule of kvblock.h gives on the model's cached set (a needed block
+//     may be on the device or on the host);
+//   - swapping moves every group's held blocks: the pairs list group 0's held blocks then group 1's ...,
+//     swap-in reads back the host blocks swap-out wrote, in the same order, and the tables come back
+//     with the same released slots and the same content (hashes).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "harness.h"
@@ -44,6 +50,8 @@ struct MSeq {
   // Per group, the block indices the window released. Releases accumulate (a rollback of committed
   // tokens brings none back), so the model replays each release rather than deriving it from the state.
   std::vector<std::set<uint32_t>> rel;
+  bool swapped = false;
+  std::vector<int32_t> host;  // while swapped: the host blocks swap-out wrote, in pair order
 };
 
 struct World {
@@ -51,8 +59,10 @@ struct World {
   uint32_t bs = 0;
   std::vector<Spec> specs;
   std::map<int64_t, MSeq> seqs;
-  std::set<std::pair<uint32_t, uint64_t>> cached;  // (group, public hash)
-  uint64_t hits = 0, window_cuts = 0, failures = 0;
+  std::set<std::tuple<uint32_t, uint32_t, uint64_t>> cached;  // (medium, group, public hash)
+  bool host_cache = false;
+  uint32_t host_blocks = 0;
+  uint64_t hits = 0, window_cuts = 0, failures = 0, swaps = 0;
 };
 
 uint64_t chain_hash(const std::vector<int64_t>& t, uint32_t bs, uint32_t upto_block) {
@@ -69,7 +79,8 @@ void drain(World& w) {
   do {
     CHECK_OK(kvb_drain_events_group(w.m, ev, grp, 32, toks, 32 * 8, &n, nullptr));
     for (size_t i = 0; i < n; ++i) {
-      auto key = std::make_pair(grp[i], ev[i].block_hash);
+      auto key = std::make_tuple(ev[i].medium, grp[i], ev[i].block_hash);
+      CHECK(ev[i].medium == KVB_MEDIUM_DEVICE || (w.host_cache && ev[i].medium == KVB_MEDIUM_HOST));
       CHECK(grp[i] < w.specs.size());
       if (ev[i].type == KVB_EVENT_BLOCK_STORED) CHECK(w.cached.insert(key).second);
       else if (ev[i].type == KVB_EVENT_BLOCK_REMOVED) CHECK(w.cached.erase(key) == 1);
@@ -86,6 +97,15 @@ std::vector<int32_t> table(World& w, int64_t id, uint32_t g) {
   return t;
 }
 
+// The held blocks of every group, group 0's first (the order of swap pairs).
+std::vector<int32_t> held_blocks(World& w, int64_t id) {
+  std::vector<int32_t> out;
+  for (uint32_t g = 0; g < w.specs.size(); ++g)
+    for (int32_t b : table(w, id, g))
+      if (b >= 0) out.push_back(b);
+  return out;
+}
+
 // Everything a failed call must leave unchanged.
 std::vector<int64_t> snapshot(World& w) {
   std::vector<int64_t> out;
@@ -99,8 +119,10 @@ std::vector<int64_t> snapshot(World& w) {
     out.push_back(static_cast<int64_t>(info.num_tokens));
     out.push_back(static_cast<int64_t>(info.num_computed));
     out.push_back(static_cast<int64_t>(info.num_held_blocks));
-    for (uint32_t g = 0; g < w.specs.size(); ++g)
-      for (int32_t b : table(w, e.first, g)) out.push_back(b);
+    out.push_back(static_cast<int64_t>(info.location));
+    if (!e.second.swapped)
+      for (uint32_t g = 0; g < w.specs.size(); ++g)
+        for (int32_t b : table(w, e.first, g)) out.push_back(b);
   }
   return out;
 }
@@ -134,8 +156,17 @@ void check_all(World& w) {
     kvb_seq_info_init(&info);
     CHECK_OK(kvb_seq_get_info(w.m, e.first, &info));
     CHECK(info.num_tokens == s.tokens.size() && info.num_computed == s.computed);
+    CHECK(info.location == (s.swapped ? KVB_SEQ_SWAPPED_OUT : KVB_SEQ_ON_DEVICE));
     const uint32_t nb = static_cast<uint32_t>((s.tokens.size() + w.bs - 1) / w.bs);
     uint64_t held = 0;
+    if (s.swapped) {
+      for (uint32_t g = 0; g < w.specs.size(); ++g) held += nb - s.rel[g].size();
+      CHECK(info.num_held_blocks == held && s.host.size() == held);
+      int32_t t[4];
+      size_t len = 0;
+      CHECK(kvb_seq_block_table_group(w.m, e.first, 0, t, 4, &len) == KVB_ERR_BAD_STATE);
+      continue;
+    }
     for (uint32_t g = 0; g < w.specs.size(); ++g) {
       std::vector<int32_t> t = table(w, e.first, g);
       CHECK(t.size() == nb);
@@ -173,7 +204,9 @@ uint32_t expected_hit(World& w, const std::vector<int64_t>& p) {
       for (uint32_t i = 0; i < k && ok; ++i) {
         // Needed: every block for a full group; for a window group what it keeps with k blocks computed.
         bool need = window_keeps(w.specs[g], w.bs, static_cast<uint64_t>(k) * w.bs, i);
-        if (need && !w.cached.count(std::make_pair(g, h[i]))) ok = false;
+        if (need && !w.cached.count(std::make_tuple(uint32_t{KVB_MEDIUM_DEVICE}, g, h[i])) &&
+            !w.cached.count(std::make_tuple(uint32_t{KVB_MEDIUM_HOST}, g, h[i])))
+          ok = false;
       }
     if (ok) return k;
   }
@@ -205,10 +238,14 @@ void run(uint64_t seed, int steps) {
   kvb_config cfg;
   kvb_config_init(&cfg);
   cfg.block_size = w.bs;
-  cfg.num_blocks = 24 + r.below(40);
   cfg.flags = KVB_CONFIG_EVENTS | (r.below(2) ? KVB_CONFIG_KEYED_INDEX : 0);
   cfg.groups = gs.data();
   cfg.num_groups = ng;
+  w.host_blocks = r.below(3) == 0 ? 0 : 8 + r.below(40);
+  cfg.num_host_blocks = w.host_blocks;
+  w.host_cache = w.host_blocks > 0 && r.below(2) == 0;
+  if (w.host_cache) cfg.flags |= KVB_CONFIG_HOST_CACHE;
+  cfg.num_blocks = w.host_cache ? 16 + r.below(20) : 24 + r.below(40);  // a small device level evicts more
   CHECK_OK(kvb_manager_create(&cfg, &w.m));
   if (!w.m) return;
   // Prompts share prefixes so that hits happen; tokens come from a small alphabet.
@@ -219,11 +256,14 @@ void run(uint64_t seed, int steps) {
   for (int step = 0; step < steps; ++step) {
     std::vector<int64_t> before = snapshot(w);
     kvb_status st = KVB_OK;
-    std::vector<int64_t> ids;
-    for (auto& e : w.seqs) ids.push_back(e.first);
+    std::vector<int64_t> ids, dev;
+    for (auto& e : w.seqs) {
+      ids.push_back(e.first);
+      if (!e.second.swapped) dev.push_back(e.first);
+    }
     const int64_t id = ids.empty() ? 0 : ids[r.below(static_cast<uint32_t>(ids.size()))];
     MSeq* s = ids.empty() ? nullptr : &w.seqs[id];
-    const uint32_t op = r.below(100);
+    const uint32_t op = r.below(105);  // 95..99: swap (with a host tier), else batch export
     if (op < 22 || !s) {
       std::vector<int64_t> p = prefixes[r.below(3)];
       p.resize(1 + r.below(static_cast<uint32_t>(p.size())));
@@ -284,22 +324,66 @@ void run(uint64_t seed, int steps) {
       st = kvb_seq_free(w.m, id);
       if (st == KVB_OK) w.seqs.erase(id);
     } else if (op < 90) {
+      if (!dev.empty() && r.below(4) != 0) ids = dev;  // mostly on-device sequences; else a swapped one refuses
       std::vector<int64_t> t;
       for (size_t i = 0; i < ids.size(); ++i) t.push_back(r.below(5));
       st = kvb_batch_append(w.m, ids.data(), t.data(), ids.size());
       if (st == KVB_OK)
         for (size_t i = 0; i < ids.size(); ++i) w.seqs[ids[i]].tokens.push_back(t[i]);
     } else if (op < 95) {
+      if (!dev.empty() && r.below(4) != 0) ids = dev;
       st = kvb_batch_commit(w.m, ids.data(), nullptr, ids.size());
       if (st == KVB_OK)
         for (int64_t i : ids) {
           w.seqs[i].computed = w.seqs[i].tokens.size();
           release(w, w.seqs[i]);
         }
+    } else if (op < 100 && w.host_blocks > 0) {
+      std::vector<int32_t> pairs(512);
+      size_t np = 0;
+      if (!s->swapped) {
+        const std::vector<int32_t> held = held_blocks(w, id);
+        const size_t cap = r.below(8) == 0 && !held.empty() ? held.size() - 1 : 256;
+        st = kvb_seq_swap_out(w.m, id, pairs.data(), cap, &np);
+        if (st == KVB_OK || st == KVB_ERR_BUFFER_TOO_SMALL) CHECK(np == held.size());
+        if (st == KVB_OK) {
+          s->swapped = true;
+          s->host.clear();
+          std::set<int32_t> dst;
+          for (size_t i = 0; i < np && i < held.size(); ++i) {
+            CHECK(pairs[2 * i] == held[i]);
+            CHECK(pairs[2 * i + 1] >= 0 && static_cast<uint32_t>(pairs[2 * i + 1]) < w.host_blocks);
+            CHECK(dst.insert(pairs[2 * i + 1]).second);
+            s->host.push_back(pairs[2 * i + 1]);
+          }
+          ++w.swaps;
+        }
+      } else {
+        const size_t cap = r.below(8) == 0 && !s->host.empty() ? s->host.size() - 1 : 256;
+        st = kvb_seq_swap_in(w.m, id, pairs.data(), cap, &np);
+        if (st == KVB_OK || st == KVB_ERR_BUFFER_TOO_SMALL) CHECK(np == s->host.size());
+        if (st == KVB_OK) {
+          s->swapped = false;
+          const std::vector<int32_t> held = held_blocks(w, id);
+          CHECK(held.size() == np);
+          for (size_t i = 0; i < np && i < held.size(); ++i)
+            CHECK(pairs[2 * i] == s->host[i] && pairs[2 * i + 1] == held[i]);
+          s->host.clear();
+        }
+      }
     } else {
+      ids = dev;
       int32_t pairs[256];
       size_t np = 0;
       CHECK_OK(kvb_drain_copies(w.m, pairs, 128, &np));
+      if (w.host_cache) {  // offloads into distinct host blocks, loads into distinct device blocks
+        std::vector<int32_t> off(1024), load(1024);
+        size_t noff = 0, nload = 0;
+        CHECK_OK(kvb_drain_host_transfers(w.m, off.data(), 512, &noff, load.data(), 512, &nload));
+        std::set<int32_t> hd, dd;
+        for (size_t i = 0; i < noff; ++i) CHECK(hd.insert(off[2 * i + 1]).second);
+        for (size_t i = 0; i < nload; ++i) CHECK(dd.insert(load[2 * i + 1]).second);
+      }
       // Every group's batch export: slots are the group's own blocks.
       for (uint32_t g = 0; g < ng; ++g) {
         std::vector<int32_t> tabs(ids.size() * 64), lens(ids.size());
@@ -325,7 +409,8 @@ void run(uint64_t seed, int steps) {
     }
     if (st != KVB_OK) {
       ++w.failures;
-      CHECK(st == KVB_ERR_OUT_OF_BLOCKS || st == KVB_ERR_INVALID_ARGUMENT || st == KVB_ERR_BAD_STATE);
+      CHECK(st == KVB_ERR_OUT_OF_BLOCKS || st == KVB_ERR_INVALID_ARGUMENT || st == KVB_ERR_BAD_STATE ||
+            st == KVB_ERR_BUFFER_TOO_SMALL);
       CHECK(snapshot(w) == before);
     }
     check_all(w);
@@ -334,13 +419,23 @@ void run(uint64_t seed, int steps) {
       w.seqs.erase(w.seqs.begin());
     }
   }
-  kvb_manager_destroy(w.m);
-  static uint64_t total_hits, total_fail;
+  static uint64_t total_hits, total_fail, total_swaps, total_host_hits;
+  kvb_stats st;
+  kvb_stats_init(&st);
+  CHECK_OK(kvb_get_stats(w.m, &st));
+  CHECK(st.device_hit_tokens + st.host_hit_tokens == st.hit_tokens);
+  total_host_hits += st.host_hit_tokens;
   total_hits += w.hits;
   total_fail += w.failures;
-  if (seed % 16 == 15)
-    printf("  seeds to %llu: %llu allocations with hits, %llu refused calls\n", static_cast<unsigned long long>(seed),
-           static_cast<unsigned long long>(total_hits), static_cast<unsigned long long>(total_fail));
+  total_swaps += w.swaps;
+  if (seed % 16 == 15) {
+    printf("  seeds to %llu: %llu allocations with hits, %llu refused calls, %llu swaps out, %llu host-hit tokens\n",
+           static_cast<unsigned long long>(seed), static_cast<unsigned long long>(total_hits),
+           static_cast<unsigned long long>(total_fail), static_cast<unsigned long long>(total_swaps),
+           static_cast<unsigned long long>(total_host_hits));
+    CHECK(total_swaps > 0 && total_host_hits > 0);
+  }
+  kvb_manager_destroy(w.m);
 }
 
 void random_groups() {

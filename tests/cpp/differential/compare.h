@@ -27,18 +27,26 @@ int64_t Run::read_host_slot(const std::map<int32_t, std::vector<int64_t>>& overl
 
 // Events drained after every step must be exactly the model's, in order (type, medium, block, hashes,
 // parent, extra key, tokens).
+// With KV cache groups every event's group is checked too (kvb_drain_events_group).
 void Run::compare_events() {
   std::vector<kvb_event> ev(model_.events.size() + 1);
+  std::vector<uint32_t> grp(ev.size(), 99);
   std::vector<int64_t> toks((model_.events.size() + 1) * cfg_.bs);
   size_t n = 0;
   uint64_t dropped = 7;
-  expect(kvb_drain_events(m_, ev.data(), ev.size(), toks.data(), toks.size(), &n, &dropped), KVB_OK, "drain_events");
+  if (cfg_.groups)
+    expect(kvb_drain_events_group(m_, ev.data(), grp.data(), ev.size(), toks.data(), toks.size(), &n, &dropped), KVB_OK,
+           "drain_events_group");
+  else
+    expect(kvb_drain_events(m_, ev.data(), ev.size(), toks.data(), toks.size(), &n, &dropped), KVB_OK, "drain_events");
   if (dropped != 0) fail(fmt("drain_events: %" PRIu64 " dropped", dropped));
   if (n != model_.events.size()) fail(fmt("drain_events gave %zu events, model %zu", n, model_.events.size()));
   for (size_t i = 0; i < n; ++i) {
     const kvb_event& e = ev[i];
     const MEvent& w = model_.events[i];
     bool st = w.type == KVB_EVENT_BLOCK_STORED;
+    if (cfg_.groups && grp[i] != w.group)
+      fail(fmt("event %zu (type %u, block %d): group %u, model %u", i, e.type, e.block_id, grp[i], w.group));
     if (e.type != w.type || e.medium != w.medium || e.block_id != w.block ||
         (w.type != KVB_EVENT_ALL_CLEARED && e.block_hash != w.hash) ||
         (st && (e.parent_kind != w.parent_kind || e.parent_hash != w.parent_hash || e.has_extra_key != w.has_extra ||
@@ -58,7 +66,7 @@ void Run::compare_events() {
 void Run::compare() {
   size_t nf = 0;
   expect(kvb_num_free_blocks(m_, &nf), KVB_OK, "num_free_blocks");
-  if (nf != model_.freeq.size()) fail(fmt("free blocks %zu, model %zu", nf, model_.freeq.size()));
+  if (nf != model_.num_free()) fail(fmt("free blocks %zu, model %zu", nf, model_.num_free()));
 
   // Pending transfers not yet run, in the order the engine runs them: host cache offloads, then loads,
   // then copy-on-write copies. Destinations read through their sources.
@@ -83,37 +91,47 @@ void Run::compare() {
   for (const auto& kv : model_.seqs) {
     const int64_t id = kv.first;
     const MSeq& s = kv.second;
-    tab.assign(s.table.size() + 1, -8);
-    size_t len = 0;
-    kvb_status st = kvb_seq_block_table(m_, id, tab.data(), tab.size(), &len);
-    expect(st, s.swapped ? KVB_ERR_BAD_STATE : KVB_OK, "block_table");
-    if (!s.swapped) {
+    // Every group's block table (group 0 also through the plain kvb_seq_block_table).
+    for (uint32_t g = 0; g < num_groups(); ++g) {
+      const std::vector<int32_t>& want = s.g[g].table;
+      tab.assign(want.size() + 1, -8);
+      size_t len = 0;
+      kvb_status st = g == 0 ? kvb_seq_block_table(m_, id, tab.data(), tab.size(), &len)
+                             : kvb_seq_block_table_group(m_, id, g, tab.data(), tab.size(), &len);
+      expect(st, s.swapped ? KVB_ERR_BAD_STATE : KVB_OK, "block_table");
+      if (s.swapped) continue;
       tab.resize(len);
-      if (tab != s.table)
-        fail(fmt("block table of %" PRId64 ": %s, model %s", id, vec_str(tab).c_str(), vec_str(s.table).c_str()));
+      if (tab != want)
+        fail(fmt("block table of %" PRId64 " group %u: %s, model %s", id, g, vec_str(tab).c_str(),
+                 vec_str(want).c_str()));
     }
     kvb_seq_info info;
     kvb_seq_info_init(&info);
     expect(kvb_seq_get_info(m_, id, &info), KVB_OK, "get_info");
-    const std::vector<int32_t>& t = s.swapped ? s.host_table : s.table;
+    // One table's entries (the same in every group), blocks held summed over the groups, group 0's window.
+    const size_t nblk = (s.swapped ? s.g[0].host_table : s.g[0].table).size();
     if (info.location != (s.swapped ? KVB_SEQ_SWAPPED_OUT : KVB_SEQ_ON_DEVICE) ||
         info.num_tokens != s.tokens.size() || info.num_computed != s.computed || info.num_cached != s.cached ||
-        info.num_blocks != t.size() || info.num_held_blocks != Model::held(t) || info.window_tokens != s.window ||
-        info.sink_tokens != s.sink)
+        info.num_blocks != nblk || info.num_held_blocks != Model::held(s) || info.window_tokens != s.g[0].window ||
+        info.sink_tokens != s.g[0].sink)
       fail(fmt("info of %" PRId64 ": loc %u tokens %" PRIu64 " computed %" PRIu64 " cached %" PRIu64
                " blocks %" PRIu64 " held %" PRIu64 " window %u sink %u; model loc %d tokens %zu computed %zu "
                "cached %zu blocks %zu held %zu window %u sink %u",
                id, info.location, info.num_tokens, info.num_computed, info.num_cached, info.num_blocks,
                info.num_held_blocks, info.window_tokens, info.sink_tokens, s.swapped, s.tokens.size(), s.computed,
-               s.cached, t.size(), Model::held(t), s.window, s.sink));
-    // Data is never lost: every computed token reads back through the table (device or host).
-    for (size_t p = 0; p < s.computed; ++p) {
-      int32_t b = t[p / cfg_.bs];
-      if (b < 0) continue;
-      int64_t got = s.swapped ? read_host_slot(host_overlay, b, p % cfg_.bs) : read_slot(overlay, b, p % cfg_.bs);
-      if (got != s.tokens[p])
-        fail(fmt("KV of seq %" PRId64 " token %zu (%s block %d slot %zu) holds %" PRId64 ", want %" PRId64, id, p,
-                 s.swapped ? "host" : "device", b, p % cfg_.bs, got, s.tokens[p]));
+               s.cached, nblk, Model::held(s), s.g[0].window, s.g[0].sink));
+    // Data is never lost: every computed token reads back through every group's table (device or host)
+    // wherever that group still holds its block.
+    for (uint32_t g = 0; g < num_groups(); ++g) {
+      const std::vector<int32_t>& t = s.swapped ? s.g[g].host_table : s.g[g].table;
+      for (size_t p = 0; p < s.computed; ++p) {
+        int32_t b = t[p / cfg_.bs];
+        if (b < 0) continue;
+        int64_t got = s.swapped ? read_host_slot(host_overlay, b, p % cfg_.bs) : read_slot(overlay, b, p % cfg_.bs);
+        if (got != s.tokens[p])
+          fail(fmt("KV of seq %" PRId64 " group %u token %zu (%s block %d slot %zu) holds %" PRId64 ", want %" PRId64,
+                   id, g, p, s.swapped ? "host" : "device", b, p % cfg_.bs, got, s.tokens[p]));
+      }
     }
   }
 
@@ -138,8 +156,9 @@ void Run::compare() {
   if (!sweep) {
     for (uint32_t b = 0; b < cfg_.N; ++b) want[b] = model_.blk[b].has_hash;
     for (const auto& kv : model_.seqs)
-      for (int32_t b : kv.second.table)
-        if (b >= 0) want[static_cast<size_t>(b)] = 1;
+      for (const MTable& t : kv.second.g)
+        for (int32_t b : t.table)
+          if (b >= 0) want[static_cast<size_t>(b)] = 1;
     for (uint32_t k = 0; k < 32; ++k) want[(static_cast<uint32_t>(step_) * 32 + k) % cfg_.N] = 1;
   }
   for (uint32_t b = 0; b < cfg_.N; ++b) {
@@ -161,8 +180,8 @@ void Run::compare() {
   struct F { const char* name; uint64_t got, want; } fields[] = {
       {"block_size", st.block_size, cfg_.bs},
       {"num_blocks", st.num_blocks, cfg_.N},
-      {"free_blocks", st.free_blocks, model_.freeq.size()},
-      {"used_blocks", st.used_blocks, cfg_.N - model_.freeq.size()},
+      {"free_blocks", st.free_blocks, model_.num_free()},
+      {"used_blocks", st.used_blocks, cfg_.N - model_.num_free()},
       {"cached_free_blocks", st.cached_free_blocks, model_.cached_free()},
       {"num_seqs", st.num_seqs, model_.seqs.size()},
       {"query_tokens", st.query_tokens, model_.query},

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "kvblock.h"
+#include "model.h"
 
 namespace {
 
@@ -18,6 +22,7 @@ struct Config {
   int steps;
   int seed_weight;  // seeds per configuration = weight * base seeds / 4
   uint32_t twin_pct = 1;  // host_cache_twin_percent (with KVB_CONFIG_HOST_CACHE)
+  const char* groups = nullptr;  // KV cache groups, "full,window:W[:sinks],..." (nullptr: none)
 };
 
 constexpr uint32_t kHostCache = KVB_CONFIG_HOST_CACHE | KVB_CONFIG_EVENTS;
@@ -48,7 +53,43 @@ const Config kConfigs[] = {
     {"host_bs4_small_keyed", 4, 24, 40, false, 0.0f, kHostCache | KVB_CONFIG_KEYED_INDEX, 3, 250, 4, 10},
     {"host_bs16_tiny", 16, 5, 8, true, 0.0f, kHostCache, 2, 200, 8, 25},
     {"host_bs4_medium", 4, 64, 48, false, 0.02f, kHostCache, 4, 250, 1, 1},
+    // KV cache groups over one pool: the hit valid for every group (window groups take only the blocks
+    // the first uncached token's window and sinks need), per-group tables, events with their group.
+    {"grp_bs4_full_window", 4, 18, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 3, 1, "full,window:6"},
+    {"grp_bs4_window_sinks_nc", 4, 24, 0, true, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 4, 1, "full,window:5:3"},
+    {"grp_bs4_window_lt_block", 4, 16, 0, false, 0.0f, KVB_CONFIG_EVENTS | KVB_CONFIG_KEYED_INDEX, 3, 200, 3, 1,
+     "window:3,full"},
+    {"grp_bs2_two_windows_wm", 2, 30, 0, false, 0.1f, KVB_CONFIG_EVENTS, 3, 200, 6, 1, "window:3:1,full,window:8"},
+    {"grp_bs1_window1", 1, 14, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 4, 1, "full,window:1"},
+    {"grp_bs8_window_eq_block", 8, 16, 0, true, 0.0f, 0, 2, 200, 2, 1, "full,window:8:8"},
+    {"grp_bs4_window_alone", 4, 10, 0, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 6, 1, "window:7:2"},
+    // ... with host blocks: swapping moves every group at once; the host cache level keeps each group's
+    // blocks apart and feeds the hit rule (a block is cached on the device or the host).
+    {"grp_swap_bs2_window_full", 2, 24, 16, false, 0.0f, KVB_CONFIG_EVENTS, 3, 200, 3, 1, "window:5:1,full"},
+    {"grp_host_bs4_full_window", 4, 16, 12, false, 0.0f, kHostCache, 3, 200, 3, 0, "full,window:6"},
+    {"grp_host_bs2_sinks_twins_nc", 2, 20, 16, true, 0.0f, kHostCache | KVB_CONFIG_KEYED_INDEX, 3, 200, 4, 50,
+     "full,window:5:3,window:2"},
 };
+
+// "full,window:6:2" -> a full group and a window group of 6 tokens with 2 sink tokens.
+std::vector<MGroupSpec> parse_groups(const char* text) {
+  std::vector<MGroupSpec> out;
+  for (const char* p = text; p && *p;) {
+    MGroupSpec g;
+    if (!strncmp(p, "window:", 7)) {
+      char* end = nullptr;
+      g.window = true;
+      g.window_tokens = static_cast<uint32_t>(strtoul(p + 7, &end, 10));
+      if (*end == ':') g.sink_tokens = static_cast<uint32_t>(strtoul(end + 1, &end, 10));
+      p = end;
+    } else {
+      p += strlen("full");
+    }
+    out.push_back(g);
+    if (*p == ',') ++p;
+  }
+  return out;
+}
 
 constexpr int64_t kNC = 1000;  // the non-cacheable (image placeholder) token
 
@@ -56,7 +97,8 @@ constexpr int64_t kNC = 1000;  // the non-cacheable (image placeholder) token
 struct Activity {
   uint64_t seeds = 0, steps = 0, allocs = 0, alloc_oob = 0, hit_tokens = 0, commits = 0, appends = 0, forks = 0,
            cow = 0, rollbacks = 0, released = 0, swaps_out = 0, swaps_in = 0, evictions = 0, errors = 0,
-           host_hit_tokens = 0, offloads = 0, loads = 0, host_evictions = 0, events = 0;
+           host_hit_tokens = 0, offloads = 0, loads = 0, host_evictions = 0, events = 0, window_skipped = 0,
+           window_cut = 0;
 };
 Activity g_act;
 

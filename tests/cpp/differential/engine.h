@@ -60,23 +60,25 @@ void Run::drain_and_run_copies() {
   for (const auto& p : taken) model_.release(p.first);
 }
 
-Run::BatchWant Run::batch_want(const std::vector<int64_t>& ids, uint32_t cols, bool tables, size_t slot_cap, bool slots) {
+Run::BatchWant Run::batch_want(const std::vector<int64_t>& ids, uint32_t cols, bool tables, size_t slot_cap, bool slots,
+                               uint32_t group) {
   BatchWant w;
+  if (group >= num_groups()) return BatchWant{KVB_ERR_INVALID_ARGUMENT, 0, 0};
   for (int64_t id : ids) {
     MSeq* s = model_.find(id);
     if (!s) return BatchWant{KVB_ERR_NO_SUCH_SEQUENCE, 0, 0};
     if (s->swapped) return BatchWant{KVB_ERR_BAD_STATE, 0, 0};
     w.slots += s->tokens.size() - s->computed;
-    w.max_blocks = std::max(w.max_blocks, static_cast<uint32_t>(s->table.size()));
+    w.max_blocks = std::max(w.max_blocks, static_cast<uint32_t>(s->g[group].table.size()));
   }
   if ((tables && w.max_blocks > cols) || (slots && w.slots > slot_cap)) w.st = KVB_ERR_BUFFER_TOO_SMALL;
   return w;
 }
 
-// Calls kvb_batch_export with the given buffer sizes and checks every output against the model.
-// Returns the slot mapping on success.
+// Calls kvb_batch_export for one group with the given buffer sizes and checks every output against the
+// model. Returns the slot mapping on success.
 std::vector<int64_t> Run::batch_export(const std::vector<int64_t>& ids, uint32_t cols, size_t slot_cap,
-                                       bool tables, bool lens, bool qs, bool slots) {
+                                       bool tables, bool lens, bool qs, bool slots, uint32_t group) {
   std::vector<int32_t> bt(static_cast<size_t>(cols) * ids.size() + 1, -9), sl(ids.size() + 1, -9),
       q(ids.size() + 2, -9);
   std::vector<int64_t> sm(slot_cap + 1, -9);
@@ -88,7 +90,8 @@ std::vector<int64_t> Run::batch_export(const std::vector<int64_t>& ids, uint32_t
   b.query_start = qs ? q.data() : nullptr;
   b.slot_mapping = slots ? sm.data() : nullptr;
   b.slot_capacity = slot_cap;
-  BatchWant w = batch_want(ids, cols, tables, slot_cap, slots);
+  b.group = group;
+  BatchWant w = batch_want(ids, cols, tables, slot_cap, slots, group);
   kvb_status st = kvb_batch_export(m_, ids.empty() ? nullptr : ids.data(), ids.size(), &b);
   expect(st, w.st, "batch_export");
   if (st == KVB_OK || st == KVB_ERR_BUFFER_TOO_SMALL) {
@@ -108,16 +111,17 @@ std::vector<int64_t> Run::batch_export(const std::vector<int64_t>& ids, uint32_t
   if (qs && q[0] != 0) fail("query_start[0] != 0");
   for (size_t i = 0; i < ids.size(); ++i) {
     const MSeq& s = *model_.find(ids[i]);
+    const std::vector<int32_t>& table = s.g[group].table;
     if (tables)
       for (uint32_t c = 0; c < cols; ++c) {
-        int32_t want = c < s.table.size() ? s.table[c] : -1;
+        int32_t want = c < table.size() ? table[c] : -1;
         if (bt[i * cols + c] != want)
-          fail(fmt("batch block_tables[%zu][%u] = %d, model %d", i, c, bt[i * cols + c], want));
+          fail(fmt("batch (group %u) block_tables[%zu][%u] = %d, model %d", group, i, c, bt[i * cols + c], want));
       }
     if (lens && sl[i] != static_cast<int32_t>(s.tokens.size()))
       fail(fmt("batch seq_lens[%zu] = %d, model %zu", i, sl[i], s.tokens.size()));
     for (size_t p = s.computed; p < s.tokens.size(); ++p)
-      want_sm.push_back(static_cast<int64_t>(s.table[p / cfg_.bs]) * cfg_.bs + static_cast<int64_t>(p % cfg_.bs));
+      want_sm.push_back(static_cast<int64_t>(table[p / cfg_.bs]) * cfg_.bs + static_cast<int64_t>(p % cfg_.bs));
     qacc += static_cast<int32_t>(s.tokens.size() - s.computed);
     if (qs && q[i + 1] != qacc) fail(fmt("batch query_start[%zu] = %d, model %d", i + 1, q[i + 1], qacc));
   }
@@ -127,15 +131,26 @@ std::vector<int64_t> Run::batch_export(const std::vector<int64_t>& ids, uint32_t
   if (slots) {
     for (size_t k = 0; k < slot_cap; ++k) {
       int64_t want = k < want_sm.size() ? want_sm[k] : -1;
-      if (sm[k] != want) fail(fmt("batch slot_mapping[%zu] = %" PRId64 ", model %" PRId64, k, sm[k], want));
+      if (sm[k] != want)
+        fail(fmt("batch (group %u) slot_mapping[%zu] = %" PRId64 ", model %" PRId64, group, k, sm[k], want));
     }
     if (sm[slot_cap] != -9) fail("batch_export wrote past slot_capacity");
   }
   return want_sm;
 }
 
-// One engine step: run pending copies, export the batch, write K/V of the tokens to commit at their
-// slots, commit.
+void Run::write_kv(const std::vector<std::vector<int64_t>>& sm, size_t off, const std::vector<int64_t>& toks,
+                   size_t from, size_t k) {
+  for (const std::vector<int64_t>& group_sm : sm)
+    for (size_t j = 0; j < k; ++j) {
+      int64_t slot = group_sm[off + j];
+      if (slot < 0 || slot >= static_cast<int64_t>(content_.size())) fail(fmt("slot %" PRId64 " out of range", slot));
+      content_[static_cast<size_t>(slot)] = toks[from + j];
+    }
+}
+
+// One engine step: run pending copies, export the batch of every group (the inputs of its layers),
+// write K/V of the tokens to commit at every group's slots, commit.
 void Run::engine_step() {
   std::vector<int64_t> cand, ids;
   for (const auto& kv : model_.seqs)
@@ -150,24 +165,34 @@ void Run::engine_step() {
   uint32_t cols = 0;
   for (int64_t id : ids) {
     slots += model_.seqs[id].tokens.size() - model_.seqs[id].computed;
-    cols = std::max(cols, static_cast<uint32_t>(model_.seqs[id].table.size()));
+    cols = std::max(cols, static_cast<uint32_t>(model_.seqs[id].g[0].table.size()));
   }
-  std::vector<int64_t> sm = batch_export(ids, cols + static_cast<uint32_t>(rng_.below(2)), slots + rng_.below(3),
-                                         true, true, true, true);
+  std::vector<std::vector<int64_t>> sm(num_groups());
+  for (uint32_t g = 0; g < num_groups(); ++g)
+    sm[g] = batch_export(ids, cols + static_cast<uint32_t>(rng_.below(2)), slots + rng_.below(3), true, true, true,
+                         true, g);
+  // The commits: one call per sequence, or one kvb_batch_commit (counts NULL: every uncomputed token).
+  const bool batched = rng_.chance(0.3);
+  std::vector<size_t> counts;
+  bool all = true;
   size_t off = 0;
   for (int64_t id : ids) {
     MSeq& s = model_.seqs[id];
     size_t unc = s.tokens.size() - s.computed;
     size_t k = rng_.chance(0.6) ? unc : rng_.below(unc + 1);
-    for (size_t j = 0; j < k; ++j) {
-      int64_t slot = sm[off + j];
-      if (slot < 0 || slot >= static_cast<int64_t>(content_.size())) fail(fmt("slot %" PRId64 " out of range", slot));
-      content_[static_cast<size_t>(slot)] = s.tokens[s.computed + j];
-    }
+    write_kv(sm, off, s.tokens, s.computed, k);
     off += unc;
+    counts.push_back(k);
+    all = all && k == unc;
+    if (batched) continue;
     note(fmt("commit %" PRId64 " %zu", id, k));
     expect(kvb_seq_commit(m_, id, k), model_.commit(id, k), "commit");
   }
+  if (!batched) return;
+  const bool null_counts = all && rng_.chance(0.5);
+  note(fmt("batch_commit %s %s", vec_str(ids).c_str(), null_counts ? "(all)" : vec_str(counts).c_str()));
+  expect(kvb_batch_commit(m_, ids.data(), null_counts ? nullptr : counts.data(), ids.size()),
+         model_.batch_commit(ids, counts), "batch_commit");
 }
 
 

@@ -64,8 +64,9 @@ std::vector<int64_t> Run::gen_prompt() {
     t = it->second.tokens;
     if (rng_.chance(0.5)) t.resize(rng_.range(1, t.size()));
     else for (size_t k = rng_.below(3); k-- > 0;) t.push_back(gen_token());
-  } else if (r < 0.4 && host_cache() && !past_.empty()) {
-    // An earlier prompt again: by now its blocks are often evicted from the device to the host level.
+  } else if (r < 0.4 && (host_cache() || cfg_.groups) && !past_.empty()) {
+    // An earlier prompt again: by now its blocks are often evicted from the device to the host level,
+    // or some groups' blocks evicted and others' still cached.
     t = past_[rng_.below(past_.size())];
     for (size_t k = rng_.below(2 * cfg_.bs); k-- > 0;) t.push_back(gen_token());
   } else {
@@ -78,7 +79,7 @@ std::vector<int64_t> Run::gen_prompt() {
     for (size_t k = 0; k < more; ++k) t.push_back(gen_token());
   }
   if (t.empty()) t.push_back(gen_token());
-  if (host_cache()) {
+  if (host_cache() || cfg_.groups) {
     if (past_.size() < 16) past_.push_back(t);
     else past_[rng_.below(past_.size())] = t;
   }
@@ -104,7 +105,8 @@ Opts Run::gen_opts(const std::vector<int64_t>& t) {
       }
     }
   }
-  if (rng_.chance(0.15)) {
+  // With KV cache groups a per-sequence window is refused: rarely tried there.
+  if (rng_.chance(cfg_.groups ? 0.03 : 0.15)) {
     o.window = static_cast<uint32_t>(rng_.range(1, 4 * cfg_.bs));
     o.sink = rng_.chance(0.5) ? static_cast<uint32_t>(rng_.below(2 * cfg_.bs + 1)) : 0;
   }

@@ -39,9 +39,19 @@ class Run {
     kc.flags = cfg_.flags;
     kc.index_seed = cfg_.flags & KVB_CONFIG_KEYED_INDEX ? 12345 : 0;
     kc.host_cache_twin_percent = cfg_.twin_pct;
+    std::vector<MGroupSpec> specs = parse_groups(cfg_.groups);
+    std::vector<kvb_group_spec> kgs(specs.size());
+    for (size_t g = 0; g < specs.size(); ++g) {
+      kvb_group_spec_init(&kgs[g]);
+      kgs[g].kind = specs[g].window ? KVB_GROUP_WINDOW : KVB_GROUP_FULL;
+      kgs[g].window_tokens = specs[g].window_tokens;
+      kgs[g].sink_tokens = specs[g].sink_tokens;
+    }
+    kc.groups = kgs.empty() ? nullptr : kgs.data();
+    kc.num_groups = kgs.size();
     expect(kvb_manager_create(&kc, &m_), KVB_OK, "manager_create");
     model_.init(cfg_.bs, cfg_.N, cfg_.host, cfg_.wm, ncv, (cfg_.flags & KVB_CONFIG_KEYED_INDEX) != 0,
-                (cfg_.flags & KVB_CONFIG_HOST_CACHE) != 0, cfg_.twin_pct);
+                (cfg_.flags & KVB_CONFIG_HOST_CACHE) != 0, cfg_.twin_pct, specs);
     content_.assign(static_cast<size_t>(cfg_.N) * cfg_.bs, -1);
     host_content_.assign(static_cast<size_t>(cfg_.host) * cfg_.bs, -1);
     // Shared prefixes over a small vocabulary: prompts collide often.
@@ -57,6 +67,8 @@ class Run {
     g_act.cow += model_.cow;
     g_act.evictions += model_.evictions;
     g_act.released += model_.window_released;
+    g_act.window_skipped += model_.window_skipped;
+    g_act.window_cut += model_.window_cut;
     g_act.host_hit_tokens += model_.host_hit;
     g_act.offloads += model_.offloaded;
     g_act.loads += model_.loaded;
@@ -80,12 +92,16 @@ class Run {
   void dump() const {
     for (const auto& kv : model_.seqs) {
       const MSeq& s = kv.second;
-      printf("    seq %" PRId64 "%s: %zu tokens, %zu computed, %zu hashed, unc %ld, window %u sink %u, table %s%s\n",
-             kv.first, s.swapped ? " (swapped)" : "", s.tokens.size(), s.computed, s.hashed, s.unc, s.window, s.sink,
-             vec_str(s.swapped ? s.host_table : s.table).c_str(), s.has_salt ? " salted" : "");
+      printf("    seq %" PRId64 "%s: %zu tokens, %zu computed, %zu hashed, unc %ld%s\n", kv.first,
+             s.swapped ? " (swapped)" : "", s.tokens.size(), s.computed, s.hashed, s.unc, s.has_salt ? ", salted" : "");
+      for (size_t g = 0; g < s.g.size(); ++g)
+        printf("      group %zu: window %u sink %u, table %s\n", g, s.g[g].window, s.g[g].sink,
+               vec_str(s.swapped ? s.g[g].host_table : s.g[g].table).c_str());
     }
     std::string fq;
     for (int32_t b : model_.freeq) fq += std::to_string(b) + (model_.indexed(b) ? "* " : " ");
+    if (!model_.parked.empty()) fq += "| parked ";
+    for (int32_t b : model_.parked) fq += std::to_string(b) + (model_.indexed(b) ? "* " : " ");
     printf("    free queue (* = cached): %s\n", fq.c_str());
     std::string pc;
     for (const auto& p : model_.pending) pc += fmt("(%d,%d) ", p.first, p.second);
@@ -111,7 +127,7 @@ class Run {
   Model model_;
   std::vector<int64_t> content_, host_content_;  // simulated K/V: the token id written at each slot
   std::vector<std::vector<int64_t>> prefixes_;
-  std::vector<std::vector<int64_t>> past_;  // earlier prompts (host cache configurations)
+  std::vector<std::vector<int64_t>> past_;  // earlier prompts (host cache and group configurations)
   std::deque<std::string> history_;
   int step_ = 0;
   int64_t next_id_ = 0;
@@ -162,6 +178,7 @@ class Run {
   void drain_and_run_copies();  // runs pending host transfers first (kvblock.h's order)
   void drain_and_run_host_transfers();
   bool host_cache() const { return (cfg_.flags & KVB_CONFIG_HOST_CACHE) != 0; }
+  uint32_t num_groups() const { return static_cast<uint32_t>(model_.num_groups()); }
 
   // Model expectation of kvb_batch_export for ids (all on device).
   struct BatchWant {
@@ -169,10 +186,15 @@ class Run {
     size_t slots = 0;
     uint32_t max_blocks = 0;
   };
-  BatchWant batch_want(const std::vector<int64_t>& ids, uint32_t cols, bool tables, size_t slot_cap, bool slots);
+  BatchWant batch_want(const std::vector<int64_t>& ids, uint32_t cols, bool tables, size_t slot_cap, bool slots,
+                       uint32_t group);
 
+  // kvb_batch_export of one group's tables and slots (kvb_batch.group).
   std::vector<int64_t> batch_export(const std::vector<int64_t>& ids, uint32_t cols, size_t slot_cap, bool tables,
-                                    bool lens, bool qs, bool slots);
+                                    bool lens, bool qs, bool slots, uint32_t group);
+  // The K/V of tokens[from, from + k) of a sequence written at each group's exported slots sm[group].
+  void write_kv(const std::vector<std::vector<int64_t>>& sm, size_t off, const std::vector<int64_t>& toks,
+                size_t from, size_t k);
 
   void engine_step();
 
@@ -180,6 +202,7 @@ class Run {
   // A new operation is declared here, defined in operations.h and given a weight in one_step.
   void op_allocate();
   void op_append();
+  void op_batch_append();
   void op_free();
   void op_fork();
   void op_rollback();
@@ -193,6 +216,7 @@ class Run {
   void op_reset();
   void op_extra_key();
   void op_invalid();
+  void op_invalid_groups();  // group indices out of range, the plain event drain with several groups
   void one_step();
 
   // ---- full comparison after every step (compare.h) ----

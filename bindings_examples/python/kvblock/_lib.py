@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -75,17 +76,43 @@ lib: Any = None
 LIBRARY_PATH = ""
 
 
+# Every versioned struct with its kvb_xxx_init (abi/ABI.md): (struct, init function).
+_VERSIONED = re.findall(r"\bvoid (kvb_\w+_init)\((kvb_\w+)\s*\*\s*\w*\)", DECLARATIONS)
+
+
+def _check_struct_sizes(loaded: Any, where: str) -> None:
+    """Refuses a library whose versioned structs are larger than these declarations say: cffi binds the
+    newest kvb_xxx_init (dlsym has no symbol versions to pick the one of our header), which would write
+    the library's sizeof into a struct allocated at ours (abi/ABI.md, "Symbol versions"). A smaller one
+    (an older library) is fine: it writes and reads only its own fields."""
+    for init, struct in _VERSIONED:
+        try:
+            fn = getattr(loaded, init)
+        except AttributeError:  # an older library without this struct
+            continue
+        ours = ffi.sizeof(struct)
+        buf = ffi.new("char[]", ours + 4096)  # room for what a much newer library writes, to read its size
+        fn(ffi.cast(struct + "*", buf))
+        theirs = ffi.cast("uint32_t*", buf)[0]
+        if theirs > ours:
+            raise ImportError(f"kvblock: {where} has a {struct} of {theirs} bytes, the declarations in use "
+                              f"({CDEF_SOURCE}) one of {ours}: the library is newer than them, and {init} would "
+                              "write past every struct this package allocates; set KVBLOCK_CDEF to the "
+                              "output of `cc -E -P -DKVB_CDEF kvblock.h` for that library's header")
+
+
 def load(path: Optional[str] = None, *, system: bool = False) -> None:
     """(Re)binds `lib` to a libkvblock: `path`, the system one (`system=True`), or the default above.
     Call it before creating managers or caches: objects made earlier keep the library they were made with."""
     global lib, LIBRARY_PATH
     where = path if path else (_system_library() if system else _default_library())
     try:
-        lib = ffi.dlopen(where)
+        loaded = ffi.dlopen(where)
     except OSError as e:
         raise ImportError(f"kvblock: cannot load {where} ({e}); reinstall the package, set KVBLOCK_LIB, "
                           "or install libkvblock") from None
-    LIBRARY_PATH = where
+    _check_struct_sizes(loaded, where)
+    lib, LIBRARY_PATH = loaded, where
 
 
 load()

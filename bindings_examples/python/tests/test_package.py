@@ -47,6 +47,26 @@ def test_library_chosen_by_env_and_argument(tmp_path):
         assert m.allocate(1, [1]) == 0
 
 
+def test_library_newer_than_the_declarations_is_refused(tmp_path):
+    """Declarations whose kvb_stats lacks the library's last field (as a package older than its system
+    library would have): kvb_stats_init would write past every kvb_stats cffi allocates, so the import
+    fails and names the struct; with the full declarations the same library loads."""
+    lib = kvblock.library_path()
+    full = kvblock._lib.DECLARATIONS
+    last = "  uint64_t cached_host_blocks;\n"
+    assert full.count(last) == 1, "the test removes kvb_stats' last field: update it with the header"
+    (tmp_path / "old_cdef.h").write_text(full.replace(last, ""))
+    r = run_python(["-c", "import kvblock"], {"KVBLOCK_LIB": lib, "KVBLOCK_CDEF": str(tmp_path / "old_cdef.h")})
+    assert r.returncode != 0
+    size = kvblock.ffi.sizeof("kvb_stats")
+    assert f"has a kvb_stats of {size} bytes, the declarations in use" in r.stderr, r.stderr
+    assert f"one of {size - 8}: the library is newer" in r.stderr
+    (tmp_path / "cdef.h").write_text(full)
+    r = run_python(["-c", "import kvblock; print(kvblock.Manager(4).stats()['cached_host_blocks'])"],
+                   {"KVBLOCK_LIB": lib, "KVBLOCK_CDEF": str(tmp_path / "cdef.h")})
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
+
+
 def test_bench_runs_small():
     from kvblock import bench
     r = bench.run(n=8, length=40, bs=16, reps=5)

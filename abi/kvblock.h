@@ -125,7 +125,9 @@ typedef enum kvb_config_flags {
         layer with full attention would still hold them.
    Freeing a sequence puts its blocks at the tail of the free queue by block index, last block first,
    every group at each index (full block i, window block i, full block i-1, ...), the blocks its
-   windows released included while they still hold its content: pressure then cuts the cached prefix
+   windows released included while they still hold its content and no other running sequence's window
+   has released them since (such a block stays behind the free queue until that sequence ends; a
+   rollback past a released block puts it back the same way): pressure then cuts the cached prefix
    from its end in every group at once. Prefix hits a window group did not take (-1 above) keep their
    place. Without groups the order is the plain free queue of DESIGN section 4. */
 typedef enum kvb_group_kind {

@@ -79,6 +79,7 @@ struct MTable {
 };
 
 struct MSeq {
+  int64_t id = 0;
   std::vector<int64_t> tokens;
   std::vector<MTable> g;            // one per KV cache group (one without groups)
   bool swapped = false;
@@ -111,6 +112,7 @@ struct Model {
   // With groups: cached blocks a window released while their sequence runs, oldest first. Free blocks,
   // taken only when freeq is empty (kvblock.h "Eviction order with groups").
   std::list<int32_t> parked;
+  std::vector<int64_t> parked_for;  // the sequence whose window parked each parked block (last to park it)
   std::map<uint64_t, int32_t> index;
   std::map<int64_t, MSeq> seqs;
   std::vector<MBlock> host;  // content descriptions of host blocks
@@ -148,6 +150,7 @@ struct Model {
     nc.insert(non_cacheable.begin(), non_cacheable.end());
     blk.assign(N, MBlock{});
     for (uint32_t b = 0; b < N; ++b) freeq.push_back(static_cast<int32_t>(b));
+    parked_for.assign(N, 0);
     host.assign(H, MBlock{});
     for (uint32_t h = H; h-- > 0;) host_free.push_back(static_cast<int32_t>(h));
     twin.assign(H, -1);
@@ -201,8 +204,8 @@ struct Model {
   int32_t take_free();
   void acquire(int32_t b);
   int holders(int32_t b) const;
-  void release(int32_t b, bool park = false);
-  void requeue(const MTable::Released& r);
+  void release(int32_t b, const MSeq* parker = nullptr);
+  void requeue(const MTable::Released& r, int64_t id);
   void forget(int32_t b);
 
   // ---- the prefix lookup and the hit rule over the groups (model_lookup.h) ----

@@ -101,10 +101,16 @@ int Model::holders(int32_t b) const {
   return n;
 }
 
-// To the free queue's tail, or parked (a cached block a window released, with groups).
-void Model::release(int32_t b, bool park) {
+// To the free queue's tail, or parked for the sequence whose window released it (a cached block, with
+// groups).
+void Model::release(int32_t b, const MSeq* parker) {
   if (--blk[b].ref > 0) return;
-  (park ? parked : freeq).push_back(b);
+  if (parker) {
+    parked.push_back(b);
+    parked_for[b] = parker->id;
+  } else {
+    freeq.push_back(b);
+  }
   // A copy into a block nobody holds any more is dropped, with the reference it held on its source.
   for (size_t i = 0; i < pending.size(); ++i) {
     if (pending[i].second != b) continue;
@@ -115,9 +121,12 @@ void Model::release(int32_t b, bool park) {
   }
 }
 
-// A block a window released goes to the free queue's tail if it is still free and holds that content.
-void Model::requeue(const MTable::Released& r) {
+// A block the window of sequence id released goes to the free queue's tail if it is still free and
+// holds that content, unless another sequence's window has parked it since (that one still runs).
+void Model::requeue(const MTable::Released& r, int64_t id) {
   if (!is_free(r.block) || !indexed(r.block) || blk[r.block].key != r.key) return;
+  const bool is_parked = std::find(parked.begin(), parked.end(), r.block) != parked.end();
+  if (is_parked && parked_for[r.block] != id) return;
   freeq.remove(r.block);
   parked.remove(r.block);
   freeq.push_back(r.block);

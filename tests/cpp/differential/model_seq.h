@@ -33,6 +33,7 @@ kvb_status Model::allocate(int64_t id, const std::vector<int64_t>& t, const Opts
   if (num_free() < lk.needed + wm) return KVB_ERR_OUT_OF_BLOCKS;
   const size_t G = num_groups(), k = lk.k;
   MSeq& s = seqs[id];
+  s.id = id;
   s.g.assign(G, MTable{});
   // Every group's hits are taken (device) or pinned (host) before any block leaves the free queue.
   for (size_t g = 0; g < G; ++g)
@@ -102,7 +103,7 @@ void Model::apply_window(const MSeq& s, MTable& t) {
       if (!t.released.empty() && t.released.back().index >= i) throw Divergence("model: releases out of order");
       t.released.push_back({i, b, blk[b].key});
     }
-    release(b, park);
+    release(b, park ? &s : nullptr);
     t.table[i] = -1;
     ++window_released;
   }
@@ -227,7 +228,7 @@ kvb_status Model::free_seq(int64_t id) {
   if (s->swapped) {
     release_swapped(*s);
     for (const MTable& t : s->g)
-      for (size_t k = t.released.size(); k-- > 0;) requeue(t.released[k]);
+      for (size_t k = t.released.size(); k-- > 0;) requeue(t.released[k], id);
   } else {
     for (size_t i = s->g[0].table.size(); i-- > 0;)
       for (const MTable& t : s->g) {
@@ -236,7 +237,7 @@ kvb_status Model::free_seq(int64_t id) {
           continue;
         }
         for (const MTable::Released& r : t.released)
-          if (r.index == i) requeue(r);
+          if (r.index == i) requeue(r, id);
       }
   }
   seqs.erase(id);
@@ -256,6 +257,7 @@ kvb_status Model::fork(int64_t pid, int64_t cid, size_t pos, bool at) {
     if (t.table[nb - 1] < 0) return KVB_ERR_BAD_STATE;
   const size_t hashed = std::min(p->hashed, pos / bs);
   MSeq c;
+  c.id = cid;
   c.tokens.assign(p->tokens.begin(), p->tokens.begin() + static_cast<long>(pos));
   c.computed = pos;
   c.cached = std::min(p->cached, pos);
@@ -301,7 +303,7 @@ kvb_status Model::rollback(int64_t id, size_t n) {
       if (t.table[i] >= 0) release(t.table[i]);
     t.table.resize(nb);
     while (!t.released.empty() && t.released.back().index >= nb) {  // back to the free queue's tail
-      requeue(t.released.back());
+      requeue(t.released.back(), id);
       t.released.pop_back();
     }
     if (len % bs != 0) {

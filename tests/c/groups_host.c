@@ -463,6 +463,53 @@ static void test_swap_with_host_cache(void) {
   kvb_manager_destroy(m);
 }
 
+/* Parked blocks (cached blocks a window group released while its sequence runs, see kvblock.h "Eviction
+   order with groups") stay parked for a swapped-out sequence; pressure takes them after the free queue
+   proper and offloads them under their group; swap-in, free and a later host hit in the window group
+   all work on top. */
+static void test_parked_blocks_swap_and_offload(void) {
+  kvb_manager* m = make(12, 16, KVB_CONFIG_HOST_CACHE | KVB_CONFIG_EVENTS, 4, 0);
+  int64_t p[20], filler[24];
+  int32_t pairs[2 * MAXB], t1[MAXB], n1[MAXB];
+  size_t np = 0, cached = 0, i;
+  transfers tr;
+  events ev;
+  kvbt_iota(p, 20, 500);
+  kvbt_iota(filler, 24, 8000);
+  CHECK_OK(kvb_seq_allocate(m, 1, p, 16, NULL));
+  CHECK_OK(kvb_seq_commit(m, 1, 16)); /* window 4: group 1's blocks 0..2 released and parked */
+  CHECK(gtable(m, 1, 1, t1) == 4 && t1[0] == -1 && t1[2] == -1 && t1[3] >= 0);
+  drain_events(m);
+  CHECK_OK(kvb_seq_swap_out(m, 1, pairs, MAXB, &np));
+  CHECK(np == 5);
+  CHECK_INV(m);
+  CHECK_OK(kvb_seq_allocate(m, 2, filler, 24, NULL)); /* all 12 device blocks, the parked ones last */
+  tr = drain_transfers(m);
+  CHECK(tr.noff == 8); /* group 0's four, group 1's block 3, and group 1's three parked blocks */
+  ev = drain_events(m);
+  for (i = 0; i < 4; ++i) {
+    CHECK(count_events(&ev, KVB_EVENT_BLOCK_STORED, 0, KVB_MEDIUM_HOST, chain_hash(p, (uint32_t)i)) == 1);
+    CHECK(count_events(&ev, KVB_EVENT_BLOCK_STORED, 1, KVB_MEDIUM_HOST, chain_hash(p, (uint32_t)i)) == 1);
+  }
+  CHECK_INV(m);
+  CHECK_OK(kvb_seq_free(m, 2));
+  CHECK_OK(kvb_seq_swap_in(m, 1, pairs, MAXB, &np));
+  CHECK(np == 5);
+  CHECK(gtable(m, 1, 1, n1) == 4 && n1[0] == -1 && n1[1] == -1 && n1[2] == -1 && n1[3] >= 0);
+  CHECK_INV(m);
+  CHECK_OK(kvb_seq_free(m, 1));
+  CHECK_INV(m);
+  /* The prompt again: group 0 on the device (re-indexed at swap-in), group 1's block 3 (all its window
+     needs) on the host. */
+  CHECK_OK(kvb_seq_allocate(m, 3, p, 17, &cached));
+  CHECK(cached == 16);
+  CHECK(gtable(m, 3, 1, n1) == 5 && n1[2] == -1 && n1[3] >= 0);
+  tr = drain_transfers(m);
+  CHECK(tr.nload == 1 && tr.load[1] == n1[3]);
+  CHECK_INV(m);
+  kvb_manager_destroy(m);
+}
+
 int main(void) {
   RUN_TEST(test_swap_full_and_window);
   RUN_TEST(test_swap_in_reindexes_each_group);
@@ -470,5 +517,6 @@ int main(void) {
   RUN_TEST(test_host_groups_never_mix);
   RUN_TEST(test_host_hit_out_of_blocks);
   RUN_TEST(test_swap_with_host_cache);
+  RUN_TEST(test_parked_blocks_swap_and_offload);
   TEST_SUMMARY();
 }

@@ -18,9 +18,10 @@ if ! command -v pkg-config >/dev/null 2>&1; then
   echo "0 passed, 0 failed"
   exit 0
 fi
-# The build tree was made with CUDA objects or without; install with the same setting.
+# The library was last linked with CUDA objects or without (the Makefile records which object folder in
+# obj/linked-from); install with the same setting.
 cuda_arg="CUDA=0"
-if [ -n "$(find "$BUILD/obj" -name '*.cu.o' 2>/dev/null | head -n 1)" ]; then cuda_arg=""; fi
+case "$(cat "$BUILD/obj/linked-from" 2>/dev/null)" in */cuda) cuda_arg="" ;; esac
 
 prefix=$(mktemp -d)
 work=$(mktemp -d)

@@ -117,19 +117,30 @@ typedef enum kvb_config_flags {
    no groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups.
 
    Eviction order with groups (a hit needs every group, so a window group's cached blocks age with the
-   rest of their sequence). Free blocks are evicted (taken for new data) in this order:
-     1. the free queue: blocks of sequences that ended (or never cached), least recently freed first;
-     2. then, only when that is empty, the cached blocks that the windows of running sequences
-        released, oldest first. They stay free blocks (kvb_num_free_blocks and OUT_OF_BLOCKS count
-        them): the window still saves the blocks, it only gives them up last, since serving every
-        layer with full attention would still hold them.
-   Freeing a sequence puts its blocks at the tail of the free queue by block index, last block first,
-   every group at each index (full block i, window block i, full block i-1, ...), the blocks its
-   windows released included while they still hold its content and no other running sequence's window
-   has released them since (such a block stays behind the free queue until that sequence ends; a
-   rollback past a released block puts it back the same way): pressure then cuts the cached prefix
-   from its end in every group at once. Prefix hits a window group did not take (-1 above) keep their
-   place. Without groups the order is the plain free queue of DESIGN section 4. */
+   rest of their sequence). Free blocks are taken for new data (evicted, if cached) in this order:
+     1. the free queue: least recently put there first;
+     2. only when that is empty, the parked blocks, least recently parked first. They are free blocks
+        (kvb_num_free_blocks, cached_free_blocks and OUT_OF_BLOCKS count them): the window still
+        saves them, it only gives them up last, since full attention would still hold them.
+   A block a window group releases (on commit, allocate or fork) while its sequence runs is parked
+   for that sequence if it is cached and that release drops its last reference; otherwise it goes to
+   the free queue tail as without groups (an uncached block), or stays with its other holders (their
+   release then decides). Each sequence remembers the cached blocks its windows released. Freeing a
+   sequence on the device walks its block indices from the last to the first and, at each index, the
+   groups in order: a held block is released (to the free queue tail at its last reference); a block
+   its window released at that index moves to the free queue tail if it still holds that content (the
+   same block, still cached under the same key, still free) and is in the free queue or parked for
+   this sequence. A block parked for another sequence (which hit it later and released it again)
+   stays parked: only the end of the sequence it is parked for requeues it. So the tail receives
+   full block i, window block i, full block i-1, ... and pressure cuts the cached prefix from its end
+   in every group at once. The same requeueing, last block first, applies to the remembered blocks
+   that kvb_seq_rollback cuts off (past the sinks), and group by group when a swapped-out sequence is
+   freed. A fork's
+   child remembers the parent's released blocks below the fork point; blocks parked for the parent
+   stay parked for it. A parked block that leaves the index (a recomputed copy of its content
+   replaced it) moves to the head of the free queue; kvb_reset_prefix_cache moves every parked block
+   to the free queue. Prefix hits a window group did not take (-1 above) keep their place. Without
+   groups the order is the plain free queue of DESIGN section 4. */
 typedef enum kvb_group_kind {
   KVB_GROUP_FULL = 0,   /* full attention: every block is kept */
   KVB_GROUP_WINDOW = 1  /* sliding window (window_tokens > 0) with optional attention sinks */

@@ -135,8 +135,7 @@ typedef enum kvb_config_flags {
    full block i, window block i, full block i-1, ... and pressure cuts the cached prefix from its end
    in every group at once. The same requeueing, last block first, applies to the remembered blocks
    that kvb_seq_rollback cuts off (past the sinks), and group by group when a swapped-out sequence is
-   freed. A fork's
-   child remembers the parent's released blocks below the fork point; blocks parked for the parent
+   freed. A fork's child remembers the parent's released blocks below the fork point; blocks parked for the parent
    stay parked for it. A parked block that leaves the index (a recomputed copy of its content
    replaced it) moves to the head of the free queue; kvb_reset_prefix_cache moves every parked block
    to the free queue. Prefix hits a window group did not take (-1 above) keep their place. Without

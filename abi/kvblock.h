@@ -296,7 +296,11 @@ KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_t
    num_computed + 1 - window_tokens (the window of the first query still to come, at num_computed),
    contains no sink token, and is not the block of the last computed token. So every appended but
    uncomputed token's query finds its whole window held, and a rollback of uncommitted tokens always
-   succeeds; a rollback or fork_at that would end in a released block is refused (KVB_ERR_BAD_STATE).
+   succeeds. A rollback into committed tokens or a fork_at is refused (KVB_ERR_BAD_STATE) where the
+   result would need a released block: its last block, or the window of its next query (at
+   min(num_computed, new length)). Example: window 7, block size 4, 19 tokens committed (blocks 0..2
+   released): rollback(3) would leave the query at 16 needing block 2, so it is refused; an engine
+   verifying draft tokens commits only the accepted ones and rolls back the rest uncommitted.
    Switching the window off or widening it brings no released block back. */
 KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
 

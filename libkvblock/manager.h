@@ -193,6 +193,8 @@ class Manager {
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
   void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
+  // A block that a rollback / fork_at to nb blocks, `computed` computed, would need but was released.
+  uint32_t first_released_needed(const Sequence& s, uint64_t computed, uint32_t nb) const;
   void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
   size_t blocks_needed_to_append(const Sequence& s, size_t n) const;

@@ -49,9 +49,11 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
   ChainLink chains[kMaxForkGroups];
   for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
     const Sequence& pg = grp(p, g);
-    if (pg.table[nb - 1] < 0)
-      fail(Code::bad_state, "seq %" PRId64 ": fork position %zu lies in block %u, which the sliding window released%s",
-           parent_id, pos, nb - 1, groups_ > 1 ? " (in a window group)" : "");
+    const uint32_t released = first_released_needed(pg, pos, nb);
+    if (released != kNoBlockIndex)
+      fail(Code::bad_state, "seq %" PRId64 ": a fork at %zu token%s needs block %u (the window of its next query), which "
+           "the sliding window released%s", parent_id, pos, plural_s(pos), released,
+           groups_ > 1 ? " (in a window group)" : "");
     chains[g] = chain_at(pg, hashed, pool_, "fork position");
   }
 
@@ -120,10 +122,11 @@ void Manager::rollback(int64_t id, size_t n) {
   ChainLink chains[kMaxForkGroups];
   for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
     const Sequence& sg = grp(s, g);
-    if (sg.table[nb - 1] < 0)
-      fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s ends in block %u, which the sliding window "
-           "released (only committed tokens can lie there)%s", id, len, plural_s(len), nb - 1,
-           groups_ > 1 ? " (in a window group)" : "");
+    const uint32_t released = first_released_needed(sg, std::min(s.num_computed, len), nb);
+    if (released != kNoBlockIndex)
+      fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s needs block %u (its last block or the "
+           "window of its next query), which the sliding window released (only committed tokens can lie there)%s",
+           id, len, plural_s(len), released, groups_ > 1 ? " (in a window group)" : "");
     chains[g] = chain_at(sg, hashed, pool_, "rollback");
   }
   for (uint32_t g = groups_; g-- > 0;) rollback_apply(grp(s, g), len, nb, hashed, chains[g]);
@@ -176,6 +179,20 @@ void Manager::reserve_window_link(Sequence& s, uint32_t window) {
   // table's capacity bounds them; it grows geometrically, so this reserves rarely).
   if (window && !cfg_.groups.empty() && s.released_blocks.capacity() < s.table.capacity())
     s.released_blocks.reserve(s.table.capacity());
+}
+
+// After a rollback or fork_at leaving nb blocks with `computed` tokens computed, the query of position
+// `computed` comes next and attends [computed + 1 - window, computed] (apply_window's rule), and the last
+// block is written or read: the first of those blocks that the window already released, or kNoBlockIndex.
+uint32_t Manager::first_released_needed(const Sequence& s, uint64_t computed, uint32_t nb) const {
+  uint32_t first = nb - 1;
+  if (s.window != 0) {
+    const uint64_t first_needed = computed + 1 > s.window ? computed + 1 - s.window : 0;
+    first = std::min(first, static_cast<uint32_t>(first_needed / bs_));
+  }
+  for (uint32_t i = first; i < nb; ++i)
+    if (s.table[i] < 0) return i;
+  return kNoBlockIndex;
 }
 
 void Manager::apply_window(Sequence& s) {

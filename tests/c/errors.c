@@ -373,7 +373,7 @@ static void test_rollback_into_released_window(void) {
   CHECK_OK(kvb_seq_set_window(m, 1, 8, 0)); /* blocks 0..2 released */
   CHECK(kvbt_info(m, 1).num_held_blocks == 2);
   EXPECT_FAIL(m, ids, 1, kvb_seq_rollback(m, 1, 10), KVB_ERR_BAD_STATE, "10 tokens");
-  EXPECT_FAIL(m, ids, 1, kvb_seq_fork_at(m, 1, 2, 6), KVB_ERR_BAD_STATE, "position 6");
+  EXPECT_FAIL(m, ids, 1, kvb_seq_fork_at(m, 1, 2, 6), KVB_ERR_BAD_STATE, "fork at 6 tokens");
   kvb_manager_destroy(m);
 }
 

@@ -23,8 +23,10 @@ static int window_held(kvb_manager* m, int64_t id, uint32_t bs, uint32_t window,
   kvb_seq_info info = kvbt_info(m, id);
   uint64_t p, q;
   if (kvbt_table(m, id, tab) < 0) return 0;
-  for (p = info.num_computed; p < info.num_tokens; ++p)
-    for (q = 0; q <= p; ++q) {
+  /* ... and the query of the next appended token, at num_computed, when every token is computed. */
+  uint64_t end = info.num_tokens > info.num_computed ? info.num_tokens : info.num_computed + 1;
+  for (p = info.num_computed; p < end; ++p)
+    for (q = 0; q <= p && q < info.num_tokens; ++q) {
       int attended = q < sink || q + window > p;
       if (attended && tab[q / bs] < 0) {
         fprintf(stderr, "  seq %lld: query %llu attends token %llu, whose block %llu was released\n", (long long)id,
@@ -106,6 +108,29 @@ static void test_window_one(void) {
   kvb_manager_destroy(m);
 }
 
+/* A rollback into committed tokens, or a fork_at, is refused where the result's next query (at
+   min(num_computed, new length)) would attend a block the window released; allowed where it would not. */
+static void test_committed_rollback_and_fork(void) {
+  kvb_manager* m = kvbt_make(4, 32);
+  int64_t t[32];
+  int32_t tab[KVBT_MAX_BLOCKS];
+  kvbt_iota(t, 32, 900);
+  CHECK_OK(alloc_window(m, 1, t, 19, 7, 0));
+  CHECK_OK(kvb_seq_commit(m, 1, 19));
+  CHECK(kvbt_table(m, 1, tab) == 5 && tab[0] == -1 && tab[1] == -1 && tab[2] == -1 && tab[3] >= 0);
+  CHECK_STATUS(kvb_seq_rollback(m, 1, 3), KVB_ERR_BAD_STATE); /* the query at 16 attends [10, 16]: block 2 */
+  CHECK_STATUS(kvb_seq_rollback(m, 1, 2), KVB_ERR_BAD_STATE); /* the query at 17 attends [11, 17]: block 2 */
+  CHECK_STATUS(kvb_seq_fork_at(m, 1, 2, 16), KVB_ERR_BAD_STATE);
+  CHECK_STATUS(kvb_seq_fork_at(m, 1, 2, 17), KVB_ERR_BAD_STATE);
+  CHECK(kvbt_info(m, 1).num_tokens == 19);
+  CHECK_OK(kvb_seq_fork_at(m, 1, 2, 18)); /* [12, 18]: blocks 3 and 4 */
+  CHECK(window_held(m, 2, 4, 7, 0));
+  CHECK_OK(kvb_seq_rollback(m, 1, 1));
+  CHECK(window_held(m, 1, 4, 7, 0));
+  CHECK_INV(m);
+  kvb_manager_destroy(m);
+}
+
 /* Random appends (drafts and chunks), commits and rollbacks of uncommitted tokens over random windows,
    sinks and block sizes: every rollback of uncommitted tokens succeeds, and every uncomputed token's
    window is held. */
@@ -134,10 +159,27 @@ static void test_random_windows(void) {
         CHECK_OK(kvb_seq_append(m, 1, t, 1 + below(9)));
       } else if (op == 1 && info.num_tokens > computed) {
         CHECK_OK(kvb_seq_commit(m, 1, 1 + below((uint32_t)(info.num_tokens - computed))));
-      } else if (info.num_tokens > computed) {
+      } else if (info.num_tokens > computed && below(4)) {
         uint64_t n = 1 + below((uint32_t)(info.num_tokens - computed));
         if (n >= info.num_tokens) n = info.num_tokens - 1;
         if (n > 0) CHECK_OK(kvb_seq_rollback(m, 1, n));
+      } else if (info.num_tokens > 1) {
+        /* Into committed tokens (or a fork_at): refused exactly where a needed block was released. */
+        uint64_t len = 1 + below((uint32_t)(info.num_tokens - 1)), c = len < computed ? len : computed;
+        uint64_t first = c + 1 > window ? (c + 1 - window) / bs : 0, nb = (len + bs - 1) / bs, i;
+        int32_t tab[KVBT_MAX_BLOCKS];
+        int needs_released = 0, fork = below(2) && len <= computed;
+        kvbt_table(m, 1, tab);
+        for (i = first < nb - 1 ? first : nb - 1; i < nb; ++i) needs_released |= tab[i] < 0;
+        if (fork) {
+          CHECK_STATUS(kvb_seq_fork_at(m, 1, 2, len), needs_released ? KVB_ERR_BAD_STATE : KVB_OK);
+          if (!needs_released) {
+            CHECK(window_held(m, 2, bs, window, sink));
+            CHECK_OK(kvb_seq_free(m, 2));
+          }
+        } else {
+          CHECK_STATUS(kvb_seq_rollback(m, 1, info.num_tokens - len), needs_released ? KVB_ERR_BAD_STATE : KVB_OK);
+        }
       }
       CHECK(window_held(m, 1, bs, window, sink));
       CHECK_INV(m);
@@ -150,6 +192,7 @@ static void test_random_windows(void) {
 int main(void) {
   RUN_TEST(test_issue_scenario);
   RUN_TEST(test_window_one);
+  RUN_TEST(test_committed_rollback_and_fork);
   RUN_TEST(test_random_windows);
   TEST_SUMMARY();
 }

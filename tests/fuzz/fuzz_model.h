@@ -87,10 +87,17 @@ struct Model {
       for (uint32_t i = 0; i < nb; ++i)
         if (!window_keeps(window_of(q, g), bs, q.computed, i)) q.released[g].insert(i);
   }
-  // Does any table of q have block i released (so that a rollback or fork ending in it is refused)?
-  bool released_anywhere(const MSeq& q, uint32_t i) const {
-    for (const auto& r : q.released)
-      if (r.count(i)) return true;
+  // Would a rollback or fork_at leaving len tokens, `computed` of them computed, need a block that a
+  // window released in any group: its last block, or one the next query (at computed) attends?
+  bool needs_released(const MSeq& q, uint64_t len, uint64_t computed) const {
+    const uint32_t nb = static_cast<uint32_t>((len + bs - 1) / bs);
+    for (uint32_t g = 0; g < q.released.size(); ++g) {
+      const Window w = window_of(q, g);
+      uint64_t first = nb - 1;
+      if (w.on && w.tokens > 0) first = std::min<uint64_t>(first, (computed + 1 > w.tokens ? computed + 1 - w.tokens : 0) / bs);
+      for (uint64_t i = first; i < nb; ++i)
+        if (q.released[g].count(static_cast<uint32_t>(i))) return true;
+    }
     return false;
   }
 

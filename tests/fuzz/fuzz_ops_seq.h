@@ -197,9 +197,9 @@ inline void Step::fork() {
   if (child == parent || md.seqs.count(child)) { REQUIRE(s == KVB_ERR_SEQUENCE_EXISTS, "fork(existing child): %s", kvb_status_string(s)); predicted = true; return; }
   if (pos == 0 || pos > p.toks.size()) { REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "fork(bad position): %s", kvb_status_string(s)); predicted = true; return; }
   if (pos > p.computed) { REQUIRE(s == KVB_ERR_BAD_STATE, "fork(uncommitted): %s", kvb_status_string(s)); predicted = true; return; }
-  // BAD_STATE where the position ends in a block a window released (in any group), else OK.
+  // BAD_STATE where the child would need a block a window released (in any group), else OK.
   const uint32_t nb = static_cast<uint32_t>((pos + bs - 1) / bs);
-  const kvb_status want = md.released_anywhere(p, nb - 1) ? KVB_ERR_BAD_STATE : KVB_OK;
+  const kvb_status want = md.needs_released(p, pos, pos) ? KVB_ERR_BAD_STATE : KVB_OK;
   REQUIRE(s == want, "fork at %zu: %s, model %s", pos, kvb_status_string(s), kvb_status_string(want));
   predicted = true;
   if (s != KVB_OK) return;
@@ -220,16 +220,17 @@ inline void Step::rollback() {
   MSeq& q = it->second;
   if (q.swapped) { REQUIRE(s == KVB_ERR_BAD_STATE, "rollback(swapped): %s", kvb_status_string(s)); predicted = true; return; }
   if (n > 0 && n >= q.toks.size()) { REQUIRE(s == KVB_ERR_INVALID_ARGUMENT, "rollback(all): %s", kvb_status_string(s)); predicted = true; return; }
-  // Refused where the new end lies in a block a window released (in any group; also a window switched
-  // off since), else done.
-  const uint32_t nb = static_cast<uint32_t>((q.toks.size() - n + bs - 1) / bs);
-  const kvb_status want = n > 0 && md.released_anywhere(q, nb - 1) ? KVB_ERR_BAD_STATE : KVB_OK;
+  // Refused where the result would need a block a window released (in any group): its last block (also
+  // under a window switched off since) or one its next query attends; else done.
+  const uint64_t len = q.toks.size() - n;
+  const kvb_status want =
+      n > 0 && md.needs_released(q, len, std::min<uint64_t>(q.computed, len)) ? KVB_ERR_BAD_STATE : KVB_OK;
   REQUIRE(s == want, "rollback of %zu: %s, model %s", n, kvb_status_string(s), kvb_status_string(want));
   predicted = true;
   if (s != KVB_OK) return;
   q.toks.resize(q.toks.size() - n);
   q.computed = std::min<uint64_t>(q.computed, q.toks.size());
-  for (auto& rel : q.released) rel.erase(rel.lower_bound(nb), rel.end());
+  for (auto& rel : q.released) rel.erase(rel.lower_bound(static_cast<uint32_t>((len + bs - 1) / bs)), rel.end());
 }
 
 inline void Step::set_window() {

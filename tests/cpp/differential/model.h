@@ -236,6 +236,7 @@ struct Model {
   kvb_status free_seq(int64_t id);
   kvb_status fork(int64_t pid, int64_t cid, size_t pos, bool at);
   kvb_status rollback(int64_t id, size_t n);
+  bool needs_released(const MSeq& s, size_t len, size_t done) const;
   kvb_status set_window(int64_t id, uint32_t w, uint32_t sk);
   kvb_status set_extra_key(int64_t id, uint32_t bi, uint64_t key);
   kvb_status reset_prefix_cache();

@@ -253,8 +253,7 @@ kvb_status Model::fork(int64_t pid, int64_t cid, size_t pos, bool at) {
   if (pos == 0 || pos > p->tokens.size()) return KVB_ERR_INVALID_ARGUMENT;
   if (pos > p->computed) return KVB_ERR_BAD_STATE;
   const size_t nb = nblocks(pos);
-  for (const MTable& t : p->g)  // a fork position in a block released in any group is refused
-    if (t.table[nb - 1] < 0) return KVB_ERR_BAD_STATE;
+  if (needs_released(*p, pos, pos)) return KVB_ERR_BAD_STATE;
   const size_t hashed = std::min(p->hashed, pos / bs);
   MSeq c;
   c.id = cid;
@@ -284,6 +283,19 @@ kvb_status Model::fork(int64_t pid, int64_t cid, size_t pos, bool at) {
   return KVB_OK;
 }
 
+// kvblock.h: a rollback or fork_at leaving len tokens, `done` of them computed, is refused where it
+// would need a block released in any group: its last block, or one its next query (at computed) attends.
+bool Model::needs_released(const MSeq& s, size_t len, size_t done) const {
+  const size_t nb = nblocks(len);
+  for (const MTable& t : s.g) {
+    size_t first = nb - 1;
+    if (t.window > 0) first = std::min(first, (done + 1 > t.window ? done + 1 - t.window : 0) / bs);
+    for (size_t i = first; i < nb; ++i)
+      if (t.table[i] < 0) return true;
+  }
+  return false;
+}
+
 kvb_status Model::rollback(int64_t id, size_t n) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
@@ -292,8 +304,7 @@ kvb_status Model::rollback(int64_t id, size_t n) {
   if (n >= s->tokens.size()) return KVB_ERR_INVALID_ARGUMENT;
   const size_t len = s->tokens.size() - n;
   const size_t nb = nblocks(len);
-  for (const MTable& t : s->g)  // ending in a block released in any group is refused
-    if (t.table[nb - 1] < 0) return KVB_ERR_BAD_STATE;
+  if (needs_released(*s, len, std::min(s->computed, len))) return KVB_ERR_BAD_STATE;
   const size_t hashed = std::min(s->hashed, len / bs);
   // The library releases the groups last to first here (and first to last in kvb_seq_free); kvblock.h
   // does not say which, so the model follows it.

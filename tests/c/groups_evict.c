@@ -13,24 +13,7 @@
 #include "kvbt_common.h"
 
 static kvb_manager* make_groups(uint32_t nblocks, uint32_t window, uint32_t sink) {
-  kvb_config cfg;
-  kvb_group_spec spec[2];
-  kvb_manager* m = NULL;
-  kvb_config_init(&cfg);
-  kvb_group_spec_init(&spec[0]);
-  kvb_group_spec_init(&spec[1]);
-  spec[1].kind = KVB_GROUP_WINDOW;
-  spec[1].window_tokens = window;
-  spec[1].sink_tokens = sink;
-  cfg.block_size = 4;
-  cfg.num_blocks = nblocks;
-  cfg.groups = spec;
-  cfg.num_groups = 2;
-  if (kvb_manager_create(&cfg, &m) != KVB_OK) {
-    fprintf(stderr, "create: %s\n", kvb_last_error());
-    exit(2);
-  }
-  return m;
+  return kvbt_make_full_window(4, nblocks, 0, 0, window, sink);
 }
 
 /* Seq id computes a 24-token prompt (6 blocks per group) in 6 chunks of 4, like chunked prefill: the

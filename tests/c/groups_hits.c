@@ -62,25 +62,7 @@ static void drain(kvb_manager* m, cached_set* c) {
 }
 
 static kvb_manager* make_groups(uint32_t bs, uint32_t nblocks, uint32_t window, uint32_t sink) {
-  kvb_config cfg;
-  kvb_group_spec spec[2];
-  kvb_manager* m = NULL;
-  kvb_config_init(&cfg);
-  kvb_group_spec_init(&spec[0]);
-  kvb_group_spec_init(&spec[1]);
-  spec[1].kind = KVB_GROUP_WINDOW;
-  spec[1].window_tokens = window;
-  spec[1].sink_tokens = sink;
-  cfg.block_size = bs;
-  cfg.num_blocks = nblocks;
-  cfg.flags = KVB_CONFIG_EVENTS;
-  cfg.groups = spec;
-  cfg.num_groups = 2;
-  if (kvb_manager_create(&cfg, &m) != KVB_OK) {
-    fprintf(stderr, "create: %s\n", kvb_last_error());
-    exit(2);
-  }
-  return m;
+  return kvbt_make_full_window(bs, nblocks, 0, KVB_CONFIG_EVENTS, window, sink);
 }
 
 /* The rule of kvblock.h, written out directly: blocks 0..M-1 are candidates; full needs all of 0..k-1,

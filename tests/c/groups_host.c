@@ -15,28 +15,7 @@
 #define MAXB 32
 
 static kvb_manager* make(uint32_t device, uint32_t host, uint32_t flags, uint32_t window, uint32_t sink) {
-  kvb_config cfg;
-  kvb_group_spec spec[2];
-  kvb_manager* m = NULL;
-  kvb_status st;
-  kvb_config_init(&cfg);
-  kvb_group_spec_init(&spec[0]);
-  kvb_group_spec_init(&spec[1]);
-  spec[1].kind = KVB_GROUP_WINDOW;
-  spec[1].window_tokens = window;
-  spec[1].sink_tokens = sink;
-  cfg.block_size = BS;
-  cfg.num_blocks = device;
-  cfg.num_host_blocks = host;
-  cfg.flags = flags;
-  cfg.groups = spec;
-  cfg.num_groups = 2;
-  st = kvb_manager_create(&cfg, &m);
-  if (st != KVB_OK) {
-    fprintf(stderr, "create: %s (%s)\n", kvb_status_string(st), kvb_last_error());
-    exit(2);
-  }
-  return m;
+  return kvbt_make_full_window(BS, device, host, flags, window, sink);
 }
 
 /* Table of group g; returns its length, -1 on error (swapped out). */

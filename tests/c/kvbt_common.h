@@ -40,6 +40,33 @@ static inline kvb_manager* kvbt_make(uint32_t block_size, uint32_t num_blocks) {
   return kvbt_make_ex(block_size, num_blocks, 0, 0.0f, 0, 0);
 }
 
+/* Two KV cache groups, full attention and a sliding window (window, sink tokens), on one pool. */
+static inline kvb_manager* kvbt_make_full_window(uint32_t block_size, uint32_t num_blocks, uint32_t num_host_blocks,
+                                                 uint32_t flags, uint32_t window, uint32_t sink) {
+  kvb_config cfg;
+  kvb_group_spec spec[2];
+  kvb_manager* m = NULL;
+  kvb_status s;
+  kvb_config_init(&cfg);
+  kvb_group_spec_init(&spec[0]);
+  kvb_group_spec_init(&spec[1]);
+  spec[1].kind = KVB_GROUP_WINDOW;
+  spec[1].window_tokens = window;
+  spec[1].sink_tokens = sink;
+  cfg.block_size = block_size;
+  cfg.num_blocks = num_blocks;
+  cfg.num_host_blocks = num_host_blocks;
+  cfg.flags = flags;
+  cfg.groups = spec;
+  cfg.num_groups = 2;
+  s = kvb_manager_create(&cfg, &m);
+  if (s != KVB_OK) {
+    fprintf(stderr, "kvbt_make_full_window: kvb_manager_create gave %s (%s)\n", kvb_status_string(s), kvb_last_error());
+    exit(2);
+  }
+  return m;
+}
+
 /* tokens[i] = base + i */
 static inline void kvbt_iota(int64_t* tokens, size_t n, int64_t base) {
   size_t i;

@@ -76,7 +76,9 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     drop_seq(c);
     throw;
   }
-  for (uint32_t g = 1; g < groups_; ++g) {
+  // Group 0 last: the order in which apply_window's releases reach the free queue.
+  for (uint32_t k = 1; k <= groups_; ++k) {
+    const uint32_t g = k % groups_;
     Sequence& cg = grp(c, g);
     const Sequence& pg = grp(par, g);
     for (int32_t b : cg.table)
@@ -92,19 +94,6 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     cg.window_next = std::min(pg.window_next, nb);
     apply_window(cg);
   }
-  ChainLink chain = chains[0];
-  for (int32_t b : c.table)
-    if (b >= 0) acquire_cached(b);
-  c.num_tokens = c.num_computed = pos;
-  c.num_cached = std::min<uint64_t>(par.num_cached, pos);
-  c.num_hashed = hashed;
-  c.uncacheable_from = par.uncacheable_from < hashed ? par.uncacheable_from : kNoBlockIndex;
-  c.chain = chain;
-  c.first_link = par.first_link;
-  c.window = par.window;
-  c.sink = par.sink;
-  c.window_next = std::min(par.window_next, nb);
-  apply_window(c);
 }
 
 // ---- rollback -----------------------------------------------------------------------------------

@@ -24,18 +24,12 @@
 #include <vector>
 
 #include "harness.h"
+#include "splitmix.h"
 
 namespace {
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ULL + 17) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
+struct Rng : SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64(seed, 17) {}
   uint32_t below(uint32_t n) { return static_cast<uint32_t>(next() % n); }
 };
 

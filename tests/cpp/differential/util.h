@@ -9,18 +9,12 @@
 #include <vector>
 
 #include "kvblock.h"
+#include "../splitmix.h"
 
 namespace {
 
-struct Rng {  // splitmix64: the same numbers on every platform and standard library
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ULL + 0x1234567ULL) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
+struct Rng : SplitMix64 {  // the same numbers on every platform and standard library
+  explicit Rng(uint64_t seed) : SplitMix64(seed, 0x1234567ULL) {}
   size_t below(size_t n) { return n ? static_cast<size_t>(next() % n) : 0; }
   size_t range(size_t lo, size_t hi) { return lo + below(hi - lo + 1); }  // inclusive
   bool chance(double p) { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0) < p; }

@@ -193,6 +193,8 @@ class Manager {
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
   void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
+  // The first block the query of position p attends under a window of `window` tokens (sinks aside).
+  uint32_t window_first_block(uint32_t window, uint64_t p) const;
   // A block that a rollback / fork_at to nb blocks, `computed` computed, would need but was released.
   uint32_t first_released_needed(const Sequence& s, uint64_t computed, uint32_t nb) const;
   void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change

@@ -30,8 +30,7 @@ bool Manager::group_takes(uint32_t g, uint32_t k, uint32_t i) const {
   const GroupSpec& spec = cfg_.groups[g];
   if (!spec.window) return true;
   const uint64_t p = static_cast<uint64_t>(k) * bs_;  // the first uncached token
-  const uint64_t first_needed = p + 1 > spec.window_tokens ? p + 1 - spec.window_tokens : 0;
-  const uint32_t a = std::min(static_cast<uint32_t>(first_needed / bs_), k - 1);
+  const uint32_t a = std::min(window_first_block(spec.window_tokens, p), k - 1);
   return i >= a || i < ceil_div(spec.sink_tokens, bs_);
 }
 
@@ -101,8 +100,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
       if (!spec.window) continue;
       const int32_t* last_miss = &group_last_miss_[static_cast<size_t>(g) * M];
       const uint64_t p = static_cast<uint64_t>(k) * bs_;
-      const uint64_t first_needed = p + 1 > spec.window_tokens ? p + 1 - spec.window_tokens : 0;
-      const uint32_t a = std::min(static_cast<uint32_t>(first_needed / bs_), k - 1);
+      const uint32_t a = std::min(window_first_block(spec.window_tokens, p), k - 1);
       const uint32_t sinks = std::min(ceil_div(spec.sink_tokens, bs_), k);
       ok = last_miss[k - 1] < static_cast<int32_t>(a) && (sinks == 0 || last_miss[sinks - 1] < 0);
     }

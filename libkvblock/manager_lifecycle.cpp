@@ -170,15 +170,16 @@ void Manager::reserve_window_link(Sequence& s, uint32_t window) {
     s.released_blocks.reserve(s.table.capacity());
 }
 
+uint32_t Manager::window_first_block(uint32_t window, uint64_t p) const {
+  return static_cast<uint32_t>((p + 1 > window ? p + 1 - window : 0) / bs_);
+}
+
 // After a rollback or fork_at leaving nb blocks with `computed` tokens computed, the query of position
 // `computed` comes next and attends [computed + 1 - window, computed] (apply_window's rule), and the last
 // block is written or read: the first of those blocks that the window already released, or kNoBlockIndex.
 uint32_t Manager::first_released_needed(const Sequence& s, uint64_t computed, uint32_t nb) const {
   uint32_t first = nb - 1;
-  if (s.window != 0) {
-    const uint64_t first_needed = computed + 1 > s.window ? computed + 1 - s.window : 0;
-    first = std::min(first, static_cast<uint32_t>(first_needed / bs_));
-  }
+  if (s.window != 0) first = std::min(first, window_first_block(s.window, computed));
   for (uint32_t i = first; i < nb; ++i)
     if (s.table[i] < 0) return i;
   return kNoBlockIndex;
@@ -190,8 +191,8 @@ void Manager::apply_window(Sequence& s) {
   // the next one appended); it attends [num_computed + 1 - window, num_computed]. Blocks wholly before
   // that are released, past the sink, except the block of the last computed token, so that rolling
   // back every uncomputed token always leaves a held last block.
-  const uint64_t first_needed = s.num_computed + 1 > s.window ? s.num_computed + 1 - s.window : 0;
-  const uint32_t end = static_cast<uint32_t>(std::min(first_needed / bs_, (s.num_computed - 1) / bs_));
+  const uint32_t end = std::min(window_first_block(s.window, s.num_computed),
+                                static_cast<uint32_t>((s.num_computed - 1) / bs_));
   const uint32_t start = std::max(s.window_next, (s.sink + bs_ - 1) / bs_);
   for (uint32_t i = start; i < end; ++i) {
     int32_t b = s.table[i];

@@ -6,17 +6,18 @@ router) learn which engine caches which prefix from the stream that vLLM's `ZmqE
 unchanged.
 
 Wire format (one message per batch, ZMQ multipart, PUB semantics):
-  frame 0  topic (bytes, default b"")
+  frame 0  topic (bytes, default b""; llm-d subscribes to the prefix "kv@" and reads pod and model from
+           "kv@<pod>@<model>", the model seeding its block keys: llmd_topic(pod, model) builds one)
   frame 1  sequence number, u64 big-endian, from 0 per publisher, +1 per batch
   frame 2  msgpack [ts (float seconds), [event, ...], data_parallel_rank]
            (always positional: Dynamo 1.6.1 rejects a map-shaped batch, "expected a tuple of size 3")
-Events, "map" encoding (vLLM's current tagged form):
+Events, "map" encoding (vLLM's default: each event a tagged map; Dynamo and llm-d's router read it):
   {"type": "BlockStored", "block_hashes": [u64, ...], "parent_block_hash": u64 | nil,
    "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU" | "CPU", "lora_name": nil
    [, "extra_keys": [entry | nil per block]]}
   {"type": "BlockRemoved", "block_hashes": [u64, ...], "medium": "GPU" | "CPU"}
   {"type": "AllBlocksCleared"}
-"array" encoding (the older positional form some consumers read):
+"array" encoding (positional, vLLM's array_like form; the only one llm-d-kv-cache of 2026-06 decodes):
   ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium, lora_name[, extra_keys]]
   ["BlockRemoved", hashes, medium]      ["AllBlocksCleared"]
 Each event's medium is where its block lives, from the manager's own event (kvb_event.medium), as vLLM
@@ -27,13 +28,18 @@ BlockStored "GPU". Consecutive blocks of one medium stored as one chain (each bl
 previous block) share one BlockStored; consecutive removals of one medium share one BlockRemoved; blocks
 of different media are never merged into one event. Block hashes are the manager's public xxh64
 chain hashes; consumers key blocks by their own hash of `token_ids` and link them by these hashes.
-A first block hashed with a cache salt goes out with parent nil (the chain starts there) and the salt in
-its extra_keys entry ["kvb_salt", salt]; a block with a caller extra key gets ["kvb_extra_key", key]
-in its entry. Consumers that do not understand these entries (Dynamo ignores them) treat those blocks as
-plain text blocks: a routing estimate, never a correctness issue, since the engine checks every hit.
+A first block hashed with a cache salt goes out with parent nil (the chain starts there) and, as vLLM
+publishes a request's cache_salt, the salt as a bare string in that block's extra_keys entry: the
+request's cache_salt string when salt_names (kvblock.cache_salts.CacheSalts) knows the u64, else the u64's
+decimal digits. A block with a caller extra key gets ["kvb_extra_key", key] in its entry, before the salt
+(vLLM too lists a block's other keys before the salt). Consumers that do not understand an entry (Dynamo
+ignores extra_keys) treat those blocks as plain text blocks: a routing estimate, never a correctness issue,
+since the engine checks every hit.
 
-Replay (optional ROUTER socket, vLLM's protocol): a DEALER sends [b"", start_seq u64 BE]; it receives
-[b"", seq, payload] for every buffered batch with seq >= start_seq, then [b"", -1 as i64 BE, b""].
+Replay (optional ROUTER socket, vLLM's protocol): a DEALER sends [b"", start_seq u64 BE]; with
+replay_frames="topic" (vLLM since its PR #45177; llm-d's router needs it) it receives
+[b"", topic, seq, payload] for every buffered batch with seq >= start_seq, then [b"", b"", -1 as i64 BE, b""];
+with replay_frames="legacy" (vLLM before that change) [b"", seq, payload], then [b"", -1 as i64 BE, b""].
 
 Gaps are never silent. Events can be lost in three places: the manager's bounded event buffer
 (kvb_drain_events reports a dropped count), this publisher's bounded queue (a batch that does not fit),
@@ -55,6 +61,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Mapping
 
 import msgpack
 import zmq
@@ -82,6 +89,25 @@ class UnknownMediumError(ValueError):
     """An event's medium has no wire name (a library newer than this package, or a partial `media`)."""
 
 
+#: replay answer layouts (KvEventPublisher(replay_frames=...)): vLLM's current one first
+REPLAY_FRAMES = ("topic", "legacy")
+
+
+def llmd_topic(pod, model):
+    """The topic llm-d routes by: "kv@<pod>@<model>" (it splits on "@" and needs exactly three parts, so
+    neither name may hold "@"; the model name must be the one requests name, since it seeds llm-d's keys)."""
+    for what, v in (("pod", pod), ("model", model)):
+        if not isinstance(v, str) or not v or "@" in v:
+            raise ValueError(f"llmd_topic: {what} must be a non-empty str without '@', got {v!r}")
+    return f"kv@{pod}@{model}"
+
+
+def salt_wire_name(salt, salt_names=None):
+    """The string a u64 cache salt goes out as: salt_names[salt] when known, else its decimal digits."""
+    name = salt_names.get(salt) if salt_names is not None else None
+    return str(salt) if name is None else name
+
+
 # -- draining the manager ------------------------------------------------------------------------------
 def drain_all(manager, chunk):
     """Everything the manager holds now: (events, dropped). When the manager dropped events, they were
@@ -106,9 +132,10 @@ def _wire_medium(ev, media):
                                  f"(known: {sorted(int(m) for m in media)})") from None
 
 
-def group_events(raw, block_size, media=None, lora_name=None):
+def group_events(raw, block_size, media=None, lora_name=None, salt_names=None):
     """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
     media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU").
+    salt_names: {u64 salt: request cache_salt string} (e.g. kvblock.cache_salts.CacheSalts), see salt_wire_name.
     Consecutive stored blocks of one medium that form one chain share a BlockStored; consecutive removals
     of one medium share a BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32),
     UnknownMediumError for a medium that `media` does not name."""
@@ -127,10 +154,10 @@ def group_events(raw, block_size, media=None, lora_name=None):
                     f"carries token ids as u32, so this block cannot be published (keep token ids in "
                     f"[0, {MAX_TOKEN_ID}] for engines that publish events)")
             extra = None
-            if ev.cache_salt is not None:  # first block of a salted chain
-                extra = [["kvb_salt", ev.cache_salt]]
             if ev.extra_key is not None:
-                extra = (extra or []) + [["kvb_extra_key", ev.extra_key]]
+                extra = [["kvb_extra_key", ev.extra_key]]
+            if ev.cache_salt is not None:  # first block of a salted chain: the salt as vLLM sends cache_salt
+                extra = (extra or []) + [salt_wire_name(ev.cache_salt, salt_names)]
             if (cur is not None and ev.parent_hash is not None and ev.parent_hash == cur["block_hashes"][-1]
                     and cur["medium"] == medium):
                 cur["block_hashes"].append(ev.block_hash)
@@ -191,8 +218,11 @@ class KvEventPublisher:
     """Drains a manager's events on flush() and publishes them from a background thread.
 
     endpoint: where the PUB socket binds (connect=True: connects instead, e.g. to a proxy).
-    topic: frame 0 of every message. encoding: "map" (vLLM's current form) or "array".
-    replay_endpoint: optional ROUTER address serving the last `replay_buffer` batches.
+    topic: frame 0 of every message (llm-d: llmd_topic(pod, model)). encoding: "map" (vLLM's default) or
+    "array" (positional; llm-d-kv-cache of 2026-06 needs it).
+    replay_endpoint: optional ROUTER address serving the last `replay_buffer` batches, in the layout
+    replay_frames names: "topic" (vLLM's current one, with the topic frame) or "legacy" (before it).
+    salt_names: {u64 salt: request cache_salt string} for the salts' wire names (kvblock.cache_salts).
     dp_rank: data-parallel rank written into every batch. Each event carries its own block's medium
     (device "GPU", host cache "CPU"); media: {kvblock.Medium: name} renames some of them.
     max_queue_batches: batches waiting for the sender thread before new ones are dropped (and counted).
@@ -203,9 +233,15 @@ class KvEventPublisher:
     def __init__(self, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
                  replay_endpoint=None, dp_rank=0, media=None, lora_name=None, connect=False,
                  max_queue_batches=1024, replay_buffer=10000, hwm=100000, drain_capacity=4096,
-                 linger_ms=1000):
+                 linger_ms=1000, replay_frames="topic", salt_names=None):
         if encoding not in ("map", "array"):
             raise ValueError(f"encoding must be 'map' or 'array', got {encoding!r}")
+        if replay_frames not in REPLAY_FRAMES:
+            raise ValueError(f"replay_frames must be one of {REPLAY_FRAMES}, got {replay_frames!r}")
+        if salt_names is not None and not isinstance(salt_names, Mapping):
+            raise ValueError(f"salt_names must be a Mapping of u64 salts to str (e.g. kvblock.cache_salts."
+                             f"CacheSalts), got {type(salt_names).__name__}")
+        self.replay_frames, self.salt_names = replay_frames, salt_names
         if not isinstance(dp_rank, int) or dp_rank < 0:
             raise ValueError(f"dp_rank must be a non-negative int, got {dp_rank!r}")
         if max_queue_batches < 1 or drain_capacity < 1:
@@ -273,7 +309,7 @@ class KvEventPublisher:
             resync = dropped > 0
             error = None
             try:
-                events = group_events(raw, self.block_size, self.media, self.lora_name)
+                events = group_events(raw, self.block_size, self.media, self.lora_name, self.salt_names)
             except (TokenIdRangeError, UnknownMediumError) as e:
                 events, error = [], e
                 dropped += len(raw)
@@ -437,7 +473,11 @@ class KvEventPublisher:
             start_seq = int.from_bytes(start, "big")
             with self._stats_lock:
                 self._stats["replay_requests"] += 1
+            # vLLM's current layout repeats the live message ([topic, seq, payload]) and ends with an empty
+            # topic; its older layout, which Dynamo 1.6.1 also reads, has no topic frame at all
+            topic = [self.topic] if self.replay_frames == "topic" else []
+            end_topic = [b""] if self.replay_frames == "topic" else []
             for seq_bytes, payload in self._replay_buf:
                 if int.from_bytes(seq_bytes, "big") >= start_seq:
-                    self._replay.send_multipart([client, b"", seq_bytes, payload])
-            self._replay.send_multipart([client, b"", END_SEQ, b""])
+                    self._replay.send_multipart([client, b""] + topic + [seq_bytes, payload])
+            self._replay.send_multipart([client, b""] + end_topic + [END_SEQ, b""])

@@ -39,11 +39,12 @@ class Engine:
     """A manager + publisher registered with the indexer as one worker of `model`."""
 
     def __init__(self, indexer, model, encoding="map", num_blocks=64, block_size=4,
-                 event_capacity=65536, replay=False, dp_rank=0, **manager_options):
+                 event_capacity=65536, replay=False, dp_rank=0, topic="", replay_frames="topic",
+                 **manager_options):
         self.m = S.EvManager(num_blocks, block_size, event_capacity, **manager_options)
         self.pub = ev.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*", encoding=encoding,
                                        replay_endpoint="tcp://127.0.0.1:*" if replay else None,
-                                       dp_rank=dp_rank)
+                                       dp_rank=dp_rank, topic=topic, replay_frames=replay_frames)
         self.dp_rank = dp_rank
         self.id, self.indexer, self.model = next(_instance_counter), indexer, model
 
@@ -182,8 +183,11 @@ def test_manager_drop_resyncs_router(indexer, model):
         e.close()
 
 
-def test_replay_recovers_batches_sent_before_subscribe(indexer, model):
-    e = Engine(indexer, model, replay=True)
+@pytest.mark.parametrize("replay_frames", ev.REPLAY_FRAMES)
+def test_replay_recovers_batches_sent_before_subscribe(indexer, model, replay_frames):
+    """Both replay layouts (vLLM's current one with the topic frame, and its older one) against Dynamo
+    1.6.1, on an llm-d-style topic, so one configuration serves both routers."""
+    e = Engine(indexer, model, replay=True, topic=ev.llmd_topic("pod-1", model), replay_frames=replay_frames)
     try:
         a, b = list(range(1, 10)), list(range(50, 59))
         e.m.run(a)

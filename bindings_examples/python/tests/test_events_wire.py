@@ -165,8 +165,11 @@ def test_bad_arguments(mgr):
         ev.KvEventPublisher(mgr, endpoint="tcp://256.0.0.1:1")
 
 
-def test_replay_serves_missed_batches(mgr):
-    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*",
+@pytest.mark.parametrize("replay_frames", ev.REPLAY_FRAMES)
+def test_replay_serves_missed_batches(mgr, replay_frames):
+    """Both layouts: "topic" repeats the live message's topic frame (and ends with an empty one),
+    "legacy" has none."""
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", topic="kv@p@m", replay_frames=replay_frames,
                              replay_endpoint="tcp://127.0.0.1:*", replay_buffer=2) as pub:
         sent = []
         for i in range(3):  # nobody listens: on a PUB socket these are gone, the replay buffer keeps 2
@@ -182,8 +185,11 @@ def test_replay_serves_missed_batches(mgr):
             got = []
             while True:
                 assert dealer.poll(WAIT_MS)
-                empty, seq, payload = dealer.recv_multipart()
-                assert empty == b""
+                frames = dealer.recv_multipart()
+                assert frames[0] == b"" and len(frames) == (4 if replay_frames == "topic" else 3), frames
+                seq, payload = frames[-2:]
+                if replay_frames == "topic":
+                    assert frames[1] == (b"" if payload == b"" else b"kv@p@m")
                 if payload == b"":
                     assert seq == ev.END_SEQ
                     break
@@ -241,8 +247,8 @@ def test_grouping_matches_a_simple_model():
             elif r.type == "cleared":
                 model.append(("cleared",))
             else:
-                keys = (([["kvb_salt", r.cache_salt]] if r.cache_salt is not None else [])
-                        + ([["kvb_extra_key", r.extra_key]] if r.extra_key is not None else []))
+                keys = (([["kvb_extra_key", r.extra_key]] if r.extra_key is not None else [])
+                        + ([str(r.cache_salt)] if r.cache_salt is not None else []))
                 model.append(("stored", r.block_hash, r.parent_hash, r.tokens.tolist(), keys or None,
                               ev.MEDIA[r.medium]))
         assert flat == model

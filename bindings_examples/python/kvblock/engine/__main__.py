@@ -37,7 +37,12 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kv-events", metavar="ENDPOINT", help="publish KV events in vLLM's format (e.g. tcp://*:5557)")
     p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay socket for them (e.g. tcp://*:5558)")
-    p.add_argument("--kv-events-encoding", choices=["map", "array"], default="map")
+    p.add_argument("--kv-events-topic", default="", metavar="TOPIC",
+                   help="topic frame of every message; llm-d routes by kv@<pod>@<model> (default: empty)")
+    p.add_argument("--kv-events-encoding", choices=["map", "array"], default="map",
+                   help="map: vLLM's default; array: positional (llm-d-kv-cache of 2026-06 needs it)")
+    p.add_argument("--kv-events-replay-frames", choices=["topic", "legacy"], default="topic",
+                   help="replay answers with the topic frame (vLLM's current layout) or without it")
     p.add_argument("--kv-events-wait", type=int, default=0, metavar="N",
                    help="wait (up to 60 s) for N subscribers, e.g. a KV router, before running")
     a = p.parse_args()
@@ -50,7 +55,8 @@ def main() -> None:
                                      max_num_seqs=a.max_seqs, max_batched_tokens=a.budget, preemption=a.preemption,
                                      prefix_caching=not a.no_prefix_caching, kv_events_endpoint=a.kv_events,
                                      kv_events_replay_endpoint=a.kv_events_replay,
-                                     kv_events_encoding=a.kv_events_encoding))
+                                     kv_events_topic=a.kv_events_topic, kv_events_encoding=a.kv_events_encoding,
+                                     kv_events_replay_frames=a.kv_events_replay_frames))
     if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
         p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
     rng = np.random.default_rng(a.seed)

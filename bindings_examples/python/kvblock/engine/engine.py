@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import BatchBuffers, KVCache, KvbError, Manager, Status as KvbStatus
 from .. import copy_blocks, paged_attention, prefill_attention, swap_blocks, write_kv
+from ..cache_salts import CacheSalts
 from ..manager import Availability
 from .model import Model, sample
 from .sequence import Request, Seq, Status
@@ -37,8 +38,9 @@ class EngineConfig:
     # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):
     kv_events_endpoint: Optional[str] = None         # e.g. "tcp://*:5557"; None = no events
     kv_events_replay_endpoint: Optional[str] = None  # optional ROUTER for replay, e.g. "tcp://*:5558"
-    kv_events_topic: str = ""
-    kv_events_encoding: str = "map"                  # or "array"
+    kv_events_topic: str = ""                        # llm-d routes by "kv@<pod>@<model>" (events.llmd_topic)
+    kv_events_encoding: str = "map"                  # or "array" (llm-d-kv-cache of 2026-06 needs it)
+    kv_events_replay_frames: str = "topic"           # or "legacy" (replay answers without the topic frame)
 
 
 @dataclass
@@ -84,11 +86,13 @@ class Engine:
         self.mgr = Manager(cfg.num_blocks, cfg.block_size, num_host_blocks=cfg.num_host_blocks,
                            events=cfg.kv_events_endpoint is not None, host_cache=cfg.host_cache, groups=self.groups)
         self.publisher = None
+        self.salts = CacheSalts()  # request cache_salt strings -> the manager's u64 salts (and back, for events)
         if cfg.kv_events_endpoint is not None:
             from ..events import KvEventPublisher  # pyzmq and msgpack only when events are on
             self.publisher = KvEventPublisher(self.mgr, endpoint=cfg.kv_events_endpoint,
                                               replay_endpoint=cfg.kv_events_replay_endpoint,
-                                              topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding)
+                                              topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding,
+                                              replay_frames=cfg.kv_events_replay_frames, salt_names=self.salts)
         self.cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
         self.host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
                              "float32") if cfg.num_host_blocks else None)
@@ -112,7 +116,9 @@ class Engine:
         return Seq(self._next_seq, req, index, tokens)
 
     def _salt(self, s: Seq) -> Optional[int]:
-        return None if self.cfg.prefix_caching else s.request.req_id + 1
+        if not self.cfg.prefix_caching:
+            return s.request.req_id + 1
+        return None if s.request.cache_salt is None else self.salts.salt(s.request.cache_salt)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)

@@ -23,6 +23,7 @@ class Request:
     n: int = 1                 # parallel samples (fork after the prompt)
     temperature: float = 0.0   # 0 = greedy
     seed: int = 0
+    cache_salt: Optional[str] = None  # as vLLM's: requests with different salts never share cached blocks
 
 
 @dataclass

@@ -40,11 +40,12 @@ class Engine:
 
     def __init__(self, indexer, model, encoding="map", num_blocks=64, block_size=4,
                  event_capacity=65536, replay=False, dp_rank=0, topic="", replay_frames="topic",
-                 **manager_options):
+                 salt_names=None, **manager_options):
         self.m = S.EvManager(num_blocks, block_size, event_capacity, **manager_options)
         self.pub = ev.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*", encoding=encoding,
                                        replay_endpoint="tcp://127.0.0.1:*" if replay else None,
-                                       dp_rank=dp_rank, topic=topic, replay_frames=replay_frames)
+                                       dp_rank=dp_rank, topic=topic, replay_frames=replay_frames,
+                                       salt_names=salt_names)
         self.dp_rank = dp_rank
         self.id, self.indexer, self.model = next(_instance_counter), indexer, model
 
@@ -198,6 +199,29 @@ def test_replay_recovers_batches_sent_before_subscribe(indexer, model, replay_fr
         e.pub.flush()  # seq 1: the indexer sees a gap from 0 and asks the replay socket
         eventually(indexer, model, {"a": (a, {e.id: 8}), "b": (b, {e.id: 8})}, "replay")
         assert e.pub.stats()["replay_requests"] >= 1
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("encoding", ["map", "array"])
+def test_salted_blocks_do_not_break_a_batch(indexer, model, encoding):
+    """A batch with salted blocks (the salt a bare string in extra_keys, as vLLM sends cache_salt, on an
+    llm-d-style topic) is still decoded by Dynamo 1.6.1: the unsalted prompt stored in the same batch is
+    scored. (Dynamo keys blocks by their tokens alone, so it does not tell salts apart.)"""
+    from kvblock.cache_salts import CacheSalts
+    salts = CacheSalts()
+    e = Engine(indexer, model, encoding=encoding, topic=ev.llmd_topic("pod-1", model), salt_names=salts)
+    try:
+        e.register()
+        salted, plain = list(range(1, 10)), list(range(50, 59))
+        sid = e.m.new_seq_id()
+        e.m.allocate(sid, salted, cache_salt=salts.salt("tenant-a"), extra_keys={1: 9})
+        e.m.commit(sid, len(salted))
+        e.m.free(sid)
+        e.m.run(plain)
+        e.pub.flush()
+        eventually(indexer, model, {"plain": (plain, {e.id: 8})}, "batch with salted blocks")
+        assert e.pub.stats()["dropped_events"] == 0
     finally:
         e.close()
 

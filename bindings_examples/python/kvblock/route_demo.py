@@ -22,7 +22,12 @@ Token expansion (the trace README's): prompt token i = hash_ids[i // 512] * 512 
 token k of request r = 2^31 + r * 2048 + k (unique per request and below 2^32, because the wire format
 carries u32 token ids; the replay tool's 2^40-based ids would not fit).
 
+With --llmd-topics every engine publishes the way an llm-d router reads it: topic kv@engine-<id>@<model>
+(llm-d takes pod and model from it), positional events (encoding "array"); Dynamo's indexer subscribes to
+every topic and reads both encodings, so the routing is the same.
+
 Usage: python3 -m kvblock.route_demo [--trace PATH] [--instances 4] [--num-blocks 131072] [--limit N]
+                                     [--llmd-topics]
 """
 import argparse
 import json
@@ -69,10 +74,13 @@ def generated_tokens(r, n):
 class Engine:
     """One libkvblock manager with events, its publisher, and its counters."""
 
-    def __init__(self, instance_id, num_blocks, block_size):
+    def __init__(self, instance_id, num_blocks, block_size, model=None):
+        """model: publish on llm-d's topic for this engine and model (positional events); None: topic ""."""
         self.m = Manager(num_blocks, block_size, events=True)
         self.id = instance_id
-        self.pub = events.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*")
+        topic = events.llmd_topic(f"engine-{instance_id}", model) if model is not None else ""
+        self.pub = events.KvEventPublisher(self.m, endpoint="tcp://127.0.0.1:*", topic=topic,
+                                           encoding="array" if model is not None else "map")
         self.requests = self.prompt_tokens = self.cached_tokens = self.computed_tokens = 0
 
     def serve(self, seq_id, prompt, generated):
@@ -120,10 +128,12 @@ def wait_applied(indexer, engine, tokens, model, timeout=60.0):
 
 
 def run_policy(policy, trace, args, indexer, model, id_base):
+    topic_model = model if args.llmd_topics else None
     if policy == "one":
-        engines = [Engine(id_base + 1, args.num_blocks * args.instances, args.block_size)]
+        engines = [Engine(id_base + 1, args.num_blocks * args.instances, args.block_size, topic_model)]
     else:
-        engines = [Engine(id_base + i + 1, args.num_blocks, args.block_size) for i in range(args.instances)]
+        engines = [Engine(id_base + i + 1, args.num_blocks, args.block_size, topic_model)
+                   for i in range(args.instances)]
     try:
         uses_indexer = policy not in ("rr", "one")
         if uses_indexer:
@@ -154,6 +164,7 @@ def run_policy(policy, trace, args, indexer, model, id_base):
         dropped = sum(e.pub.stats()["dropped_events"] for e in engines)
         published = sum(e.pub.stats()["events"] for e in engines)
         return dict(policy=policy, elapsed=elapsed, dropped=dropped, published=published,
+                    topics=[e.pub.topic.decode() for e in engines],
                     per=[(e.id, e.requests, e.prompt_tokens, e.cached_tokens, e.computed_tokens) for e in engines])
     finally:
         for e in engines:
@@ -190,6 +201,8 @@ def main(argv=None):
     ap.add_argument("--policies", default="rr,kv,kv-greedy,one")
     ap.add_argument("--epsilon", type=float, default=0.25, help="kv: load bound above the mean")
     ap.add_argument("--progress", action="store_true")
+    ap.add_argument("--llmd-topics", action="store_true",
+                    help="publish on llm-d's topics kv@engine-<id>@<model> with positional events")
     args = ap.parse_args(argv)
     if not os.path.isfile(args.trace):
         ap.error(f"no trace at {args.trace}: pass --trace PATH (e.g. mooncake_conversation_trace.jsonl from "

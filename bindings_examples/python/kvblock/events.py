@@ -89,6 +89,10 @@ class UnknownMediumError(ValueError):
     """An event's medium has no wire name (a library newer than this package, or a partial `media`)."""
 
 
+class SaltNameError(ValueError):
+    """salt_names maps a cache salt to something other than a non-empty str."""
+
+
 #: replay answer layouts (KvEventPublisher(replay_frames=...)): vLLM's current one first
 REPLAY_FRAMES = ("topic", "legacy")
 
@@ -103,9 +107,14 @@ def llmd_topic(pod, model):
 
 
 def salt_wire_name(salt, salt_names=None):
-    """The string a u64 cache salt goes out as: salt_names[salt] when known, else its decimal digits."""
+    """The string a u64 cache salt goes out as: salt_names[salt] when known, else its decimal digits.
+    Raises SaltNameError for a name that is not a non-empty str (vLLM's cache_salt is one)."""
     name = salt_names.get(salt) if salt_names is not None else None
-    return str(salt) if name is None else name
+    if name is None:
+        return str(salt)
+    if not isinstance(name, str) or not name:
+        raise SaltNameError(f"salt_names[{salt:#018x}] is {name!r}: a cache salt goes out as a non-empty str")
+    return name
 
 
 # -- draining the manager ------------------------------------------------------------------------------
@@ -135,10 +144,10 @@ def _wire_medium(ev, media):
 def group_events(raw, block_size, media=None, lora_name=None, salt_names=None):
     """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
     media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU").
-    salt_names: {u64 salt: request cache_salt string} (e.g. kvblock.cache_salts.CacheSalts), see salt_wire_name.
+    salt_names: {u64 salt: request cache_salt str} (kvblock.cache_salts.CacheSalts), see salt_wire_name.
     Consecutive stored blocks of one medium that form one chain share a BlockStored; consecutive removals
     of one medium share a BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32),
-    UnknownMediumError for a medium that `media` does not name."""
+    UnknownMediumError for a medium that `media` does not name, SaltNameError for a bad salt name."""
     media = MEDIA if media is None else media
     out = []
     cur = None  # the BlockStored being extended
@@ -300,8 +309,8 @@ class KvEventPublisher:
     def flush(self):
         """Drain the manager's pending events and queue them as one batch. Returns the number of wire
         events queued (0 when there was nothing to say). Raises TokenIdRangeError for a token id that
-        does not fit 32 bits (UnknownMediumError for a medium without a wire name): that batch is not
-        sent and the stream resyncs (see the module notes)."""
+        does not fit 32 bits (UnknownMediumError for a medium without a wire name, SaltNameError for a
+        salt name that is not a str): that batch is not sent and the stream resyncs (see the module notes)."""
         with self._flush_lock:
             if not self._running:
                 raise RuntimeError(f"KvEventPublisher on {self.bound_endpoint} is closed")
@@ -310,7 +319,7 @@ class KvEventPublisher:
             error = None
             try:
                 events = group_events(raw, self.block_size, self.media, self.lora_name, self.salt_names)
-            except (TokenIdRangeError, UnknownMediumError) as e:
+            except (TokenIdRangeError, UnknownMediumError, SaltNameError) as e:
                 events, error = [], e
                 dropped += len(raw)
                 resync = True

@@ -155,8 +155,8 @@ def test_llmd_topic_and_positional_events(mgr):
         ha = [S.kvblock.hash_tokens(a[:4])]
         for i in (4, 8):
             ha.append(S.kvblock.hash_tokens(a[i:i + 4], ha[-1]))
-        assert events == [dict(type="BlockStored", hashes=ha, parent=0, tokens=a[:12], block_size=4, medium="GPU",
-                               lora_name=None, extra_keys=None)]
+        assert events == [dict(type="BlockStored", hashes=ha, parent=0, tokens=a[:12], block_size=4,
+                               medium="GPU", lora_name=None, extra_keys=None)]
         mgr.run(list(range(100, 164)))  # evicts a
         mgr.reset()
         pub.flush()
@@ -260,6 +260,22 @@ def test_cache_salts_table():
     salts._names[CacheSalts.salt_of("c")] = "not-c"  # forge a collision: never silent
     with pytest.raises(ValueError, match="map to the same 64-bit salt"):
         salts.salt("c")
+
+
+def test_salt_name_not_a_string_is_refused_and_resyncs(mgr):
+    """A salt_names value that is not a str is never sent as something a router would misread: that
+    batch is refused (SaltNameError names the salt) and the stream resyncs, as for a bad token id."""
+    with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", topic="kv@p@m", encoding="array",
+                             salt_names={7: 1234}) as pub:
+        sub = subscribe(pub)
+        sid = mgr.new_seq_id()
+        mgr.allocate(sid, [1, 2, 3, 4, 5], cache_salt=7)
+        mgr.commit(sid, 5)
+        mgr.free(sid)
+        with pytest.raises(ev.SaltNameError, match=r"salt_names\[0x0000000000000007\] is 1234"):
+            pub.flush()
+        assert recv(sub)[3] == [{"type": "AllBlocksCleared"}]
+        assert pub.stats()["resyncs"] == 1
 
 
 def test_publisher_argument_checks(mgr):

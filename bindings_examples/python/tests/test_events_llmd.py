@@ -197,9 +197,9 @@ def test_topic_the_router_cannot_split(mgr):
 def test_replay_read_by_llmds_router(mgr, replay_frames):
     """The default ("topic", vLLM since #45177) replays as llm-d's router expects, topic included; the
     legacy layout is the one it rejects ("malformed replay frame with 2 frames")."""
+    layout = {} if replay_frames == "topic" else {"replay_frames": replay_frames}  # "topic": the default
     with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", topic=ev.llmd_topic("pod-9", "m"),
-                             encoding="array", replay_endpoint="tcp://127.0.0.1:*",
-                             replay_frames=replay_frames) as pub:
+                             encoding="array", replay_endpoint="tcp://127.0.0.1:*", **layout) as pub:
         for k in range(3):  # nobody subscribed: only the replay buffer has them
             mgr.run(list(range(100 * k + 1, 100 * k + 6)))
             pub.flush()

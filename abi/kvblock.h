@@ -1,6 +1,34 @@
 /*
  * kvblock.h - libkvblock, the KV-cache block manager of an LLM inference engine.
  *
+ * Contents (each part below opens with a banner that begins with its name):
+ *    1. Status, version                kvb_status, kvb_status_string, kvb_last_error, kvb_version
+ *    2. Manager                        kvb_config (flags, KV cache groups), kvb_manager_create / _destroy
+ *    3. Hashing                        kvb_hash_tokens, kvb_block_hash
+ *    4. Sequences: the core flow       allocate, commit, append, free, block tables, invariants
+ *    5. Sequences: cache salt, extra keys, state     kvb_seq_options, kvb_seq_get_info
+ *    6. Fork, copy-on-write, rollback, sliding window
+ *    7. Host tier and swapping         kvb_seq_can_swap_out / _in, kvb_seq_swap_out / _in
+ *    8. Host cache                     host blocks as a second prefix-cache level, kvb_drain_host_transfers
+ *    9. Batch export for kernels       kvb_batch_export, kvb_batch_append, kvb_batch_commit
+ *   10. Statistics, events, prefix-cache control
+ *   11. Kernels                        write K/V, decode and prefill attention, copy / swap blocks, faults
+ * How the library behind this header is built, and the rules the manager follows (hash chain, free queue,
+ * prefix index, KV cache groups, host tier): docs/ARCHITECTURE.md. The ABI rules: abi/ABI.md.
+ *
+ * One engine step (error checks left out; README.md has a complete program):
+ *   kvb_seq_allocate(m, id, prompt, n, &cached);     a new request: tokens [cached, n) still to compute
+ *   kvb_drain_host_transfers(m, ...);                KVB_CONFIG_HOST_CACHE: run the pairs with
+ *                                                      kvb_swap_blocks, all offloads, then all loads
+ *   kvb_drain_copies(m, pairs, cap, &num_pairs);     copy-on-write pairs: run them with kvb_copy_blocks
+ *   kvb_batch_export(m, ids, num_seqs, &batch);      block tables, seq_lens, query_start, slot_mapping
+ *   for each layer l:
+ *     kvb_write_kv(&cache[l], &w, stream);           the new tokens' K/V into their slots
+ *     kvb_prefill_attention(&cache[l], &a, stream);  any mix of prompts, chunks and decodes
+ *   kvb_batch_commit(m, ids, NULL, num_seqs);        K/V written: full blocks enter the prefix index
+ *   kvb_batch_append(m, ids, next_tokens, num_seqs); one sampled token each, computed next step
+ *   kvb_seq_free(m, id);                             a finished request: its blocks stay cached
+ *
  * One header, plain C99. Conventions:
  *  - Every function that can fail returns kvb_status (KVB_OK = 0, errors negative); outputs go through
  *    pointers. kvb_last_error() holds a thread-local message with the detail of the last failure.
@@ -91,55 +119,21 @@ typedef enum kvb_config_flags {
    A cached block is keyed by its group and its whole history, so groups never hit each other's blocks;
    the public hash (kvb_block_hash, events) is the same in every group, and events carry the group
    (kvb_drain_events_group).
-
-   Prefix hits valid for every group. Candidates are the k cached blocks of the prompt's cacheable prefix
-   (never the last block). The hit is the largest k such that
-     - every full group has blocks 0 .. k-1 cached (searched left to right: the first miss ends it), and
-     - every window group has cached the blocks that the first uncached token (position p = k*block_size)
-       still needs: those holding positions p + 1 - window_tokens .. p - 1, the block of position p - 1,
-       and the blocks holding the first sink_tokens tokens (searched right to left: from the longest
-       candidate down, the first k whose needed blocks are all cached).
-   A window group takes only the blocks it needs; the others read -1 in its table (never taken, so they
-   may be evicted meanwhile). Example, block_size 4, groups {full, window 6}, a 21-token prompt (blocks
-   0..5, candidates k <= 5), the full group having blocks 0..4 cached:
-     - window group has 3 and 4 cached: k = 5 (p = 20 needs positions 15..19, blocks 3..4): 20 cached
-       tokens; full table {f0, f1, f2, f3, f4, new}, window table {-1, -1, -1, w3, w4, new};
-     - window group has only 4 cached: k = 5 needs block 3, k = 4 (p = 16) needs blocks 2..3, k = 3
-       needs 1..2, k = 2 needs 0..1, k = 1 needs 0: no hit, 0 cached tokens;
-     - window 6 with sink_tokens 2 and blocks 0, 3, 4 cached in the window group: k = 5 (sink block 0
-       and blocks 3..4): window table {w0, -1, -1, w3, w4, new}.
+   A prefix hit is valid for every group: k cached blocks (never the prompt's last block) are a hit when
+   every full group has blocks 0 .. k-1 cached and every window group has the blocks that the first
+   uncached token (position k * block_size) attends: its window, the block before it, and the sinks.
+   A window group takes only those; its other entries read -1.
    With groups, per-sequence windows (kvb_seq_options.window_tokens, kvb_seq_set_window) are refused
    (each group's window is its spec's), kvb_seq_block_table and kvb_batch_export (without .group) give
    group 0, and kvb_seq_get_info reports num_held_blocks summed over the groups (num_blocks, the
    entries of one table, is the same in every group; window_tokens and sink_tokens are group 0's).
-   Swapping moves every group at once (see kvb_seq_swap_out), and the host prefix cache keeps each
-   group's blocks apart and feeds the hit rule above from both levels (see "Host cache"). A manager with
-   no groups (num_groups 0) is one full group whose windows are per sequence, exactly as before groups.
-
-   Eviction order with groups (a hit needs every group, so a window group's cached blocks age with the
-   rest of their sequence). Free blocks are taken for new data (evicted, if cached) in this order:
-     1. the free queue: least recently put there first;
-     2. only when that is empty, the parked blocks, least recently parked first. They are free blocks
-        (kvb_num_free_blocks, cached_free_blocks and OUT_OF_BLOCKS count them): the window still
-        saves them, it only gives them up last, since full attention would still hold them.
-   A block a window group releases (on commit, allocate or fork) while its sequence runs is parked
-   for that sequence if it is cached and that release drops its last reference; otherwise it goes to
-   the free queue tail as without groups (an uncached block), or stays with its other holders (their
-   release then decides). Each sequence remembers the cached blocks its windows released. Freeing a
-   sequence on the device walks its block indices from the last to the first and, at each index, the
-   groups in order: a held block is released (to the free queue tail at its last reference); a block
-   its window released at that index moves to the free queue tail if it still holds that content (the
-   same block, still cached under the same key, still free) and is in the free queue or parked for
-   this sequence. A block parked for another sequence (which hit it later and released it again)
-   stays parked: only the end of the sequence it is parked for requeues it. So the tail receives
-   full block i, window block i, full block i-1, ... and pressure cuts the cached prefix from its end
-   in every group at once. The same requeueing, last block first, applies to the remembered blocks
-   that kvb_seq_rollback cuts off (past the sinks), and group by group when a swapped-out sequence is
-   freed. A fork's child remembers the parent's released blocks below the fork point; blocks parked for the parent
-   stay parked for it. A parked block that leaves the index (a recomputed copy of its content
-   replaced it) moves to the head of the free queue; kvb_reset_prefix_cache moves every parked block
-   to the free queue. Prefix hits a window group did not take (-1 above) keep their place. Without
-   groups the order is the plain free queue of DESIGN section 4. */
+   Swapping moves every group at once (see kvb_seq_swap_out). A manager with no groups (num_groups 0) is
+   one full group whose windows are per sequence, exactly as before groups.
+   Eviction order with groups: a cached block that a window group releases while its sequence runs is
+   parked (still free, but taken only when the free queue is empty) and returns to the free queue when
+   its sequence ends, with the sequence's other blocks, so pressure cuts a cached prefix from its end in
+   every group at once. The hit rule with worked examples, and the eviction order in full:
+   docs/ARCHITECTURE.md, "KV cache groups". */
 typedef enum kvb_group_kind {
   KVB_GROUP_FULL = 0,   /* full attention: every block is kept */
   KVB_GROUP_WINDOW = 1  /* sliding window (window_tokens > 0) with optional attention sinks */
@@ -213,7 +207,7 @@ KVB_API kvb_status kvb_seq_can_append(kvb_manager* m, int64_t seq_id, size_t num
 /* Append tokens (decode or speculative), taking blocks as needed; all-or-nothing. */
 KVB_API kvb_status kvb_seq_append(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n);
 /* Drop the sequence (device or swapped out); its blocks are released last block first (with KV cache
-   groups: every group at each block, see "Eviction order with groups"). */
+   groups: every group at each block; docs/ARCHITECTURE.md, "Eviction order with groups"). */
 KVB_API kvb_status kvb_seq_free(kvb_manager* m, int64_t seq_id);
 /* The sequence's block ids, one per block of its tokens (-1 where released by a sliding window).
    *len = the number of entries (also on KVB_ERR_BUFFER_TOO_SMALL). Swapped out: KVB_ERR_BAD_STATE. */
@@ -268,6 +262,7 @@ typedef struct kvb_seq_info {
   uint32_t sink_tokens;
 } kvb_seq_info;
 
+/* Fill struct_size (everything else 0): the output struct that kvb_seq_get_info writes into. */
 KVB_API void kvb_seq_info_init(kvb_seq_info* info);
 /* State of one sequence. */
 KVB_API kvb_status kvb_seq_get_info(kvb_manager* m, int64_t seq_id, kvb_seq_info* info);
@@ -344,25 +339,18 @@ KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pair
    both). A host hit takes a free device block and a host -> device load; its tokens count as cached:
    the caller runs the loads before the step's forward pass, so they are computed from the step's point
    of view. OUT_OF_BLOCKS stays all-or-nothing (a host hit needs a free device block).
-   Host blocks are shared with swapping: a swap out may evict cached host blocks (swapped-out sequences
-   win); the cache never takes a swapped-out sequence's blocks. The host copy of a block loaded back to
-   the device (a twin) is kept, so that evicting the device copy later moves nothing, while twins hold
-   at most host_cache_twin_percent of the host blocks (beyond that the newest twin goes first: its
-   device copy will be the last evicted); otherwise the least recently used cached host block goes.
-   0 percent behaves like an exclusive cache (most hits), larger values move fewer blocks.
-
-   With KV cache groups, an evicted block is offloaded under its group: the host index is keyed like the
-   device one (group and whole history), so a block of one group never satisfies another. In the hit
-   rule of "KV cache groups" a block counts as cached when it is on the device or on the host; every
-   group that takes a host-hit block gets its own load (loads are listed group 0's first, each group in
-   block order), and a window group loads only the blocks it needs. A refused allocation pins and loads
-   nothing in any group. Events of both media carry the group (kvb_drain_events_group).
+   Host blocks are shared with swapping: swapped-out sequences win (a swap out may evict cached host
+   blocks; the cache never takes a swapped-out sequence's blocks). Which cached host block goes first
+   (the host copies of blocks loaded back, up to host_cache_twin_percent, then the least recently used)
+   and how KV cache groups use the host level (each group's blocks under its own key, a hit rule fed by
+   both levels, a load per group that takes a host-hit block): docs/ARCHITECTURE.md, "Host tier".
 
    kvb_drain_host_transfers hands out every pending transfer at once, oldest first: offload_pairs
    (pairs[2*i] = device src, pairs[2*i+1] = host dst) and load_pairs (host src, device dst). Run them
    before anything overwrites their device blocks, in this order: all offloads, then all loads, then the
    copy-on-write copies (kvb_drain_copies) and swap-in pairs, then the forward step. Until drained, a
-   load holds its source host block and its destination device block. Both capacities must suffice
+   load holds its source host block and its destination device block. With KV cache groups the loads of
+   one allocation are listed group 0's first, each group in block order. Both capacities must suffice
    (KVB_ERR_BUFFER_TOO_SMALL sets both counts and drains nothing). */
 KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pairs, size_t offload_capacity,
                                             size_t* num_offloads, int32_t* load_pairs, size_t load_capacity,
@@ -387,6 +375,7 @@ typedef struct kvb_batch {
                                   one call per group fills the inputs of that group's layers */
 } kvb_batch;
 
+/* Fill defaults (NULL outputs = not wanted, no columns, group 0) and struct_size. */
 KVB_API void kvb_batch_init(kvb_batch* batch);
 /* Fill the kernel inputs of one step for num_seqs distinct sequences (all on device) in one call; an id
    listed twice is refused (KVB_ERR_INVALID_ARGUMENT), as its tokens would be written twice.
@@ -438,6 +427,7 @@ typedef struct kvb_stats {
   uint64_t cached_host_blocks; /* host blocks holding cached content now (read by pending loads too) */
 } kvb_stats;
 
+/* Fill struct_size (everything else 0): the output struct that kvb_get_stats writes into. */
 KVB_API void kvb_stats_init(kvb_stats* stats);
 /* Snapshot of the counters (fields beyond the caller's struct_size are not written). */
 KVB_API kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats);
@@ -555,6 +545,7 @@ typedef struct kvb_write_kv_args {
                                    written and the fault is recorded, see kvb_cuda_take_fault) */
 } kvb_write_kv_args;
 
+/* Fill defaults (everything 0: NULL pointers, no tokens, dense strides) and struct_size. */
 KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
 /* reshape_and_cache: scatter new K/V into the cache on stream (CUDA; ignored on CPU). */
 KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_args* args, void* stream);
@@ -582,6 +573,8 @@ typedef struct kvb_attention_args {
   size_t   workspace_size;
 } kvb_attention_args;
 
+/* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap, no workspace) and
+   struct_size. */
 KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 /* Bytes of workspace kvb_paged_attention needs for these shapes (depends on num_seqs, num_q_heads,
    max_blocks_per_seq and the cache shape only; pointers are not read). A size that does not fit size_t

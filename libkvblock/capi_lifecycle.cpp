@@ -1,5 +1,5 @@
-// C boundary of DESIGN §6: fork, copy-on-write drain, rollback, window, swapping, batch export,
-// events and prefix-cache reset.
+// C boundary of the calls beyond the core flow: fork, copy-on-write drain, host transfers, rollback,
+// window, swapping, batch export, events and prefix-cache reset.
 #include <cinttypes>
 #include <cstring>
 

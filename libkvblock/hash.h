@@ -1,6 +1,6 @@
-// Block hashing. The public hash is the xxh64 chain of DESIGN §4 (bit-identical to nano-vllm's
-// compute_hash); the index key is a 128-bit XXH3 chain over the same input plus its structure (see
-// BlockHasher), under a secret seed when KVB_CONFIG_KEYED_INDEX is set so that crafted collisions
+// Block hashing. The public hash is the xxh64 chain of docs/ARCHITECTURE.md, "Hash chain" (bit-identical to
+// nano-vllm's compute_hash); the index key is a 128-bit XXH3 chain over the same input plus its structure
+// (see BlockHasher), under a secret seed when KVB_CONFIG_KEYED_INDEX is set so that crafted collisions
 // cannot match.
 #pragma once
 #include <cstddef>

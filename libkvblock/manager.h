@@ -1,5 +1,6 @@
-// The block manager (DESIGN §4 and §6) as a plain C++ class. Not thread-safe by itself: the C boundary
-// holds one lock per manager. Errors are thrown as kvb::Error; a throwing call changes nothing.
+// The block manager (docs/ARCHITECTURE.md, "Design rules") as a plain C++ class. Not thread-safe by itself:
+// the C boundary holds one lock per manager. Errors are thrown as kvb::Error; a throwing call changes
+// nothing.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -158,7 +159,7 @@ class Manager {
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
-  void free_group_blocks(Sequence& s);   // free_seq with groups: see the eviction order in kvblock.h
+  void free_group_blocks(Sequence& s);   // free_seq with groups: ARCHITECTURE.md, "Eviction order with groups"
   // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
   // parked, parked for that sequence): to the queue tail.
   void requeue_released(const Sequence::ReleasedBlock& r, int64_t id);
@@ -192,7 +193,7 @@ class Manager {
   void index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy = kUnknownHost);
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
   void hash_committed_blocks(Sequence& s);
-  void apply_window(Sequence& s);        // releases blocks no coming query can attend (see kvblock.h)
+  void apply_window(Sequence& s);        // releases blocks no coming query can attend (ARCHITECTURE.md)
   // The first block the query of position p attends under a window of `window` tokens (sinks aside).
   uint32_t window_first_block(uint32_t window, uint64_t p) const;
   // A block that a rollback / fork_at to nb blocks, `computed` computed, would need but was released.

@@ -230,7 +230,8 @@ void Manager::check_invariants() const {
 }
 
 // Every host block is exactly one of: empty, cached (in the queue and the host index), held (by one
-// swapped-out sequence, or pinned by its pending loads). The queue has its device-twinned blocks first.
+// swapped-out sequence, or pinned by its pending loads). Cached ones are in the host pool's queue (LRU of
+// unique blocks) or, with a device twin, in the twin list.
 void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const {
   const uint32_t H = cfg_.num_host_blocks;
   std::vector<uint8_t> seen(H, 0);

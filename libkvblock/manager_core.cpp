@@ -1,5 +1,5 @@
-// The core flow of DESIGN §4: allocate with prefix lookup, commit, append, free, and the block-level
-// helpers that keep the free queue, the index and the counters in step.
+// The core flow (docs/ARCHITECTURE.md, "Sequences"): allocate with prefix lookup, commit, append, free,
+// and the block-level helpers that keep the free queue, the index and the counters in step.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>

@@ -184,7 +184,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
   return cached;
 }
 
-// Eviction order with groups (kvblock.h). A prefix hit needs every group, but a window group releases
+// Eviction order with groups (docs/ARCHITECTURE.md). A prefix hit needs every group, but a window group releases
 // the blocks before its window while the sequence runs, and the full group its blocks only when the
 // sequence ends. Put at the tail of the one free queue when released, the window's blocks were evicted
 // long before the full group's blocks of the same prompt, and a later prompt sharing a prefix longer

@@ -1,4 +1,4 @@
-// The host tier (DESIGN §6): host blocks shared by swapped-out sequences and, with
+// The host tier (docs/ARCHITECTURE.md, "Host tier"): host blocks shared by swapped-out sequences and, with
 // KVB_CONFIG_HOST_CACHE, a second prefix-cache level.
 //
 // A host block is empty (host_empty_), held (ref > 0: by a swapped-out sequence, or pinned by pending

@@ -1,5 +1,6 @@
-// Beyond the core (DESIGN §6): fork with copy-on-write, rollback, sliding window, batch export for
-// kernels and prefix-cache reset. (The host tier is in manager_host.cpp.)
+// Beyond the core flow (docs/ARCHITECTURE.md, "Fork, rollback, sliding window"): fork with
+// copy-on-write, rollback, sliding window, batch export for kernels and prefix-cache reset. (The host
+// tier is in manager_host.cpp.)
 #include <algorithm>
 #include <cinttypes>
 #include <climits>

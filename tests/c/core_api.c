@@ -1,6 +1,6 @@
-/* The core flow of DESIGN §4/§5 through the C API: allocate / commit / append / free, block tables,
- * prefix hits, the free-queue order, eviction, non-cacheable tokens, cache salt, extra keys, the keyed
- * index and the watermark. */
+/* The core flow (docs/ARCHITECTURE.md, "Sequences"; the core contract of kvblock.h) through the C API:
+ * allocate / commit / append / free, block tables, prefix hits, the free-queue order, eviction,
+ * non-cacheable tokens, cache salt, extra keys, the keyed index and the watermark. */
 #include "kvbt_common.h"
 
 static void expect_table(kvb_manager* m, int64_t id, const int32_t* want, size_t n, int line) {

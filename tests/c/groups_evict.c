@@ -1,4 +1,4 @@
-/* KV cache groups: eviction order (the "Eviction order with groups" paragraph of kvblock.h). A hit
+/* KV cache groups: eviction order (docs/ARCHITECTURE.md, "Eviction order with groups"). A hit
  * needs every group, so a window group's cached blocks must not be evicted long before the full
  * group's blocks of the same prompt. Each test builds a pool whose free queue order is known (block
  * size 4, groups {full, window 4}: the window keeps one block), puts pressure on it with unrelated

@@ -186,8 +186,8 @@ static void test_hit_boundaries(void) {
   CHECK(cov_hit > 0 && cov_zero > 0 && cov_window_cut > 0 && cov_full_cut > 0 && cov_hole > 0);
 }
 
-/* The header's worked example: bs 4, {full, window 6}, 21 tokens; the window group misses blocks 0..2,
-   then only holds block 4. */
+/* The worked example of docs/ARCHITECTURE.md ("KV cache groups"): bs 4, {full, window 6}, 21 tokens;
+   the window group misses blocks 0..2, then only holds block 4. */
 static void test_header_example(void) {
   /* Window group blocks 0..2 released and evicted while seq 1 runs: hit at k = 5 with window table
      {-1,-1,-1,w3,w4,new}. */

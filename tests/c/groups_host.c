@@ -442,7 +442,7 @@ static void test_swap_with_host_cache(void) {
   kvb_manager_destroy(m);
 }
 
-/* Parked blocks (cached blocks a window group released while its sequence runs, see kvblock.h "Eviction
+/* Parked blocks (cached blocks a window group released while its sequence runs, see docs/ARCHITECTURE.md, "Eviction
    order with groups") stay parked for a swapped-out sequence; pressure takes them after the free queue
    proper and offloads them under their group; swap-in, free and a later host hit in the window group
    all work on top. */

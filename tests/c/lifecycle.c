@@ -1,4 +1,5 @@
-/* DESIGN §6 through the C API: fork and copy-on-write, rollback, sliding window with sinks, swapping
+/* Beyond the core flow (docs/ARCHITECTURE.md, "Fork, rollback, sliding window" and "Host tier")
+ * through the C API: fork and copy-on-write, rollback, sliding window with sinks, swapping
  * to the host tier, and batch export for kernels. */
 #include "kvbt_common.h"
 

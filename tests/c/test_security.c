@@ -1,4 +1,4 @@
-/* Tenant isolation and the keyed index (DESIGN §4, "Collisions"; SECURITY.md):
+/* Tenant isolation and the keyed index (docs/ARCHITECTURE.md, "Collisions"; SECURITY.md):
  *  - two tenants with different cache salts never share a block, even with identical prompts, in the plain
  *    and in the keyed index, while both run and after one of them has finished;
  *  - a salted tenant never matches unsalted blocks and vice versa;

@@ -1,5 +1,6 @@
-/* Whole-history matching (DESIGN §4; issue 10 item 1): a block matches only a block whose entire history
- * is identical (salt or none, every earlier block's tokens and extra key, its own tokens and extra key),
+/* Whole-history matching (docs/ARCHITECTURE.md, "Prefix index and whole-history matching"; issue 10
+ * item 1): a block matches only a block whose entire history is identical (salt or none, every earlier
+ * block's tokens and extra key, its own tokens and extra key),
  * in both index modes, whatever values the caller picks. The public xxh64 chain cannot tell
  * `salt ‖ tokens` from `tokens ‖ extra`; the index key must.
  * Events describe the set of public hashes held by the index: one STORED when a hash enters it, one

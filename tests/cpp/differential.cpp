@@ -1,4 +1,5 @@
-// Randomized differential test of the block manager (DESIGN §4 and §6) through the public C API.
+// Randomized differential test of the block manager (docs/ARCHITECTURE.md, "Design rules") through the
+// public C API.
 //
 // A deliberately plain model of the manager lives in differential/model.h (std::list free queue with O(N)
 // removal, std::map index, per-sequence token vectors, xxh64 over the documented byte layout). Thousands of random

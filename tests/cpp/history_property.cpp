@@ -1,9 +1,9 @@
-// Whole-history property test (DESIGN §4 "Whole-history matching"; issue 10 item 1). Random operations
-// whose salts, extra keys and token ids all come from the same few values (so that `salt ‖ tokens`,
-// `parent ‖ tokens` and `tokens ‖ extra` byte streams line up as often as possible), in both index
-// modes and at several block sizes. The model records, for every device block, the whole history of the
-// K/V that was last committed into it (salt or none, then every block's tokens and extra key up to and
-// including this one), and forgets it when anything writes into the block. Every prefix hit that
+// Whole-history property test (docs/ARCHITECTURE.md, "Prefix index and whole-history matching"; issue 10
+// item 1). Random operations whose salts, extra keys and token ids all come from the same few values (so
+// that `salt ‖ tokens`, `parent ‖ tokens` and `tokens ‖ extra` byte streams line up as often as possible),
+// in both index modes and at several block sizes. The model records, for every device block, the whole
+// history of the K/V that was last committed into it (salt or none, then every block's tokens and extra key
+// up to and including this one), and forgets it when anything writes into the block. Every prefix hit that
 // kvb_seq_allocate reports must land on a block whose recorded history equals the prompt's.
 #include <cinttypes>
 #include <cstdarg>

@@ -1,5 +1,6 @@
 #!/bin/sh
-# The public header, preprocessed with -DKVB_CDEF, must be accepted by cffi's FFI.cdef() (DESIGN §3).
+# The public header, preprocessed with -DKVB_CDEF, must be accepted by cffi's FFI.cdef() (abi/ABI.md;
+# docs/ARCHITECTURE.md, "ABI rules").
 # Skipped when python3 or cffi is missing.
 CC=${CC:-cc}
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import cffi' >/dev/null 2>&1; then

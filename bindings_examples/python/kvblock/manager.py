@@ -1,4 +1,4 @@
-"""Manager: the whole C manager API (DESIGN §4 and §6) with numpy arrays where C returns arrays.
+"""Manager: the whole C manager API (docs/ARCHITECTURE.md, "Design rules") with numpy arrays where C returns arrays.
 
 The decode step of an engine is three calls with no Python loop over sequences:
     m.batch_append(seq_ids, new_tokens)      # one token per sequence, all-or-nothing

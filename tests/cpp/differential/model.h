@@ -1,6 +1,7 @@
-// Differential test of the block manager: the model. A deliberately plain re-statement of DESIGN §4 and
-// §6 and of kvblock.h (std::list free queue with O(N) removal, std::map index, per-sequence token
-// vectors, xxh64 over the documented byte layout) that the library is compared against after every step.
+// Differential test of the block manager: the model. A deliberately plain re-statement of
+// docs/ARCHITECTURE.md ("Design rules") and of kvblock.h (std::list free queue with O(N) removal, std::map
+// index, per-sequence token vectors, xxh64 over the documented byte layout) that the library is compared
+// against after every step.
 // This file holds the model's state; its operations are defined by concern in
 //   model_hash.h    the public chain hash and the model's index keys
 //   model_pool.h    the free queue, the device index and the events
@@ -110,7 +111,7 @@ struct Model {
   std::vector<MBlock> blk;
   std::list<int32_t> freeq;  // front = head
   // With groups: cached blocks a window released while their sequence runs, oldest first. Free blocks,
-  // taken only when freeq is empty (kvblock.h "Eviction order with groups").
+  // taken only when freeq is empty (docs/ARCHITECTURE.md "Eviction order with groups").
   std::list<int32_t> parked;
   std::vector<int64_t> parked_for;  // the sequence whose window parked each parked block (last to park it)
   std::map<uint64_t, int32_t> index;
@@ -118,7 +119,7 @@ struct Model {
   std::vector<MBlock> host;  // content descriptions of host blocks
   // Host blocks that hold nothing, a stack (back is taken next; block 0 first at start).
   std::vector<int32_t> host_free;
-  // Host cache level (kvblock.h "Host cache"): cached host blocks are in host_index and, unless pinned
+  // Host cache level (docs/ARCHITECTURE.md "Host tier"): cached host blocks are in host_index and, unless pinned
   // by pending loads (host[h].ref > 0), in host_lru (least recently used first) or, when the device
   // index holds the same key (twin[h] = that device block), in host_twins (oldest first).
   std::map<uint64_t, int32_t> host_index;

@@ -1,5 +1,6 @@
-// Differential test of the block manager: the model's hashes. The public chain hash is DESIGN §4's
-// xxh64 layout (checked against kvb_hash_tokens by hash_compat); the index key is the model's own.
+// Differential test of the block manager: the model's hashes. The public chain hash is the xxh64
+// layout of docs/ARCHITECTURE.md, "Hash chain" (checked against kvb_hash_tokens by hash_compat); the
+// index key is the model's own.
 #pragma once
 
 #include <xxhash.h>
@@ -13,7 +14,8 @@ void put_u64(std::vector<unsigned char>& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<unsigned char>(v >> (8 * i)));
 }
 
-// DESIGN §4: xxh64 (seed 0) over [parent hash or salt, u64 LE] + tokens (i64 LE) + [extra key, u64 LE].
+// docs/ARCHITECTURE.md, "Hash chain": xxh64 (seed 0) over [parent hash or salt, u64 LE] + tokens
+// (i64 LE) + [extra key, u64 LE].
 uint64_t model_hash(bool has_parent, uint64_t parent, const int64_t* toks, size_t n, bool has_extra, uint64_t extra) {
   std::vector<unsigned char> bytes;
   if (has_parent) put_u64(bytes, parent);

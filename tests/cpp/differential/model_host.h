@@ -1,5 +1,5 @@
 // Differential test of the block manager, the model (model.h): host blocks, shared by the host cache
-// level (kvblock.h "Host cache": write-back of evicted blocks, LRU and twin lists, loads) and swapping.
+// level (docs/ARCHITECTURE.md "Host tier": write-back of evicted blocks, LRU and twin lists, loads) and swapping.
 // With KV cache groups a host block keeps its group (its key is the group's), and a sequence swaps as
 // one: every group's held blocks, group 0's first.
 #pragma once

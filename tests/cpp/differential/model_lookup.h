@@ -1,6 +1,7 @@
 // Differential test of the block manager, the model (model.h): the prefix lookup of allocate and
 // can_allocate, and the hit valid for every KV cache group as kvblock.h states it. Without groups there
-// is one full group, whose rule is DESIGN §4's: the longest cached prefix, stopping at the first miss.
+// is one full group, whose rule is that of docs/ARCHITECTURE.md, "Sequences": the longest cached
+// prefix, stopping at the first miss.
 // With the host cache a block is cached on the device (looked up first) or on the host level.
 #pragma once
 

@@ -1,5 +1,6 @@
 // Differential test of the block manager, the model (model.h): the one free queue all groups share, the
-// device prefix index and the events it emits (DESIGN §4, kvblock.h "Events").
+// device prefix index and the events it emits (docs/ARCHITECTURE.md, "Free queue and eviction";
+// kvblock.h "Events").
 #pragma once
 
 #include "model.h"
@@ -70,7 +71,7 @@ void Model::index_erase(int32_t b) {  // b is indexed
 
 // ---- the free queue ----
 
-// The free queue's head, else the parked queue's (kvblock.h "Eviction order with groups"); a cached
+// The free queue's head, else the parked queue's (docs/ARCHITECTURE.md "Eviction order with groups"); a cached
 // block there is evicted.
 int32_t Model::take_free() {
   std::list<int32_t>& q = freeq.empty() ? parked : freeq;

@@ -90,7 +90,7 @@ kvb_status Model::allocate(int64_t id, const std::vector<int64_t>& t, const Opts
 // Sliding window with sinks: every held block wholly before the window of the first query still to
 // come (position `computed`: [computed + 1 - window, computed]) and past the first `sink` tokens is
 // released (ascending order), except the block of the last computed token. With groups a cached block
-// is parked and remembered (kvblock.h "Eviction order with groups").
+// is parked and remembered (docs/ARCHITECTURE.md, "Eviction order with groups").
 void Model::apply_window(const MSeq& s, MTable& t) {
   if (t.window == 0 || s.computed == 0) return;
   size_t before = s.computed + 1 > t.window ? s.computed + 1 - t.window : 0;
@@ -221,7 +221,7 @@ kvb_status Model::append(int64_t id, const std::vector<int64_t>& tok) {
 
 // Free: last block first. With groups every group at each block index (group 0's block i, group 1's,
 // ..., then block i - 1), a block a window released taking its place there while it still holds the
-// sequence's content (kvblock.h "Eviction order with groups").
+// sequence's content (docs/ARCHITECTURE.md, "Eviction order with groups").
 kvb_status Model::free_seq(int64_t id) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;

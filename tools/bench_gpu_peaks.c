@@ -75,9 +75,9 @@ static int sym(void* so, const char* name, void* fn_out) {
 
 static int load_cudart(cudart* rt, char* why, size_t whylen) {
   static const char* const names[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so",
-                                      "/usr/local/cuda/lib64/libcudart.so"};
+                                      "/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so"};
   memset(rt, 0, sizeof *rt);
-  if (!(rt->so = open_first("KVB_CUDART", names, 4, why, whylen))) return 0;
+  if (!(rt->so = open_first("KVB_CUDART", names, 5, why, whylen))) return 0;
 #define SYM(field, name)                                                        \
   if (!sym(rt->so, name, &rt->field)) {                                        \
     snprintf(why, whylen, "the CUDA runtime has no %s", name);                  \
@@ -196,14 +196,14 @@ static void d2d_ceiling(kenv* e, const cudart* rt) {
 
 static void gemm_ceiling(kenv* e, const cudart* rt) {
   static const char* const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
-                                      "/usr/local/cuda/lib64/libcublas.so"};
+                                      "/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so"};
   fn_blas_create create;
   fn_blas_destroy destroy;
   gemm_op g;
   size_t bytes;
   double secs;
   int st;
-  void* so = open_first("KVB_CUBLAS", names, 4, e->tc_why, sizeof e->tc_why);
+  void* so = open_first("KVB_CUBLAS", names, 5, e->tc_why, sizeof e->tc_why);
   if (!so) return;
   memset(&g, 0, sizeof g);
   g.n = e->quick ? 4096 : 8192;

@@ -20,7 +20,8 @@ if [ -n "$xxh" ]; then cp -L "$xxh" "$pack/lib/$(basename "$xxh" | sed 's/\(\.so
 # The runtime the tool dlopens for its D2D copy and GEMM ceilings (libcublas is too large to carry: the
 # GPU machine's CUDA toolkit or torch's nvidia-cublas provides it; run.sh looks for both).
 cudart=$(ls "${CUDA_HOME:-/usr/local/cuda}"/lib64/libcudart.so.[0-9]* 2>/dev/null | head -n 1 || true)
-if [ -n "$cudart" ]; then cp -L "$cudart" "$pack/lib/"; fi
+# Kept out of lib/ (on LD_LIBRARY_PATH): torch must keep loading its own runtime.
+if [ -n "$cudart" ]; then mkdir -p "$pack/lib/cudart" && cp -L "$cudart" "$pack/lib/cudart/"; fi
 
 strip -o "$pack/bin/kvblock" "$build/bin/kvblock"
 for t in "$@"; do strip -o "$pack/tests/$t" "$build/tests/$t"; done

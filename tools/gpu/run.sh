@@ -35,6 +35,25 @@ export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KVBLOCK_LIB="${KVBLOCK_LIB:-$here/lib/libkvblock.so.0}"
 export KVBLOCK_CDEF="${KVBLOCK_CDEF:-$here/lib/kvblock_cdef.h}"
 
+# The CUDA toolkit's tools may be installed without being on PATH.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+  /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
+# The CUDA runtime the tool loads for its ceilings: the machine's, else the packed one.
+if [ -z "${KVB_CUDART:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so\.' &&
+   ! ls /usr/local/cuda/lib64/libcudart.so.* >/dev/null 2>&1; then
+  packed=$(ls "$here"/lib/cudart/libcudart.so.* 2>/dev/null | head -n 1)
+  [ -n "$packed" ] && export KVB_CUDART="$packed"
+fi
+# cuBLAS for the tool's tensor-core ceiling: the loader's or the toolkit's, else torch's nvidia-cublas.
+if [ -z "${KVB_CUBLAS:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.' &&
+   ! ls /usr/local/cuda/lib64/libcublas.so.* >/dev/null 2>&1; then
+  cublas=$(python3 -c 'import glob, site, sys
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for f in sorted(glob.glob(d + "/nvidia/**/libcublas.so.*", recursive=True)):
+        print(f); sys.exit()' 2>/dev/null)
+  [ -n "$cublas" ] && export KVB_CUBLAS="$cublas"
+fi
+
 gpu=0
 if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then gpu=1; fi
 
@@ -84,12 +103,12 @@ san_pids=()
 san_names=()
 san_start=$(date +%s)
 if [ $quick = 0 ]; then
-  if [ $gpu = 1 ] && command -v compute-sanitizer >/dev/null; then
+  if [ $gpu = 1 ] && [ -n "$sanitizer" ]; then
     for spec in memcheck:cpp_kernels_ops memcheck:cpp_kernels_prefill memcheck:cpp_kernels_attention \
                 memcheck:cpp_kernels_bad_input racecheck:cpp_kernels_prefill racecheck:cpp_kernels_attention; do
       tool=${spec%%:*} t=${spec#*:}
       name="${tool}_${t#cpp_}"
-      ( KVB_TEST_QUICK=1 timeout 170 compute-sanitizer --tool "$tool" --error-exitcode 1 "$here/tests/$t" \
+      ( KVB_TEST_QUICK=1 timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 1 "$here/tests/$t" \
           >"$out/$name.log" 2>&1; echo $? >"$out/$name.rc" ) &
       san_pids+=($!)
       san_names+=("$name")

@@ -144,7 +144,11 @@ fi
 export PYTHONPATH="$here/python:$here/python/gpu:$site${PYTHONPATH:+:$PYTHONPATH}"
 if [ $pyok = 1 ]; then
   py_args=(--out "$out/python_bench.md")
-  [ $quick = 1 ] && py_args+=(--quick)
+  # The run stays under about 4 minutes: when the steps before took long, the bench's short shapes only.
+  if [ $quick = 1 ] || [ $(( $(date +%s) - t_start )) -gt 150 ]; then
+    py_args+=(--quick)
+    [ $quick = 0 ] && echo "  (python_bench: --quick, $(( $(date +%s) - t_start )) s already spent)"
+  fi
   run_step python_bench 170 python3 "$here/python/gpu/bench_torch.py" "${py_args[@]}"
   if grep -q 'python GPU bench skipped' "$out/python_bench.log"; then
     secs=$(echo "${results[-1]}" | cut -d'|' -f3)

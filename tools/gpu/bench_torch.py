@@ -17,7 +17,7 @@ import argparse
 import math
 import sys
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 TOL = {"float16": 3e-3, "bfloat16": 2e-2, "float32": 1e-4}
 L2_ROTATE_BYTES = 200 << 20   # decode working sets below this are rotated over copies (H100 L2: 50 MB)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +69,19 @@ def _decode(kvb: Any, s: Any, row: Any, tol: float, rotate_bytes: int) -> None:
     lens = [s.tokens] + [s.tokens - random.randrange(s.bs) for _ in range(s.seqs - 1)]
     kv_bytes = sum(lens) * s.hkv * s.d * _elem(s.dtype) * 2
     copies = 1 if kv_bytes >= rotate_bytes else math.ceil(rotate_bytes / kv_bytes)
+    _decode_kvb(kvb, s, row, tol, lens, copies, kv_bytes)  # its cache is freed before torch's tensors
+    # torch on contiguous K/V of the full length (as many copies as were rotated above)
+    q4 = [torch.randn(s.seqs, s.hq, 1, s.d, dtype=dt, device="cuda") for _ in range(copies)]
+    ks = [torch.randn(s.seqs, s.tokens, s.hkv, s.d, dtype=dt, device="cuda").transpose(1, 2) for _ in range(copies)]
+    vs = [torch.randn_like(k) for k in ks]
+    row.torch_us = {name: _sdpa_time(be, q4, ks, vs, causal=False, mask=None) for name, be in BACKENDS.items()}
+    if copies > 1:
+        row.note = (row.note + "; " if row.note else "") + f"rotated over {copies} copies"
+
+
+def _decode_kvb(kvb: Any, s: Any, row: Any, tol: float, lens: List[int], copies: int, kv_bytes: int) -> None:
+    """libkvblock's paged decode: checked against the fp32 reference, then timed over the copies."""
+    dt = getattr(torch, s.dtype)
     pc = Paged(kvb, s, lens, copies)
     qs = [torch.randn(s.seqs, s.hq, s.d, dtype=dt, device="cuda") for _ in range(copies)]
     outs = [torch.empty_like(qs[0]) for _ in range(copies)]
@@ -95,14 +108,6 @@ def _decode(kvb: Any, s: Any, row: Any, tol: float, rotate_bytes: int) -> None:
     row.rate = f"{kv_bytes / (t / copies) / 1e12:.2f} TB/s"
     if how != "graph":
         row.note = "kvb timed eager"
-    del pc, outs
-    # torch on contiguous K/V of the full length (as many copies as were rotated above)
-    q4 = [q.unsqueeze(2) for q in qs]
-    ks = [torch.randn(s.seqs, s.tokens, s.hkv, s.d, dtype=dt, device="cuda").transpose(1, 2) for _ in range(copies)]
-    vs = [torch.randn_like(k) for k in ks]
-    row.torch_us = {name: _sdpa_time(be, q4, ks, vs, causal=False, mask=None) for name, be in BACKENDS.items()}
-    if copies > 1:
-        row.note = (row.note + "; " if row.note else "") + f"rotated over {copies} copies"
 
 
 def _combine(errs: List[Tuple[float, float]]) -> float:
@@ -113,6 +118,24 @@ def _combine(errs: List[Tuple[float, float]]) -> float:
 
 
 def _prefill(kvb: Any, s: Any, row: Any, tol: float) -> None:
+    dt = getattr(torch, s.dtype)
+    _prefill_kvb(kvb, s, row, tol)  # its cache is freed before torch's tensors
+    if s.decodes:  # a ragged mixed batch: SDPA has no such call
+        row.torch_us = {}
+        return
+    L = s.cached + s.tokens
+    qt = [torch.randn(s.seqs, s.tokens, s.hq, s.d, dtype=dt, device="cuda").transpose(1, 2)]
+    kt = [torch.randn(s.seqs, L, s.hkv, s.d, dtype=dt, device="cuda").transpose(1, 2)]
+    vt = [torch.randn_like(kt[0])]
+    mask = None
+    if s.cached:  # extend: the new rows sit at the end of their sequence (causal, lower-right aligned)
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(s.tokens, L)
+    row.torch_us = {name: _sdpa_time(be, qt, kt, vt, causal=not s.cached, mask=mask) for name, be in BACKENDS.items()}
+
+
+def _prefill_kvb(kvb: Any, s: Any, row: Any, tol: float) -> None:
+    """libkvblock's prefill over a ragged batch (prompts, then decode rows): checked, then timed."""
     dt = getattr(torch, s.dtype)
     seq_q = [s.tokens] * s.seqs + [1] * s.decodes
     lens = [s.cached + s.tokens] * s.seqs + [s.decode_ctx + 1] * s.decodes
@@ -147,19 +170,6 @@ def _prefill(kvb: Any, s: Any, row: Any, tol: float) -> None:
     row.rate = f"{flops / t / 1e12:.1f} TFLOP/s"
     if how != "graph":
         row.note = "kvb timed eager"
-    del pc, out
-    if s.decodes:  # a ragged mixed batch: SDPA has no such call
-        row.torch_us = {}
-        return
-    L = s.cached + s.tokens
-    qt = [torch.randn(s.seqs, s.tokens, s.hq, s.d, dtype=dt, device="cuda").transpose(1, 2)]
-    kt = [torch.randn(s.seqs, L, s.hkv, s.d, dtype=dt, device="cuda").transpose(1, 2)]
-    vt = [torch.randn_like(kt[0])]
-    mask = None
-    if s.cached:
-        from torch.nn.attention.bias import causal_lower_right
-        mask = causal_lower_right(s.tokens, L)
-    row.torch_us = {name: _sdpa_time(be, qt, kt, vt, causal=not s.cached, mask=mask) for name, be in BACKENDS.items()}
 
 
 def _sdpa_time(backend: Any, qs: List[torch.Tensor], ks: List[torch.Tensor], vs: List[torch.Tensor], *,

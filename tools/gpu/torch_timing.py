@@ -56,7 +56,6 @@ def copy_ceiling_gbps() -> float:
     src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     t, _ = time_gpu(lambda: dst.copy_(src))
-    del src, dst
     return 2 * n / t / 1e9
 
 
@@ -66,7 +65,6 @@ def gemm_ceiling_tflops(n: int = 8192) -> float:
     b = torch.randn(n, n, dtype=torch.float16, device="cuda")
     c = torch.empty(n, n, dtype=torch.float16, device="cuda")
     t, _ = time_gpu(lambda: torch.mm(a, b, out=c))
-    del a, b, c
     return 2 * n ** 3 / t / 1e12
 
 

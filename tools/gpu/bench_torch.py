@@ -63,6 +63,21 @@ SHAPES: List[Shape] = [
 ]
 
 
+# --cpu-smoke: every kind of row above, small, through libkvblock's CPU kernels (no timing comparison).
+SMOKE_SHAPES: List[Shape] = [
+    Shape("decode 4x200", "decode", 4, 200),
+    Shape("decode 2x100 Hq64/Hkv8", "decode", 2, 100, hq=64, hkv=8),
+    Shape("decode 2x100 D256", "decode", 2, 100, d=256),
+    Shape("decode 2x150 block 8", "decode", 2, 150, bs=8),
+    Shape("decode 2x150 block 64", "decode", 2, 150, bs=64),
+    Shape("prefill 1x64", "prefill", 1, 64),
+    Shape("extend 2x32 over 40", "prefill", 2, 32, cached=40),
+    Shape("mixed 2x16 + 5 dec@50", "prefill", 2, 16, decodes=5, decode_ctx=50),
+    Shape("prefill 1x48 bf16", "prefill", 1, 48, dtype="bfloat16"),
+    Shape("prefill 2x20 over 37 fp32", "prefill", 2, 20, cached=37, dtype="float32"),
+]
+
+
 @dataclass
 class Row:
     shape: Shape
@@ -78,39 +93,47 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the shapes marked quick only")
     p.add_argument("--out", help="also write the table (markdown) here")
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="small shapes on libkvblock's CPU kernels: tests this script where no GPU is")
     a = p.parse_args()
     try:
         import torch
     except Exception as e:  # noqa: BLE001 - any import failure means: nothing to measure here
         return _skip(a.out, f"torch does not import ({type(e).__name__}: {e})")
-    if not torch.cuda.is_available():
+    if not a.cpu_smoke and not torch.cuda.is_available():
         return _skip(a.out, "torch has no usable CUDA device")
     import kvblock
-    if kvblock.cuda_device_count() == 0:
+    if not a.cpu_smoke and kvblock.cuda_device_count() == 0:
         return _skip(a.out, f"libkvblock ({kvblock._lib.LIBRARY_PATH}) sees no CUDA device or was built without CUDA")
-    from torch_cases import run_shape  # noqa: E402 - needs torch
+    import torch_cases  # noqa: E402 - needs torch
     from torch_timing import copy_ceiling_gbps, gemm_ceiling_tflops
 
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be fp32
     torch.backends.cudnn.allow_tf32 = False
-    lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, library {kvblock._lib.LIBRARY_PATH}"]
-    copy, gemm = copy_ceiling_gbps(), gemm_ceiling_tflops()
-    lines.append(f"ceilings (torch, same run): D2D copy 1 GiB {copy:,.0f} GB/s (read + write), "
-                 f"fp16 GEMM 8192^3 {gemm:,.1f} TFLOP/s")
+    if a.cpu_smoke:
+        torch_cases.DEV = "cpu"
+        lines = [f"CPU smoke run (no timing comparison): torch {torch.__version__}, library {kvblock._lib.LIBRARY_PATH}"]
+        copy = gemm = float("nan")
+    else:
+        lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, library {kvblock._lib.LIBRARY_PATH}"]
+        copy, gemm = copy_ceiling_gbps(), gemm_ceiling_tflops()
+        lines.append(f"ceilings (torch, same run): D2D copy 1 GiB {copy:,.0f} GB/s (read + write), "
+                     f"fp16 GEMM 8192^3 {gemm:,.1f} TFLOP/s")
     print(lines[-1], flush=True)
     rows = []
-    for s in SHAPES:
+    for s in (SMOKE_SHAPES if a.cpu_smoke else SHAPES):
         if a.quick and not s.quick:
             continue
         row = Row(s)
         try:
-            run_shape(kvblock, s, row, TOL[s.dtype], L2_ROTATE_BYTES)
+            torch_cases.run_shape(kvblock, s, row, TOL[s.dtype], 0 if a.cpu_smoke else L2_ROTATE_BYTES)
         except Exception as e:  # noqa: BLE001 - one shape's failure is reported, the others still run
             row.note = f"{type(e).__name__}: {e}"[:160]
             row.ok = False
         rows.append(row)
         print(_line(row, copy, gemm), flush=True)
-        torch.cuda.empty_cache()
+        if not a.cpu_smoke:
+            torch.cuda.empty_cache()
     table = _table(rows, copy, gemm)
     text = "\n".join(lines + [""] + table)
     print("\n" + text)
@@ -153,7 +176,9 @@ HEADER = ["shape", "kvb us", "kvb rate", "of ceiling", "flash us", "cudnn us", "
 
 def _cells(row: Row, copy: float, gemm: float) -> List[str]:
     of = "-"
-    if row.rate.endswith("TB/s"):
+    if math.isnan(copy) or math.isnan(gemm):
+        pass
+    elif row.rate.endswith("TB/s"):
         of = f"{100 * float(row.rate.split()[0]) * 1e3 / copy:.0f}% of copy"
     elif row.rate.endswith("TFLOP/s"):
         of = f"{100 * float(row.rate.split()[0]) / gemm:.0f}% of GEMM"

@@ -14,8 +14,23 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from torch_timing import attention_ref, rel_err, time_gpu
 
+# "cuda"; "cpu" for --cpu-smoke, a run of the same code paths on small shapes without a GPU (libkvblock's
+# CPU kernels, the reference, the table), so that the script is tested where no GPU is.
+DEV = "cuda"
+
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def _stream() -> Any:
+    """The stream torch is using now (the capture stream inside a CUDA graph capture); None on the CPU."""
+    return torch.cuda.current_stream() if DEV == "cuda" else None
+
+
+def _take_fault(kvb: Any, cache: Any) -> None:
+    """Raises KernelFault when the CUDA kernel recorded bad input (a fault would leave rows NaN)."""
+    if DEV == "cuda":
+        kvb.take_fault(cache)
 
 
 class Paged:
@@ -26,9 +41,11 @@ class Paged:
         bs = s.bs
         nb = [(n + bs - 1) // bs for n in lens]
         total = sum(nb) * copies
-        self.cache = kvb.KVCache(1, total, bs, s.hkv, s.d, s.dtype, "cuda")
-        self.cache.k[0].normal_()
-        self.cache.v[0].normal_()
+        # torch tensors wrapped (KVCache on "cpu" would allocate numpy arrays, which have no bfloat16)
+        shape = (total, bs, s.hkv, s.d)
+        k = torch.randn(shape, dtype=getattr(torch, s.dtype), device=DEV)
+        v = torch.randn(shape, dtype=getattr(torch, s.dtype), device=DEV)
+        self.cache = kvb.KVCache.wrap([k], [v])
         perm = torch.randperm(total, device="cpu").tolist()
         width = max(nb)
         self.tables = []
@@ -37,9 +54,9 @@ class Paged:
             t = torch.full((len(lens), width), -1, dtype=torch.int32)
             for i, n in enumerate(nb):
                 t[i, :n] = torch.tensor([next(it) for _ in range(n)], dtype=torch.int32)
-            self.tables.append(t.cuda())
+            self.tables.append(t.to(DEV))
         self.lens = lens
-        self.seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        self.seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEV)
 
     def kv(self, seq: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Sequence seq's K and V of copy 0, [len, Hkv, D], gathered through its block table."""
@@ -59,6 +76,11 @@ def run_shape(kvb: Any, s: Any, row: Any, tol: float, rotate_bytes: int) -> None
         _prefill(kvb, s, row, tol)
 
 
+def _backends() -> dict:
+    """The SDPA backends compared with: flash and cuDNN exist on CUDA only; the CPU smoke run times none."""
+    return BACKENDS if DEV == "cuda" else {}
+
+
 def _elem(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
@@ -71,10 +93,10 @@ def _decode(kvb: Any, s: Any, row: Any, tol: float, rotate_bytes: int) -> None:
     copies = 1 if kv_bytes >= rotate_bytes else math.ceil(rotate_bytes / kv_bytes)
     _decode_kvb(kvb, s, row, tol, lens, copies, kv_bytes)  # its cache is freed before torch's tensors
     # torch on contiguous K/V of the full length (as many copies as were rotated above)
-    q4 = [torch.randn(s.seqs, s.hq, 1, s.d, dtype=dt, device="cuda") for _ in range(copies)]
-    ks = [torch.randn(s.seqs, s.tokens, s.hkv, s.d, dtype=dt, device="cuda").transpose(1, 2) for _ in range(copies)]
+    q4 = [torch.randn(s.seqs, s.hq, 1, s.d, dtype=dt, device=DEV) for _ in range(copies)]
+    ks = [torch.randn(s.seqs, s.tokens, s.hkv, s.d, dtype=dt, device=DEV).transpose(1, 2) for _ in range(copies)]
     vs = [torch.randn_like(k) for k in ks]
-    row.torch_us = {name: _sdpa_time(be, q4, ks, vs, causal=False, mask=None) for name, be in BACKENDS.items()}
+    row.torch_us = {name: _sdpa_time(be, q4, ks, vs, causal=False, mask=None) for name, be in _backends().items()}
     if copies > 1:
         row.note = (row.note + "; " if row.note else "") + f"rotated over {copies} copies"
 
@@ -83,30 +105,30 @@ def _decode_kvb(kvb: Any, s: Any, row: Any, tol: float, lens: List[int], copies:
     """libkvblock's paged decode: checked against the fp32 reference, then timed over the copies."""
     dt = getattr(torch, s.dtype)
     pc = Paged(kvb, s, lens, copies)
-    qs = [torch.randn(s.seqs, s.hq, s.d, dtype=dt, device="cuda") for _ in range(copies)]
+    qs = [torch.randn(s.seqs, s.hq, s.d, dtype=dt, device=DEV) for _ in range(copies)]
     outs = [torch.empty_like(qs[0]) for _ in range(copies)]
 
     outs[0].fill_(float("nan"))
     kvb.paged_attention(pc.cache, 0, qs[0], pc.tables[0], pc.seq_lens, outs[0],
-                        stream=torch.cuda.current_stream())
-    kvb.take_fault(pc.cache)  # raises on a fault the kernel recorded
+                        stream=_stream())
+    _take_fault(kvb, pc.cache)
     errs = []
     for i in range(s.seqs):
         k, v = pc.kv(i)
-        ref = attention_ref(qs[0][i:i + 1], k, v, torch.tensor([lens[i] - 1], device="cuda"))
+        ref = attention_ref(qs[0][i:i + 1], k, v, torch.tensor([lens[i] - 1], device=DEV))
         errs.append((rel_err(outs[0][i:i + 1], ref), float(torch.linalg.vector_norm(ref.double()))))
     row.err = _combine(errs)
     row.ok = row.err < tol
 
     def call() -> None:
-        st = torch.cuda.current_stream()
+        st = _stream()
         for c in range(copies):
             kvb.paged_attention(pc.cache, 0, qs[c], pc.tables[c], pc.seq_lens, outs[c], stream=st)
 
     t, how = time_gpu(call)
     row.kvb_us = t / copies * 1e6
     row.rate = f"{kv_bytes / (t / copies) / 1e12:.2f} TB/s"
-    if how != "graph":
+    if how == "eager":  # capture failed: launch overhead included
         row.note = "kvb timed eager"
 
 
@@ -124,14 +146,14 @@ def _prefill(kvb: Any, s: Any, row: Any, tol: float) -> None:
         row.torch_us = {}
         return
     L = s.cached + s.tokens
-    qt = [torch.randn(s.seqs, s.tokens, s.hq, s.d, dtype=dt, device="cuda").transpose(1, 2)]
-    kt = [torch.randn(s.seqs, L, s.hkv, s.d, dtype=dt, device="cuda").transpose(1, 2)]
+    qt = [torch.randn(s.seqs, s.tokens, s.hq, s.d, dtype=dt, device=DEV).transpose(1, 2)]
+    kt = [torch.randn(s.seqs, L, s.hkv, s.d, dtype=dt, device=DEV).transpose(1, 2)]
     vt = [torch.randn_like(kt[0])]
     mask = None
     if s.cached:  # extend: the new rows sit at the end of their sequence (causal, lower-right aligned)
         from torch.nn.attention.bias import causal_lower_right
         mask = causal_lower_right(s.tokens, L)
-    row.torch_us = {name: _sdpa_time(be, qt, kt, vt, causal=not s.cached, mask=mask) for name, be in BACKENDS.items()}
+    row.torch_us = {name: _sdpa_time(be, qt, kt, vt, causal=not s.cached, mask=mask) for name, be in _backends().items()}
 
 
 def _prefill_kvb(kvb: Any, s: Any, row: Any, tol: float) -> None:
@@ -143,32 +165,32 @@ def _prefill_kvb(kvb: Any, s: Any, row: Any, tol: float) -> None:
     starts = [0]
     for n in seq_q:
         starts.append(starts[-1] + n)
-    query_start = torch.tensor(starts, dtype=torch.int32, device="cuda")
-    q = torch.randn(starts[-1], s.hq, s.d, dtype=dt, device="cuda")
+    query_start = torch.tensor(starts, dtype=torch.int32, device=DEV)
+    q = torch.randn(starts[-1], s.hq, s.d, dtype=dt, device=DEV)
     out = torch.empty_like(q)
     flops = sum((n * (L - n) + n * (n + 1) / 2) * s.hq * s.d * 4 for n, L in zip(seq_q, lens))
 
     out.fill_(float("nan"))
     kvb.prefill_attention(pc.cache, 0, q, query_start, pc.seq_lens, pc.tables[0], out,
-                          stream=torch.cuda.current_stream())
-    kvb.take_fault(pc.cache)
+                          stream=_stream())
+    _take_fault(kvb, pc.cache)
     errs = []
     for i, (n, L) in enumerate(zip(seq_q, lens)):
         k, v = pc.kv(i)
         a, b = starts[i], starts[i + 1]
-        ref = attention_ref(q[a:b], k, v, torch.arange(L - n, L, device="cuda"))
+        ref = attention_ref(q[a:b], k, v, torch.arange(L - n, L, device=DEV))
         errs.append((rel_err(out[a:b], ref), float(torch.linalg.vector_norm(ref.double()))))
     row.err = _combine(errs)
     row.ok = row.err < tol
 
     def call() -> None:
         kvb.prefill_attention(pc.cache, 0, q, query_start, pc.seq_lens, pc.tables[0], out,
-                              stream=torch.cuda.current_stream())
+                              stream=_stream())
 
     t, how = time_gpu(call)
     row.kvb_us = t * 1e6
     row.rate = f"{flops / t / 1e12:.1f} TFLOP/s"
-    if how != "graph":
+    if how == "eager":  # capture failed: launch overhead included
         row.note = "kvb timed eager"
 
 
@@ -196,7 +218,8 @@ def _sdpa_time(backend: Any, qs: List[torch.Tensor], ks: List[torch.Tensor], vs:
                 warnings.simplefilter("ignore")
                 t, how = time_gpu(call)
         except Exception:  # noqa: BLE001 - the backend refuses: try the repeated K/V, then give up
-            torch.cuda.synchronize()
+            if DEV == "cuda":
+                torch.cuda.synchronize()
             continue
         finally:
             if repeat:

@@ -3,6 +3,7 @@ fallback, the device's ceilings measured through torch, and fp32 attention refer
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -24,7 +25,15 @@ def _events_time(fn: Callable[[], None], calls: int) -> float:
 
 def time_gpu(fn: Callable[[], None]) -> Tuple[float, str]:
     """(median seconds per call, how): fn captured in a CUDA graph of n calls and replayed REPLAYS times
-    (kernel time without the Python call), or, when capture fails, n eager calls between events."""
+    (kernel time without the Python call), or, when capture fails, n eager calls between events. Without
+    CUDA (the CPU smoke run): three calls on the host clock."""
+    if not torch.cuda.is_available():
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[1], "cpu"
     fn()
     fn()
     torch.cuda.synchronize()

@@ -103,7 +103,7 @@ $(STLIB): $(LIB_OBJS) $(LINK_STAMP)
 # The tool is a plain C consumer of the shared library.
 $(TOOL): $(TOOL_OBJS) $(SHLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
+	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm -ldl -pthread
 
 $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvblock.h $(SHLIB)
 	@mkdir -p $(dir $@)
@@ -165,7 +165,7 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 
 clean:
-	rm -rf build build-san build-kern kvblock.pc
+	rm -rf build build-san build-kern build-gpu kvblock.pc
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
@@ -181,6 +181,21 @@ $(BUILD)/kvblock_cdef.h: abi/kvblock.h
 	@mkdir -p $(dir $@)
 	$(CC) -E -P -DKVB_CDEF $< > $@.tmp && mv $@.tmp $@
 tests: $(BUILD)/kvblock_cdef.h
+
+# ---- One GPU run: built and packed here, run there -------------------------------------------------
+# `make gpu-check [GPU_ARCH=sm_90]` builds the library, the tool and the CUDA tests for one architecture
+# in build-gpu/ (never mixed with build/) and packs what a bare GPU machine needs into build-gpu/pack/
+# (tools/gpu/pack.sh: stripped binaries, libxxhash, the Python package, cffi wheels, run.sh). There:
+# `bash build-gpu/pack/run.sh OUT_DIR [--quick]` (tools/gpu/run.sh says what it runs).
+.PHONY: gpu-check
+GPU_ARCH  ?= sm_90
+GPU_BUILD := build-gpu
+GPU_TESTS := c_prefill_bad_input $(patsubst tests/cpp/%.cpp,cpp_%,$(wildcard tests/cpp/kernels_*.cpp))
+gpu-check:
+	@test -n "$(NVCC)" || { echo "make gpu-check: needs nvcc (CUDA toolkit); none found" >&2; exit 1; }
+	$(MAKE) BUILD=$(GPU_BUILD) CUDA_ARCHS="-gencode arch=compute_$(GPU_ARCH:sm_%=%),code=$(GPU_ARCH)" \
+	  lib tool cdef $(GPU_TESTS:%=$(GPU_BUILD)/tests/%)
+	sh tools/gpu/pack.sh $(GPU_BUILD) $(GPU_BUILD)/pack $(GPU_ARCH) $(GPU_TESTS)
 
 # ---- Reliability variants: fuzzing, ThreadSanitizer, valgrind ----------------------------------------
 # `make fuzz`: libFuzzer (clang, ASan+UBSan) over the C API (tests/fuzz/fuzz_capi.cpp), seeded from

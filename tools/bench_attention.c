@@ -48,7 +48,14 @@ static int kc_alloc_fp32(kenv* e, kcache* c, uint32_t nblocks) {
   return kc_upload(e, c);
 }
 
-static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx) {
+/* The same allocation (same bytes, same blocks) seen head-major (HND): each kv head's block_size x
+   head_dim rows contiguous, heads one after the other within a block. The data is random either way. */
+static void relabel_hnd(kvb_cache_desc* d) {
+  d->head_stride = (int64_t)d->block_size * d->head_dim;
+  d->token_stride = d->head_dim;
+}
+
+static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx, int hnd) {
   uint32_t i, maxb = ctx / BS, nblocks = batch * maxb;
   size_t es = dtype == KVB_DTYPE_FP32 ? 4 : 2, qbytes = (size_t)batch * HQ * HD * es;
   kvb_status st;
@@ -62,6 +69,10 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
     fill32((float*)c->q.host.k, qbytes / 4, &e->seed);
   else
     fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
+  if (hnd) {
+    relabel_hnd(&c->cache.dev);
+    relabel_hnd(&c->cache.host);
+  }
   random_tables((int32_t*)c->tables.host.k, nblocks, &e->seed);
   for (i = 0; i < batch; i++) ((int32_t*)c->lens.host.k)[i] = (int32_t)ctx;
   kvb_attention_args_init(&c->a);
@@ -83,26 +94,31 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
 }
 
 int bench_attention(kenv* e) {
-  /* (batch, context, fp32?), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of
-     the PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: the goal's shapes
-     (fp16 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling (attention reads K
-     and V once, with every thread). */
-  static const uint32_t gpu[][3] = {{1, 4096, 0}, {32, 4096, 0}, {128, 2048, 0}, {64, 8192, 0}, {16, 32768, 0}, {0, 0, 0}};
-  static const uint32_t gpu_quick[][3] = {{8, 1024, 0}, {32, 512, 0}, {0, 0, 0}};
-  static const uint32_t cpu[][3] = {{1, 4096, 0}, {8, 4096, 0}, {32, 1024, 0}, {8, 4096, 1}, {0, 0, 0}};
-  static const uint32_t cpu_quick[][3] = {{4, 256, 0}, {8, 256, 0}, {4, 256, 1}, {0, 0, 0}};
-  const uint32_t(*shapes)[3] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
+  /* (batch, context, fp32?, HND?), ended by {0, 0}. GPU: one sequence (latency), then the throughput
+     shapes of the PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: the
+     goal's shapes (fp16 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling
+     (attention reads K and V once, with every thread), each goal shape also on a head-major (HND)
+     cache of the same bytes: a head's rows of a block contiguous instead of head_dim slices
+     num_kv_heads x head_dim apart (NHD). */
+  static const uint32_t gpu[][4] = {{1, 4096, 0, 0}, {32, 4096, 0, 0}, {128, 2048, 0, 0}, {64, 8192, 0, 0},
+                                    {16, 32768, 0, 0}, {0, 0, 0, 0}};
+  static const uint32_t gpu_quick[][4] = {{8, 1024, 0, 0}, {32, 512, 0, 0}, {0, 0, 0, 0}};
+  static const uint32_t cpu[][4] = {{1, 4096, 0, 0}, {8, 4096, 0, 0}, {8, 4096, 0, 1}, {32, 1024, 0, 0},
+                                    {8, 4096, 1, 0}, {8, 4096, 1, 1}, {0, 0, 0, 0}};
+  static const uint32_t cpu_quick[][4] = {{4, 256, 0, 0}, {8, 256, 0, 0}, {8, 256, 0, 1}, {4, 256, 1, 0},
+                                          {4, 256, 1, 1}, {0, 0, 0, 0}};
+  const uint32_t(*shapes)[4] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
   for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
-    uint32_t batch = shapes[s][0], ctx = shapes[s][1], fp32 = shapes[s][2];
-    snprintf(key, sizeof key, "attention_%s%ux%u", fp32 ? "fp32_" : "", batch, ctx);
+    uint32_t batch = shapes[s][0], ctx = shapes[s][1], fp32 = shapes[s][2], hnd = shapes[s][3];
+    snprintf(key, sizeof key, "attention_%s%ux%u%s", fp32 ? "fp32_" : "", batch, ctx, hnd ? "_hnd" : "");
     if (fp32)
-      snprintf(label, sizeof label, "paged_attention fp32 %u seqs x %u", batch, ctx);
+      snprintf(label, sizeof label, "paged_attention fp32 %u seqs x %u%s", batch, ctx, hnd ? " HND" : "");
     else
-      snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens", batch, ctx);
-    ok = attn_setup(e, &c, fp32 ? KVB_DTYPE_FP32 : KVB_DTYPE_FP16, batch, ctx) &&
+      snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens%s", batch, ctx, hnd ? " HND" : "");
+    ok = attn_setup(e, &c, fp32 ? KVB_DTYPE_FP32 : KVB_DTYPE_FP16, batch, ctx, (int)hnd) &&
          bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * (fp32 ? 4 : 2) * 2,
                    e->cuda ? CEIL_COPY : CEIL_READ, 0);
     attn_free(&c);

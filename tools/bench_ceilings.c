@@ -1,8 +1,9 @@
 /* bench_ceilings.c - the ceilings the kernel cases of `kvblock bench` are compared with, measured in the
    same run. CPU: a memcpy of a large buffer, read + write (2 x bytes / time), and a streaming read of it
-   by one thread per online CPU. GPU: kvb_copy_blocks of large dense 2 MiB blocks (read + write) for the
-   on-device figures and kvb_swap_blocks of the same blocks with KVB_SWAP_USE_MEMCPY between device and
-   page-locked host memory, one direction at a time (bytes / time), for the swaps. */
+   by one thread per online CPU. GPU: a large device-to-device cudaMemcpy and an fp16 GEMM through the
+   CUDA Toolkit (bench_gpu_peaks.c) for the on-device figures, and kvb_swap_blocks of 2 MiB blocks with
+   KVB_SWAP_USE_MEMCPY between device and page-locked host memory, one direction at a time (bytes /
+   time), for the swaps. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,53 +75,46 @@ int ceiling_cpu(kenv* e) {
   return ok;
 }
 
-typedef struct big_ctx {
+typedef struct swap_ctx {
   kvb_cache_desc dev, host;
-  int32_t* pairs;
+  int32_t* pairs; /* i -> i */
   uint32_t n;
-  int dir; /* 0 device copy, 1 device -> host, 2 host -> device */
-} big_ctx;
+  int to_host;
+} swap_ctx;
 
-static int call_big(void* p) {
-  big_ctx* c = (big_ctx*)p;
-  kvb_status st;
-  if (c->dir == 0) st = kvb_copy_blocks(&c->dev, 1, c->pairs, c->n, NULL);
-  else if (c->dir == 1) st = kvb_swap_blocks(&c->dev, &c->host, 1, c->pairs + 2 * c->n, c->n, KVB_SWAP_USE_MEMCPY, NULL);
-  else st = kvb_swap_blocks(&c->host, &c->dev, 1, c->pairs + 2 * c->n, c->n, KVB_SWAP_USE_MEMCPY, NULL);
-  if (st != KVB_OK) lib_error(c->dir ? "kvb_swap_blocks" : "kvb_copy_blocks", st);
+static int call_swap(void* p) {
+  swap_ctx* c = (swap_ctx*)p;
+  kvb_status st = c->to_host ? kvb_swap_blocks(&c->dev, &c->host, 1, c->pairs, c->n, KVB_SWAP_USE_MEMCPY, NULL)
+                             : kvb_swap_blocks(&c->host, &c->dev, 1, c->pairs, c->n, KVB_SWAP_USE_MEMCPY, NULL);
+  if (st != KVB_OK) lib_error("kvb_swap_blocks", st);
   return st == KVB_OK;
 }
 
-/* GPU: kvb_copy_blocks of n 2 MiB blocks (K and V: 1024 tokens x 8 heads x 128) to n others, read +
-   write; then kvb_swap_blocks of the first n blocks to and from page-locked host blocks, one way. */
+/* GPU: the D2D copy and tensor-core peaks (bench_gpu_peaks.c), then kvb_swap_blocks of n 2 MiB blocks
+   (K and V: 1024 tokens x 8 heads x 128) to and from page-locked host blocks, one way. */
 int ceiling_gpu(kenv* e) {
-  big_ctx c;
+  swap_ctx c;
   uint32_t i;
   double moved;
   int ok;
+  gpu_peaks(e);
   memset(&c, 0, sizeof c);
   c.n = e->quick ? 16 : 64;
   moved = (double)c.n * 2 * (2u << 20);
-  c.pairs = (int32_t*)xmalloc(4 * (size_t)c.n * sizeof *c.pairs);
-  for (i = 0; i < c.n; i++) {
-    c.pairs[2 * i] = (int32_t)i, c.pairs[2 * i + 1] = (int32_t)(c.n + i);            /* copy: i -> n + i */
-    c.pairs[2 * c.n + 2 * i] = (int32_t)i, c.pairs[2 * c.n + 2 * i + 1] = (int32_t)i; /* swap: i -> i */
-  }
-  e->ceil_name[CEIL_COPY] = "copy_blocks 2 MiB";
+  c.pairs = (int32_t*)xmalloc(2 * (size_t)c.n * sizeof *c.pairs);
+  for (i = 0; i < c.n; i++) c.pairs[2 * i] = c.pairs[2 * i + 1] = (int32_t)i;
   e->ceil_name[CEIL_D2H] = "D2H 2 MiB";
   e->ceil_name[CEIL_H2D] = "H2D 2 MiB";
-  ok = cache_alloc(&c.dev, 1, 2 * c.n, 1024, HKV, HD) && cache_alloc(&c.host, 0, c.n, 1024, HKV, HD);
+  ok = cache_alloc(&c.dev, 1, c.n, 1024, HKV, HD) && cache_alloc(&c.host, 0, c.n, 1024, HKV, HD);
   if (ok) {
     memset(c.host.k, 1, desc_bytes(&c.host));
     memset(c.host.v, 1, desc_bytes(&c.host));
-    c.dir = 2;
-    ok = call_big(&c) && fence(e); /* device blocks hold data */
+    ok = call_swap(&c) && fence(e); /* device blocks hold data */
   }
-  ok = ok && bench_one(e, call_big, &c, "ceiling_copy", "ceiling: copy_blocks 2 MiB blocks", 2 * moved, CEIL_COPY, 1);
-  c.dir = 1;
-  ok = ok && bench_one(e, call_big, &c, "ceiling_d2h", "ceiling: swap D2H 2 MiB (memcpy)", moved, CEIL_D2H, 1);
-  c.dir = 2;
-  ok = ok && bench_one(e, call_big, &c, "ceiling_h2d", "ceiling: swap H2D 2 MiB (memcpy)", moved, CEIL_H2D, 1);
+  c.to_host = 1;
+  ok = ok && bench_one(e, call_swap, &c, "ceiling_d2h", "ceiling: swap D2H 2 MiB (memcpy)", moved, CEIL_D2H, 1);
+  c.to_host = 0;
+  ok = ok && bench_one(e, call_swap, &c, "ceiling_h2d", "ceiling: swap H2D 2 MiB (memcpy)", moved, CEIL_H2D, 1);
   cache_free(&c.dev);
   cache_free(&c.host);
   free(c.pairs);

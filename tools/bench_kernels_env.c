@@ -199,12 +199,16 @@ static void print_result(const kenv* e, const kresult* res) {
     report_f64(r, "spread", "spread", spread, 4, NULL);
     report_f64(r, "bytes", "bytes", res->bytes, 0, NULL);
     report_f64(r, "gbps", "GB/s", g, 3, NULL);
-    report_f64(r, "of_ceiling", "of ceiling", of, 4, NULL);
+    if (c > 0) report_f64(r, "of_ceiling", "of ceiling", of, 4, NULL);
     report_str(r, "ceiling", "ceiling", e->ceil_name[res->ceil]);
     report_group_end(r);
-  } else {
+  } else if (c > 0) {
     fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f %7.1f%% %8.2f %6.1f%% of %s\n", res->label, res->med * 1e6,
             res->min * 1e6, res->max * 1e6, 100.0 * spread, g, 100.0 * of, e->ceil_name[res->ceil]);
+    fflush(r->f);
+  } else { /* the ceiling could not be measured (said where it was): no fraction rather than a wrong one */
+    fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f %7.1f%% %8.2f    n/a  (%s not measured)\n", res->label,
+            res->med * 1e6, res->min * 1e6, res->max * 1e6, 100.0 * spread, g, e->ceil_name[res->ceil]);
     fflush(r->f);
   }
 }

@@ -33,8 +33,11 @@ typedef struct kenv {
   int inner;           /* calls per timed sample (GPU: spreads the fence) */
   uint64_t seed;
   kvb_cache_desc fence_dev, fence_host;
-  double ceil[NUM_CEILS];
+  double ceil[NUM_CEILS]; /* 0: not measured (GPU copy: why in copy_why) */
   const char* ceil_name[NUM_CEILS];
+  double tc_tflops;       /* GPU tensor-core ceiling (fp16 GEMM), 0 when n/a: why in tc_why */
+  char tc_name[32];
+  char copy_why[192], tc_why[192];
   report* r;
 } kenv;
 
@@ -90,6 +93,9 @@ void random_tables(int32_t* t, uint32_t n, uint64_t* seed);
 /* bench_ceilings.c: the copy and read ceilings of the CPU, the copy and transfer ceilings of the GPU. */
 int ceiling_cpu(kenv* e);
 int ceiling_gpu(kenv* e);
+/* bench_gpu_peaks.c: the GPU's D2D copy (CEIL_COPY) and fp16 GEMM ceilings through the CUDA Toolkit's
+   libraries (dlopen); each left 0 with the reason when they cannot be loaded or fail. */
+void gpu_peaks(kenv* e);
 /* bench_attention.c: kvb_paged_attention (decode) cases in GB/s. */
 int bench_attention(kenv* e);
 /* bench_prefill.c: kvb_prefill_attention cases in TFLOP/s (CPU: and of a measured FMA peak). */

@@ -1,6 +1,7 @@
 /* bench_prefill.c - the prefill cases of `kvblock bench`: kvb_prefill_attention over a paged cache in
    TFLOP/s (causal flops actually needed: 4 * attended keys * head_dim per query row and head), fp16
-   and bf16, Hq=32 Hkv=8 D=128, block 16, random data and random block tables.
+   and bf16, Hq=32 Hkv=8 D=128, block 16, random data and random block tables. On the GPU each row is
+   also given as a fraction of an fp16 cuBLAS GEMM measured in the same run (bench_gpu_peaks.c).
 
    Shapes (prompts x new tokens over cached tokens): the GPU runs the issue's three, (1 x 4096),
    (8 x 1024 over 3072) and a mixed batch (4 prefills of 512 + 60 decodes over 2048); the CPU runs them
@@ -222,11 +223,14 @@ static void print_prefill(kenv* e, const kresult* res, double flops, double peak
     report_f64(r, "flops", "flops", flops, 0, NULL);
     report_f64(r, "tflops", "TFLOP/s", tf, 4, NULL);
     if (!e->cuda) report_f64(r, "of_fma_peak", "of fp32 FMA peak", of, 4, NULL);
+    else if (e->tc_tflops > 0) report_f64(r, "of_tensor_core_ceiling", "of fp16 GEMM ceiling", tf / e->tc_tflops, 4, NULL);
     report_group_end(r);
   } else {
     fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f %9.4f TFLOP/s", res->label, res->med * 1e6, res->min * 1e6,
             res->max * 1e6, tf);
     if (!e->cuda) fprintf(r->f, " %6.1f%% of %s peak", 100.0 * of, peak_what);
+    else if (e->tc_tflops > 0) fprintf(r->f, " %6.1f%% of %s", 100.0 * tf / e->tc_tflops, e->tc_name);
+    else fprintf(r->f, "    n/a  (tensor-core ceiling not measured)");
     fputc('\n', r->f);
     fflush(r->f);
   }

@@ -1,0 +1,45 @@
+"""tools/gpu/bench_torch.py, the GPU run's comparison with torch, has to work the first time it meets a GPU
+(GPU time is scarce): its --cpu-smoke mode runs every kind of row through the same code (paged cache
+behind random block tables, libkvblock's kernel, the fp32 reference check, the table) on the CPU kernels.
+Needs torch; skipped without it."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+BENCH = Path(__file__).resolve().parents[3] / "tools" / "gpu" / "bench_torch.py"
+
+
+def _run(tmp_path, *extra_env):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.update(dict(extra_env))
+    out = tmp_path / "table.md"
+    r = subprocess.run([sys.executable, str(BENCH), "--cpu-smoke", "--out", str(out)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    return r, out.read_text() if out.exists() else ""
+
+
+def test_every_row_checks_and_passes(tmp_path):
+    r, table = _run(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 10 and all(row.rstrip(" |").endswith("pass") for row in rows), table
+
+
+def test_a_wrong_output_fails_its_row(tmp_path):
+    """The check is real: a kernel that returned softmax over the wrong keys would fail. Simulated by
+    a reference that attends one key fewer (sitecustomize patches it in the child)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import torch_timing\n"
+        "_ref = torch_timing.attention_ref\n"
+        "def _short(q, k, v, positions, scale=None):\n"
+        "    return _ref(q, k, v, positions - 1, scale)\n"
+        "torch_timing.attention_ref = _short\n")
+    env_path = os.pathsep.join([str(tmp_path), str(BENCH.parent)] + [p for p in sys.path if p])
+    r, table = _run(tmp_path, ("PYTHONPATH", env_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL" in table

@@ -34,6 +34,16 @@ KVB_HD int seq_of_tile(const int32_t* query_start, int num_seqs, int group, int 
   return lo;
 }
 
+// Tile `tile` of the grid as a tile of sequence seq (0 = its first 128 packed rows). Walked backwards
+// (reverse): with a causal mask a sequence's last tiles attend the most keys, and the GPU starts CTAs
+// roughly in grid order, so the longest CTAs start first and the short ones fill the tail of the
+// last wave. Sequence seq owns [tile_base(seq), tile_base(seq + 1)); a valid query_start[seq + 1]
+// is needed for reverse (the kernel walks a faulty sequence forwards, as before).
+KVB_HD int64_t local_tile(const int32_t* query_start, int seq, int group, int rows_per_tile, int tile, bool reverse) {
+  return reverse ? tile_base(query_start[seq + 1], seq + 1, group, rows_per_tile) - 1 - tile
+                 : tile - tile_base(query_start[seq], seq, group, rows_per_tile);
+}
+
 // Does a query at position pos attend key position key?
 KVB_HD bool attends(int key, int pos, int window, int sink) {
   return key <= pos && (window <= 0 || key > pos - window || key < sink);

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   const int kvh = blockIdx.y, split = blockIdx.z, G = p.group;
   const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, int(blockIdx.x));
   const SeqView sv = seq_view(p, seq);
-  const int64_t lt = int64_t(blockIdx.x) - tiles::tile_base(p.query_start[seq], seq, G, BM);  // tile of seq
+  const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, int(blockIdx.x), sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
   if (sv.fault != KVB_FAULT_NONE && pr0 == 0 && kvh == 0 && split == 0 && tid == 0)  // once per sequence

@@ -26,7 +26,7 @@ bool quick() {
 
 // Simulates one batch; returns the number of violations (first few printed).
 int simulate(const std::vector<int>& q_lens, const std::vector<int>& cached, int G, int bn, int window, int sink,
-             int splits) {
+             int splits, bool reverse) {
   const int BM = int(kPrefillTileRows), n = int(q_lens.size());
   std::vector<int32_t> qs(size_t(n) + 1, 0);
   int max_len = 1;
@@ -47,7 +47,7 @@ int simulate(const std::vector<int>& q_lens, const std::vector<int>& cached, int
   std::vector<int> row_seen(size_t(total_q) * G, 0);
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int seq = tiles::seq_of_tile(qs.data(), n, G, BM, tile);
-    const int64_t lt = tile - tiles::tile_base(qs[size_t(seq)], seq, G, BM);
+    const int64_t lt = tiles::local_tile(qs.data(), seq, G, BM, tile, reverse);
     if (lt < 0) { complain("tile before its sequence", tile, seq); continue; }
     const int pr0 = int(lt) * BM, q_len = q_lens[size_t(seq)], len = cached[size_t(seq)] + q_len;
     const int rows = std::min(BM, q_len * G - pr0);
@@ -107,13 +107,16 @@ void test_grid_covers_every_row_and_key_once() {
     const int window = rng() % 2 ? 0 : 1 + int(rng() % 120);
     const int sink = window > 0 && rng() % 2 ? int(rng() % 40) : 0;
     const int splits = 1 + int(rng() % 3);
-    bad += simulate(q_lens, cached, G, bn, window, sink, splits);
+    for (bool reverse : {false, true}) bad += simulate(q_lens, cached, G, bn, window, sink, splits, reverse);
     ++batches;
   }
   // Edges: a batch of decodes only, one long prompt, a window of 1 with a sink past it.
-  bad += simulate({1, 1, 1, 1}, {0, 5, 64, 200}, 4, 64, 0, 0, 2);
-  bad += simulate({700}, {0}, 1, 64, 0, 0, 3);
-  bad += simulate({40, 3}, {100, 0}, 8, 32, 1, 50, 1);
+  for (bool reverse : {false, true}) {
+    bad += simulate({1, 1, 1, 1}, {0, 5, 64, 200}, 4, 64, 0, 0, 2, reverse);
+    bad += simulate({700}, {0}, 1, 64, 0, 0, 3, reverse);
+    bad += simulate({40, 3}, {100, 0}, 8, 32, 1, 50, 1, reverse);
+    bad += simulate({0, 129, 0, 128, 127}, {3, 0, 0, 1, 0}, 1, 16, 0, 0, 1, reverse);  // tile edges at G 1
+  }
   CHECK(bad == 0);
   CHECK(batches > 0);
 }

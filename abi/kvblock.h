@@ -613,9 +613,9 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
    replays correctly after their contents change, as long as num_seqs, total_q_tokens and
    max_blocks_per_seq are those captured; pad with sequences of 0 new and 0 cached tokens): query rows are packed (token, query head of the GQA group) per kv head and cut
-   into tiles of 64 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
-   b_i = floor(query_start[i] * group / 64) + i, which is computable from query_start alone and leaves
-   every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 64) + num_seqs
+   into tiles of 128 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
+   b_i = floor(query_start[i] * group / 128) + i, which is computable from query_start alone and leaves
+   every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 128) + num_seqs
    tiles per kv head (and per key split) and each CTA finds its sequence by binary search over
    query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
    long, the key range is split into partitions written to the workspace and merged by a second

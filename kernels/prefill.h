@@ -10,13 +10,14 @@
 namespace kvb {
 namespace kern {
 
-// Packed query rows (token, query head of the GQA group) per CUDA tile, and the CUDA key tile (tokens).
-constexpr int64_t kPrefillTileRows = 64;
-inline int64_t prefill_key_tile(int64_t head_dim) { return head_dim == 256 ? 32 : 64; }
+// Packed query rows (token, query head of the GQA group) per CUDA tile, and the CUDA key tile (tokens:
+// 32 from D 128 up, where two m-tiles of O per warp leave no registers for a 64-key S).
+constexpr int64_t kPrefillTileRows = 128;
+inline int64_t prefill_key_tile(int64_t head_dim) { return head_dim >= 128 ? 32 : 64; }
 
 // Key-range split (CUDA only): num_splits partitions of split_tokens tokens each; 1 = single pass.
 struct PrefillPlan {
-  int64_t num_tiles = 0;     // query tiles per kv head: floor(total_q * group / 64) + num_seqs
+  int64_t num_tiles = 0;     // query tiles per kv head: floor(total_q * group / kPrefillTileRows) + num_seqs
   int64_t num_splits = 1;
   int64_t split_tokens = 0;  // a multiple of the key tile
   size_t workspace_bytes = 0;  // total_q * num_q_heads * num_splits * (head_dim + 2) floats when split

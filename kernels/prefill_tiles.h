@@ -34,6 +34,16 @@ KVB_HD int seq_of_tile(const int32_t* query_start, int num_seqs, int group, int 
   return lo;
 }
 
+// Tile `tile` of the grid as a tile of sequence seq (0 = its first 128 packed rows). Walked backwards
+// (reverse): with a causal mask a sequence's last tiles attend the most keys, and the GPU starts CTAs
+// roughly in grid order, so the longest CTAs start first and the short ones fill the tail of the
+// last wave. Sequence seq owns [tile_base(seq), tile_base(seq + 1)); a valid query_start[seq + 1]
+// is needed for reverse (the kernel walks a faulty sequence forwards, as before).
+KVB_HD int64_t local_tile(const int32_t* query_start, int seq, int group, int rows_per_tile, int tile, bool reverse) {
+  return reverse ? tile_base(query_start[seq + 1], seq + 1, group, rows_per_tile) - 1 - tile
+                 : tile - tile_base(query_start[seq], seq, group, rows_per_tile);
+}
+
 // Does a query at position pos attend key position key?
 KVB_HD bool attends(int key, int pos, int window, int sink) {
   return key <= pos && (window <= 0 || key > pos - window || key < sink);
@@ -68,6 +78,20 @@ KVB_HD KeyTiles key_tiles(int pos_first, int pos_last, int window, int sink, int
   return k;
 }
 
+// CTA shape per head dim: kPrefillTileRows (128) packed rows = warps x m-tiles per warp x 16. Two
+// m-tiles per warp (D 64 / 128) let each K / V fragment loaded by ldmatrix feed two mma.sync, halving
+// shared-memory reads per MMA and giving the warp twice the independent MMAs; D 256 has no registers
+// for a second m-tile of O (2 x 128 floats), so it takes 8 warps of one.
+KVB_HD constexpr int cta_warps(int head_dim) { return head_dim == 256 ? 8 : 4; }
+KVB_HD constexpr int mtiles_per_warp(int head_dim) { return head_dim == 256 ? 1 : 2; }
+// The 16-row m-tile of the CTA that m-tile mi of warp w computes (rows 16 m .. 16 m + 15).
+KVB_HD int mtile_of(int warp, int mi, int mtiles) { return warp * mtiles + mi; }
+
+// K / V (and block offset) double buffers: key tile i of the walk lives in stage i & 1. Tile i + 1 is
+// issued at the top of iteration i, after the barrier that ended iteration i - 1 (the last reader of
+// stage (i + 1) & 1); block offsets of tile i + 2 are written after iteration i's compute barrier.
+KVB_HD int kv_stage(int i) { return i & 1; }
+
 // Shared-memory tiles and mma.sync m16n8k16 fragments of one warp (16 query rows). Tiles are row-major
 // [rows][C chunks of 16 bytes] with chunk c of row r stored at chunk c ^ (r & 7). A ldmatrix.x4 takes
 // one row address per lane: lanes 8j..8j+7 give rows 0..7 of matrix j, and matrix j lands in register
@@ -92,6 +116,12 @@ KVB_HD int v_chunk(int d2, int lane) { return 2 * d2 + (lane >> 4); }
 // Accumulator element e (0..3) of an n-tile: row of the warp's 16 and column within the 8.
 KVB_HD int c_row(int lane, int e) { return (lane >> 2) + (e >> 1) * 8; }
 KVB_HD int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+// The output is staged in the (swizzled) Q tile so that it leaves in 16-byte stores: the pair
+// (e = 2 half, 2 half + 1) of d-tile dt of m-tile mt goes to this byte; row r's chunk c is then read back
+// at swz(C, r, c).
+KVB_HD uint32_t o_stage(int chunks_per_row, int mt, int lane, int half, int dt) {
+  return swz(chunks_per_row, mt * 16 + c_row(lane, 2 * half), dt) + uint32_t(4 * (lane & 3));
+}
 
 }  // namespace frag
 

@@ -1,18 +1,24 @@
 // CUDA paged prefill / extend attention, FlashAttention-2 style on tensor cores (fp16 / bf16).
 //
-// CTA = 4 warps = one tile of 64 packed query rows (token, query head of the GQA group) of one
-// sequence and one kv head, over one key split. Each warp owns 16 rows. Q is staged once in shared
-// memory; K and V tiles of BN tokens are gathered through the block table into shared memory with
-// cp.async, double-buffered (tile i+1 loads while tile i computes). S = Q K^T and O += P V use
-// mma.sync m16n8k16 (fp32 accumulation) fed by ldmatrix from XOR-swizzled shared memory (16-byte
-// chunk c of row r sits at chunk c ^ (r & 7): conflict-free for cp.async stores and ldmatrix loads).
-// The online softmax lives in registers (a thread holds 2 rows x 2 columns per 8-key n-tile; row
-// max / sum across the 4 threads of a row by shuffles); P is repacked from the S accumulators into A
-// fragments without leaving registers. Keys are walked over the attended tiles only (sinks, then the
-// window up to the tile's last position); the causal / window mask is evaluated only on the tiles that
-// some row does not fully attend. Keys past the sequence or behind an invalid block id are zero-filled
-// (cp.async src-size 0), never read. With several splits each CTA writes (max, sum, normalised acc)
-// per row to the workspace and prefill_reduce_kernel merges them.
+// CTA = one tile of 128 packed query rows (token, query head of the GQA group) of one sequence and
+// one kv head, over one key split: 4 warps x 2 m-tiles of 16 rows for D 64 / 128 (each K / V
+// fragment feeds two MMAs), 8 warps x 1 for D 256 (no registers for a second O). 128 rows per CTA
+// halve the K / V traffic per FLOP of the former 64-row tile. Q is staged once in shared memory;
+// K and V tiles of BN tokens are gathered through the block table with cp.async, double-buffered
+// (tile i+1 loads while tile i computes); the table itself is read once per key tile, one thread per
+// key, a tile ahead, into a shared array of row offsets (the former per-chunk table reads were the
+// 4-of-32-byte scattered loads ncu flagged). S = Q K^T and O += P V use mma.sync m16n8k16 (fp32
+// accumulation) fed by ldmatrix from XOR-swizzled shared memory (16-byte chunk c of row r sits at
+// chunk c ^ (r & 7): conflict-free for cp.async stores and ldmatrix loads). The online softmax lives
+// in registers (a thread holds 2 rows x 2 columns per 8-key n-tile per m-tile; row max / sum across
+// the 4 threads of a row by shuffles); P is repacked from the S accumulators into A fragments without
+// leaving registers. Keys are walked over the attended tiles only (sinks, then the window up to the
+// tile's last position); the causal / window mask is evaluated only on tiles some row does not fully
+// attend. Keys past the sequence or behind an invalid block id are zero-filled (cp.async src-size 0),
+// never read. The output is staged in the Q tile and leaves in 16-byte stores. With several splits
+// each CTA writes (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel
+// merges them. Index arithmetic lives in prefill_tiles.h, checked on the CPU by
+// tests/cpp/kernels_prefill_tiles.cpp.
 #include <climits>
 
 #include "../backends.h"
@@ -26,9 +32,7 @@ namespace cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int BM = int(kPrefillTileRows);  // packed rows per CTA, 16 per warp
+constexpr int BM = int(kPrefillTileRows);  // packed rows per CTA: warps x m-tiles per warp x 16
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <typename T>
@@ -84,13 +88,18 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
 
-template <typename T, int D, int BN>
-__global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillParams p) {
+template <typename T, int D, int BN, int NW, int MI>
+__global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(const PrefillParams p) {
+  constexpr int kThreads = 32 * NW;
+  static_assert(16 * MI * NW == BM, "warps x m-tiles x 16 must cover the tile");
+  static_assert(BN <= kThreads, "one thread per key of a tile computes its block offset");
   constexpr int C = D / 8;   // 16-byte chunks per row
-  constexpr int NT = BN / 8;  // 8-key n-tiles of S per warp
-  constexpr int DT = D / 8;   // 8-dim n-tiles of O per warp
+  constexpr int NT = BN / 8;  // 8-key n-tiles of S per m-tile
+  constexpr int DT = D / 8;   // 8-dim n-tiles of O per m-tile
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem));
+  // [2][BN] element offsets of each key's row (K and V share them), -1 = zero-fill; then Q, K, V.
+  int64_t* s_off = reinterpret_cast<int64_t*>(smem);
+  const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem)) + 2 * BN * 8;  // [BM][D], later the output
   const uint32_t sK = sQ + BM * D * 2;       // [2][BN][D]
   const uint32_t sV = sK + 2 * BN * D * 2;   // [2][BN][D]
   constexpr uint32_t kBuf = BN * D * 2;      // bytes of one K (or V) buffer
@@ -99,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   const int kvh = blockIdx.y, split = blockIdx.z, G = p.group;
   const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, int(blockIdx.x));
   const SeqView sv = seq_view(p, seq);
-  const int64_t lt = int64_t(blockIdx.x) - tiles::tile_base(p.query_start[seq], seq, G, BM);  // tile of seq
+  const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, int(blockIdx.x), sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
   if (sv.fault != KVB_FAULT_NONE && pr0 == 0 && kvh == 0 && split == 0 && tid == 0)  // once per sequence
@@ -115,13 +124,37 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
   const int n_tiles = sv.fault == KVB_FAULT_NONE ? kt.count() : 0;
   __shared__ int s_bad;  // an attended key's block id was out of range: this tile's rows are NaN
   if (tid == 0) s_bad = 0;
-  __syncthreads();
 
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
   const int64_t head_off = int64_t(kvh) * p.head_stride;
   const int kmask = (1 << p.block_shift) - 1;
 
+  // The block table is read once per key tile, one thread per key (not once per 16-byte chunk), and
+  // one tile ahead: block_id() issues the load, key_offset() consumes it after a tile's compute, so
+  // the table's latency hides behind the MMAs instead of stalling the cp.async issue.
+  auto block_id = [&](int i) -> int {
+    const int tok = kt.tile(i) * BN + tid;
+    return i < n_tiles && tid < BN && tok < sv.len ? __ldg(table + (tok >> p.block_shift)) : -1;
+  };
+  auto key_offset = [&](int i, int id) -> int64_t {
+    const int tok = kt.tile(i) * BN + tid;
+    if (i >= n_tiles || tid >= BN || tok >= sv.len) return -1;
+    if (id >= 0 && id < p.num_blocks) return int64_t(id) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off;
+    // A token some row of this tile attends needs a valid block (what the CPU checks); other tokens
+    // of the key tile may sit in blocks a window released (-1): zero-filled, masked.
+    if (tok <= pos_last && (tok < sink || tok >= lo_first))
+      if (atomicExch(&s_bad, 1) == 0 && kvh == 0)  // counted once per (query tile, split), not per kv head
+        record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, seq, tok >> p.block_shift, id);
+    return -1;
+  };
+  __syncthreads();  // s_bad = 0 before any key_offset
+  if (tid < BN) {
+    s_off[tiles::kv_stage(0) * BN + tid] = key_offset(0, block_id(0));
+    s_off[tiles::kv_stage(1) * BN + tid] = key_offset(1, block_id(1));
+  }
+
   // Q: packed row r -> (token (pr0 + r) / G, head kvh * G + (pr0 + r) % G); rows past the tile are zeros.
+  // Consecutive threads take consecutive 16-byte chunks of a row: every load is a full, coalesced 16 B.
   for (int i = tid; i < BM * C; i += kThreads) {
     const int r = i / C, c = i - r * C;
     const int pr = pr0 + r;
@@ -131,154 +164,205 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(const PrefillPara
       src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
     cp_async16(sQ + swz(C, r, c), src, ok ? 16 : 0);
   }
-  auto load_kv = [&](int i, int buf) {
-    const int k0 = kt.tile(i) * BN;
+  __syncthreads();  // s_off of tiles 0 and 1 visible
+  auto load_kv = [&](int i) {
+    const int st = tiles::kv_stage(i);
+#pragma unroll
     for (int x = tid; x < BN * C; x += kThreads) {
       const int r = x / C, c = x - r * C;
-      const int tok = k0 + r;
-      int blk = -1;
-      if (tok < sv.len) {
-        const int id = table[tok >> p.block_shift];
-        blk = (id >= 0 && id < p.num_blocks) ? id : -1;
-        // A token some row of this tile attends needs a valid block (what the CPU checks); other
-        // tokens of the key tile may sit in blocks a window released (-1): zero-filled, masked.
-        if (blk < 0 && c == 0 && tok <= pos_last && (tok < sink || tok >= lo_first))
-          if (atomicExch(&s_bad, 1) == 0 && kvh == 0)  // counted once per (query tile, split), not per kv head
-            record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, seq, tok >> p.block_shift, id);
-      }
-      const int64_t off = blk >= 0 ? int64_t(blk) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off + c * 8 : 0;
-      cp_async16(sK + buf * kBuf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
-      cp_async16(sV + buf * kBuf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
+      const int64_t off = s_off[st * BN + r];
+      const T* src = reinterpret_cast<const T*>(p.k) + (off >= 0 ? off + c * 8 : 0);
+      cp_async16(sK + st * kBuf + swz(C, r, c), src, off >= 0 ? 16 : 0);
+      src = reinterpret_cast<const T*>(p.v) + (off >= 0 ? off + c * 8 : 0);
+      cp_async16(sV + st * kBuf + swz(C, r, c), src, off >= 0 ? 16 : 0);
     }
   };
-  if (n_tiles > 0) load_kv(0, 0);
+  if (n_tiles > 0) load_kv(0);
   cp_async_commit();
 
-  // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16); padding rows copy the last.
-  const int r_lo = min(warp * 16 + tiles::frag::c_row(lane, 0), rows - 1);
-  const int r_hi = min(warp * 16 + tiles::frag::c_row(lane, 2), rows - 1);
-  const int pos0 = base + (pr0 + r_lo) / G, pos1 = base + (pr0 + r_hi) / G;
-
-  float o[DT][4];
+  // This thread's rows: lane / 4 and lane / 4 + 8 of each of its m-tiles; padding rows copy the last.
+  int pos[MI][2];
 #pragma unroll
-  for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = min(tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, 2 * h), rows - 1);
+      pos[mi][h] = base + (pr0 + r) / G;
+    }
+
+  float o[MI][DT][4];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int d = 0; d < DT; ++d) o[mi][d][0] = o[mi][d][1] = o[mi][d][2] = o[mi][d][3] = 0.f;
+  float m[MI][2], l[MI][2];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.f;
 
   for (int i = 0; i < n_tiles; ++i) {
-    const int buf = i & 1;
-    if (i + 1 < n_tiles) load_kv(i + 1, buf ^ 1);
+    const uint32_t bK = sK + tiles::kv_stage(i) * kBuf, bV = sV + tiles::kv_stage(i) * kBuf;
+    if (i + 1 < n_tiles) load_kv(i + 1);
     cp_async_commit();
+    const int next_id = block_id(i + 2);  // consumed after the compute below
     cp_async_wait<1>();
     __syncthreads();
 
-    // S = Q K^T for the warp's 16 rows x BN keys.
-    float s[NT][4];
+    // S = Q K^T for the warp's MI x 16 rows x BN keys: each K fragment feeds MI MMAs.
+    float s[MI][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      ldsm_x4(a, sQ + swz(C, tiles::frag::q_row(warp, lane), tiles::frag::q_chunk(kk, lane)));
+      uint32_t a[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+        ldsm_x4(a[mi], sQ + swz(C, tiles::frag::q_row(tiles::mtile_of(warp, mi, MI), lane), tiles::frag::q_chunk(kk, lane)));
 #pragma unroll
       for (int n2 = 0; n2 < NT / 2; ++n2) {
         uint32_t b[4];
-        ldsm_x4(b, sK + buf * kBuf + swz(C, tiles::frag::k_row(n2, lane), tiles::frag::k_chunk(kk, lane)));
-        Mma<T>::run(s[2 * n2], a, b[0], b[1]);
-        Mma<T>::run(s[2 * n2 + 1], a, b[2], b[3]);
+        ldsm_x4(b, bK + swz(C, tiles::frag::k_row(n2, lane), tiles::frag::k_chunk(kk, lane)));
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          Mma<T>::run(s[mi][2 * n2], a[mi], b[0], b[1]);
+          Mma<T>::run(s[mi][2 * n2 + 1], a[mi], b[2], b[3]);
+        }
       }
     }
 
-    // Logits in base 2, the mask where some row does not see the whole tile, online softmax.
+    // Logits in base 2, the mask only where some row does not see the whole tile, online softmax.
     const int k0 = kt.tile(i) * BN;
     const bool full = kt.full(kt.tile(i));
-    float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
+    for (int mi = 0; mi < MI; ++mi) {
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e];
-        x = p.soft_cap > 0.f ? p.soft_cap * tanhf(x * p.scale / p.soft_cap) * kLog2e : x * p.q_scale;
-        if (!full) {
-          const int key = k0 + n * 8 + tiles::frag::c_col(lane, e);
-          if (!tiles::attends(key, e < 2 ? pos0 : pos1, W, sink)) x = -INFINITY;
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mi][n][e];
+          x = p.soft_cap > 0.f ? p.soft_cap * tanhf(x * p.scale / p.soft_cap) * kLog2e : x * p.q_scale;
+          if (!full) {
+            const int key = k0 + n * 8 + tiles::frag::c_col(lane, e);
+            if (!tiles::attends(key, pos[mi][e >> 1], W, sink)) x = -INFINITY;
+          }
+          s[mi][n][e] = x;
+          if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
         }
-        s[n][e] = x;
-        if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
+#pragma unroll
+      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
       }
+      const float n0 = fmaxf(m[mi][0], mx0), n1 = fmaxf(m[mi][1], mx1);
+      const float u0 = n0 == -INFINITY ? 0.f : n0, u1 = n1 == -INFINITY ? 0.f : n1;  // no NaN from -inf - -inf
+      const float al0 = exp2f(m[mi][0] - u0), al1 = exp2f(m[mi][1] - u1);
+      m[mi][0] = n0, m[mi][1] = n1;
+      l[mi][0] *= al0, l[mi][1] *= al1;
 #pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float u0 = n0 == -INFINITY ? 0.f : n0, u1 = n1 == -INFINITY ? 0.f : n1;  // no NaN from -inf - -inf
-    const float al0 = exp2f(m0 - u0), al1 = exp2f(m1 - u1);
-    m0 = n0, m1 = n1;
-    l0 *= al0, l1 *= al1;
+      for (int d = 0; d < DT; ++d) o[mi][d][0] *= al0, o[mi][d][1] *= al0, o[mi][d][2] *= al1, o[mi][d][3] *= al1;
 #pragma unroll
-    for (int d = 0; d < DT; ++d) o[d][0] *= al0, o[d][1] *= al0, o[d][2] *= al1, o[d][3] *= al1;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      s[n][0] = exp2f(s[n][0] - u0), s[n][1] = exp2f(s[n][1] - u0);
-      s[n][2] = exp2f(s[n][2] - u1), s[n][3] = exp2f(s[n][3] - u1);
-      l0 += s[n][0] + s[n][1], l1 += s[n][2] + s[n][3];
+      for (int n = 0; n < NT; ++n) {
+        s[mi][n][0] = exp2f(s[mi][n][0] - u0), s[mi][n][1] = exp2f(s[mi][n][1] - u0);
+        s[mi][n][2] = exp2f(s[mi][n][2] - u1), s[mi][n][3] = exp2f(s[mi][n][3] - u1);
+        l[mi][0] += s[mi][n][0] + s[mi][n][1], l[mi][1] += s[mi][n][2] + s[mi][n][3];
+      }
     }
 
-    // O += P V: P (16 x BN) from the S accumulators, V through ldmatrix.trans.
+    // O += P V: P (16 x BN per m-tile) from the S accumulators, V through ldmatrix.trans; each V
+    // fragment feeds MI MMAs.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t a[4] = {Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]), Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                             Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        a[mi][0] = Mma<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = Mma<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = Mma<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = Mma<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int d2 = 0; d2 < DT / 2; ++d2) {
         uint32_t b[4];
-        ldsm_x4_trans(b, sV + buf * kBuf + swz(C, tiles::frag::v_row(kk, lane), tiles::frag::v_chunk(d2, lane)));
-        Mma<T>::run(o[2 * d2], a, b[0], b[1]);
-        Mma<T>::run(o[2 * d2 + 1], a, b[2], b[3]);
+        ldsm_x4_trans(b, bV + swz(C, tiles::frag::v_row(kk, lane), tiles::frag::v_chunk(d2, lane)));
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          Mma<T>::run(o[mi][2 * d2], a[mi], b[0], b[1]);
+          Mma<T>::run(o[mi][2 * d2 + 1], a[mi], b[2], b[3]);
+        }
       }
     }
-    __syncthreads();  // everyone is done with buf before the next iteration refills it
+    // Stage i & 1 of s_off was last read by load_kv(i) in iteration i - 1 (before the barrier above).
+    const int64_t next_off = key_offset(i + 2, next_id);
+    if (tid < BN && i + 2 < n_tiles) s_off[tiles::kv_stage(i + 2) * BN + tid] = next_off;
+    __syncthreads();  // everyone is done with stage i & 1 before the next iteration refills it
   }
   cp_async_wait<0>();
-  __syncthreads();
+  __syncthreads();  // also: every warp is done reading Q, whose tile now stages the output
   const bool bad = sv.fault != KVB_FAULT_NONE || s_bad != 0;
 
 #pragma unroll
-  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      l[mi][0] += __shfl_xor_sync(0xffffffffu, l[mi][0], o2);
+      l[mi][1] += __shfl_xor_sync(0xffffffffu, l[mi][1], o2);
+    }
+  if (p.num_splits == 1) {
+    // Normalised rows into the Q tile (4-byte pairs, conflict-free through the swizzle), then out in
+    // 16-byte stores: consecutive threads write consecutive chunks of a row.
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float inv = bad ? nan_f() : (l[mi][half] > 0.f ? 1.f / l[mi][half] : 0.f);
+        const int mt = tiles::mtile_of(warp, mi, MI);
+#pragma unroll
+        for (int d = 0; d < DT; ++d) {
+          const uint32_t v = Mma<T>::pack(o[mi][d][2 * half] * inv, o[mi][d][2 * half + 1] * inv);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + tiles::frag::o_stage(C, mt, lane, half, d)), "r"(v));
+        }
+      }
+    __syncthreads();
+    for (int x = tid; x < BM * C; x += kThreads) {
+      const int r = x / C, c = x - r * C;
+      if (r >= rows) break;  // x grows with r: every later chunk is padding too
+      const int pr = pr0 + r;
+      const int row = sv.row0 + pr / G, h = kvh * G + pr % G;
+      if (row < 0 || row >= p.total_q) continue;
+      uint4 v;
+      asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(sQ + swz(C, r, c)));
+      T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride + c * 8;
+      *reinterpret_cast<uint4*>(op) = v;
+    }
+    return;
   }
-  // Write the two rows (skipping padding): output directly, or this split's partial to the workspace.
+  // Several splits: this split's (max, sum, normalised acc) per row to the workspace.
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = warp * 16 + tiles::frag::c_row(lane, 2 * half);
-    if (r >= rows) continue;
-    const float l = half ? l1 : l0, m = half ? m1 : m0;
-    const float inv = bad ? nan_f() : (l > 0.f ? 1.f / l : 0.f);
-    const int pr = pr0 + r;
-    const int row = sv.row0 + pr / G, h = kvh * G + pr % G;
-    if (row < 0 || row >= p.total_q) continue;
-    if (p.num_splits == 1) {
-      T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride;
+  for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-      for (int d = 0; d < DT; ++d)
-        *reinterpret_cast<uint32_t*>(op + d * 8 + tiles::frag::c_col(lane, 0)) =
-            Mma<T>::pack(o[d][2 * half] * inv, o[d][2 * half + 1] * inv);
-    } else {
+    for (int half = 0; half < 2; ++half) {
+      const int r = tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, 2 * half);
+      if (r >= rows) continue;
+      const float inv = bad ? nan_f() : (l[mi][half] > 0.f ? 1.f / l[mi][half] : 0.f);
+      const int pr = pr0 + r;
+      const int row = sv.row0 + pr / G, h = kvh * G + pr % G;
+      if (row < 0 || row >= p.total_q) continue;
       const int64_t wrow = (int64_t(row) * p.num_q_heads + h) * p.num_splits + split;
       float* op = p.ws_o + wrow * D;
 #pragma unroll
       for (int d = 0; d < DT; ++d) {  // scalar: ws_o is only 4-byte aligned when num_splits is odd
-        op[d * 8 + tiles::frag::c_col(lane, 0)] = o[d][2 * half] * inv;
-        op[d * 8 + tiles::frag::c_col(lane, 1)] = o[d][2 * half + 1] * inv;
+        op[d * 8 + tiles::frag::c_col(lane, 0)] = o[mi][d][2 * half] * inv;
+        op[d * 8 + tiles::frag::c_col(lane, 1)] = o[mi][d][2 * half + 1] * inv;
       }
       if ((lane & 3) == 0) {
-        p.ws_m[wrow] = m;
-        p.ws_l[wrow] = bad ? nan_f() : l;  // the reduce kernel passes a NaN weight on
+        p.ws_m[wrow] = m[mi][half];
+        p.ws_l[wrow] = bad ? nan_f() : l[mi][half];  // the reduce kernel passes a NaN weight on
       }
     }
-  }
 }
 
 // One CTA of D threads per (query row, query head): merge the splits with weights l_s * 2^(m_s - M).
@@ -305,18 +389,40 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
   op[d] = Vec<T>::from_float(poisoned ? nan_f() : Wt > 0.f ? A / Wt : 0.f);
 }
 
-template <typename T, int D>
-void launch_mma(const PrefillParams& p, dim3 grid, cudaStream_t s) {
-  constexpr int BN = D == 256 ? 32 : 64;
-  static_assert(BN == (D == 256 ? 32 : 64), "key tile must match prefill_key_tile()");
-  constexpr int smem = BM * D * 2 + 4 * BN * D * 2;
+// Offsets [2][BN] + Q [BM][D] + K, V [2][BN][D] bytes: D 64 49 KB, D 128 65 KB (registers allow 2
+// CTAs / SM), D 256 129 KB (1 CTA of 8 warps); D 256 with 16-key tiles 97 KB.
+constexpr int prefill_smem(int D, int BN) { return 2 * BN * 8 + BM * D * 2 + 4 * BN * D * 2; }
+
+template <typename T, int D, int BN>
+void launch_tile(const PrefillParams& p, dim3 grid, cudaStream_t s) {
+  constexpr int NW = tiles::cta_warps(D), MI = tiles::mtiles_per_warp(D);
+  constexpr int smem = prefill_smem(D, BN);
   {
     RelaxedCapture relaxed;  // not a stream operation, but keep it legal while the caller captures a graph
-    check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN, NW, MI>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "prefill attention: shared memory size");
   }
-  prefill_mma_kernel<T, D, BN><<<grid, kThreads, smem, s>>>(p);
+  prefill_mma_kernel<T, D, BN, NW, MI><<<grid, 32 * NW, smem, s>>>(p);
   check(cudaGetLastError(), "prefill attention launch");
+}
+
+template <typename T, int D>
+void launch_mma(const PrefillParams& p, dim3 grid, int device, cudaStream_t s) {
+  constexpr int BN = D >= 128 ? 32 : 64;
+  static_assert(BN == (D >= 128 ? 32 : 64), "key tile must match prefill_key_tile()");
+  bool small_smem = false;  // sm_86 / 89 give a block at most 99 KB
+  if constexpr (D == 256) {
+    int optin = 0;
+    RelaxedCapture relaxed;
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "prefill attention: device");
+    small_smem = optin < prefill_smem(D, BN) + 1024;  // the margin covers the static smem
+  }
+  // D 256 then walks 16-key tiles: every split boundary, a multiple of prefill_key_tile(), is one of 16.
+  if constexpr (D == 256) {
+    if (small_smem) launch_tile<T, D, 16>(p, grid, s); else launch_tile<T, D, BN>(p, grid, s);
+  } else {
+    launch_tile<T, D, BN>(p, grid, s);
+  }
   if (p.num_splits > 1 && p.total_q > 0) {
     prefill_reduce_kernel<T, D><<<dim3(unsigned(p.total_q), unsigned(p.num_q_heads)), D, 0, s>>>(p);
     check(cudaGetLastError(), "prefill attention reduce launch");
@@ -324,11 +430,11 @@ void launch_mma(const PrefillParams& p, dim3 grid, cudaStream_t s) {
 }
 
 template <typename T>
-void launch_type(const PrefillParams& p, int head_dim, dim3 grid, cudaStream_t s) {
+void launch_type(const PrefillParams& p, int head_dim, dim3 grid, int device, cudaStream_t s) {
   switch (head_dim) {
-    case 64: launch_mma<T, 64>(p, grid, s); break;
-    case 128: launch_mma<T, 128>(p, grid, s); break;
-    default: launch_mma<T, 256>(p, grid, s); break;
+    case 64: launch_mma<T, 64>(p, grid, device, s); break;
+    case 128: launch_mma<T, 128>(p, grid, device, s); break;
+    default: launch_mma<T, 256>(p, grid, device, s); break;
   }
 }
 
@@ -411,8 +517,8 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   cudaStream_t s = as_stream(stream);
   const dim3 grid(unsigned(a.plan.num_tiles), unsigned(c.num_kv_heads), unsigned(a.plan.num_splits));
   switch (c.dtype) {
-    case Dtype::f16: launch_type<__half>(p, int(c.head_dim), grid, s); break;
-    case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), grid, s); break;
+    case Dtype::f16: launch_type<__half>(p, int(c.head_dim), grid, c.device_index, s); break;
+    case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), grid, c.device_index, s); break;
     default: launch_prefill_fp32(p, int(c.head_dim), s); break;
   }
 }

@@ -2,9 +2,11 @@
 // random ragged batches, GQA groups, key-tile sizes, windows with sinks and key splits, the simulated
 // grid (tiles from total rows + num_seqs, sequence by binary search, key tiles per split) covers every
 // packed query row exactly once and every (row, attended key) pair exactly once, and a tile it treats
-// as unmasked ("full") holds only keys every row of the CTA attends; and the kernel's ldmatrix / mma
-// fragment addressing on an emulated warp.
+// as unmasked ("full") holds only keys every row of the CTA attends; the kernel's ldmatrix / mma
+// fragment addressing and output staging on an emulated warp, for every m-tile of the 128-row CTA;
+// and the double-buffer schedule of block offsets and K / V.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -24,7 +26,7 @@ bool quick() {
 
 // Simulates one batch; returns the number of violations (first few printed).
 int simulate(const std::vector<int>& q_lens, const std::vector<int>& cached, int G, int bn, int window, int sink,
-             int splits) {
+             int splits, bool reverse) {
   const int BM = int(kPrefillTileRows), n = int(q_lens.size());
   std::vector<int32_t> qs(size_t(n) + 1, 0);
   int max_len = 1;
@@ -45,7 +47,7 @@ int simulate(const std::vector<int>& q_lens, const std::vector<int>& cached, int
   std::vector<int> row_seen(size_t(total_q) * G, 0);
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int seq = tiles::seq_of_tile(qs.data(), n, G, BM, tile);
-    const int64_t lt = tile - tiles::tile_base(qs[size_t(seq)], seq, G, BM);
+    const int64_t lt = tiles::local_tile(qs.data(), seq, G, BM, tile, reverse);
     if (lt < 0) { complain("tile before its sequence", tile, seq); continue; }
     const int pr0 = int(lt) * BM, q_len = q_lens[size_t(seq)], len = cached[size_t(seq)] + q_len;
     const int rows = std::min(BM, q_len * G - pr0);
@@ -100,17 +102,21 @@ void test_grid_covers_every_row_and_key_once() {
       cached.push_back(rng() % 3 == 0 ? 0 : int(rng() % 300));
     }
     const int groups[] = {1, 3, 4, 8, 12};
-    const int G = groups[rng() % 5], bn = rng() % 2 ? 32 : 64;
+    const int key_tiles[] = {16, 32, 64};  // 16: D 256 where a block gets < 130 KB of shared memory
+    const int G = groups[rng() % 5], bn = key_tiles[rng() % 3];
     const int window = rng() % 2 ? 0 : 1 + int(rng() % 120);
     const int sink = window > 0 && rng() % 2 ? int(rng() % 40) : 0;
     const int splits = 1 + int(rng() % 3);
-    bad += simulate(q_lens, cached, G, bn, window, sink, splits);
+    for (bool reverse : {false, true}) bad += simulate(q_lens, cached, G, bn, window, sink, splits, reverse);
     ++batches;
   }
   // Edges: a batch of decodes only, one long prompt, a window of 1 with a sink past it.
-  bad += simulate({1, 1, 1, 1}, {0, 5, 64, 200}, 4, 64, 0, 0, 2);
-  bad += simulate({700}, {0}, 1, 64, 0, 0, 3);
-  bad += simulate({40, 3}, {100, 0}, 8, 32, 1, 50, 1);
+  for (bool reverse : {false, true}) {
+    bad += simulate({1, 1, 1, 1}, {0, 5, 64, 200}, 4, 64, 0, 0, 2, reverse);
+    bad += simulate({700}, {0}, 1, 64, 0, 0, 3, reverse);
+    bad += simulate({40, 3}, {100, 0}, 8, 32, 1, 50, 1, reverse);
+    bad += simulate({0, 129, 0, 128, 127}, {3, 0, 0, 1, 0}, 1, 16, 0, 0, 1, reverse);  // tile edges at G 1
+  }
   CHECK(bad == 0);
   CHECK(batches > 0);
 }
@@ -156,7 +162,9 @@ struct Warp {
   }
 };
 
-// The kernel's S and O loops for one warp of a D x BN tile, against direct products; returns mismatches.
+// The kernel's S and O loops for one m-tile (16 rows, `warp` here = tiles::mtile_of(warp, mi)) of a
+// D x BN tile, against direct products, then the output's round trip through the staging tile (pairs
+// stored at frag::o_stage, rows read back as 16-byte chunks at swz); returns mismatches.
 int emulate(int D, int BN, int warp, std::mt19937& rng) {
   namespace fr = tiles::frag;
   const int C = D / 8, NT = BN / 8, DT = D / 8, BM = int(kPrefillTileRows);
@@ -227,14 +235,104 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
         if (o[size_t(dt) * 128 + size_t(l) * 4 + size_t(e)] != want && bad++ < 3)
           fprintf(stderr, "  D=%d O row %d col %d: %g want %g\n", D, r, col, o[size_t(dt) * 128 + size_t(l) * 4 + size_t(e)], want);
       }
+  // Output staging: each lane stores its (e 2h, 2h + 1) pair of every d-tile as 4 bytes at o_stage (in
+  // the Q tile); then the row is read back chunk by chunk as the 16-byte stores do. Every byte of the
+  // warp's 16 rows must be written exactly once, and the chunks must hold O in order.
+  std::vector<int> writes(size_t(BM * D), 0);
+  std::vector<float> stage(size_t(BM * D), std::nanf(""));
+  for (int dt = 0; dt < DT; ++dt)
+    for (int l = 0; l < 32; ++l)
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t byte = q0 + fr::o_stage(C, warp, l, h, dt);
+        if (byte % 4 != 0) ++bad;
+        for (int j = 0; j < 2; ++j) {
+          writes[byte / 2 + uint32_t(j)]++;
+          stage[byte / 2 + uint32_t(j)] = o[size_t(dt) * 128 + size_t(l) * 4 + size_t(2 * h + j)];
+        }
+      }
+  for (int i = 0; i < BM * D; ++i) {
+    const int in_warp = i / D / 16 == warp ? 1 : 0;  // the swizzle keeps a row inside its own D elements
+    if (writes[size_t(i)] != in_warp && bad++ < 3) fprintf(stderr, "  D=%d staging element %d written %d times\n", D, i, writes[size_t(i)]);
+  }
+  for (int r = warp * 16; r < warp * 16 + 16; ++r)
+    for (int c = 0; c < C; ++c)
+      for (int x = 0; x < 8; ++x) {
+        const float got = stage[(q0 + fr::swz(C, r, c)) / 2 + uint32_t(x)];
+        float want = 0;
+        const int col = 8 * c + x;
+        for (int n = 0; n < NT; ++n)
+          for (int l2 = 0; l2 < 32; ++l2)
+            for (int e2 = 0; e2 < 4; ++e2)
+              if (warp * 16 + fr::c_row(l2, e2) == r) want += S(n)[l2][e2] * V[size_t((n * 8 + fr::c_col(l2, e2)) * D + col)];
+        if (got != want && bad++ < 3) fprintf(stderr, "  D=%d staged out row %d col %d: %g want %g\n", D, r, col, got, want);
+      }
   return bad;
 }
 
 void test_fragment_addressing_on_an_emulated_warp() {
   std::mt19937 rng(5);
   int bad = 0;
-  for (int D : {64, 128, 256})
-    for (int warp = 0; warp < (quick() ? 1 : 4); ++warp) bad += emulate(D, prefill_key_tile(D), warp, rng);
+  for (int D : {64, 128, 256}) {
+    const int NW = tiles::cta_warps(D), MI = tiles::mtiles_per_warp(D);
+    CHECK(16 * NW * MI == int(kPrefillTileRows));  // the CTA's warps cover its rows
+    std::vector<int> mt_seen(size_t(kPrefillTileRows / 16), 0);
+    for (int warp = 0; warp < NW; ++warp)
+      for (int mi = 0; mi < MI; ++mi) mt_seen[size_t(tiles::mtile_of(warp, mi, MI))]++;
+    for (int x : mt_seen) CHECK(x == 1);  // every m-tile by exactly one (warp, mi)
+    for (int warp = 0; warp < NW; ++warp)
+      for (int mi = 0; mi < MI; ++mi)
+        if (!quick() || warp == NW - 1) {
+          bad += emulate(D, prefill_key_tile(D), tiles::mtile_of(warp, mi, MI), rng);
+          if (D == 256) bad += emulate(D, 16, tiles::mtile_of(warp, mi, MI), rng);  // the small-smem variant
+        }
+  }
+  CHECK(bad == 0);
+}
+
+// The kernel's pipeline, event by event, for walks of 0..7 key tiles: block offsets of tile t are
+// written to stage kv_stage(t) (tiles 0, 1 before the first barrier, tile i + 2 after iteration i's
+// compute), load_kv(t) reads them and starts the asynchronous K / V copy into stage kv_stage(t) (tile
+// 0 before the loop, tile i + 1 at the top of iteration i), which lands at iteration t's wait +
+// barrier, where the MMAs read it. Between two barriers (an epoch) no stage may be both written and
+// read; an in-flight copy may not overlap a read of its stage; every read must find its own tile.
+void test_pipeline_stages_are_never_overwritten_before_use() {
+  int bad = 0;
+  for (int n = 0; n <= 7; ++n) {
+    int epoch = 0;
+    int off_tile[2] = {-1, -1}, off_w_epoch[2] = {-1, -1}, off_r_epoch[2] = {-1, -1};
+    int kv_tile[2] = {-1, -1}, kv_inflight_from[2] = {-1, -1}, kv_r_epoch[2] = {-1, -1};
+    auto off_write = [&](int t) {
+      const int st = tiles::kv_stage(t);
+      if (off_r_epoch[st] == epoch) ++bad;  // a reader in the same epoch
+      off_tile[st] = t, off_w_epoch[st] = epoch;
+    };
+    auto load_kv = [&](int t) {  // reads the offsets, starts the copy
+      const int st = tiles::kv_stage(t);
+      if (off_tile[st] != t || off_w_epoch[st] == epoch) ++bad;
+      off_r_epoch[st] = epoch;
+      if (kv_r_epoch[st] == epoch || kv_inflight_from[st] >= 0) ++bad;  // stage still being read / filled
+      kv_tile[st] = t, kv_inflight_from[st] = epoch;
+    };
+    auto wait_all_but_newest = [&](int newest_stage) {  // cp.async.wait_group 1 (0 when < 0)
+      for (int st = 0; st < 2; ++st)
+        if (st != newest_stage) kv_inflight_from[st] = -1;
+    };
+    if (n > 0) off_write(0);
+    if (n > 1) off_write(1);
+    ++epoch;  // barrier
+    if (n > 0) load_kv(0);
+    for (int i = 0; i < n; ++i) {
+      if (i + 1 < n) load_kv(i + 1);
+      wait_all_but_newest(i + 1 < n ? tiles::kv_stage(i + 1) : -1);
+      ++epoch;  // barrier
+      const int st = tiles::kv_stage(i);
+      if (kv_tile[st] != i || kv_inflight_from[st] >= 0) ++bad;  // MMAs read K / V of tile i
+      kv_r_epoch[st] = epoch;
+      if (i + 2 < n) off_write(i + 2);
+      ++epoch;  // barrier
+    }
+    if (bad) fprintf(stderr, "  pipeline of %d tiles: %d violations\n", n, bad);
+  }
   CHECK(bad == 0);
 }
 
@@ -243,5 +341,6 @@ void test_fragment_addressing_on_an_emulated_warp() {
 int main() {
   RUN_TEST(test_grid_covers_every_row_and_key_once);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
+  RUN_TEST(test_pipeline_stages_are_never_overwritten_before_use);
   TEST_SUMMARY();
 }

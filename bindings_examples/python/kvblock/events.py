@@ -59,6 +59,7 @@ import time
 import msgpack
 import zmq
 
+from ._nocopy import OwnsHandle
 from .manager import Medium
 
 log = logging.getLogger("kvblock.events")
@@ -187,7 +188,7 @@ def decode_batch(payload):
 
 
 # -- the publisher -------------------------------------------------------------------------------------
-class KvEventPublisher:
+class KvEventPublisher(OwnsHandle):
     """Drains a manager's events on flush() and publishes them from a background thread.
 
     endpoint: where the PUB socket binds (connect=True: connects instead, e.g. to a proxy).
@@ -198,7 +199,9 @@ class KvEventPublisher:
     max_queue_batches: batches waiting for the sender thread before new ones are dropped (and counted).
     The socket is an XPUB (wire-identical to PUB for subscribers) so that wait_for_subscribers() can
     tell when a router has subscribed: messages published before that are lost on a PUB socket.
+    Copying and pickling are refused (TypeError): the copy would share the sockets and the sender thread.
     """
+    _what_is_owned = "ZMQ sockets and a sender thread that close() stops"
 
     def __init__(self, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
                  replay_endpoint=None, dp_rank=0, media=None, lora_name=None, connect=False,

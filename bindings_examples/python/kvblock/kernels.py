@@ -11,6 +11,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from . import _lib
+from ._nocopy import OwnsHandle
 from ._tensor import CPU, CUDA, View, device_name, require, view
 from .errors import KernelFault, KvbArgumentError, KvbError, check
 
@@ -86,10 +87,12 @@ def _alloc(shape: tuple, dtype: str, device: str) -> Any:
     return torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
 
 
-class KVCache:
+class KVCache(OwnsHandle):
     """K and V caches of every layer, [num_blocks, block_size, num_kv_heads, head_dim] each (NHD), with their
     descriptors built once. Either allocated here (numpy on "cpu", torch on "cuda[:i]") or wrapping the
-    caller's arrays / tensors (KVCache.wrap), which must stay alive as long as the cache."""
+    caller's arrays / tensors (KVCache.wrap), which must stay alive as long as the cache. Not copyable:
+    its descriptors hold raw pointers to those arrays (a deep copy would write into the original's)."""
+    _what_is_owned = "kvb_cache_desc descriptors holding raw pointers to its K/V memory"
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
                  dtype: str = "float32", device: str = "cpu") -> None:

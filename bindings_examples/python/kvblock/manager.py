@@ -17,6 +17,7 @@ import numpy as np
 from . import _lib
 from ._convert import TokenLike, as_index, as_int64_array, int64_ptr
 from ._guard import GuardedHandle
+from ._nocopy import OwnsHandle
 from .errors import KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
@@ -65,9 +66,11 @@ _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
 _MEDIA = {int(m): m for m in Medium}
 
 
-class BatchBuffers:
+class BatchBuffers(OwnsHandle):
     """Preallocated outputs of kvb_batch_export, reused step after step (no allocation per step).
-    Grows (rarely) when a step needs more rows, columns or slots than it has."""
+    Grows (rarely) when a step needs more rows, columns or slots than it has. Not copyable (its kvb_batch
+    points into its own arrays)."""
+    _what_is_owned = "a kvb_batch whose C pointers point into its own arrays"
 
     def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0) -> None:
         self._alloc(max(1, max_seqs), max(1, max_blocks_per_seq), max(1, slot_capacity or max_seqs))
@@ -114,13 +117,15 @@ def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
     return int(_lib.lib.kvb_hash_tokens(parent_ptr, buf, n))
 
 
-class Manager:
+class Manager(OwnsHandle):
     """A KV-cache block manager (one kvb_manager). Use it as a context manager, or call close().
+    Copying and pickling are refused (TypeError): a copy would share the C manager and destroy it.
 
     Threads may share a Manager, close() included: close() waits for the call in progress on another thread,
     and every call after it raises KvbClosedError (a KvbArgumentError) naming this Manager (kvblock._guard)."""
 
     _guard: Optional[GuardedHandle] = None  # None until the C manager exists (a failed __init__ has none)
+    _what_is_owned = "a C kvb_manager handle that close() and its finalizer destroy"
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,

@@ -16,9 +16,13 @@ Events, "map" encoding (vLLM's current tagged form):
    [, "extra_keys": [entry | nil per block]]}
   {"type": "BlockRemoved", "block_hashes": [u64, ...], "medium": "GPU" | "CPU"}
   {"type": "AllBlocksCleared"}
+  A manager with KV cache groups (hybrid models) adds vLLM's group fields: BlockStored "group_idx": g,
+  "kv_cache_spec_kind": "full_attention" | "sliding_window", "kv_cache_spec_sliding_window": tokens (window
+  groups); BlockRemoved "group_idx": g. Blocks of different groups never share an event.
 "array" encoding (the older positional form some consumers read):
-  ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium, lora_name[, extra_keys]]
-  ["BlockRemoved", hashes, medium]      ["AllBlocksCleared"]
+  ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium, lora_name[, extra_keys
+   [, group_idx, kv_cache_spec_kind[, kv_cache_spec_sliding_window]]]]
+  ["BlockRemoved", hashes, medium[, group_idx]]      ["AllBlocksCleared"]
 Each event's medium is where its block lives, from the manager's own event (kvb_event.medium), as vLLM
 names its tiers: device blocks "GPU", blocks of the host prefix cache (Manager(host_cache=True)) "CPU".
 The manager's events describe each level's index separately, so an offloaded block goes out as a
@@ -107,18 +111,33 @@ def _wire_medium(ev, media):
                                  f"(known: {sorted(int(m) for m in media)})") from None
 
 
-def group_events(raw, block_size, media=None, lora_name=None):
+def _group_fields(groups, group):
+    """vLLM's fields of a hybrid model's event (group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window)
+    for Manager.groups spec `group`; {} for a manager without groups (the wire stays as before groups)."""
+    if not groups:
+        return {}
+    spec = groups[group] if group < len(groups) else ("unknown",)
+    if spec[0] == "window":  # vLLM has no sink field: sinks are the engine's own business
+        return {"group_idx": group, "kv_cache_spec_kind": "sliding_window", "kv_cache_spec_sliding_window": spec[1]}
+    return {"group_idx": group, "kv_cache_spec_kind": "full_attention" if spec[0] == "full" else spec[0]}
+
+
+def group_events(raw, block_size, media=None, lora_name=None, groups=()):
     """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
-    media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU").
-    Consecutive stored blocks of one medium that form one chain share a BlockStored; consecutive removals
-    of one medium share a BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32),
-    UnknownMediumError for a medium that `media` does not name."""
+    media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU"). groups: the manager's
+    KV cache groups (Manager.groups): with groups every BlockStored carries its group_idx and
+    kv_cache_spec_kind ("full_attention" / "sliding_window", + kv_cache_spec_sliding_window) and every
+    BlockRemoved its group_idx, as vLLM's events of hybrid models do; without, neither (unchanged wire).
+    Consecutive stored blocks of one medium and group that form one chain share a BlockStored; consecutive
+    removals of one medium and group share a BlockRemoved. Raises TokenIdRangeError for a token id outside
+    [0, 2^32), UnknownMediumError for a medium that `media` does not name."""
     media = MEDIA if media is None else media
     out = []
     cur = None  # the BlockStored being extended
     for ev in raw:
         if ev.type != "cleared":
             medium = _wire_medium(ev, media)
+            group = ev.group if groups else None
         if ev.type == "stored":
             toks = ev.tokens.tolist()
             if toks and (min(toks) < 0 or max(toks) > MAX_TOKEN_ID):
@@ -133,7 +152,7 @@ def group_events(raw, block_size, media=None, lora_name=None):
             if ev.extra_key is not None:
                 extra = (extra or []) + [["kvb_extra_key", ev.extra_key]]
             if (cur is not None and ev.parent_hash is not None and ev.parent_hash == cur["block_hashes"][-1]
-                    and cur["medium"] == medium):
+                    and cur["medium"] == medium and cur.get("group_idx") == group):
                 cur["block_hashes"].append(ev.block_hash)
                 cur["token_ids"].extend(toks)
                 if extra is not None or "extra_keys" in cur:
@@ -144,13 +163,17 @@ def group_events(raw, block_size, media=None, lora_name=None):
                        "medium": medium, "lora_name": lora_name}
                 if extra is not None:
                     cur["extra_keys"] = [extra]
+                cur.update(_group_fields(groups, ev.group))
                 out.append(cur)
         elif ev.type == "removed":
             cur = None
-            if out and out[-1]["type"] == "BlockRemoved" and out[-1]["medium"] == medium:
-                out[-1]["block_hashes"].append(ev.block_hash)
+            last = out[-1] if out else None
+            if (last is not None and last["type"] == "BlockRemoved" and last["medium"] == medium
+                    and last.get("group_idx") == group):
+                last["block_hashes"].append(ev.block_hash)
             else:
-                out.append({"type": "BlockRemoved", "block_hashes": [ev.block_hash], "medium": medium})
+                out.append({"type": "BlockRemoved", "block_hashes": [ev.block_hash], "medium": medium,
+                            **({"group_idx": group} if groups else {})})
         else:
             cur = None
             out.append({"type": "AllBlocksCleared"})
@@ -161,16 +184,21 @@ _STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size"
                   "lora_name")
 
 
+_GROUP_FIELDS = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+
+
 def to_array_form(ev):
-    """A map-form event in the older positional form ([tag, fields...] in declaration order)."""
+    """A map-form event in the older positional form ([tag, fields...] in declaration order; optional
+    trailing fields only up to the last one present, as vLLM's omit_defaults encoder writes them)."""
     t = ev["type"]
     if t == "BlockStored":
         arr = [t] + [ev[f] for f in _STORED_FIELDS]
-        if "extra_keys" in ev:
-            arr.append(ev["extra_keys"])
-        return arr
+        tail = [ev.get(f) for f in ("extra_keys",) + _GROUP_FIELDS]
+        while tail and tail[-1] is None:
+            tail.pop()
+        return arr + tail
     if t == "BlockRemoved":
-        return [t, ev["block_hashes"], ev["medium"]]
+        return [t, ev["block_hashes"], ev["medium"]] + ([ev["group_idx"]] if "group_idx" in ev else [])
     return [t]
 
 
@@ -221,6 +249,7 @@ class KvEventPublisher(OwnsHandle):
             raise ValueError(f"media must map kvblock.Medium values to strings, got {media!r}")
         self.replay_endpoint, self.dp_rank, self.lora_name = replay_endpoint, dp_rank, lora_name
         self._manager = manager
+        self._groups = getattr(manager, "groups", ())  # a hybrid model's events carry their group
         self._drain_capacity = drain_capacity
         self._flush_lock = threading.Lock()
         self._close_lock = threading.Lock()  # held through close(): a second closer waits for the first
@@ -276,7 +305,7 @@ class KvEventPublisher(OwnsHandle):
             resync = dropped > 0
             error = None
             try:
-                events = group_events(raw, self.block_size, self.media, self.lora_name)
+                events = group_events(raw, self.block_size, self.media, self.lora_name, self._groups)
             except (TokenIdRangeError, UnknownMediumError) as e:
                 events, error = [], e
                 dropped += len(raw)

@@ -60,6 +60,7 @@ class Event(NamedTuple):
     tokens: np.ndarray              # the block's tokens (stored), else empty
     block_id: int                   # on `medium`
     medium: Medium = Medium.DEVICE
+    group: int = 0                  # KV cache group of the block (0 without groups and for "cleared")
 
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
@@ -173,6 +174,10 @@ class Manager(OwnsHandle):
                     specs[i].sink_tokens = as_index(g[2] if len(g) > 2 else 0, f"groups[{i}] sinks")
             cfg.groups, cfg.num_groups = specs, len(groups)
         self.num_groups = len(groups) if groups else 1
+        #: the KV cache groups as given, normalised: ("full",) or ("window", tokens, sinks) each; () without
+        self.groups = tuple(("full",) if specs[i].kind != lib.KVB_GROUP_WINDOW else
+                            ("window", int(specs[i].window_tokens), int(specs[i].sink_tokens))
+                            for i in range(len(groups))) if groups else ()
         out = ffi.new("kvb_manager**")
         check(lib.kvb_manager_create(cfg, out))
         self._guard = guard = GuardedHandle(out[0], lib.kvb_manager_destroy, f"kvblock.Manager(num_blocks={num_blocks}, "
@@ -454,12 +459,15 @@ class Manager(OwnsHandle):
         return {name: int(getattr(s, name)) for name, _ in ffi.typeof("kvb_stats").fields if name != "struct_size"}
 
     def drain_events(self, max_events: int = 4096) -> tuple:
-        """(events in order, number dropped since the last drain). Needs Manager(events=True)."""
+        """(events in order, number dropped since the last drain). Needs Manager(events=True). Each event
+        carries its KV cache group (Event.group; kvb_drain_events_group, which hybrid managers need: the
+        plain kvb_drain_events refuses a manager with several groups)."""
         evs = ffi.new("kvb_event[]", max_events)
+        groups = ffi.new("uint32_t[]", max_events)
         toks = np.empty(max_events * self.block_size, np.int64)
         n, dropped = ffi.new("size_t*"), ffi.new("uint64_t*")
-        self._run(self._lib.kvb_drain_events, evs, max_events, ffi.from_buffer("int64_t[]", toks), toks.shape[0],
-                  n, dropped)
+        self._run(self._lib.kvb_drain_events_group, evs, groups, max_events, ffi.from_buffer("int64_t[]", toks),
+                  toks.shape[0], n, dropped)
         out: List[Event] = []
         for i in range(n[0]):
             e = evs[i]
@@ -469,7 +477,8 @@ class Manager(OwnsHandle):
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_SALT else None,
                              int(e.extra_key) if e.has_extra_key else None,
                              toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id),
-                             _MEDIA.get(e.medium, e.medium)))  # a medium newer than this package: its number
+                             _MEDIA.get(e.medium, e.medium),  # a medium newer than this package: its number
+                             int(groups[i])))
         return out, int(dropped[0])
 
     def reset_prefix_cache(self) -> None:

@@ -63,7 +63,9 @@ import time
 import msgpack
 import zmq
 
+from . import _publisher_args
 from ._nocopy import OwnsHandle
+from .errors import KvbClosedError
 from .manager import Medium
 
 log = logging.getLogger("kvblock.events")
@@ -235,6 +237,9 @@ class KvEventPublisher(OwnsHandle):
                  replay_endpoint=None, dp_rank=0, media=None, lora_name=None, connect=False,
                  max_queue_batches=1024, replay_buffer=10000, hwm=100000, drain_capacity=4096,
                  linger_ms=1000):
+        _publisher_args.check(endpoint=endpoint, replay_endpoint=replay_endpoint, topic=topic, dp_rank=dp_rank,
+                              hwm=hwm, linger_ms=linger_ms, max_queue_batches=max_queue_batches,
+                              replay_buffer=replay_buffer, drain_capacity=drain_capacity)
         if encoding not in ("map", "array"):
             raise ValueError(f"encoding must be 'map' or 'array', got {encoding!r}")
         if not isinstance(dp_rank, int) or dp_rank < 0:
@@ -300,7 +305,8 @@ class KvEventPublisher(OwnsHandle):
         sent and the stream resyncs (see the module notes)."""
         with self._flush_lock:
             if not self._running:
-                raise RuntimeError(f"KvEventPublisher on {self.bound_endpoint} is closed")
+                raise KvbClosedError(f"KvEventPublisher on {self.bound_endpoint}",
+                                     "close() stopped its sender thread and closed its sockets")
             raw, dropped = drain_all(self._manager, self._drain_capacity)
             resync = dropped > 0
             error = None

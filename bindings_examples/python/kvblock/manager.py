@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Mapping
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _lib
-from ._convert import TokenLike, as_index, as_int64_array, int64_ptr
+from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, real, scalar, size, u32, u64
 from ._guard import GuardedHandle
 from ._nocopy import OwnsHandle
 from .errors import KvbArgumentError, KvbError, check
@@ -111,9 +112,7 @@ def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
     """The public xxh64 block hash (identical to nano-vllm's compute_hash)."""
     buf, n = int64_ptr(tokens)
     if parent is not None:
-        parent = as_index(parent, "parent")
-        if not 0 <= parent < 2**64:
-            raise KvbArgumentError(f"parent: hash {parent} is not a u64")
+        parent = u64(parent, "parent")
     parent_ptr = ffi.new("uint64_t*", parent) if parent is not None else ffi.NULL
     return int(_lib.lib.kvb_hash_tokens(parent_ptr, buf, n))
 
@@ -143,35 +142,34 @@ class Manager(OwnsHandle):
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
-        cfg.num_blocks = as_index(num_blocks, "num_blocks")
-        cfg.block_size = as_index(block_size, "block_size")
-        cfg.num_host_blocks = as_index(num_host_blocks, "num_host_blocks")
-        cfg.watermark = float(watermark)
+        cfg.num_blocks = num_blocks = u32(num_blocks, "num_blocks")
+        cfg.block_size = block_size = u32(block_size, "block_size")
+        cfg.num_host_blocks = num_host_blocks = u32(num_host_blocks, "num_host_blocks")
+        cfg.watermark = real(watermark, "watermark")
         keep = None
         if non_cacheable_tokens is not None:
             keep, n = int64_ptr(non_cacheable_tokens, "non_cacheable_tokens")
             cfg.non_cacheable_tokens, cfg.num_non_cacheable_tokens = keep, n
         cfg.flags = ((lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
                      | (lib.KVB_CONFIG_HOST_CACHE if host_cache else 0))
-        cfg.event_capacity = as_index(event_capacity, "event_capacity")
-        cfg.index_seed = as_index(index_seed, "index_seed")
-        if host_cache_twin_percent is not None:
-            twins = as_index(host_cache_twin_percent, "host_cache_twin_percent")
-            if not 0 <= twins < 2**32:
-                raise KvbArgumentError(f"host_cache_twin_percent {twins} is not a percentage in [0, 100]")
-            cfg.host_cache_twin_percent = twins
+        cfg.event_capacity = u32(event_capacity, "event_capacity")
+        cfg.index_seed = u64(index_seed, "index_seed")
+        if host_cache_twin_percent is not None:  # the library refuses more than 100, naming it
+            cfg.host_cache_twin_percent = u32(host_cache_twin_percent, "host_cache_twin_percent")
         specs = None
+        if groups is not None and not isinstance(groups, (list, tuple)):
+            raise KvbArgumentError(f"groups must be a list of group specs, got {type(groups).__name__} {groups!r}")
         if groups:
             specs = ffi.new("kvb_group_spec[]", len(groups))
             for i, g in enumerate(groups):
                 lib.kvb_group_spec_init(specs + i)
-                if not g or g[0] not in ("full", "window") or (g[0] == "full" and len(g) != 1) or \
-                        (g[0] == "window" and len(g) not in (2, 3)):
+                if not isinstance(g, (list, tuple)) or not g or g[0] not in ("full", "window") or \
+                        (g[0] == "full" and len(g) != 1) or (g[0] == "window" and len(g) not in (2, 3)):
                     raise KvbArgumentError(f"groups[{i}] = {g!r}: use ('full',) or ('window', tokens[, sinks])")
                 if g[0] == "window":
                     specs[i].kind = lib.KVB_GROUP_WINDOW
-                    specs[i].window_tokens = as_index(g[1], f"groups[{i}] window")
-                    specs[i].sink_tokens = as_index(g[2] if len(g) > 2 else 0, f"groups[{i}] sinks")
+                    specs[i].window_tokens = u32(g[1], f"groups[{i}] window")
+                    specs[i].sink_tokens = u32(g[2] if len(g) > 2 else 0, f"groups[{i}] sinks")
             cfg.groups, cfg.num_groups = specs, len(groups)
         self.num_groups = len(groups) if groups else 1
         #: the KV cache groups as given, normalised: ("full",) or ("window", tokens, sinks) each; () without
@@ -223,7 +221,7 @@ class Manager(OwnsHandle):
         return self._guard.unguarded()
 
     # -- sequences: the core flow ----------------------------------------------------------------
-    def _options(self, n: int, cache_salt: Optional[int], extra_keys: Optional[Mapping[int, int]],
+    def _options(self, n: int, cache_salt: Optional[int], extra_keys: Optional[Mapping],
                  window: int, sink: int) -> Any:
         if cache_salt is None and not extra_keys and not window and not sink:
             return ffi.NULL, None
@@ -231,18 +229,22 @@ class Manager(OwnsHandle):
         self._lib.kvb_seq_options_init(o)
         keep = []
         if cache_salt is not None:
-            o.has_cache_salt, o.cache_salt = 1, as_index(cache_salt, "cache_salt")
+            o.has_cache_salt, o.cache_salt = 1, u64(cache_salt, "cache_salt")
+        if extra_keys is not None and not isinstance(extra_keys, Mapping):
+            raise KvbArgumentError(f"extra_keys must be a mapping {{block index: key}}, got "
+                                   f"{type(extra_keys).__name__} {extra_keys!r}")
         if extra_keys:
-            items = sorted((as_index(k, "extra_keys block index"), as_index(v, "extra key")) for k, v in extra_keys.items())
+            items = sorted((u32(k, "extra_keys block index"), u64(v, f"extra_keys[{k!r}]"))
+                           for k, v in extra_keys.items())
             blocks = ffi.new("uint32_t[]", [k for k, _ in items])
             keys = ffi.new("uint64_t[]", [v for _, v in items])
             keep += [blocks, keys]
             o.extra_key_blocks, o.extra_keys, o.num_extra_keys = blocks, keys, len(items)
-        o.window_tokens, o.sink_tokens = as_index(window, "window"), as_index(sink, "sink")
+        o.window_tokens, o.sink_tokens = u32(window, "window"), u32(sink, "sink")
         return o, keep
 
     def can_allocate(self, tokens: TokenLike, *, cache_salt: Optional[int] = None,
-                     extra_keys: Optional[Mapping[int, int]] = None) -> Optional[int]:
+                     extra_keys: Optional[Mapping] = None) -> Optional[int]:
         """Cached tokens an allocate would reuse, or None if the pool cannot hold the prompt now."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, 0, 0)
@@ -254,20 +256,20 @@ class Manager(OwnsHandle):
         return int(cached[0])
 
     def allocate(self, seq_id: int, tokens: TokenLike, *, cache_salt: Optional[int] = None,
-                 extra_keys: Optional[Mapping[int, int]] = None, window: int = 0, sink: int = 0) -> int:
+                 extra_keys: Optional[Mapping] = None, window: int = 0, sink: int = 0) -> int:
         """Creates sequence seq_id holding the prompt; returns the number of prefix-cached tokens.
         extra_keys: {block index: key} (image content hash, LoRA id); window/sink: sliding window."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, window, sink)
         cached = ffi.new("size_t*")
-        self._run(self._lib.kvb_seq_allocate_ex, as_index(seq_id, "seq_id"), buf, n, opts, cached)
+        self._run(self._lib.kvb_seq_allocate_ex, i64(seq_id, "seq_id"), buf, n, opts, cached)
         return int(cached[0])
 
     def commit(self, seq_id: int, num_tokens: int) -> None:
-        self._run(self._lib.kvb_seq_commit, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        self._run(self._lib.kvb_seq_commit, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
-        status = self._call(self._lib.kvb_seq_can_append, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        status = self._call(self._lib.kvb_seq_can_append, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
         if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
             return False
         check(status)
@@ -275,15 +277,15 @@ class Manager(OwnsHandle):
 
     def append(self, seq_id: int, tokens: TokenLike) -> None:
         buf, n = int64_ptr(tokens)
-        self._run(self._lib.kvb_seq_append, as_index(seq_id, "seq_id"), buf, n)
+        self._run(self._lib.kvb_seq_append, i64(seq_id, "seq_id"), buf, n)
 
     def free(self, seq_id: int) -> None:
-        self._run(self._lib.kvb_seq_free, as_index(seq_id, "seq_id"))
+        self._run(self._lib.kvb_seq_free, i64(seq_id, "seq_id"))
 
     def block_table(self, seq_id: int, group: int = 0) -> np.ndarray:
         """The sequence's block ids in KV cache group `group` (int32; -1 where a sliding window released the
         block or a window group did not need a cached one)."""
-        sid, g = as_index(seq_id, "seq_id"), as_index(group, "group")
+        sid, g = i64(seq_id, "seq_id"), u32(group, "group")
         size = ffi.new("size_t*")
         status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.NULL, 0, size)
         while True:  # another thread may grow the table between the size query and the copy
@@ -298,31 +300,31 @@ class Manager(OwnsHandle):
     def block_hash(self, block_id: int) -> Optional[int]:
         """The hash block_id got when committed full, or None if it holds no committed full block."""
         h = ffi.new("uint64_t*")
-        status = self._call(self._lib.kvb_block_hash, as_index(block_id, "block_id"), h)
+        status = self._call(self._lib.kvb_block_hash, i32(block_id, "block_id"), h)
         if status == self._lib.KVB_ERR_BAD_STATE:
             return None
         check(status)
         return int(h[0])
 
     def set_extra_key(self, seq_id: int, block_index: int, key: int) -> None:
-        self._run(self._lib.kvb_seq_set_extra_key, as_index(seq_id, "seq_id"), as_index(block_index, "block_index"),
-                  as_index(key, "key"))
+        self._run(self._lib.kvb_seq_set_extra_key, i64(seq_id, "seq_id"), u32(block_index, "block_index"),
+                  u64(key, "key"))
 
     def info(self, seq_id: int) -> SeqInfo:
         i = ffi.new("kvb_seq_info*")
         self._lib.kvb_seq_info_init(i)
-        self._run(self._lib.kvb_seq_get_info, as_index(seq_id, "seq_id"), i)
+        self._run(self._lib.kvb_seq_get_info, i64(seq_id, "seq_id"), i)
         return SeqInfo(i.location == self._lib.KVB_SEQ_SWAPPED_OUT, i.num_tokens, i.num_computed, i.num_cached,
                        i.num_blocks, i.num_held_blocks, i.window_tokens, i.sink_tokens)
 
     # -- fork, copy-on-write, rollback, window ---------------------------------------------------
     def fork(self, parent_id: int, child_id: int, num_tokens: Optional[int] = None) -> None:
         """child shares parent's blocks (the first num_tokens tokens' with fork_at semantics)."""
-        p, c = as_index(parent_id, "parent_id"), as_index(child_id, "child_id")
+        p, c = i64(parent_id, "parent_id"), i64(child_id, "child_id")
         if num_tokens is None:
             self._run(self._lib.kvb_seq_fork, p, c)
         else:
-            self._run(self._lib.kvb_seq_fork_at, p, c, as_index(num_tokens, "num_tokens"))
+            self._run(self._lib.kvb_seq_fork_at, p, c, size(num_tokens, "num_tokens"))
 
     def fork_at(self, parent_id: int, child_id: int, num_tokens: int) -> None:
         self.fork(parent_id, child_id, num_tokens)
@@ -344,16 +346,16 @@ class Manager(OwnsHandle):
         return self._pairs_call(self._lib.kvb_drain_copies)
 
     def rollback(self, seq_id: int, num_tokens: int) -> None:
-        self._run(self._lib.kvb_seq_rollback, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        self._run(self._lib.kvb_seq_rollback, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
 
     def set_window(self, seq_id: int, window_tokens: int, sink_tokens: int = 0) -> None:
-        self._run(self._lib.kvb_seq_set_window, as_index(seq_id, "seq_id"), as_index(window_tokens, "window_tokens"),
-                  as_index(sink_tokens, "sink_tokens"))
+        self._run(self._lib.kvb_seq_set_window, i64(seq_id, "seq_id"), u32(window_tokens, "window_tokens"),
+                  u32(sink_tokens, "sink_tokens"))
 
     # -- host tier ---------------------------------------------------------------------------------
     def _availability(self, fn: Any, seq_id: int) -> Availability:
         a = ffi.new("kvb_availability*")
-        self._run(fn, as_index(seq_id, "seq_id"), a)
+        self._run(fn, i64(seq_id, "seq_id"), a)
         return Availability(a[0])
 
     def can_swap_out(self, seq_id: int) -> Availability:
@@ -364,11 +366,11 @@ class Manager(OwnsHandle):
 
     def swap_out(self, seq_id: int) -> np.ndarray:
         """Moves the sequence to host blocks; returns [n, 2] (device src, host dst) pairs for swap_blocks."""
-        return self._pairs_call(self._lib.kvb_seq_swap_out, as_index(seq_id, "seq_id"))
+        return self._pairs_call(self._lib.kvb_seq_swap_out, i64(seq_id, "seq_id"))
 
     def swap_in(self, seq_id: int) -> np.ndarray:
         """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
-        return self._pairs_call(self._lib.kvb_seq_swap_in, as_index(seq_id, "seq_id"))
+        return self._pairs_call(self._lib.kvb_seq_swap_in, i64(seq_id, "seq_id"))
 
     def drain_host_transfers(self) -> Tuple[np.ndarray, np.ndarray]:
         """Every pending host-cache transfer, oldest first: (offloads, loads), [n, 2] int32 copies each.
@@ -426,18 +428,20 @@ class Manager(OwnsHandle):
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if buffers is None:
             buffers = BatchBuffers(n, 1, 1)
+        elif not isinstance(buffers, BatchBuffers):
+            raise KvbArgumentError(f"buffers must be a kvblock.BatchBuffers or None, got {type(buffers).__name__}")
         rows, cols, slots = buffers.capacity
         if n > rows:
             buffers._alloc(max(n, 2 * rows), cols, slots)
         b = buffers.c
-        b.group = as_index(group, "group")
+        b.group = u32(group, "group")
         status = self._call(self._lib.kvb_batch_export, ids, n, b)
         if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
             rows, cols, slots = buffers.capacity
             buffers._alloc(rows, max(cols, b.max_blocks_needed + b.max_blocks_needed // 4),
                            max(slots, b.num_slots + b.num_slots // 4))
             b = buffers.c
-            b.group = as_index(group, "group")
+            b.group = u32(group, "group")
             status = self._call(self._lib.kvb_batch_export, ids, n, b)
         check(status)
         k = b.num_slots
@@ -462,6 +466,7 @@ class Manager(OwnsHandle):
         """(events in order, number dropped since the last drain). Needs Manager(events=True). Each event
         carries its KV cache group (Event.group; kvb_drain_events_group, which hybrid managers need: the
         plain kvb_drain_events refuses a manager with several groups)."""
+        max_events = scalar(max_events, "max_events", 1, U32_MAX, "uint32_t")
         evs = ffi.new("kvb_event[]", max_events)
         groups = ffi.new("uint32_t[]", max_events)
         toks = np.empty(max_events * self.block_size, np.int64)

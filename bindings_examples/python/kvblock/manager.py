@@ -65,6 +65,8 @@ class Event(NamedTuple):
 
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
+_BUFFER_TOO_SMALL = _lib.lib.KVB_ERR_BUFFER_TOO_SMALL
+_new_tuple = tuple.__new__
 _MEDIA = {int(m): m for m in Medium}
 
 
@@ -92,6 +94,16 @@ class BatchBuffers(OwnsHandle):
         b.slot_capacity = slots
         self._keep = (b.block_tables, b.seq_lens, b.query_start, b.slot_mapping)
         self.c = b
+        # Read by every batch_export: plain attributes, cheaper than the cffi struct or the arrays' shapes.
+        self._rows, self._group = seqs, 0
+        self._views: tuple = (-1, -1)  # (n, num_slots, the four views for them): the last export's
+
+    def _views_for(self, n: int, k: int) -> tuple:
+        """The views of an export of n sequences and k slots, kept for the next export of the same shape
+        (a decode step exports the same sequences step after step: four slicings saved per step)."""
+        self._views = (n, k, self.block_tables_all[:n], self.seq_lens_all[:n], self.query_start_all[: n + 1],
+                       self.slot_mapping_all[:k])
+        return self._views
 
     @property
     def capacity(self) -> tuple:
@@ -125,6 +137,7 @@ class Manager(OwnsHandle):
     and every call after it raises KvbClosedError (a KvbArgumentError) naming this Manager (kvblock._guard)."""
 
     _guard: Optional[GuardedHandle] = None  # None until the C manager exists (a failed __init__ has none)
+    _table_hint = 16  # block_table's first buffer: the longest table returned so far
     _what_is_owned = "a C kvb_manager handle that close() and its finalizer destroy"
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
@@ -286,16 +299,20 @@ class Manager(OwnsHandle):
         """The sequence's block ids in KV cache group `group` (int32; -1 where a sliding window released the
         block or a window group did not need a cached one)."""
         sid, g = i64(seq_id, "seq_id"), u32(group, "group")
-        size = ffi.new("size_t*")
-        status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.NULL, 0, size)
-        while True:  # another thread may grow the table between the size query and the copy
-            if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
-                check(status)
-            out = np.empty(size[0], np.int32)
+        needed = ffi.new("size_t*")
+        # First try at the longest table seen so far: a size query (a NULL buffer) fails with
+        # BUFFER_TOO_SMALL, and the library's failure path (it formats kvb_last_error) costs ~8x the copy.
+        out = np.empty(self._table_hint, np.int32)
+        while True:  # another thread may grow the table between a failed try and the next
             status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.from_buffer("int32_t[]", out),
-                                                         out.shape[0], size)
-            if status == self._lib.KVB_OK:
-                return out[: size[0]]
+                                out.shape[0], needed)
+            if not status:
+                return out[: needed[0]]
+            if status != _BUFFER_TOO_SMALL:
+                check(status)
+            if needed[0] > self._table_hint:  # a hint only: a race between threads merely costs a retry
+                self._table_hint = needed[0]
+            out = np.empty(needed[0], np.int32)
 
     def block_hash(self, block_id: int) -> Optional[int]:
         """The hash block_id got when committed full, or None if it holds no committed full block."""
@@ -428,25 +445,30 @@ class Manager(OwnsHandle):
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if buffers is None:
             buffers = BatchBuffers(n, 1, 1)
-        elif not isinstance(buffers, BatchBuffers):
+        elif type(buffers) is not BatchBuffers and not isinstance(buffers, BatchBuffers):
             raise KvbArgumentError(f"buffers must be a kvblock.BatchBuffers or None, got {type(buffers).__name__}")
-        rows, cols, slots = buffers.capacity
-        if n > rows:
+        if n > buffers._rows:
+            rows, cols, slots = buffers.capacity
             buffers._alloc(max(n, 2 * rows), cols, slots)
+        if type(group) is not int or group != buffers._group:  # the struct is written only when it changes
+            buffers.c.group = buffers._group = u32(group, "group")
         b = buffers.c
-        b.group = u32(group, "group")
         status = self._call(self._lib.kvb_batch_export, ids, n, b)
-        if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
+        if status:
+            if status != _BUFFER_TOO_SMALL:
+                check(status)
             rows, cols, slots = buffers.capacity
             buffers._alloc(rows, max(cols, b.max_blocks_needed + b.max_blocks_needed // 4),
                            max(slots, b.num_slots + b.num_slots // 4))
             b = buffers.c
-            b.group = u32(group, "group")
-            status = self._call(self._lib.kvb_batch_export, ids, n, b)
-        check(status)
+            b.group = buffers._group = group
+            check(self._call(self._lib.kvb_batch_export, ids, n, b))
         k = b.num_slots
-        return Batch(buffers.block_tables_all[:n], buffers.seq_lens_all[:n], buffers.query_start_all[: n + 1],
-                     buffers.slot_mapping_all[:k], k, b.max_blocks_needed)
+        views = buffers._views
+        if views[0] != n or views[1] != k:
+            views = buffers._views_for(n, k)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__ (a third of this method's own cost)
+        return _new_tuple(Batch, (views[2], views[3], views[4], views[5], k, b.max_blocks_needed))
 
     # -- pool, stats, events, control ---------------------------------------------------------------
     @property

@@ -27,13 +27,16 @@ def _endpoint(value: Any, what: str) -> None:
 
 
 def check(*, endpoint: Any, replay_endpoint: Optional[Any], topic: Any, dp_rank: Any, hwm: Any,
-          linger_ms: Any, max_queue_batches: Any, replay_buffer: Any, drain_capacity: Any) -> None:
+          linger_ms: Any, max_queue_batches: Any, replay_buffer: Any, drain_capacity: Any,
+          lora_name: Any = None) -> None:
     _endpoint(endpoint, "endpoint")
     if replay_endpoint is not None:
         _endpoint(replay_endpoint, "replay_endpoint")
     if not isinstance(topic, (str, bytes)):
         raise KvbArgumentError(f"topic must be a str or bytes (frame 0 of every message), got "
                                f"{type(topic).__name__} {topic!r}")
+    if lora_name is not None and not isinstance(lora_name, str):
+        raise KvbArgumentError(f"lora_name must be a str or None (vLLM's field), got {type(lora_name).__name__}")
     scalar(dp_rank, "dp_rank", 0, _INT_MAX, "a data-parallel rank")
     scalar(hwm, "hwm", 0, _INT_MAX, "ZMQ_SNDHWM, 0 = no limit")
     scalar(linger_ms, "linger_ms", -1, _INT_MAX, "ZMQ_LINGER, -1 = forever")

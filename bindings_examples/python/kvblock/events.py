@@ -239,7 +239,7 @@ class KvEventPublisher(OwnsHandle):
                  linger_ms=1000):
         _publisher_args.check(endpoint=endpoint, replay_endpoint=replay_endpoint, topic=topic, dp_rank=dp_rank,
                               hwm=hwm, linger_ms=linger_ms, max_queue_batches=max_queue_batches,
-                              replay_buffer=replay_buffer, drain_capacity=drain_capacity)
+                              replay_buffer=replay_buffer, drain_capacity=drain_capacity, lora_name=lora_name)
         if encoding not in ("map", "array"):
             raise ValueError(f"encoding must be 'map' or 'array', got {encoding!r}")
         if not isinstance(dp_rank, int) or dp_rank < 0:

@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from . import _lib
-from ._convert import i64, real, u32
+from ._convert import i64, real, u32, u64
 from ._nocopy import OwnsHandle
 from ._tensor import CPU, CUDA, View, device_name, require, view
 from .errors import KernelFault, KvbArgumentError, KvbError, check
@@ -69,8 +69,8 @@ def take_fault(device: Any = 0, stream: Any = None) -> None:
 def _stream(stream: Any) -> Any:
     if stream is None:
         return ffi.NULL
-    if isinstance(stream, int):
-        return ffi.cast("void*", stream)
+    if isinstance(stream, (int, np.integer)):  # ffi.cast would wrap a handle beyond 64 bits silently
+        return ffi.cast("void*", u64(stream, "stream"))
     handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
     if handle is None:
         handle = getattr(stream, "ptr", None)  # cupy Stream

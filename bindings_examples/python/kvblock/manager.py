@@ -77,7 +77,10 @@ class BatchBuffers(OwnsHandle):
     _what_is_owned = "a kvb_batch whose C pointers point into its own arrays"
 
     def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0) -> None:
-        self._alloc(max(1, max_seqs), max(1, max_blocks_per_seq), max(1, slot_capacity or max_seqs))
+        """Sizes are uint32 (kvb_batch's); 0 rows or columns mean 1, slot_capacity 0 means max_seqs."""
+        seqs, cols = u32(max_seqs, "max_seqs"), u32(max_blocks_per_seq, "max_blocks_per_seq")
+        slots = u32(slot_capacity, "slot_capacity")
+        self._alloc(max(1, seqs), max(1, cols), max(1, slots or seqs))
 
     def _alloc(self, seqs: int, cols: int, slots: int) -> None:
         self.block_tables_all = np.full((seqs, cols), -1, np.int32)

@@ -161,6 +161,14 @@ CASES = [
     ("KVCache.wrap 2^32+1 blocks", lambda c: kvblock.KVCache.wrap([_HugeCache()], [_HugeCache()]),
      r"k_layers\[0\]: dimension num_blocks: 4294967297 is out of range"),
     ("take_fault device 2^31", lambda c: kvblock.take_fault(2**31), r"device: index 2147483648"),
+    ("take_fault stream 2^64", lambda c: kvblock.take_fault(0, stream=BIG64), "stream: 18446744073709551616"),
+    ("write_kv stream -1", lambda c: kvblock.write_kv(c.cache, 0, np.zeros((1, KVH, D), np.float32),
+                                                      np.zeros((1, KVH, D), np.float32), np.zeros(1, np.int64),
+                                                      stream=-1), "stream: -1 is out of range"),
+    # batch buffers: kvb_batch's sizes are uint32
+    ("BatchBuffers max_seqs -1", lambda c: kvblock.BatchBuffers(-1), "max_seqs: -1"),
+    ("BatchBuffers max_blocks 2^32", lambda c: kvblock.BatchBuffers(4, BIG32), "max_blocks_per_seq: 4294967296"),
+    ("BatchBuffers slots str", lambda c: kvblock.BatchBuffers(4, 4, "8"), "slot_capacity must be an int, got str"),
 ]
 
 
@@ -216,6 +224,7 @@ def _publisher_cases():
         (dict(endpoint=ep, linger_ms=-2), "linger_ms: -2"),
         (dict(endpoint=ep, max_queue_batches=0), "max_queue_batches: 0"),
         (dict(endpoint=ep, drain_capacity=True), "drain_capacity must be an int, got bool"),
+        (dict(endpoint=ep, lora_name=5), "lora_name must be a str or None"),
     ]
 
 

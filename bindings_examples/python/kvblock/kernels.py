@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from . import _lib
-from ._convert import i64, real, u32, u64
+from ._convert import as_index, i64, real, u32, u64
 from ._nocopy import OwnsHandle
 from ._tensor import CPU, CUDA, View, device_name, require, view
 from .errors import KernelFault, KvbArgumentError, KvbError, check
@@ -160,12 +160,10 @@ class KVCache(OwnsHandle):
         self._workspaces = threading.local()
 
     def desc(self, layer: int) -> Any:
-        if type(layer) is not int or not 0 <= layer < self.num_layers:  # a bool is no layer index
-            if isinstance(layer, np.integer) and not isinstance(layer, np.bool_) and 0 <= layer < self.num_layers:
-                return self.descs + int(layer)
-            if type(layer) is int or (isinstance(layer, np.integer) and not isinstance(layer, np.bool_)):
-                raise KvbArgumentError(f"layer {layer} is out of range [0, {self.num_layers})")
-            raise KvbArgumentError(f"layer must be an int, got {type(layer).__name__} {layer!r}")
+        if type(layer) is not int:  # numpy integers converted; a bool (an int subclass) is no layer index
+            layer = as_index(layer, "layer")
+        if not 0 <= layer < self.num_layers:
+            raise KvbArgumentError(f"layer {layer} is out of range [0, {self.num_layers})")
         return self.descs + layer
 
     def workspace(self, nbytes: int) -> Any:

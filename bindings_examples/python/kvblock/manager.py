@@ -67,6 +67,9 @@ class Event(NamedTuple):
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
 _BUFFER_TOO_SMALL = _lib.lib.KVB_ERR_BUFFER_TOO_SMALL
 _new_tuple = tuple.__new__
+# block_table's first buffer grows to the longest table seen up to this (16 KiB): beyond, the failed first
+# try costs little against the copy, and a huge buffer per call would cost more than it saves
+_TABLE_HINT_MAX = 4096
 _MEDIA = {int(m): m for m in Medium}
 
 
@@ -313,7 +316,7 @@ class Manager(OwnsHandle):
                 return out[: needed[0]]
             if status != _BUFFER_TOO_SMALL:
                 check(status)
-            if needed[0] > self._table_hint:  # a hint only: a race between threads merely costs a retry
+            if self._table_hint < needed[0] <= _TABLE_HINT_MAX:  # a race between threads costs a retry only
                 self._table_hint = needed[0]
             out = np.empty(needed[0], np.int32)
 
@@ -454,7 +457,8 @@ class Manager(OwnsHandle):
             rows, cols, slots = buffers.capacity
             buffers._alloc(max(n, 2 * rows), cols, slots)
         if type(group) is not int or group != buffers._group:  # the struct is written only when it changes
-            buffers.c.group = buffers._group = u32(group, "group")
+            group = u32(group, "group")
+            buffers.c.group = buffers._group = group
         b = buffers.c
         status = self._call(self._lib.kvb_batch_export, ids, n, b)
         if status:

@@ -2,8 +2,11 @@
 of ~L tokens (append one token each, block tables + slot mapping for the kernels, commit), three ways:
   per-sequence  the Manager's per-sequence calls in a Python loop (what the old wrapper allowed)
   batched       batch_append + batch_export into preallocated BatchBuffers + batch_commit (no Python loop)
+  batched list  the same with the step's tokens as a Python list (what a sampler's .tolist() hands over)
   raw cffi      the same three C calls on prebuilt cffi pointers: the C work plus the bare call cost,
-                the floor that the batched figure is compared against."""
+                the floor that the batched figure is compared against.
+and the per-call costs under them: an append + commit pair of one sequence, and the conversion of a token
+list (ns per token, a 2000-token prompt)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +17,7 @@ from typing import Callable, List
 import numpy as np
 
 import kvblock
-from kvblock import _lib
+from kvblock import _convert, _lib
 
 
 def _median_us(step: Callable[[int], None], reps: int) -> tuple:
@@ -37,11 +40,17 @@ def _manager(n: int, length: int, bs: int, reps: int) -> kvblock.Manager:
     return m
 
 
+def per_sequence_reps(reps: int) -> int:
+    """The per-sequence step is ~50x slower than the batched one: it runs a tenth of the repetitions."""
+    return max(20, reps // 10)
+
+
 def run(n: int = 256, length: int = 2000, bs: int = 16, reps: int = 200) -> dict:
+    """Every figure as (median, min) in microseconds (ns per token for token_list_ns)."""
     ids = np.arange(n, dtype=np.int64)
     out = {}
 
-    m = _manager(n, length, bs, reps)
+    m = _manager(n, length, bs, per_sequence_reps(reps) + reps)  # + the append + commit pairs of sequence 0
 
     def per_sequence(t: int) -> None:
         for i in range(n):
@@ -56,11 +65,17 @@ def run(n: int = 256, length: int = 2000, bs: int = 16, reps: int = 200) -> dict
         for i in range(n):
             m.commit(i, 1)
 
-    out["per_sequence_us"] = _median_us(per_sequence, max(20, reps // 10))
+    out["per_sequence_us"] = _median_us(per_sequence, per_sequence_reps(reps))
+
+    def append_commit(t: int) -> None:
+        m.append(0, [t])
+        m.commit(0, 1)
+
+    out["append_commit_us"] = _median_us(append_commit, reps)
     m.close()
 
-    m = _manager(n, length, bs, reps)
-    bufs = kvblock.BatchBuffers(n, (length + reps) // bs + 8, n)
+    m = _manager(n, length, bs, 2 * reps)  # two cases of reps tokens each
+    bufs = kvblock.BatchBuffers(n, (length + 2 * reps) // bs + 8, n)
     toks = np.zeros(n, np.int64)
 
     def batched(t: int) -> None:
@@ -70,8 +85,20 @@ def run(n: int = 256, length: int = 2000, bs: int = 16, reps: int = 200) -> dict
         m.batch_commit(ids)
 
     out["batched_us"] = _median_us(batched, reps)
+    lists = [[t] * n for t in range(reps)]  # the sampler's lists, built outside the timed step
+
+    def batched_list(t: int) -> None:
+        m.batch_append(ids, lists[t])
+        m.batch_export(ids, bufs)
+        m.batch_commit(ids)
+
+    out["batched_list_us"] = _median_us(batched_list, reps)
     batch = m.batch_export(ids, bufs)
     assert batch.block_tables.shape == (n, bufs.capacity[1]) and batch.num_slots == 0
+    prompt = list(range(length))
+    convert = _convert.int64_ptr
+    med, low = _median_us(lambda t: convert(prompt), reps)
+    out["token_list_ns"] = (med * 1e3 / length, low * 1e3 / length)
     m.close()
 
     m = _manager(n, length, bs, reps)
@@ -100,11 +127,16 @@ def main() -> None:
     a = p.parse_args()
     r = run(a.seqs, a.tokens, a.block_size, a.reps)
     print(f"decode step, {a.seqs} sequences of ~{a.tokens} tokens, block size {a.block_size} "
-          f"({a.reps} repetitions; {platform.processor() or platform.machine()}, python {platform.python_version()})")
-    for key, label in [("per_sequence_us", "per-sequence calls"), ("batched_us", "batched (package) "),
-                       ("raw_cffi_us", "raw cffi floor    ")]:
+          f"({platform.processor() or platform.machine()}, python {platform.python_version()})")
+    rows = [("per_sequence_us", "per-sequence calls", "us/step", per_sequence_reps(a.reps)),
+            ("batched_us", "batched, numpy tokens", "us/step", a.reps),
+            ("batched_list_us", "batched, list tokens", "us/step", a.reps),
+            ("raw_cffi_us", "raw cffi floor", "us/step", a.reps),
+            ("append_commit_us", "append + commit, 1 seq", "us/pair", a.reps),
+            ("token_list_ns", f"token list -> int64 ({a.tokens})", "ns/token", a.reps)]
+    for key, label, unit, reps in rows:
         med, low = r[key]
-        print(f"  {label}: median {med:9.1f} us/step, min {low:9.1f}")
+        print(f"  {label:<29}: median {med:9.2f} {unit:<8}, min {low:9.2f}  ({reps} repetitions)")
     print("  (raw cffi floor: the same three C calls on prebuilt pointers, i.e. the C work + bare call cost)")
 
 

@@ -38,9 +38,9 @@ class KvbClosedError(KvbArgumentError):
     longer a valid argument, as a NULL manager is not one for the C library (KVB_ERR_INVALID_ARGUMENT).
     .owner names the object."""
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, what: str = "close() destroyed its C handle") -> None:
         self.owner = owner
-        super().__init__(f"{owner} is closed: close() destroyed its C handle; create a new one")
+        super().__init__(f"{owner} is closed: {what}; create a new one")
 
 
 # kvb_fault_kind and kvb_kernel_id (read from the header): FaultKind.SEQ_LEN, ..., KernelId.WRITE_KV, ...

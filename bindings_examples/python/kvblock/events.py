@@ -17,9 +17,13 @@ Events, "map" encoding (vLLM's default: each event a tagged map; Dynamo and llm-
    [, "extra_keys": [entry | nil per block]]}
   {"type": "BlockRemoved", "block_hashes": [u64, ...], "medium": "GPU" | "CPU"}
   {"type": "AllBlocksCleared"}
+  A manager with KV cache groups (hybrid models) adds vLLM's group fields: BlockStored "group_idx": g,
+  "kv_cache_spec_kind": "full_attention" | "sliding_window", "kv_cache_spec_sliding_window": tokens (window
+  groups); BlockRemoved "group_idx": g. Blocks of different groups never share an event.
 "array" encoding (positional, vLLM's array_like form; the only one llm-d-kv-cache of 2026-06 decodes):
-  ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium, lora_name[, extra_keys]]
-  ["BlockRemoved", hashes, medium]      ["AllBlocksCleared"]
+  ["BlockStored", hashes, parent, token_ids, block_size, lora_id, medium, lora_name[, extra_keys
+   [, group_idx, kv_cache_spec_kind[, kv_cache_spec_sliding_window]]]]
+  ["BlockRemoved", hashes, medium[, group_idx]]      ["AllBlocksCleared"]
 Each event's medium is where its block lives, from the manager's own event (kvb_event.medium), as vLLM
 names its tiers: device blocks "GPU", blocks of the host prefix cache (Manager(host_cache=True)) "CPU".
 The manager's events describe each level's index separately, so an offloaded block goes out as a
@@ -66,6 +70,9 @@ from collections.abc import Mapping
 import msgpack
 import zmq
 
+from . import _publisher_args
+from ._nocopy import OwnsHandle
+from .errors import KvbClosedError
 from .manager import Medium
 
 log = logging.getLogger("kvblock.events")
@@ -141,19 +148,34 @@ def _wire_medium(ev, media):
                                  f"(known: {sorted(int(m) for m in media)})") from None
 
 
-def group_events(raw, block_size, media=None, lora_name=None, salt_names=None):
+def _group_fields(groups, group):
+    """vLLM's fields of a hybrid model's event (group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window)
+    for Manager.groups spec `group`; {} for a manager without groups (the wire stays as before groups)."""
+    if not groups:
+        return {}
+    spec = groups[group] if group < len(groups) else ("unknown",)
+    if spec[0] == "window":  # vLLM has no sink field: sinks are the engine's own business
+        return {"group_idx": group, "kv_cache_spec_kind": "sliding_window", "kv_cache_spec_sliding_window": spec[1]}
+    return {"group_idx": group, "kv_cache_spec_kind": "full_attention" if spec[0] == "full" else spec[0]}
+
+
+def group_events(raw, block_size, media=None, lora_name=None, groups=(), salt_names=None):
     """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
-    media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU").
-    salt_names: {u64 salt: request cache_salt str} (kvblock.cache_salts.CacheSalts), see salt_wire_name.
-    Consecutive stored blocks of one medium that form one chain share a BlockStored; consecutive removals
-    of one medium share a BlockRemoved. Raises TokenIdRangeError for a token id outside [0, 2^32),
-    UnknownMediumError for a medium that `media` does not name, SaltNameError for a bad salt name."""
+    media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU"). groups: the manager's
+    KV cache groups (Manager.groups): with groups every BlockStored carries its group_idx and
+    kv_cache_spec_kind ("full_attention" / "sliding_window", + kv_cache_spec_sliding_window) and every
+    BlockRemoved its group_idx, as vLLM's events of hybrid models do; without, neither (unchanged wire).
+    Consecutive stored blocks of one medium and group that form one chain share a BlockStored; consecutive
+    removals of one medium and group share a BlockRemoved. Raises TokenIdRangeError for a token id outside
+    [0, 2^32), UnknownMediumError for a medium that `media` does not name, SaltNameError for a bad salt
+    name. salt_names: {u64 salt: request cache_salt str} (kvblock.cache_salts.CacheSalts), see salt_wire_name."""
     media = MEDIA if media is None else media
     out = []
     cur = None  # the BlockStored being extended
     for ev in raw:
         if ev.type != "cleared":
             medium = _wire_medium(ev, media)
+            group = ev.group if groups else None
         if ev.type == "stored":
             toks = ev.tokens.tolist()
             if toks and (min(toks) < 0 or max(toks) > MAX_TOKEN_ID):
@@ -168,7 +190,7 @@ def group_events(raw, block_size, media=None, lora_name=None, salt_names=None):
             if ev.cache_salt is not None:  # first block of a salted chain: the salt as vLLM sends cache_salt
                 extra = (extra or []) + [salt_wire_name(ev.cache_salt, salt_names)]
             if (cur is not None and ev.parent_hash is not None and ev.parent_hash == cur["block_hashes"][-1]
-                    and cur["medium"] == medium):
+                    and cur["medium"] == medium and cur.get("group_idx") == group):
                 cur["block_hashes"].append(ev.block_hash)
                 cur["token_ids"].extend(toks)
                 if extra is not None or "extra_keys" in cur:
@@ -179,13 +201,17 @@ def group_events(raw, block_size, media=None, lora_name=None, salt_names=None):
                        "medium": medium, "lora_name": lora_name}
                 if extra is not None:
                     cur["extra_keys"] = [extra]
+                cur.update(_group_fields(groups, ev.group))
                 out.append(cur)
         elif ev.type == "removed":
             cur = None
-            if out and out[-1]["type"] == "BlockRemoved" and out[-1]["medium"] == medium:
-                out[-1]["block_hashes"].append(ev.block_hash)
+            last = out[-1] if out else None
+            if (last is not None and last["type"] == "BlockRemoved" and last["medium"] == medium
+                    and last.get("group_idx") == group):
+                last["block_hashes"].append(ev.block_hash)
             else:
-                out.append({"type": "BlockRemoved", "block_hashes": [ev.block_hash], "medium": medium})
+                out.append({"type": "BlockRemoved", "block_hashes": [ev.block_hash], "medium": medium,
+                            **({"group_idx": group} if groups else {})})
         else:
             cur = None
             out.append({"type": "AllBlocksCleared"})
@@ -196,16 +222,21 @@ _STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size"
                   "lora_name")
 
 
+_GROUP_FIELDS = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+
+
 def to_array_form(ev):
-    """A map-form event in the older positional form ([tag, fields...] in declaration order)."""
+    """A map-form event in the older positional form ([tag, fields...] in declaration order; optional
+    trailing fields only up to the last one present, as vLLM's omit_defaults encoder writes them)."""
     t = ev["type"]
     if t == "BlockStored":
         arr = [t] + [ev[f] for f in _STORED_FIELDS]
-        if "extra_keys" in ev:
-            arr.append(ev["extra_keys"])
-        return arr
+        tail = [ev.get(f) for f in ("extra_keys",) + _GROUP_FIELDS]
+        while tail and tail[-1] is None:
+            tail.pop()
+        return arr + tail
     if t == "BlockRemoved":
-        return [t, ev["block_hashes"], ev["medium"]]
+        return [t, ev["block_hashes"], ev["medium"]] + ([ev["group_idx"]] if "group_idx" in ev else [])
     return [t]
 
 
@@ -223,7 +254,7 @@ def decode_batch(payload):
 
 
 # -- the publisher -------------------------------------------------------------------------------------
-class KvEventPublisher:
+class KvEventPublisher(OwnsHandle):
     """Drains a manager's events on flush() and publishes them from a background thread.
 
     endpoint: where the PUB socket binds (connect=True: connects instead, e.g. to a proxy).
@@ -237,12 +268,17 @@ class KvEventPublisher:
     max_queue_batches: batches waiting for the sender thread before new ones are dropped (and counted).
     The socket is an XPUB (wire-identical to PUB for subscribers) so that wait_for_subscribers() can
     tell when a router has subscribed: messages published before that are lost on a PUB socket.
+    Copying and pickling are refused (TypeError): the copy would share the sockets and the sender thread.
     """
+    _what_is_owned = "ZMQ sockets and a sender thread that close() stops"
 
     def __init__(self, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
                  replay_endpoint=None, dp_rank=0, media=None, lora_name=None, connect=False,
                  max_queue_batches=1024, replay_buffer=10000, hwm=100000, drain_capacity=4096,
                  linger_ms=1000, replay_frames="topic", salt_names=None):
+        _publisher_args.check(endpoint=endpoint, replay_endpoint=replay_endpoint, topic=topic, dp_rank=dp_rank,
+                              hwm=hwm, linger_ms=linger_ms, max_queue_batches=max_queue_batches,
+                              replay_buffer=replay_buffer, drain_capacity=drain_capacity, lora_name=lora_name)
         if encoding not in ("map", "array"):
             raise ValueError(f"encoding must be 'map' or 'array', got {encoding!r}")
         if replay_frames not in REPLAY_FRAMES:
@@ -263,6 +299,7 @@ class KvEventPublisher:
             raise ValueError(f"media must map kvblock.Medium values to strings, got {media!r}")
         self.replay_endpoint, self.dp_rank, self.lora_name = replay_endpoint, dp_rank, lora_name
         self._manager = manager
+        self._groups = getattr(manager, "groups", ())  # a hybrid model's events carry their group
         self._drain_capacity = drain_capacity
         self._flush_lock = threading.Lock()
         self._close_lock = threading.Lock()  # held through close(): a second closer waits for the first
@@ -313,12 +350,14 @@ class KvEventPublisher:
         salt name that is not a str): that batch is not sent and the stream resyncs (see the module notes)."""
         with self._flush_lock:
             if not self._running:
-                raise RuntimeError(f"KvEventPublisher on {self.bound_endpoint} is closed")
+                raise KvbClosedError(f"KvEventPublisher on {self.bound_endpoint}",
+                                     "close() stopped its sender thread and closed its sockets")
             raw, dropped = drain_all(self._manager, self._drain_capacity)
             resync = dropped > 0
             error = None
             try:
-                events = group_events(raw, self.block_size, self.media, self.lora_name, self.salt_names)
+                events = group_events(raw, self.block_size, self.media, self.lora_name, self._groups,
+                                      self.salt_names)
             except (TokenIdRangeError, UnknownMediumError, SaltNameError) as e:
                 events, error = [], e
                 dropped += len(raw)

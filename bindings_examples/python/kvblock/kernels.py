@@ -11,6 +11,8 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from . import _lib
+from ._convert import as_index, i64, real, u32, u64
+from ._nocopy import OwnsHandle
 from ._tensor import CPU, CUDA, View, device_name, require, view
 from .errors import KernelFault, KvbArgumentError, KvbError, check
 
@@ -67,14 +69,26 @@ def take_fault(device: Any = 0, stream: Any = None) -> None:
 def _stream(stream: Any) -> Any:
     if stream is None:
         return ffi.NULL
-    if isinstance(stream, int):
-        return ffi.cast("void*", stream)
+    if isinstance(stream, (int, np.integer)):  # ffi.cast would wrap a handle beyond 64 bits silently
+        return ffi.cast("void*", u64(stream, "stream"))
     handle = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
     if handle is None:
         handle = getattr(stream, "ptr", None)  # cupy Stream
     if handle is None:
         raise KvbArgumentError(f"stream must be None, an int handle or a CUDA stream object, got {type(stream).__name__}")
     return ffi.cast("void*", int(handle))
+
+
+def _device(device: Any) -> str:
+    """"cpu", "cuda" or "cuda:N", refused otherwise before anything is imported or allocated."""
+    if isinstance(device, str):
+        if device == "cpu" or device == "cuda":
+            return device
+        head, _, index = device.partition(":")
+        if head == "cuda" and index.isdigit() and index.isascii():
+            return device
+    raise KvbArgumentError(f"device must be 'cpu', 'cuda' or 'cuda:N' (libkvblock's kernels run on CPUs and "
+                           f"CUDA GPUs), got {device!r}")
 
 
 def _alloc(shape: tuple, dtype: str, device: str) -> Any:
@@ -86,14 +100,21 @@ def _alloc(shape: tuple, dtype: str, device: str) -> Any:
     return torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
 
 
-class KVCache:
+class KVCache(OwnsHandle):
     """K and V caches of every layer, [num_blocks, block_size, num_kv_heads, head_dim] each (NHD), with their
     descriptors built once. Either allocated here (numpy on "cpu", torch on "cuda[:i]") or wrapping the
-    caller's arrays / tensors (KVCache.wrap), which must stay alive as long as the cache."""
+    caller's arrays / tensors (KVCache.wrap), which must stay alive as long as the cache. Not copyable:
+    its descriptors hold raw pointers to those arrays (a deep copy would write into the original's)."""
+    _what_is_owned = "kvb_cache_desc descriptors holding raw pointers to its K/V memory"
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
                  dtype: str = "float32", device: str = "cpu") -> None:
-        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        shape = tuple(u32(v, name) for v, name in ((num_blocks, "num_blocks"), (block_size, "block_size"),
+                                                   (num_kv_heads, "num_kv_heads"), (head_dim, "head_dim")))
+        num_layers = u32(num_layers, "num_layers")
+        if not isinstance(dtype, str) or dtype not in _KVB_DTYPE:
+            raise KvbArgumentError(f"dtype must be one of {sorted(_KVB_DTYPE)}, got {dtype!r}")
+        device = _device(device)
         ks = [_alloc(shape, dtype, device) for _ in range(num_layers)]
         vs = [_alloc(shape, dtype, device) for _ in range(num_layers)]
         self._init(ks, vs)
@@ -114,6 +135,8 @@ class KVCache:
         require(first, "k_layers[0]", ndim=4, inner_contiguous=True, writable=True)
         if first.dtype not in _KVB_DTYPE:
             raise KvbArgumentError(f"k_layers[0]: dtype must be float16, bfloat16 or float32, got {first.dtype}")
+        for name, n in zip(("num_blocks", "block_size", "num_kv_heads", "head_dim"), first.shape):
+            u32(n, f"k_layers[0]: dimension {name}")  # the descriptor holds each as uint32_t
         self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim = first.shape
         self.dtype, self.device = first.dtype, first.device
         self.descs = ffi.new("kvb_cache_desc[]", self.num_layers)
@@ -132,10 +155,13 @@ class KVCache:
             d.dtype = getattr(lib, _KVB_DTYPE[first.dtype])
             d.k, d.v = ffi.cast("void*", kv[0].ptr), ffi.cast("void*", kv[1].ptr)
             d.num_blocks, d.block_size, d.num_kv_heads, d.head_dim = first.shape
-            d.block_stride, d.token_stride, d.head_stride = kv[0].strides[:3]
+            d.block_stride, d.token_stride, d.head_stride = (i64(st, f"k_layers[{layer}]: stride")
+                                                             for st in kv[0].strides[:3])
         self._workspaces = threading.local()
 
     def desc(self, layer: int) -> Any:
+        if type(layer) is not int:  # numpy integers converted; a bool (an int subclass) is no layer index
+            layer = as_index(layer, "layer")
         if not 0 <= layer < self.num_layers:
             raise KvbArgumentError(f"layer {layer} is out of range [0, {self.num_layers})")
         return self.descs + layer
@@ -220,7 +246,8 @@ def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_l
     a.q, a.q_seq_stride, a.q_head_stride = ffi.cast("void*", qv.ptr), qv.strides[0], qv.strides[1]
     a.out, a.out_seq_stride, a.out_head_stride = ffi.cast("void*", ov.ptr), ov.strides[0], ov.strides[1]
     a.block_tables, a.seq_lens = ffi.cast("int32_t*", bt.ptr), ffi.cast("int32_t*", sl.ptr)
-    a.scale, a.logits_soft_cap, a.window_tokens, a.sink_tokens = scale, soft_cap, window, sink
+    a.scale, a.logits_soft_cap = real(scale, "scale"), real(soft_cap, "soft_cap")
+    a.window_tokens, a.sink_tokens = u32(window, "window"), u32(sink, "sink")
     size = ffi.new("size_t*")
     d = cache.desc(layer)
     check(lib.kvb_paged_attention_workspace_size(d, a, size))
@@ -249,7 +276,8 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
     a.out, a.out_token_stride, a.out_head_stride = ffi.cast("void*", ov.ptr), ov.strides[0], ov.strides[1]
     a.query_start, a.seq_lens = ffi.cast("int32_t*", qs.ptr), ffi.cast("int32_t*", sl.ptr)
     a.block_tables = ffi.cast("int32_t*", bt.ptr)
-    a.scale, a.logits_soft_cap, a.window_tokens, a.sink_tokens = scale, soft_cap, window, sink
+    a.scale, a.logits_soft_cap = real(scale, "scale"), real(soft_cap, "soft_cap")
+    a.window_tokens, a.sink_tokens = u32(window, "window"), u32(sink, "sink")
     size = ffi.new("size_t*")
     d = cache.desc(layer)
     check(lib.kvb_prefill_attention_workspace_size(d, a, size))

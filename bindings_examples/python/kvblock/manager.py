@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Mapping
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _lib
-from ._convert import TokenLike, as_index, as_int64_array, int64_ptr
+from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, real, scalar, size, u32, u64
 from ._guard import GuardedHandle
+from ._nocopy import OwnsHandle
 from .errors import KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
@@ -59,18 +61,29 @@ class Event(NamedTuple):
     tokens: np.ndarray              # the block's tokens (stored), else empty
     block_id: int                   # on `medium`
     medium: Medium = Medium.DEVICE
+    group: int = 0                  # KV cache group of the block (0 without groups and for "cleared")
 
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
+_BUFFER_TOO_SMALL = _lib.lib.KVB_ERR_BUFFER_TOO_SMALL
+_new_tuple = tuple.__new__
+# block_table's first buffer grows to the longest table seen up to this (16 KiB): beyond, the failed first
+# try costs little against the copy, and a huge buffer per call would cost more than it saves
+_TABLE_HINT_MAX = 4096
 _MEDIA = {int(m): m for m in Medium}
 
 
-class BatchBuffers:
+class BatchBuffers(OwnsHandle):
     """Preallocated outputs of kvb_batch_export, reused step after step (no allocation per step).
-    Grows (rarely) when a step needs more rows, columns or slots than it has."""
+    Grows (rarely) when a step needs more rows, columns or slots than it has. Not copyable (its kvb_batch
+    points into its own arrays)."""
+    _what_is_owned = "a kvb_batch whose C pointers point into its own arrays"
 
     def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0) -> None:
-        self._alloc(max(1, max_seqs), max(1, max_blocks_per_seq), max(1, slot_capacity or max_seqs))
+        """Sizes are uint32 (kvb_batch's); 0 rows or columns mean 1, slot_capacity 0 means max_seqs."""
+        seqs, cols = u32(max_seqs, "max_seqs"), u32(max_blocks_per_seq, "max_blocks_per_seq")
+        slots = u32(slot_capacity, "slot_capacity")
+        self._alloc(max(1, seqs), max(1, cols), max(1, slots or seqs))
 
     def _alloc(self, seqs: int, cols: int, slots: int) -> None:
         self.block_tables_all = np.full((seqs, cols), -1, np.int32)
@@ -87,6 +100,16 @@ class BatchBuffers:
         b.slot_capacity = slots
         self._keep = (b.block_tables, b.seq_lens, b.query_start, b.slot_mapping)
         self.c = b
+        # Read by every batch_export: plain attributes, cheaper than the cffi struct or the arrays' shapes.
+        self._rows, self._group = seqs, 0
+        self._views: tuple = (-1, -1)  # (n, num_slots, the four views for them): the last export's
+
+    def _views_for(self, n: int, k: int) -> tuple:
+        """The views of an export of n sequences and k slots, kept for the next export of the same shape
+        (a decode step exports the same sequences step after step: four slicings saved per step)."""
+        self._views = (n, k, self.block_tables_all[:n], self.seq_lens_all[:n], self.query_start_all[: n + 1],
+                       self.slot_mapping_all[:k])
+        return self._views
 
     @property
     def capacity(self) -> tuple:
@@ -107,20 +130,21 @@ def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
     """The public xxh64 block hash (identical to nano-vllm's compute_hash)."""
     buf, n = int64_ptr(tokens)
     if parent is not None:
-        parent = as_index(parent, "parent")
-        if not 0 <= parent < 2**64:
-            raise KvbArgumentError(f"parent: hash {parent} is not a u64")
+        parent = u64(parent, "parent")
     parent_ptr = ffi.new("uint64_t*", parent) if parent is not None else ffi.NULL
     return int(_lib.lib.kvb_hash_tokens(parent_ptr, buf, n))
 
 
-class Manager:
+class Manager(OwnsHandle):
     """A KV-cache block manager (one kvb_manager). Use it as a context manager, or call close().
+    Copying and pickling are refused (TypeError): a copy would share the C manager and destroy it.
 
     Threads may share a Manager, close() included: close() waits for the call in progress on another thread,
     and every call after it raises KvbClosedError (a KvbArgumentError) naming this Manager (kvblock._guard)."""
 
     _guard: Optional[GuardedHandle] = None  # None until the C manager exists (a failed __init__ has none)
+    _table_hint = 16  # block_table's first buffer: the longest table returned so far
+    _what_is_owned = "a C kvb_manager handle that close() and its finalizer destroy"
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, num_host_blocks: int = 0, watermark: float = 0.0,
                  non_cacheable_tokens: Optional[TokenLike] = None, keyed_index: bool = False, events: bool = False,
@@ -137,37 +161,40 @@ class Manager:
         self._lib = lib = _lib.lib
         cfg = ffi.new("kvb_config*")
         lib.kvb_config_init(cfg)
-        cfg.num_blocks = as_index(num_blocks, "num_blocks")
-        cfg.block_size = as_index(block_size, "block_size")
-        cfg.num_host_blocks = as_index(num_host_blocks, "num_host_blocks")
-        cfg.watermark = float(watermark)
+        cfg.num_blocks = num_blocks = u32(num_blocks, "num_blocks")
+        cfg.block_size = block_size = u32(block_size, "block_size")
+        cfg.num_host_blocks = num_host_blocks = u32(num_host_blocks, "num_host_blocks")
+        cfg.watermark = real(watermark, "watermark")
         keep = None
         if non_cacheable_tokens is not None:
             keep, n = int64_ptr(non_cacheable_tokens, "non_cacheable_tokens")
             cfg.non_cacheable_tokens, cfg.num_non_cacheable_tokens = keep, n
         cfg.flags = ((lib.KVB_CONFIG_KEYED_INDEX if keyed_index else 0) | (lib.KVB_CONFIG_EVENTS if events else 0)
                      | (lib.KVB_CONFIG_HOST_CACHE if host_cache else 0))
-        cfg.event_capacity = as_index(event_capacity, "event_capacity")
-        cfg.index_seed = as_index(index_seed, "index_seed")
-        if host_cache_twin_percent is not None:
-            twins = as_index(host_cache_twin_percent, "host_cache_twin_percent")
-            if not 0 <= twins < 2**32:
-                raise KvbArgumentError(f"host_cache_twin_percent {twins} is not a percentage in [0, 100]")
-            cfg.host_cache_twin_percent = twins
+        cfg.event_capacity = u32(event_capacity, "event_capacity")
+        cfg.index_seed = u64(index_seed, "index_seed")
+        if host_cache_twin_percent is not None:  # the library refuses more than 100, naming it
+            cfg.host_cache_twin_percent = u32(host_cache_twin_percent, "host_cache_twin_percent")
         specs = None
+        if groups is not None and not isinstance(groups, (list, tuple)):
+            raise KvbArgumentError(f"groups must be a list of group specs, got {type(groups).__name__} {groups!r}")
         if groups:
             specs = ffi.new("kvb_group_spec[]", len(groups))
             for i, g in enumerate(groups):
                 lib.kvb_group_spec_init(specs + i)
-                if not g or g[0] not in ("full", "window") or (g[0] == "full" and len(g) != 1) or \
-                        (g[0] == "window" and len(g) not in (2, 3)):
+                if not isinstance(g, (list, tuple)) or not g or g[0] not in ("full", "window") or \
+                        (g[0] == "full" and len(g) != 1) or (g[0] == "window" and len(g) not in (2, 3)):
                     raise KvbArgumentError(f"groups[{i}] = {g!r}: use ('full',) or ('window', tokens[, sinks])")
                 if g[0] == "window":
                     specs[i].kind = lib.KVB_GROUP_WINDOW
-                    specs[i].window_tokens = as_index(g[1], f"groups[{i}] window")
-                    specs[i].sink_tokens = as_index(g[2] if len(g) > 2 else 0, f"groups[{i}] sinks")
+                    specs[i].window_tokens = u32(g[1], f"groups[{i}] window")
+                    specs[i].sink_tokens = u32(g[2] if len(g) > 2 else 0, f"groups[{i}] sinks")
             cfg.groups, cfg.num_groups = specs, len(groups)
         self.num_groups = len(groups) if groups else 1
+        #: the KV cache groups as given, normalised: ("full",) or ("window", tokens, sinks) each; () without
+        self.groups = tuple(("full",) if specs[i].kind != lib.KVB_GROUP_WINDOW else
+                            ("window", int(specs[i].window_tokens), int(specs[i].sink_tokens))
+                            for i in range(len(groups))) if groups else ()
         out = ffi.new("kvb_manager**")
         check(lib.kvb_manager_create(cfg, out))
         self._guard = guard = GuardedHandle(out[0], lib.kvb_manager_destroy, f"kvblock.Manager(num_blocks={num_blocks}, "
@@ -213,7 +240,7 @@ class Manager:
         return self._guard.unguarded()
 
     # -- sequences: the core flow ----------------------------------------------------------------
-    def _options(self, n: int, cache_salt: Optional[int], extra_keys: Optional[Mapping[int, int]],
+    def _options(self, n: int, cache_salt: Optional[int], extra_keys: Optional[Mapping],
                  window: int, sink: int) -> Any:
         if cache_salt is None and not extra_keys and not window and not sink:
             return ffi.NULL, None
@@ -221,18 +248,22 @@ class Manager:
         self._lib.kvb_seq_options_init(o)
         keep = []
         if cache_salt is not None:
-            o.has_cache_salt, o.cache_salt = 1, as_index(cache_salt, "cache_salt")
+            o.has_cache_salt, o.cache_salt = 1, u64(cache_salt, "cache_salt")
+        if extra_keys is not None and not isinstance(extra_keys, Mapping):
+            raise KvbArgumentError(f"extra_keys must be a mapping {{block index: key}}, got "
+                                   f"{type(extra_keys).__name__} {extra_keys!r}")
         if extra_keys:
-            items = sorted((as_index(k, "extra_keys block index"), as_index(v, "extra key")) for k, v in extra_keys.items())
+            items = sorted((u32(k, "extra_keys block index"), u64(v, f"extra_keys[{k!r}]"))
+                           for k, v in extra_keys.items())
             blocks = ffi.new("uint32_t[]", [k for k, _ in items])
             keys = ffi.new("uint64_t[]", [v for _, v in items])
             keep += [blocks, keys]
             o.extra_key_blocks, o.extra_keys, o.num_extra_keys = blocks, keys, len(items)
-        o.window_tokens, o.sink_tokens = as_index(window, "window"), as_index(sink, "sink")
+        o.window_tokens, o.sink_tokens = u32(window, "window"), u32(sink, "sink")
         return o, keep
 
     def can_allocate(self, tokens: TokenLike, *, cache_salt: Optional[int] = None,
-                     extra_keys: Optional[Mapping[int, int]] = None) -> Optional[int]:
+                     extra_keys: Optional[Mapping] = None) -> Optional[int]:
         """Cached tokens an allocate would reuse, or None if the pool cannot hold the prompt now."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, 0, 0)
@@ -244,20 +275,20 @@ class Manager:
         return int(cached[0])
 
     def allocate(self, seq_id: int, tokens: TokenLike, *, cache_salt: Optional[int] = None,
-                 extra_keys: Optional[Mapping[int, int]] = None, window: int = 0, sink: int = 0) -> int:
+                 extra_keys: Optional[Mapping] = None, window: int = 0, sink: int = 0) -> int:
         """Creates sequence seq_id holding the prompt; returns the number of prefix-cached tokens.
         extra_keys: {block index: key} (image content hash, LoRA id); window/sink: sliding window."""
         buf, n = int64_ptr(tokens)
         opts, _keep = self._options(n, cache_salt, extra_keys, window, sink)
         cached = ffi.new("size_t*")
-        self._run(self._lib.kvb_seq_allocate_ex, as_index(seq_id, "seq_id"), buf, n, opts, cached)
+        self._run(self._lib.kvb_seq_allocate_ex, i64(seq_id, "seq_id"), buf, n, opts, cached)
         return int(cached[0])
 
     def commit(self, seq_id: int, num_tokens: int) -> None:
-        self._run(self._lib.kvb_seq_commit, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        self._run(self._lib.kvb_seq_commit, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
-        status = self._call(self._lib.kvb_seq_can_append, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        status = self._call(self._lib.kvb_seq_can_append, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
         if status == self._lib.KVB_ERR_OUT_OF_BLOCKS:
             return False
         check(status)
@@ -265,54 +296,58 @@ class Manager:
 
     def append(self, seq_id: int, tokens: TokenLike) -> None:
         buf, n = int64_ptr(tokens)
-        self._run(self._lib.kvb_seq_append, as_index(seq_id, "seq_id"), buf, n)
+        self._run(self._lib.kvb_seq_append, i64(seq_id, "seq_id"), buf, n)
 
     def free(self, seq_id: int) -> None:
-        self._run(self._lib.kvb_seq_free, as_index(seq_id, "seq_id"))
+        self._run(self._lib.kvb_seq_free, i64(seq_id, "seq_id"))
 
     def block_table(self, seq_id: int, group: int = 0) -> np.ndarray:
         """The sequence's block ids in KV cache group `group` (int32; -1 where a sliding window released the
         block or a window group did not need a cached one)."""
-        sid, g = as_index(seq_id, "seq_id"), as_index(group, "group")
-        size = ffi.new("size_t*")
-        status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.NULL, 0, size)
-        while True:  # another thread may grow the table between the size query and the copy
-            if status != self._lib.KVB_ERR_BUFFER_TOO_SMALL:
-                check(status)
-            out = np.empty(size[0], np.int32)
+        sid, g = i64(seq_id, "seq_id"), u32(group, "group")
+        needed = ffi.new("size_t*")
+        # First try at the longest table seen so far: a size query (a NULL buffer) fails with
+        # BUFFER_TOO_SMALL, and the library's failure path (it formats kvb_last_error) costs ~8x the copy.
+        out = np.empty(self._table_hint, np.int32)
+        while True:  # another thread may grow the table between a failed try and the next
             status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.from_buffer("int32_t[]", out),
-                                                         out.shape[0], size)
-            if status == self._lib.KVB_OK:
-                return out[: size[0]]
+                                out.shape[0], needed)
+            if not status:
+                return out[: needed[0]]
+            if status != _BUFFER_TOO_SMALL:
+                check(status)
+            if self._table_hint < needed[0] <= _TABLE_HINT_MAX:  # a race between threads costs a retry only
+                self._table_hint = needed[0]
+            out = np.empty(needed[0], np.int32)
 
     def block_hash(self, block_id: int) -> Optional[int]:
         """The hash block_id got when committed full, or None if it holds no committed full block."""
         h = ffi.new("uint64_t*")
-        status = self._call(self._lib.kvb_block_hash, as_index(block_id, "block_id"), h)
+        status = self._call(self._lib.kvb_block_hash, i32(block_id, "block_id"), h)
         if status == self._lib.KVB_ERR_BAD_STATE:
             return None
         check(status)
         return int(h[0])
 
     def set_extra_key(self, seq_id: int, block_index: int, key: int) -> None:
-        self._run(self._lib.kvb_seq_set_extra_key, as_index(seq_id, "seq_id"), as_index(block_index, "block_index"),
-                  as_index(key, "key"))
+        self._run(self._lib.kvb_seq_set_extra_key, i64(seq_id, "seq_id"), u32(block_index, "block_index"),
+                  u64(key, "key"))
 
     def info(self, seq_id: int) -> SeqInfo:
         i = ffi.new("kvb_seq_info*")
         self._lib.kvb_seq_info_init(i)
-        self._run(self._lib.kvb_seq_get_info, as_index(seq_id, "seq_id"), i)
+        self._run(self._lib.kvb_seq_get_info, i64(seq_id, "seq_id"), i)
         return SeqInfo(i.location == self._lib.KVB_SEQ_SWAPPED_OUT, i.num_tokens, i.num_computed, i.num_cached,
                        i.num_blocks, i.num_held_blocks, i.window_tokens, i.sink_tokens)
 
     # -- fork, copy-on-write, rollback, window ---------------------------------------------------
     def fork(self, parent_id: int, child_id: int, num_tokens: Optional[int] = None) -> None:
         """child shares parent's blocks (the first num_tokens tokens' with fork_at semantics)."""
-        p, c = as_index(parent_id, "parent_id"), as_index(child_id, "child_id")
+        p, c = i64(parent_id, "parent_id"), i64(child_id, "child_id")
         if num_tokens is None:
             self._run(self._lib.kvb_seq_fork, p, c)
         else:
-            self._run(self._lib.kvb_seq_fork_at, p, c, as_index(num_tokens, "num_tokens"))
+            self._run(self._lib.kvb_seq_fork_at, p, c, size(num_tokens, "num_tokens"))
 
     def fork_at(self, parent_id: int, child_id: int, num_tokens: int) -> None:
         self.fork(parent_id, child_id, num_tokens)
@@ -334,16 +369,16 @@ class Manager:
         return self._pairs_call(self._lib.kvb_drain_copies)
 
     def rollback(self, seq_id: int, num_tokens: int) -> None:
-        self._run(self._lib.kvb_seq_rollback, as_index(seq_id, "seq_id"), as_index(num_tokens, "num_tokens"))
+        self._run(self._lib.kvb_seq_rollback, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
 
     def set_window(self, seq_id: int, window_tokens: int, sink_tokens: int = 0) -> None:
-        self._run(self._lib.kvb_seq_set_window, as_index(seq_id, "seq_id"), as_index(window_tokens, "window_tokens"),
-                  as_index(sink_tokens, "sink_tokens"))
+        self._run(self._lib.kvb_seq_set_window, i64(seq_id, "seq_id"), u32(window_tokens, "window_tokens"),
+                  u32(sink_tokens, "sink_tokens"))
 
     # -- host tier ---------------------------------------------------------------------------------
     def _availability(self, fn: Any, seq_id: int) -> Availability:
         a = ffi.new("kvb_availability*")
-        self._run(fn, as_index(seq_id, "seq_id"), a)
+        self._run(fn, i64(seq_id, "seq_id"), a)
         return Availability(a[0])
 
     def can_swap_out(self, seq_id: int) -> Availability:
@@ -354,11 +389,11 @@ class Manager:
 
     def swap_out(self, seq_id: int) -> np.ndarray:
         """Moves the sequence to host blocks; returns [n, 2] (device src, host dst) pairs for swap_blocks."""
-        return self._pairs_call(self._lib.kvb_seq_swap_out, as_index(seq_id, "seq_id"))
+        return self._pairs_call(self._lib.kvb_seq_swap_out, i64(seq_id, "seq_id"))
 
     def swap_in(self, seq_id: int) -> np.ndarray:
         """Brings the sequence back; returns [n, 2] (host src, device dst) pairs for swap_blocks."""
-        return self._pairs_call(self._lib.kvb_seq_swap_in, as_index(seq_id, "seq_id"))
+        return self._pairs_call(self._lib.kvb_seq_swap_in, i64(seq_id, "seq_id"))
 
     def drain_host_transfers(self) -> Tuple[np.ndarray, np.ndarray]:
         """Every pending host-cache transfer, oldest first: (offloads, loads), [n, 2] int32 copies each.
@@ -416,23 +451,31 @@ class Manager:
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if buffers is None:
             buffers = BatchBuffers(n, 1, 1)
-        rows, cols, slots = buffers.capacity
-        if n > rows:
+        elif type(buffers) is not BatchBuffers and not isinstance(buffers, BatchBuffers):
+            raise KvbArgumentError(f"buffers must be a kvblock.BatchBuffers or None, got {type(buffers).__name__}")
+        if n > buffers._rows:
+            rows, cols, slots = buffers.capacity
             buffers._alloc(max(n, 2 * rows), cols, slots)
+        if type(group) is not int or group != buffers._group:  # the struct is written only when it changes
+            group = u32(group, "group")
+            buffers.c.group = buffers._group = group
         b = buffers.c
-        b.group = as_index(group, "group")
         status = self._call(self._lib.kvb_batch_export, ids, n, b)
-        if status == self._lib.KVB_ERR_BUFFER_TOO_SMALL:
+        if status:
+            if status != _BUFFER_TOO_SMALL:
+                check(status)
             rows, cols, slots = buffers.capacity
             buffers._alloc(rows, max(cols, b.max_blocks_needed + b.max_blocks_needed // 4),
                            max(slots, b.num_slots + b.num_slots // 4))
             b = buffers.c
-            b.group = as_index(group, "group")
-            status = self._call(self._lib.kvb_batch_export, ids, n, b)
-        check(status)
+            b.group = buffers._group = group
+            check(self._call(self._lib.kvb_batch_export, ids, n, b))
         k = b.num_slots
-        return Batch(buffers.block_tables_all[:n], buffers.seq_lens_all[:n], buffers.query_start_all[: n + 1],
-                     buffers.slot_mapping_all[:k], k, b.max_blocks_needed)
+        views = buffers._views
+        if views[0] != n or views[1] != k:
+            views = buffers._views_for(n, k)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__ (a third of this method's own cost)
+        return _new_tuple(Batch, (views[2], views[3], views[4], views[5], k, b.max_blocks_needed))
 
     # -- pool, stats, events, control ---------------------------------------------------------------
     @property
@@ -449,12 +492,16 @@ class Manager:
         return {name: int(getattr(s, name)) for name, _ in ffi.typeof("kvb_stats").fields if name != "struct_size"}
 
     def drain_events(self, max_events: int = 4096) -> tuple:
-        """(events in order, number dropped since the last drain). Needs Manager(events=True)."""
+        """(events in order, number dropped since the last drain). Needs Manager(events=True). Each event
+        carries its KV cache group (Event.group; kvb_drain_events_group, which hybrid managers need: the
+        plain kvb_drain_events refuses a manager with several groups)."""
+        max_events = scalar(max_events, "max_events", 1, U32_MAX, "uint32_t")
         evs = ffi.new("kvb_event[]", max_events)
+        groups = ffi.new("uint32_t[]", max_events)
         toks = np.empty(max_events * self.block_size, np.int64)
         n, dropped = ffi.new("size_t*"), ffi.new("uint64_t*")
-        self._run(self._lib.kvb_drain_events, evs, max_events, ffi.from_buffer("int64_t[]", toks), toks.shape[0],
-                  n, dropped)
+        self._run(self._lib.kvb_drain_events_group, evs, groups, max_events, ffi.from_buffer("int64_t[]", toks),
+                  toks.shape[0], n, dropped)
         out: List[Event] = []
         for i in range(n[0]):
             e = evs[i]
@@ -464,7 +511,8 @@ class Manager:
                              int(e.parent_hash) if kind == self._lib.KVB_PARENT_SALT else None,
                              int(e.extra_key) if e.has_extra_key else None,
                              toks[e.token_offset: e.token_offset + e.num_tokens].copy(), int(e.block_id),
-                             _MEDIA.get(e.medium, e.medium)))  # a medium newer than this package: its number
+                             _MEDIA.get(e.medium, e.medium),  # a medium newer than this package: its number
+                             int(groups[i])))
         return out, int(dropped[0])
 
     def reset_prefix_cache(self) -> None:

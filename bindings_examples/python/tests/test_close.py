@@ -244,7 +244,7 @@ def test_event_publisher_closes_once_from_many_threads():
             t.join()
         assert done == [False] * 4  # every close() returned after the sender thread stopped
         assert pub.stats()["events"] == (0 if manager_first else 1)
-        with pytest.raises(RuntimeError, match="is closed"):
-            pub.flush()
+        with pytest.raises(kvblock.KvbClosedError, match=r"is closed: close\(\) stopped its sender thread"):
+            pub.flush()  # as a Manager's calls after close() (issue 20 item 5; a RuntimeError before)
         pub.close()
         m.close()

@@ -296,3 +296,19 @@ def test_host_cache_tiers(indexer, model, encoding):
         assert st["host_hit_tokens"] > 0 and st["offloaded_blocks"] > 0 and st["host_evictions"] > 0, st
     finally:
         e.close()
+
+
+@pytest.mark.parametrize("encoding", ["map", "array"])
+def test_hybrid_model_events_accepted(indexer, model, encoding):
+    """A manager with KV cache groups (window + full) publishes every group's events with vLLM's group
+    fields (issue 20 item 1); Dynamo 1.6.1 reads both encodings of them and scores the stored prompt."""
+    e = Engine(indexer, model, encoding=encoding, num_blocks=64, groups=[("window", 8, 0), ("full",)])
+    try:
+        e.register()
+        a = list(range(1, 19))
+        e.m.run(a, keep=True)
+        assert e.pub.flush() > 0
+        assert e.m.cached_blocks_tokens(a) == 16
+        eventually(indexer, model, {"a": (a, {e.id: 16})}, "hybrid stored prompt")
+    finally:
+        e.close()

@@ -196,3 +196,17 @@ def test_batch_calls_match_per_sequence_calls():
         a.batch_commit([1, 2], [5, 0])
     a.batch_commit([1, 2], np.array([1, 0], np.uint8))
     a.check_invariants()
+
+
+def test_block_table_of_any_length_after_longer_and_shorter_ones():
+    """block_table first tries a buffer of the longest table seen (capped): tables shorter, longer and far
+    longer than that come back whole and exact, each its own array."""
+    with kvblock.Manager(num_blocks=16000, block_size=1) as m:
+        lens = [1, 200, 3, 5000, 2, 4097, 4096]
+        for i, n in enumerate(lens):
+            m.allocate(i, list(range(10_000 * i, 10_000 * i + n)))
+        tables = [m.block_table(i) for i in range(len(lens))]
+        assert [len(t) for t in tables] == lens
+        assert len({int(b) for t in tables for b in t}) == sum(lens)  # no table shares a block with another
+        again = m.block_table(0)
+        assert again.tolist() == tables[0].tolist() and again is not tables[0]

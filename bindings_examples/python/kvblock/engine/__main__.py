@@ -6,6 +6,7 @@ import argparse
 import numpy as np
 
 from .. import library_version
+from . import blas
 from .engine import Engine, EngineConfig
 from .model import Model, ModelConfig
 from .sequence import Request
@@ -45,7 +46,11 @@ def main() -> None:
                    help="replay answers with the topic frame (vLLM's current layout) or without it")
     p.add_argument("--kv-events-wait", type=int, default=0, metavar="N",
                    help="wait (up to 60 s) for N subscribers, e.g. a KV router, before running")
+    p.add_argument("--blas-threads", type=int, default=1, metavar="N",
+                   help="threads of the model's numpy matmuls (default 1: they are small, and a BLAS thread pool "
+                        "slows them down; 0 keeps the BLAS default; OPENBLAS_NUM_THREADS etc. take precedence)")
     a = p.parse_args()
+    blas_how, blas_n = blas.limit_threads(a.blas_threads) if a.blas_threads > 0 else ("BLAS default", None)
     if a.host_cache and a.host_blocks <= 0:
         p.error("--host-cache needs --host-blocks N > 0")
 
@@ -72,7 +77,8 @@ def main() -> None:
     m, st = eng.metrics, eng.mgr.stats()
     other = m.total_s - m.manager_s - m.kernel_s
     print(f"kvblock engine on libkvblock {library_version()}: {model.cfg.num_layers} layers, "
-          f"{model.cfg.num_q_heads}/{model.cfg.num_kv_heads} q/kv heads, head_dim {model.cfg.head_dim}, fp32 numpy")
+          f"{model.cfg.num_q_heads}/{model.cfg.num_kv_heads} q/kv heads, head_dim {model.cfg.head_dim}, fp32 numpy "
+          f"(BLAS threads: {blas_n if blas_n is not None else 'default'}, {blas_how})")
     print(f"requests:          {a.requests} x (prefix {a.shared_prefix} + prompt {a.prompt}) -> {a.max_tokens} tokens, "
           f"n={a.n}")
     print(f"steps:             {m.steps}")

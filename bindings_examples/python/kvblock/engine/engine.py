@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import BatchBuffers, KVCache, KvbError, Manager, Status as KvbStatus
 from .. import copy_blocks, paged_attention, prefill_attention, swap_blocks, write_kv
+from .._nocopy import OwnsHandle
 from ..cache_salts import CacheSalts
 from ..manager import Availability
 from .model import Model, sample
@@ -69,7 +70,9 @@ class _Clock:
         setattr(self.m, self.attr, getattr(self.m, self.attr) + time.perf_counter() - self.t0)
 
 
-class Engine:
+class Engine(OwnsHandle):
+    _what_is_owned = "a Manager, a KVCache and an event publisher that close() stops"
+
     def __init__(self, model: Model, cfg: EngineConfig = EngineConfig()) -> None:
         self.model, self.cfg = model, cfg
         mc = model.cfg

@@ -1,0 +1,353 @@
+// CUDA paged decode attention on tensor cores, for 16-bit caches and GQA groups of dtiles::kMinGroup
+// query heads and more (geometry: kernels/decode_tiles.h).
+//
+// The CUDA-core kernel (attention.cu) scores every K row against each query head of the group with
+// FMAs and shuffles: at group 8 that work, not memory, bounds it. Here the group's query heads are the
+// M rows of mma.sync m16n8k16, so one K row costs the same whatever the group size. K and V of a stage
+// (64 keys) are gathered through the block table with 16-byte cp.async into XOR-swizzled shared memory,
+// 2 to 4 stages deep so that loads stay in flight while earlier stages are computed. Warp w owns keys
+// 16w..16w+15 of every stage: S = Q K^T (Q and K through ldmatrix), online softmax in registers (base-2,
+// fp32), P repacked from the S accumulators into the A operand of O += P V (V through ldmatrix.trans).
+// The warps' (max, sum, O) merge through shared memory at the end; a single partition writes the output,
+// otherwise the partition's row goes to the workspace for attention.cu's reduce kernel. Faults, window +
+// sinks and soft cap behave as in the CUDA-core kernel. No allocation, no host synchronisation.
+#include "../decode_tiles.h"
+#include "attention_common.cuh"
+
+namespace kvb {
+namespace kern {
+namespace cuda {
+namespace decode {
+
+namespace {
+
+constexpr int kThreads = 32 * dtiles::kWarps;
+
+template <typename T>
+struct Mma;
+
+template <>
+struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float x, float y) {
+    const __half2 h = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+
+template <>
+struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float x, float y) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <typename T, int D, bool CAP>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p) {
+  using namespace dtiles;
+  constexpr int C = D / 8;   // 16-byte chunks per row
+  constexpr int DT = D / 8;  // 8-dim n-tiles of O
+  constexpr int ST = D <= 64 ? 4 : D <= 128 ? 3 : 2;
+  static_assert(ST >= 2, "the pipeline needs two stages");
+  constexpr uint32_t kStage = kStageKeys * D * 2;  // bytes of one K (or V) stage
+  // Chunk loads unrolled per stage: all of them up to D 128; at D 256 (O alone holds 128 registers) a
+  // fully unrolled loop keeps 16 addresses live and spills.
+  constexpr int kLoadUnroll = D <= 128 ? kStageKeys * C / kThreads : 4;
+  static_assert(kStageKeys * C % kThreads == 0, "whole chunk loads per thread");
+  constexpr int kSUnroll = D <= 128 ? D / 16 : 4;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_blocks[kMaxPartitionBlocks];
+  __shared__ int s_bad;
+  __shared__ float s_m[kWarps][kRows];
+  __shared__ float s_l[kWarps][kRows];
+  const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t sK = sQ + kRows * D * 2;  // [ST][64 keys][D]
+  const uint32_t sV = sK + ST * kStage;    // [ST][64 keys][D]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int part = blockIdx.x;
+  const int nch = num_chunks(p.group);
+  const int kvh = blockIdx.y / nch, chunk = blockIdx.y - kvh * nch;
+  const int seq = blockIdx.z;
+  const int h0 = kvh * p.group + chunk_first(p.group, chunk);
+  const int rows = chunk_count(p.group, chunk);
+
+  const int len = checked_len(p, seq);
+  const int t_begin = part * p.partition_size;
+  const bool split = p.num_partitions > 1;
+  if (len < 0) {  // recorded once per sequence; the reduce kernel writes NaN when split
+    if (part == 0 && blockIdx.y == 0 && tid == 0)
+      record_fault(p.fault, KVB_FAULT_SEQ_LEN, KVB_KERNEL_PAGED_ATTENTION, seq, -1, p.seq_lens[seq]);
+    if (!split) write_nan<T, D>(p, seq, h0, rows);
+    return;
+  }
+  if (split && t_begin >= len) return;  // the reduce kernel reads only ceil(len / P) partitions
+  const int t_end = min(t_begin + p.partition_size, len);
+  int lo = 0, sink = 0;
+  if (p.window > 0) {
+    lo = max(0, len - p.window);
+    sink = p.sink;
+  }
+  const bool any = t_begin < t_end && (t_end > lo || t_begin < sink);
+
+  // Block ids of the partition. A block holding an attended token must have an id in [0, num_blocks)
+  // (what the CPU kernel checks); others are stored as -1 and never read (their tokens are masked).
+  if (tid == 0) s_bad = 0;
+  __syncthreads();
+  const int first_blk = t_begin >> p.block_shift;
+  const int nblk = any ? ((t_end - 1) >> p.block_shift) - first_blk + 1 : 0;
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
+  for (int i = tid; i < nblk; i += kThreads) {
+    const int id = table[first_blk + i];
+    const int first = (first_blk + i) << p.block_shift;
+    const int last = min(len, first + (1 << p.block_shift)) - 1;
+    const bool attended = last >= lo || first < sink;
+    const bool valid = id >= 0 && id < p.num_blocks;
+    s_blocks[i] = valid ? id : -1;
+    if (attended && !valid) {
+      s_bad = 1;
+      if (blockIdx.y == 0)  // once per (sequence, partition), not per kv head
+        record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PAGED_ATTENTION, seq, first_blk + i, id);
+    }
+  }
+
+  // Q of the chunk's heads as 16 swizzled rows; rows past the chunk are zeros (their results are dropped).
+  // Element loads: q is only element-aligned.
+  for (int i = tid; i < kRows * D; i += kThreads) {
+    const int r = i / D, d = i - r * D;
+    T x = Vec<T>::from_float(0.f);
+    if (r < rows)
+      x = reinterpret_cast<const T*>(p.q)[int64_t(seq) * p.q_seq_stride + int64_t(h0 + r) * p.q_head_stride + d];
+    *reinterpret_cast<T*>(smem + swz(C, r, d >> 3) + (d & 7) * 2) = x;
+  }
+  __syncthreads();
+  if (s_bad) {  // NaN results: directly, or through NaN partition rows that the reduce kernel propagates
+    if (!split) {
+      write_nan<T, D>(p, seq, h0, rows);
+    } else {
+      for (int g = tid; g < rows; g += kThreads) {
+        const int64_t row = (int64_t(seq) * p.num_q_heads + h0 + g) * p.num_partitions + part;
+        p.ws_m[row] = p.ws_l[row] = __int_as_float(0x7fffffff);
+      }
+    }
+    return;
+  }
+
+  const int n_st = any ? stage_count(t_end - t_begin) : 0;
+  const int64_t head_off = int64_t(kvh) * p.head_stride;
+  const int kmask = (1 << p.block_shift) - 1;
+  // Stage i's K and V rows into buffer i % ST; keys past the partition or not attended are zero-filled.
+  auto load_stage = [&](int i) {
+    const uint32_t buf = uint32_t(i % ST) * kStage;
+#pragma unroll kLoadUnroll
+    for (int j = 0; j < kStageKeys * C / kThreads; ++j) {
+      const int x = tid + j * kThreads;
+      const int r = x / C, c = x - r * C;
+      const int t = t_begin + i * kStageKeys + r;
+      const int blk = t < t_end && attends(t, len, p.window, p.sink) ? s_blocks[(t >> p.block_shift) - first_blk] : -1;
+      const int64_t off =
+          blk >= 0 ? int64_t(blk) * p.block_stride + int64_t(t & kmask) * p.token_stride + head_off + c * 8 : 0;
+      cp_async16(sK + buf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
+      cp_async16(sV + buf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < ST - 1; ++i) {
+    if (i < n_st) load_stage(i);
+    cp_async_commit();
+  }
+
+  float o[DT][4];
+#pragma unroll
+  for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows lane/4 and lane/4 + 8
+
+  for (int i = 0; i < n_st; ++i) {
+    cp_async_wait<ST - 2>();  // stage i has landed (this thread's copies) ...
+    __syncthreads();          // ... everyone's; and everyone is done with the buffer refilled next
+    if (i + ST - 1 < n_st) load_stage(i + ST - 1);
+    cp_async_commit();
+    const uint32_t buf = uint32_t(i % ST) * kStage;
+
+    // S = Q K^T: 16 heads x the warp's 16 keys.
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll kSUnroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4], b[4];
+      ldsm_x4(a, sQ + swz(C, q_row(lane), q_chunk(kk, lane)));
+      ldsm_x4(b, sK + buf + swz(C, k_row(warp, lane), k_chunk(kk, lane)));
+      Mma<T>::run(s[0], a, b[0], b[1]);
+      Mma<T>::run(s[1], a, b[2], b[3]);
+    }
+
+    // Base-2 logits, the mask (keys past the partition, outside the window), online softmax.
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * p.q_scale;
+        if (CAP) x = p.soft_cap * tanhf(x * p.inv_cap) * kLog2e;
+        const int t = stage_key(t_begin, i, warp, n * 8 + c_col(lane, e));
+        if (!(t < t_end && attends(t, len, p.window, p.sink))) x = -INFINITY;
+        s[n][e] = x;
+        if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
+      }
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+    }
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float u0 = n0 == -INFINITY ? 0.f : n0, u1 = n1 == -INFINITY ? 0.f : n1;  // no NaN from -inf - -inf
+    const float al0 = exp2f(m0 - u0), al1 = exp2f(m1 - u1);
+    m0 = n0, m1 = n1;
+    l0 *= al0, l1 *= al1;
+#pragma unroll
+    for (int d = 0; d < DT; ++d) o[d][0] *= al0, o[d][1] *= al0, o[d][2] *= al1, o[d][3] *= al1;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = exp2f(s[n][0] - u0), s[n][1] = exp2f(s[n][1] - u0);
+      s[n][2] = exp2f(s[n][2] - u1), s[n][3] = exp2f(s[n][3] - u1);
+      l0 += s[n][0] + s[n][1], l1 += s[n][2] + s[n][3];
+    }
+
+    // O += P V: P (16 heads x 16 keys) from the S accumulators, V through ldmatrix.trans.
+    const uint32_t a[4] = {Mma<T>::pack(s[0][0], s[0][1]), Mma<T>::pack(s[0][2], s[0][3]),
+                           Mma<T>::pack(s[1][0], s[1][1]), Mma<T>::pack(s[1][2], s[1][3])};
+#pragma unroll
+    for (int d2 = 0; d2 < DT / 2; ++d2) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, sV + buf + swz(C, v_row(warp, lane), v_chunk(d2, lane)));
+      Mma<T>::run(o[2 * d2], a, b[0], b[1]);
+      Mma<T>::run(o[2 * d2 + 1], a, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stage memory becomes the warps' O below
+
+  // Each row's sum over the quad's columns, then the warps' (max, sum, O) through shared memory.
+#pragma unroll
+  for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
+  }
+  float* sO = reinterpret_cast<float*>(smem + kRows * D * 2);  // [kWarps][16][D]
+  if ((lane & 3) == 0) {
+    s_m[warp][c_row(lane, 0)] = m0, s_l[warp][c_row(lane, 0)] = l0;
+    s_m[warp][c_row(lane, 2)] = m1, s_l[warp][c_row(lane, 2)] = l1;
+  }
+#pragma unroll
+  for (int d = 0; d < DT; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sO[(warp * kRows + c_row(lane, e)) * D + d * 8 + c_col(lane, e)] = o[d][e];
+  __syncthreads();
+
+  // Merge the warps; one thread per (head, element).
+  for (int i = tid; i < rows * D; i += kThreads) {
+    const int g = i / D, d = i - g * D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w][g]);
+    float W = 0.f, A = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float a = exp2f(s_m[w][g] - M);
+        W += s_l[w][g] * a;
+        A += sO[(w * kRows + g) * D + d] * a;
+      }
+    }
+    const float out = W > 0.f ? A / W : 0.f;
+    const int h = h0 + g;
+    if (!split) {
+      T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+      op[d] = Vec<T>::from_float(out);
+    } else {
+      const int64_t row = (int64_t(seq) * p.num_q_heads + h) * p.num_partitions + part;
+      p.ws_o[row * D + d] = out;
+      if (d == 0) {
+        p.ws_m[row] = M;
+        p.ws_l[row] = W;
+      }
+    }
+  }
+}
+
+using KernelFn = void (*)(AttnParams);
+
+template <typename T, int D>
+KernelFn kernel_for(bool cap) {
+  static_assert(dtiles::stages(D) == (D <= 64 ? 4 : D <= 128 ? 3 : 2), "stage count must match decode_tiles.h");
+  return cap ? decode_mma_kernel<T, D, true> : decode_mma_kernel<T, D, false>;
+}
+
+template <typename T>
+KernelFn kernel_for_dim(int head_dim, bool cap) {
+  switch (head_dim) {
+    case 64: return kernel_for<T, 64>(cap);
+    case 128: return kernel_for<T, 128>(cap);
+    default: return kernel_for<T, 256>(cap);
+  }
+}
+
+KernelFn kernel_fn(Dtype dtype, int head_dim, bool cap) {
+  return dtype == Dtype::bf16 ? kernel_for_dim<__nv_bfloat16>(head_dim, cap) : kernel_for_dim<__half>(head_dim, cap);
+}
+
+}  // namespace
+
+// Also raises the instantiation's dynamic shared memory limit (above the 48 KiB default), which the
+// occupancy query and the launch both need.
+const void* mma_kernel(Dtype dtype, int head_dim, bool cap) {
+  const KernelFn fn = kernel_fn(dtype, head_dim, cap);
+  RelaxedCapture relaxed;  // not a stream operation; legal while the caller captures a graph
+  check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dtiles::smem_bytes(head_dim)),
+        "paged attention: shared memory size");
+  return reinterpret_cast<const void*>(fn);
+}
+
+void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 grid, cudaStream_t s) {
+  AttnParams args = p;
+  launch(kernel_fn(dtype, head_dim, cap), grid, dim3(kThreads), size_t(dtiles::smem_bytes(head_dim)), s,
+         "paged attention launch", args);
+}
+
+}  // namespace decode
+}  // namespace cuda
+}  // namespace kern
+}  // namespace kvb

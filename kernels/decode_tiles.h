@@ -49,6 +49,38 @@ KVB_HD int chunk_count(int group, int c) { return chunk_first(group, c + 1) - ch
 KVB_HD bool attends(int t, int len, int window, int sink) {
   return t >= 0 && t < len && (window <= 0 || t >= len - window || t < sink);
 }
+// Does the query at position pos attend key t (the rule of the CPU reference and the prefill kernels)?
+KVB_HD bool attends_at(int t, int pos, int window, int sink) {
+  return t <= pos && (window <= 0 || t > pos - window || t < sink);
+}
+
+// Mixed batches: which path of kvb_prefill_attention owns sequence seq. Sequences with few query rows
+// (q_len <= kShortQueryMax and q_len * group <= 16 packed rows: one mma M tile per kv head) run as
+// decode-shaped work in the tensor-core decode kernel (its query rows at their own causal positions)
+// instead of wasting a 64-row prefill tile; the prefill kernel's CTAs of such sequences exit at once. A
+// sequence whose query_start / seq_lens break the contract stays with the prefill kernel, which reports
+// it (a negative query_start, which it tolerates, too). Both kernels call decode_path_owns with the same
+// device-side values, so exactly one owns each sequence; the host reads none of them.
+constexpr int kShortQueryMax = 4;
+KVB_HD bool short_query(int q_len, int group) { return q_len >= 1 && q_len <= kShortQueryMax && q_len * group <= kRows; }
+// The same, with the prefill kernels' fault checks (prefill_common.cuh seq_view): query_start[seq] = qs0,
+// query_start[seq + 1] = qs1, seq_lens[seq] = len, max_tokens = max_blocks_per_seq * block_size.
+KVB_HD bool decode_path_owns(int seq, int num_seqs, int qs0, int qs1, int total_q, int len, int max_tokens, int group) {
+  const bool fault = (seq == 0 && qs0 != 0) || qs0 < 0 || qs1 < qs0 || qs1 > total_q || (seq == num_seqs - 1 && qs1 != total_q) ||
+                     len < qs1 - qs0 || len > max_tokens;
+  return !fault && short_query(qs1 - qs0, group);
+}
+
+// Packed row r of a work item of q_len tokens x heads query heads (token-major, as the prefill kernel
+// packs rows): its token and head within the item, and the token's position in a sequence of len keys.
+KVB_HD int row_token(int r, int heads) { return r / heads; }
+KVB_HD int row_head(int r, int heads) { return r % heads; }
+KVB_HD int row_pos(int r, int heads, int q_len, int len) { return len - q_len + r / heads; }
+// The first key any row of the item attends under a window (the first row's window start; 0 without one).
+KVB_HD int first_window_key(int len, int q_len, int window) {
+  return window > 0 ? (len - q_len + 1 - window > 0 ? len - q_len + 1 - window : 0) : 0;
+}
+
 // Stages of a partition of n keys.
 KVB_HD int stage_count(int n) { return n <= 0 ? 0 : (n + kStageKeys - 1) / kStageKeys; }
 // Key of stage i, warp w, and the warp's key column k (0..15).

@@ -478,6 +478,10 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   p.inv_cap = a.soft_cap > 0.f ? 1.f / a.soft_cap : 0.f;
   p.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   p.fault = fault_record(c.device_index);
+  p.query_start = nullptr;
+  p.num_seqs = int(a.num_seqs);
+  p.total_q = int(a.num_seqs);
+  p.kernel_id = KVB_KERNEL_PAGED_ATTENTION;
 
   // Workspace rows of this launch's partition count (<= the plan's: inside the caller's workspace).
   const int64_t rows = a.num_seqs * a.num_q_heads * np;

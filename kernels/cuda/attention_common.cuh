@@ -36,6 +36,11 @@ struct AttnParams {
   float soft_cap;  // 0 = off
   float inv_cap;   // 1 / soft_cap
   FaultRecord* fault;
+  // Short queries of a prefill call (decode_mma.cu only; null query_start = decode): q / out rows are
+  // tokens (q_seq_stride = the token stride), partitions are the prefill plan's key splits.
+  const int32_t* query_start;
+  int num_seqs, total_q;
+  unsigned kernel_id;  // kvb_kernel_id of faults
 };
 
 // seq_lens[seq], or -1 when it is outside [0, max_blocks << block_shift] (a fault).
@@ -59,6 +64,17 @@ __device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
 // kernel_fn gives the instantiation (for occupancy queries); launch_mma runs it.
 const void* mma_kernel(Dtype dtype, int head_dim, bool cap);
 void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 grid, cudaStream_t s);
+
+}  // namespace decode
+
+struct PrefillParams;
+// The short-query sequences of a prefill call (dtiles::decode_path_owns), fp16 / bf16: through the
+// tensor-core decode kernel, which writes their rows (or, with key splits, their workspace rows, before
+// the prefill reduce kernel runs); the prefill kernel skips them. Launch it after the prefill kernel
+// and before its reduce kernel, on the same stream.
+void launch_short_queries(const PrefillParams& p, Dtype dtype, int head_dim, cudaStream_t s);
+
+namespace decode {
 
 }  // namespace decode
 }  // namespace cuda

@@ -13,6 +13,7 @@
 // sinks and soft cap behave as in the CUDA-core kernel. No allocation, no host synchronisation.
 #include "../decode_tiles.h"
 #include "attention_common.cuh"
+#include "prefill_common.cuh"
 
 namespace kvb {
 namespace kern {
@@ -74,6 +75,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// Two modes. Decode (p.query_start null): grid (partition, kv head x head chunk, sequence), one query
+// row per head. Short queries of a prefill call (p.query_start set): grid (sequence, kv head, key split);
+// a CTA of a sequence this path does not own (dtiles::decode_path_owns) exits; otherwise its 16 rows are
+// the q_len tokens x group heads, packed as the prefill kernel packs them, each masked at its own
+// causal position.
 template <typename T, int D, bool CAP>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p) {
   using namespace dtiles;
@@ -82,13 +88,12 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
   constexpr int ST = D <= 64 ? 4 : D <= 128 ? 3 : 2;
   static_assert(ST >= 2, "the pipeline needs two stages");
   constexpr uint32_t kStage = kStageKeys * D * 2;  // bytes of one K (or V) stage
-  // Chunk loads unrolled per stage: all of them up to D 128; at D 256 (O alone holds 128 registers) a
-  // fully unrolled loop keeps 16 addresses live and spills.
-  constexpr int kLoadUnroll = D <= 128 ? kStageKeys * C / kThreads : 4;
+  // Chunk loads unrolled per stage: all 4 at D 64; 4 of 8 / 16 above (fully unrolled, the loop keeps
+  // that many 64-bit addresses live and ptxas spilled at D 128 on sm_80 and at D 256).
+  constexpr int kLoadUnroll = D <= 64 ? kStageKeys * C / kThreads : 4;
   static_assert(kStageKeys * C % kThreads == 0, "whole chunk loads per thread");
   constexpr int kSUnroll = D <= 128 ? D / 16 : 4;
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ int s_blocks[kMaxPartitionBlocks];
   __shared__ int s_bad;
   __shared__ float s_m[kWarps][kRows];
   __shared__ float s_l[kWarps][kRows];
@@ -97,91 +102,85 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
   const uint32_t sV = sK + ST * kStage;    // [ST][64 keys][D]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int part = blockIdx.x;
-  const int nch = num_chunks(p.group);
-  const int kvh = blockIdx.y / nch, chunk = blockIdx.y - kvh * nch;
-  const int seq = blockIdx.z;
-  const int h0 = kvh * p.group + chunk_first(p.group, chunk);
-  const int rows = chunk_count(p.group, chunk);
-
-  const int len = checked_len(p, seq);
-  const int t_begin = part * p.partition_size;
+  const bool decode = p.query_start == nullptr;
+  const int seq = decode ? int(blockIdx.z) : int(blockIdx.x);
+  const int part = decode ? int(blockIdx.x) : int(blockIdx.z);
   const bool split = p.num_partitions > 1;
-  if (len < 0) {  // recorded once per sequence; the reduce kernel writes NaN when split
-    if (part == 0 && blockIdx.y == 0 && tid == 0)
-      record_fault(p.fault, KVB_FAULT_SEQ_LEN, KVB_KERNEL_PAGED_ATTENTION, seq, -1, p.seq_lens[seq]);
-    if (!split) write_nan<T, D>(p, seq, h0, rows);
-    return;
+  int kvh, h0, heads, q_len, row0, len;
+  if (decode) {
+    const int nch = num_chunks(p.group);
+    kvh = blockIdx.y / nch;
+    const int chunk = blockIdx.y - kvh * nch;
+    h0 = kvh * p.group + chunk_first(p.group, chunk);
+    heads = chunk_count(p.group, chunk);
+    q_len = 1, row0 = seq;
+    len = checked_len(p, seq);
+    if (len < 0) {  // recorded once per sequence; the reduce kernel writes NaN when split
+      if (part == 0 && blockIdx.y == 0 && tid == 0)
+        record_fault(p.fault, KVB_FAULT_SEQ_LEN, KVB_KERNEL_PAGED_ATTENTION, seq, -1, p.seq_lens[seq]);
+      if (!split) write_nan<T, D>(p, seq, h0, heads);
+      return;
+    }
+    if (split && part * p.partition_size >= len) return;  // the reduce kernel reads only ceil(len / P) partitions
+  } else {
+    kvh = blockIdx.y, h0 = kvh * p.group, heads = p.group;
+    row0 = p.query_start[seq];
+    const int row1 = p.query_start[seq + 1];
+    len = p.seq_lens[seq];
+    if (!decode_path_owns(seq, p.num_seqs, row0, row1, p.total_q, len, p.max_blocks << p.block_shift, p.group))
+      return;  // the prefill kernel's sequence
+    q_len = row1 - row0;  // every split writes its rows: the prefill reduce kernel reads all of them
   }
-  if (split && t_begin >= len) return;  // the reduce kernel reads only ceil(len / P) partitions
+  const int rows = q_len * heads;  // packed row r: token r / heads, head h0 + r % heads
+  const int t_begin = part * p.partition_size;
   const int t_end = min(t_begin + p.partition_size, len);
-  int lo = 0, sink = 0;
-  if (p.window > 0) {
-    lo = max(0, len - p.window);
-    sink = p.sink;
-  }
+  // Keys some row attends: [lo, len) and [0, sink).
+  const int lo = first_window_key(len, q_len, p.window), sink = p.window > 0 ? p.sink : 0;
   const bool any = t_begin < t_end && (t_end > lo || t_begin < sink);
 
-  // Block ids of the partition. A block holding an attended token must have an id in [0, num_blocks)
-  // (what the CPU kernel checks); others are stored as -1 and never read (their tokens are masked).
+  // Q of the item's rows, swizzled; rows past them are zeros (their results are dropped). Element
+  // loads: q is only element-aligned.
   if (tid == 0) s_bad = 0;
-  __syncthreads();
-  const int first_blk = t_begin >> p.block_shift;
-  const int nblk = any ? ((t_end - 1) >> p.block_shift) - first_blk + 1 : 0;
-  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
-  for (int i = tid; i < nblk; i += kThreads) {
-    const int id = table[first_blk + i];
-    const int first = (first_blk + i) << p.block_shift;
-    const int last = min(len, first + (1 << p.block_shift)) - 1;
-    const bool attended = last >= lo || first < sink;
-    const bool valid = id >= 0 && id < p.num_blocks;
-    s_blocks[i] = valid ? id : -1;
-    if (attended && !valid) {
-      s_bad = 1;
-      if (blockIdx.y == 0)  // once per (sequence, partition), not per kv head
-        record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PAGED_ATTENTION, seq, first_blk + i, id);
-    }
-  }
-
-  // Q of the chunk's heads as 16 swizzled rows; rows past the chunk are zeros (their results are dropped).
-  // Element loads: q is only element-aligned.
   for (int i = tid; i < kRows * D; i += kThreads) {
     const int r = i / D, d = i - r * D;
     T x = Vec<T>::from_float(0.f);
     if (r < rows)
-      x = reinterpret_cast<const T*>(p.q)[int64_t(seq) * p.q_seq_stride + int64_t(h0 + r) * p.q_head_stride + d];
+      x = reinterpret_cast<const T*>(p.q)[int64_t(row0 + row_token(r, heads)) * p.q_seq_stride +
+                                          int64_t(h0 + row_head(r, heads)) * p.q_head_stride + d];
     *reinterpret_cast<T*>(smem + swz(C, r, d >> 3) + (d & 7) * 2) = x;
   }
   __syncthreads();
-  if (s_bad) {  // NaN results: directly, or through NaN partition rows that the reduce kernel propagates
-    if (!split) {
-      write_nan<T, D>(p, seq, h0, rows);
-    } else {
-      for (int g = tid; g < rows; g += kThreads) {
-        const int64_t row = (int64_t(seq) * p.num_q_heads + h0 + g) * p.num_partitions + part;
-        p.ws_m[row] = p.ws_l[row] = __int_as_float(0x7fffffff);
-      }
-    }
-    return;
-  }
 
   const int n_st = any ? stage_count(t_end - t_begin) : 0;
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
   const int64_t head_off = int64_t(kvh) * p.head_stride;
   const int kmask = (1 << p.block_shift) - 1;
-  // Stage i's K and V rows into buffer i % ST; keys past the partition or not attended are zero-filled.
+  // Stage i's K and V rows into buffer i % ST; keys past the partition or attended by no row are
+  // zero-filled, never read. An attended key needs a block id in [0, num_blocks) (what the CPU kernel
+  // checks): otherwise the item's rows are NaN and the fault is recorded once per (sequence, partition).
   auto load_stage = [&](int i) {
     const uint32_t buf = uint32_t(i % ST) * kStage;
+    int bad_col = -1, bad_id = 0;  // recorded after the loop: a fault path inside it costs registers
 #pragma unroll kLoadUnroll
     for (int j = 0; j < kStageKeys * C / kThreads; ++j) {
       const int x = tid + j * kThreads;
       const int r = x / C, c = x - r * C;
       const int t = t_begin + i * kStageKeys + r;
-      const int blk = t < t_end && attends(t, len, p.window, p.sink) ? s_blocks[(t >> p.block_shift) - first_blk] : -1;
+      int blk = -1;
+      if (t < t_end && (t >= lo || t < sink)) {
+        const int id = __ldg(table + (t >> p.block_shift));
+        if (id >= 0 && id < p.num_blocks)
+          blk = id;
+        else
+          bad_col = t >> p.block_shift, bad_id = id;
+      }
       const int64_t off =
           blk >= 0 ? int64_t(blk) * p.block_stride + int64_t(t & kmask) * p.token_stride + head_off + c * 8 : 0;
       cp_async16(sK + buf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
       cp_async16(sV + buf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
     }
+    if (bad_col >= 0 && atomicExch(&s_bad, 1) == 0 && blockIdx.y == 0)
+      record_fault(p.fault, KVB_FAULT_BLOCK_ID, p.kernel_id, seq, bad_col, bad_id);
   };
 #pragma unroll
   for (int i = 0; i < ST - 1; ++i) {
@@ -189,10 +188,13 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     cp_async_commit();
   }
 
+  // Query positions of this thread's two rows (lane / 4 and lane / 4 + 8; padding rows copy the last).
+  const int pos0 = row_pos(min(c_row(lane, 0), rows - 1), heads, q_len, len);
+  const int pos1 = row_pos(min(c_row(lane, 2), rows - 1), heads, q_len, len);
   float o[DT][4];
 #pragma unroll
   for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows lane/4 and lane/4 + 8
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
   for (int i = 0; i < n_st; ++i) {
     cp_async_wait<ST - 2>();  // stage i has landed (this thread's copies) ...
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     cp_async_commit();
     const uint32_t buf = uint32_t(i % ST) * kStage;
 
-    // S = Q K^T: 16 heads x the warp's 16 keys.
+    // S = Q K^T: 16 rows x the warp's 16 keys.
     float s[2][4];
 #pragma unroll
     for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
       Mma<T>::run(s[1], a, b[2], b[3]);
     }
 
-    // Base-2 logits, the mask (keys past the partition, outside the window), online softmax.
+    // Base-2 logits, the mask (keys past the partition, not attended at the row's position), online softmax.
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -223,7 +225,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
         float x = s[n][e] * p.q_scale;
         if (CAP) x = p.soft_cap * tanhf(x * p.inv_cap) * kLog2e;
         const int t = stage_key(t_begin, i, warp, n * 8 + c_col(lane, e));
-        if (!(t < t_end && attends(t, len, p.window, p.sink))) x = -INFINITY;
+        if (!(t < t_end && attends_at(t, e < 2 ? pos0 : pos1, p.window, p.sink))) x = -INFINITY;
         s[n][e] = x;
         if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
       }
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
       l0 += s[n][0] + s[n][1], l1 += s[n][2] + s[n][3];
     }
 
-    // O += P V: P (16 heads x 16 keys) from the S accumulators, V through ldmatrix.trans.
+    // O += P V: P (16 rows x 16 keys) from the S accumulators, V through ldmatrix.trans.
     const uint32_t a[4] = {Mma<T>::pack(s[0][0], s[0][1]), Mma<T>::pack(s[0][2], s[0][3]),
                            Mma<T>::pack(s[1][0], s[1][1]), Mma<T>::pack(s[1][2], s[1][3])};
 #pragma unroll
@@ -258,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // the stage memory becomes the warps' O below
+  __syncthreads();  // the stage memory becomes the warps' O below; s_bad is final
 
   // Each row's sum over the quad's columns, then the warps' (max, sum, O) through shared memory.
 #pragma unroll
@@ -277,7 +279,9 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     for (int e = 0; e < 4; ++e) sO[(warp * kRows + c_row(lane, e)) * D + d * 8 + c_col(lane, e)] = o[d][e];
   __syncthreads();
 
-  // Merge the warps; one thread per (head, element).
+  // Merge the warps; one thread per (row, element). A bad block id: NaN rows, directly or through a
+  // NaN weight that the reduce kernels propagate.
+  const bool bad = s_bad != 0;
   for (int i = tid; i < rows * D; i += kThreads) {
     const int g = i / D, d = i - g * D;
     float M = -INFINITY;
@@ -292,17 +296,17 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
         A += sO[(w * kRows + g) * D + d] * a;
       }
     }
-    const float out = W > 0.f ? A / W : 0.f;
-    const int h = h0 + g;
+    const int64_t row = row0 + row_token(g, heads);
+    const int h = h0 + row_head(g, heads);
     if (!split) {
-      T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
-      op[d] = Vec<T>::from_float(out);
+      T* op = reinterpret_cast<T*>(p.out) + row * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+      op[d] = Vec<T>::from_float(bad ? __int_as_float(0x7fffffff) : W > 0.f ? A / W : 0.f);
     } else {
-      const int64_t row = (int64_t(seq) * p.num_q_heads + h) * p.num_partitions + part;
-      p.ws_o[row * D + d] = out;
+      const int64_t wrow = (row * p.num_q_heads + h) * p.num_partitions + part;
+      if (!bad) p.ws_o[wrow * D + d] = W > 0.f ? A / W : 0.f;
       if (d == 0) {
-        p.ws_m[row] = M;
-        p.ws_l[row] = W;
+        p.ws_m[wrow] = bad ? __int_as_float(0x7fffffff) : M;
+        p.ws_l[wrow] = bad ? __int_as_float(0x7fffffff) : W;
       }
     }
   }
@@ -348,6 +352,52 @@ void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 g
 }
 
 }  // namespace decode
+
+void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cudaStream_t s) {
+  if (pp.num_seqs <= 0 || pp.total_q <= 0) return;
+  decode::AttnParams p;
+  p.k = pp.k;
+  p.v = pp.v;
+  p.block_stride = pp.block_stride;
+  p.token_stride = pp.token_stride;
+  p.head_stride = pp.head_stride;
+  p.q = pp.q;
+  p.q_seq_stride = pp.q_token_stride;
+  p.q_head_stride = pp.q_head_stride;
+  p.out = pp.out;
+  p.out_seq_stride = pp.out_token_stride;
+  p.out_head_stride = pp.out_head_stride;
+  p.block_tables = pp.block_tables;
+  p.seq_lens = pp.seq_lens;
+  p.ws_m = pp.ws_m;
+  p.ws_l = pp.ws_l;
+  p.ws_o = pp.ws_o;
+  p.num_blocks = pp.num_blocks;
+  p.block_shift = pp.block_shift;
+  p.max_blocks = pp.max_blocks;
+  p.num_q_heads = pp.num_q_heads;
+  p.group = pp.group;
+  p.heads_per_chunk = pp.group;
+  p.num_chunks = 1;
+  p.window = pp.window;
+  p.sink = pp.sink;
+  // One partition per key split of the prefill plan (the whole sequence without splits).
+  p.partition_size = pp.num_splits > 1 ? pp.split_tokens : pp.max_blocks << pp.block_shift;
+  p.num_partitions = pp.num_splits;
+  const bool cap = pp.soft_cap > 0.f;
+  p.soft_cap = pp.soft_cap;
+  p.inv_cap = cap ? 1.f / pp.soft_cap : 0.f;
+  p.q_scale = cap ? pp.scale : pp.scale * decode::kLog2e;
+  p.fault = pp.fault;
+  p.query_start = pp.query_start;
+  p.num_seqs = pp.num_seqs;
+  p.total_q = pp.total_q;
+  p.kernel_id = KVB_KERNEL_PREFILL_ATTENTION;
+  decode::mma_kernel(dtype, head_dim, cap);  // raises the shared memory limit
+  const dim3 grid(unsigned(pp.num_seqs), unsigned(pp.num_q_heads / pp.group), unsigned(pp.num_splits));
+  decode::launch_mma(p, dtype, head_dim, cap, grid, s);
+}
+
 }  // namespace cuda
 }  // namespace kern
 }  // namespace kvb

@@ -3,7 +3,8 @@
 // partition sizes, block sizes, windows and sinks, the simulated grid (partitions, pipeline stages, warps,
 // key columns) scores every attended key exactly once per sequence, loads nothing outside the
 // partition's block list, and masks every key the CPU reference does not attend; the shared memory fits
-// an H100 / A100 SM; and the kernel's ldmatrix / mma fragment addressing computes Q K^T and P V for each
+// an H100 / A100 SM; the prefill call's short sequences go to this kernel exactly when well-formed and
+// short, and each of their query rows scores exactly the keys its position attends; and the kernel's ldmatrix / mma fragment addressing computes Q K^T and P V for each
 // warp's 16 keys of a stage on an emulated warp.
 #include <cstdio>
 #include <cstdlib>
@@ -90,6 +91,75 @@ void test_grid_scores_every_attended_key_once() {
     const int window = rng() % 3 == 0 ? 0 : int(rng() % 3000);
     const int sink = int(rng() % 40);
     bad += simulate(len, block_shift, partition, window, sink);
+  }
+  CHECK(bad == 0);
+}
+
+// Mixed prefill batches: exactly the short, well-formed sequences go to the decode kernel, and there each
+// of the q_len * group packed rows of a kv head scores exactly the keys the reference attends at its own
+// position (over the plan's key splits, stages, warps), with the rows fitting one 16-row tile.
+void test_short_queries_owned_and_covered() {
+  std::mt19937 rng(23);
+  int bad = 0;
+  const int batches = quick() ? 200 : 2000;
+  for (int b = 0; b < batches; ++b) {
+    const int G = 1 << (rng() % 5), num_seqs = 1 + int(rng() % 6);
+    const int max_tokens = 4096, window = rng() % 2 ? 0 : 1 + int(rng() % 300), sink = int(rng() % 8);
+    std::vector<int> qs(size_t(num_seqs) + 1, 0), lens(static_cast<size_t>(num_seqs), 0);
+    for (int i = 0; i < num_seqs; ++i) {
+      const int q_len = rng() % 2 ? int(rng() % 6) : int(rng() % 80);
+      qs[size_t(i) + 1] = qs[size_t(i)] + q_len;
+      lens[size_t(i)] = q_len + int(rng() % 1500);
+    }
+    const bool faulty = rng() % 4 == 0;  // one broken value somewhere
+    if (faulty) {
+      if (rng() % 2) qs[rng() % qs.size()] += int(rng() % 5) - 2; else lens[rng() % lens.size()] = int(rng() % 8) - 2;
+    }
+    const int total_q = faulty && rng() % 3 == 0 ? qs.back() + 1 : qs.back();
+    const int splits = 1 << (rng() % 3), split_tokens = 256 << (rng() % 3);
+    for (int s = 0; s < num_seqs; ++s) {
+      const int q0 = qs[size_t(s)], q1 = qs[size_t(s) + 1], len = lens[size_t(s)], q_len = q1 - q0;
+      // The prefill kernels' contract (prefill_common.cuh seq_view), written out again.
+      const bool ok = !(s == 0 && q0 != 0) && q0 >= 0 && q1 >= q0 && q1 <= total_q &&
+                      !(s == num_seqs - 1 && q1 != total_q) && len >= q_len && len <= max_tokens;
+      const bool owned = dtiles::decode_path_owns(s, num_seqs, q0, q1, total_q, len, max_tokens, G);
+      if (owned != (ok && q_len >= 1 && q_len <= 4 && q_len * G <= dtiles::kRows) && bad++ < 3)
+        fprintf(stderr, "  seq %d q [%d, %d) len %d G %d: owned %d\n", s, q0, q1, len, G, owned);
+      if (!owned) continue;
+      // The kernel's walk: partition = split (or the whole sequence), rows at their positions.
+      const int P = splits > 1 ? split_tokens : max_tokens, np = splits > 1 ? splits : 1;
+      if (splits > 1 && (len + P - 1) / P > np) continue;  // the plan sizes splits to cover every sequence
+      const int rows = q_len * G;
+      std::vector<int> scored(size_t(rows) * size_t(len), 0);
+      for (int part = 0; part < np; ++part) {
+        const int t_begin = part * P, t_end = std::min(t_begin + P, len);
+        const int lo = dtiles::first_window_key(len, q_len, window), sk = window > 0 ? sink : 0;
+        const bool any = t_begin < t_end && (t_end > lo || t_begin < sk);
+        const int n_st = any ? dtiles::stage_count(t_end - t_begin) : 0;
+        for (int i = 0; i < n_st; ++i)
+          for (int w = 0; w < dtiles::kWarps; ++w)
+            for (int k = 0; k < dtiles::kWarpKeys; ++k) {
+              const int t = dtiles::stage_key(t_begin, i, w, k);
+              const bool loaded = t < t_end && (t >= lo || t < sk);
+              for (int r = 0; r < rows; ++r) {
+                const int pos = dtiles::row_pos(r, G, q_len, len);
+                if (t < t_end && dtiles::attends_at(t, pos, window, sink)) {
+                  if (!loaded) ++bad;  // scored but zero-filled
+                  ++scored[size_t(r) * size_t(len) + size_t(t)];
+                }
+              }
+            }
+      }
+      for (int r = 0; r < rows; ++r) {
+        const int pos = len - q_len + r / G;  // token r / G of the sequence's last q_len
+        for (int t = 0; t < len; ++t) {
+          const bool want = t <= pos && (window <= 0 || t > pos - window || t < sink);
+          if (scored[size_t(r) * size_t(len) + size_t(t)] != (want ? 1 : 0) && bad++ < 3)
+            fprintf(stderr, "  short seq len %d q_len %d G %d row %d key %d: scored %d\n", len, q_len, G, r, t,
+                    scored[size_t(r) * size_t(len) + size_t(t)]);
+        }
+      }
+    }
   }
   CHECK(bad == 0);
 }
@@ -228,6 +298,7 @@ void test_fragment_addressing_on_an_emulated_warp() {
 int main() {
   RUN_TEST(test_chunks_cover_every_head_once);
   RUN_TEST(test_grid_scores_every_attended_key_once);
+  RUN_TEST(test_short_queries_owned_and_covered);
   RUN_TEST(test_shared_memory_fits);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
   TEST_SUMMARY();

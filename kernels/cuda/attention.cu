@@ -8,6 +8,10 @@
 // writes the output directly; otherwise each partition writes (max, sum, normalised acc) to the
 // workspace and kernel 2 merges the partitions of each (sequence, query head) with log-sum-exp weights.
 // No allocation and no host synchronisation: capturable in a CUDA graph.
+//
+// fp16 / bf16 caches with GQA groups of dtiles::kMinGroup and more run kernel 1 on tensor cores instead
+// (decode_mma.cu: the group's heads are the rows of one mma tile); the partition plan, workspace and
+// kernel 2 are shared.
 #include <algorithm>
 #include <climits>
 #include <map>

@@ -32,12 +32,18 @@ constexpr int kStageKeys = kWarps * kWarpKeys;
 // which already reads each K/V row once per kv head and is at the copy bound for group 1.
 constexpr int kMinGroup = 4;
 
-// Pipeline depth per head dim: 2..4 stages of K + V (16 / 32 / 64 KiB per stage at D 64 / 128 / 256 for
-// 16-bit elements), so that two CTAs of D <= 128 fit an H100 SM and D 256 stays within 227 KiB.
-KVB_HD constexpr int stages(int head_dim) { return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : 2; }
 // Dynamic shared memory: Q (16 x D) then the K and V stages, 16-bit elements. The final merge of the
 // warps reuses the stage memory as float [kWarps][16][D] (fits: stages * 2 * 64 * 2 >= 4 * 16 * 4).
-KVB_HD constexpr int smem_bytes(int head_dim) { return kRows * head_dim * 2 + stages(head_dim) * 2 * kStageKeys * head_dim * 2; }
+KVB_HD constexpr int smem_bytes(int head_dim, int stages) {
+  return kRows * head_dim * 2 + stages * 2 * kStageKeys * head_dim * 2;
+}
+constexpr int kStaticSmem = 1024;  // bound on the kernel's static shared memory (flag, per-warp max and sum)
+// Pipeline depth (stages of K + V: 16 / 32 / 64 KiB at D 64 / 128 / 256): 4 at D 64, 3 at D 128 (two
+// CTAs per H100 SM), at D 256 (one CTA per SM) 3 where a block may have that much shared memory
+// (max_block_smem: H100 227 KiB) and 2 otherwise (A100 163 KiB).
+KVB_HD constexpr int stages(int head_dim, int max_block_smem) {
+  return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : smem_bytes(head_dim, 3) + kStaticSmem <= max_block_smem ? 3 : 2;
+}
 
 // Query-head chunks of a GQA group and the heads of chunk c (balanced: sizes differ by at most one).
 KVB_HD int num_chunks(int group) { return (group + kRows - 1) / kRows; }

@@ -472,7 +472,7 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   }
   const int64_t ctas_per_partition = c.num_kv_heads * chunks * a.num_seqs;
   const void* wave_fn = mma ? mma_kernel(c.dtype, int(c.head_dim), cap) : reinterpret_cast<const void*>(part_fn);
-  const size_t smem = mma ? size_t(dtiles::smem_bytes(int(c.head_dim))) : 0;
+  const size_t smem = mma ? mma_smem(int(c.head_dim)) : 0;
   const int64_t P = partition_for_waves(a.plan, a.max_blocks * c.block_size, ctas_per_partition,
                                         wave_ctas(c.device_index, wave_fn, smem));
   const int64_t np = (a.max_blocks * c.block_size + P - 1) / P;

@@ -60,8 +60,9 @@ __device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
 }
 
 // Tensor-core kernel for 16-bit caches (decode_mma.cu); grid (num_partitions, num_kv_heads *
-// dtiles::num_chunks(group), num_seqs), dtiles::smem_bytes(head_dim) bytes of dynamic shared memory.
-// kernel_fn gives the instantiation (for occupancy queries); launch_mma runs it.
+// dtiles::num_chunks(group), num_seqs), mma_smem(head_dim) bytes of dynamic shared memory (the current
+// device's pipeline depth). mma_kernel gives the instantiation (for occupancy queries); launch_mma runs it.
+size_t mma_smem(int head_dim);
 const void* mma_kernel(Dtype dtype, int head_dim, bool cap);
 void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 grid, cudaStream_t s);
 

@@ -5,12 +5,15 @@
 // FMAs and shuffles: at group 8 that work, not memory, bounds it. Here the group's query heads are the
 // M rows of mma.sync m16n8k16, so one K row costs the same whatever the group size. K and V of a stage
 // (64 keys) are gathered through the block table with 16-byte cp.async into XOR-swizzled shared memory,
-// 2 to 4 stages deep so that loads stay in flight while earlier stages are computed. Warp w owns keys
+// 2 to 4 stages deep (dtiles::stages) so that loads stay in flight while earlier stages are computed. Warp w owns keys
 // 16w..16w+15 of every stage: S = Q K^T (Q and K through ldmatrix), online softmax in registers (base-2,
 // fp32), P repacked from the S accumulators into the A operand of O += P V (V through ldmatrix.trans).
 // The warps' (max, sum, O) merge through shared memory at the end; a single partition writes the output,
 // otherwise the partition's row goes to the workspace for attention.cu's reduce kernel. Faults, window +
 // sinks and soft cap behave as in the CUDA-core kernel. No allocation, no host synchronisation.
+#include <map>
+#include <mutex>
+
 #include "../decode_tiles.h"
 #include "attention_common.cuh"
 #include "prefill_common.cuh"
@@ -80,12 +83,11 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // a CTA of a sequence this path does not own (dtiles::decode_path_owns) exits; otherwise its 16 rows are
 // the q_len tokens x group heads, packed as the prefill kernel packs them, each masked at its own
 // causal position.
-template <typename T, int D, bool CAP>
+template <typename T, int D, int ST, bool CAP>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p) {
   using namespace dtiles;
   constexpr int C = D / 8;   // 16-byte chunks per row
   constexpr int DT = D / 8;  // 8-dim n-tiles of O
-  constexpr int ST = D <= 64 ? 4 : D <= 128 ? 3 : 2;
   static_assert(ST >= 2, "the pipeline needs two stages");
   constexpr uint32_t kStage = kStageKeys * D * 2;  // bytes of one K (or V) stage
   // Chunk loads unrolled per stage: all 4 at D 64; 4 of 8 / 16 above (fully unrolled, the loop keeps
@@ -314,40 +316,64 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
 
 using KernelFn = void (*)(AttnParams);
 
-template <typename T, int D>
+template <typename T, int D, int ST>
 KernelFn kernel_for(bool cap) {
-  static_assert(dtiles::stages(D) == (D <= 64 ? 4 : D <= 128 ? 3 : 2), "stage count must match decode_tiles.h");
-  return cap ? decode_mma_kernel<T, D, true> : decode_mma_kernel<T, D, false>;
+  return cap ? decode_mma_kernel<T, D, ST, true> : decode_mma_kernel<T, D, ST, false>;
 }
 
+static_assert(dtiles::stages(64, 0) == 4 && dtiles::stages(128, 0) == 3, "instantiated depths must match decode_tiles.h");
+
 template <typename T>
-KernelFn kernel_for_dim(int head_dim, bool cap) {
+KernelFn kernel_for_dim(int head_dim, int stages, bool cap) {
   switch (head_dim) {
-    case 64: return kernel_for<T, 64>(cap);
-    case 128: return kernel_for<T, 128>(cap);
-    default: return kernel_for<T, 256>(cap);
+    case 64: return kernel_for<T, 64, 4>(cap);
+    case 128: return kernel_for<T, 128, 3>(cap);
+    default: return stages >= 3 ? kernel_for<T, 256, 3>(cap) : kernel_for<T, 256, 2>(cap);
   }
 }
 
-KernelFn kernel_fn(Dtype dtype, int head_dim, bool cap) {
-  return dtype == Dtype::bf16 ? kernel_for_dim<__nv_bfloat16>(head_dim, cap) : kernel_for_dim<__half>(head_dim, cap);
+// The current device's pipeline depth for head_dim (dtiles::stages; the opt-in shared memory limit is
+// queried once per device).
+int stages_here(int head_dim) {
+  static std::mutex mu;
+  static std::map<int, int> limit;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = limit.find(device);
+  if (it == limit.end()) {
+    int bytes = 0;
+    RelaxedCapture relaxed;  // not stream work; legal while the caller captures a graph
+    check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+    it = limit.emplace(device, bytes).first;
+  }
+  return dtiles::stages(head_dim, it->second);
+}
+
+KernelFn kernel_fn(Dtype dtype, int head_dim, int stages, bool cap) {
+  return dtype == Dtype::bf16 ? kernel_for_dim<__nv_bfloat16>(head_dim, stages, cap)
+                              : kernel_for_dim<__half>(head_dim, stages, cap);
 }
 
 }  // namespace
 
+size_t mma_smem(int head_dim) { return size_t(dtiles::smem_bytes(head_dim, stages_here(head_dim))); }
+
 // Also raises the instantiation's dynamic shared memory limit (above the 48 KiB default), which the
 // occupancy query and the launch both need.
 const void* mma_kernel(Dtype dtype, int head_dim, bool cap) {
-  const KernelFn fn = kernel_fn(dtype, head_dim, cap);
+  const int st = stages_here(head_dim);
+  const KernelFn fn = kernel_fn(dtype, head_dim, st, cap);
   RelaxedCapture relaxed;  // not a stream operation; legal while the caller captures a graph
-  check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dtiles::smem_bytes(head_dim)),
+  check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dtiles::smem_bytes(head_dim, st)),
         "paged attention: shared memory size");
   return reinterpret_cast<const void*>(fn);
 }
 
 void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 grid, cudaStream_t s) {
   AttnParams args = p;
-  launch(kernel_fn(dtype, head_dim, cap), grid, dim3(kThreads), size_t(dtiles::smem_bytes(head_dim)), s,
+  const int st = stages_here(head_dim);
+  launch(kernel_fn(dtype, head_dim, st, cap), grid, dim3(kThreads), size_t(dtiles::smem_bytes(head_dim, st)), s,
          "paged attention launch", args);
 }
 

@@ -165,14 +165,19 @@ void test_short_queries_owned_and_covered() {
 }
 
 void test_shared_memory_fits() {
-  const int kStatic = 2048 * 4 + 4 + 2 * dtiles::kWarps * dtiles::kRows * 4;  // block ids, flag, merge (m, l)
-  for (int D : {64, 128, 256}) {
-    // The warps' O (float [4][16][D]) reuses the stage memory.
-    CHECK(dtiles::smem_bytes(D) - dtiles::kRows * D * 2 >= dtiles::kWarps * dtiles::kRows * D * 4);
-    CHECK(dtiles::smem_bytes(D) + kStatic <= 163 * 1024);  // the A100's per-block limit (H100: 227 KiB)
-    CHECK(dtiles::stages(D) >= 2);
-  }
-  CHECK(2 * (dtiles::smem_bytes(128) + kStatic) <= 228 * 1024);  // two CTAs of D 128 per H100 SM
+  const int kStatic = 4 + 2 * dtiles::kWarps * dtiles::kRows * 4;  // flag, merge (max, sum)
+  CHECK(kStatic <= dtiles::kStaticSmem);
+  const int a100 = 163 * 1024, h100 = 227 * 1024;  // opt-in shared memory per block
+  for (int limit : {a100, h100})
+    for (int D : {64, 128, 256}) {
+      const int st = dtiles::stages(D, limit);
+      CHECK(st >= 2);
+      // The warps' O (float [4][16][D]) reuses the stage memory.
+      CHECK(dtiles::smem_bytes(D, st) - dtiles::kRows * D * 2 >= dtiles::kWarps * dtiles::kRows * D * 4);
+      CHECK(dtiles::smem_bytes(D, st) + kStatic <= limit);
+    }
+  CHECK(dtiles::stages(256, h100) == 3 && dtiles::stages(256, a100) == 2);
+  CHECK(2 * (dtiles::smem_bytes(128, dtiles::stages(128, h100)) + kStatic + 1024) <= 228 * 1024);  // 2 CTAs / SM
 }
 
 // An emulated warp: shared memory as one value per 16-bit element, ldmatrix.x4 (plain and .trans) and

@@ -8,6 +8,10 @@
 // writes the output directly; otherwise each partition writes (max, sum, normalised acc) to the
 // workspace and kernel 2 merges the partitions of each (sequence, query head) with log-sum-exp weights.
 // No allocation and no host synchronisation: capturable in a CUDA graph.
+//
+// fp16 / bf16 caches with GQA groups of dtiles::kMinGroup and more run kernel 1 on tensor cores instead
+// (decode_mma.cu: the group's heads are the rows of one mma tile); the partition plan, workspace and
+// kernel 2 are shared.
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -16,7 +20,8 @@
 
 #include "../../abi/kvblock.h"
 #include "../backends.h"
-#include "common.cuh"
+#include "../decode_tiles.h"
+#include "attention_common.cuh"
 
 namespace kvb {
 namespace kern {
@@ -24,53 +29,16 @@ namespace cuda {
 
 namespace {
 
+using namespace decode;
+
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
+static_assert(kThreads == 32 * dtiles::kWarps, "wave_ctas() sizes both decode kernels with kThreads");
 constexpr int kUnroll = 2;         // tokens per warp group per step; the next step's rows are in flight too
 // Query heads of a GQA group per CTA: at most 4 (2 for fp32 rows of 256, whose per-lane slices are
 // twice as wide) keeps every instantiation within 128 registers with no spills.
 constexpr int max_heads_per_cta(int elem_bytes, int head_dim) { return elem_bytes == 4 && head_dim == 256 ? 2 : 4; }
 constexpr int kMinCtasPerSm = 4;    // __launch_bounds__: 65536 / (4 * 128 threads) = 128 registers
-constexpr int kMaxPartitionBlocks = 2048;  // partition_size <= 2048 tokens and block_size >= 1
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct AttnParams {
-  const char* k;
-  const char* v;
-  int64_t block_stride, token_stride, head_stride;  // elements
-  const char* q;
-  int64_t q_seq_stride, q_head_stride;
-  char* out;
-  int64_t out_seq_stride, out_head_stride;
-  const int32_t* block_tables;
-  const int32_t* seq_lens;
-  float* ws_m;
-  float* ws_l;
-  float* ws_o;
-  int num_blocks, block_shift, max_blocks;
-  int num_q_heads, group, heads_per_chunk, num_chunks;
-  int window, sink, partition_size, num_partitions;
-  float q_scale;   // scale, times log2(e) when there is no soft cap
-  float soft_cap;  // 0 = off
-  float inv_cap;   // 1 / soft_cap
-  FaultRecord* fault;
-};
-
-// seq_lens[seq], or -1 when it is outside [0, max_blocks << block_shift] (a fault).
-__device__ __forceinline__ int checked_len(const AttnParams& p, int seq) {
-  const int len = p.seq_lens[seq];
-  return (len < 0 || len > (p.max_blocks << p.block_shift)) ? -1 : len;
-}
-
-// Every output element of heads [h0, h0 + count) of seq is NaN: a faulty sequence is visibly wrong.
-template <typename T, int D>
-__device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
-  for (int i = threadIdx.x; i < count * D; i += blockDim.x) {
-    const int h = h0 + i / D, d = i % D;
-    T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
-    op[d] = Vec<T>::from_float(__int_as_float(0x7fffffff));
-  }
-}
 
 // CAP: logits soft cap on (a template parameter: a run-time test inside the unrolled score loop split it
 // into one basic block per dot product and serialised the shuffle reductions).
@@ -393,9 +361,9 @@ void kernels_for_type(int head_dim, int gc, bool cap, KernelFn* part, KernelFn* 
 
 // SMs x resident CTAs per SM of `fn` on `device`: one wave. Cached (two attribute queries per kernel
 // and device, once).
-int64_t wave_ctas(int device, KernelFn fn) {
+int64_t wave_ctas(int device, const void* fn, size_t smem) {
   static std::mutex mu;
-  static std::map<std::pair<int, KernelFn>, int64_t> cache;
+  static std::map<std::pair<int, const void*>, int64_t> cache;
   std::lock_guard<std::mutex> lock(mu);
   const auto it = cache.find({device, fn});
   if (it != cache.end()) return it->second;
@@ -403,7 +371,7 @@ int64_t wave_ctas(int device, KernelFn fn) {
   {
     RelaxedCapture relaxed;  // not stream work; legal while the caller captures a graph
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(fn), kThreads, 0),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, kThreads, smem),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   }
   const int64_t wave = std::max<int64_t>(1, int64_t(sms) * per_sm);
@@ -453,8 +421,10 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
          (long long)(a.max_blocks * c.block_size));
   if (a.plan.partition_size > kMaxPartitionBlocks) fail(Code::internal, "partition size above the kernel limit");
   const int group = int(a.num_q_heads / c.num_kv_heads);
+  // Tensor cores where the group's heads make the CUDA-core score loop the bound (decode_mma.cu).
+  const bool mma = (c.dtype == Dtype::f16 || c.dtype == Dtype::bf16) && group >= dtiles::kMinGroup;
   const int max_heads = max_heads_per_cta(int(es), int(c.head_dim));
-  const int chunks = (group + max_heads - 1) / max_heads;
+  const int chunks = mma ? dtiles::num_chunks(group) : (group + max_heads - 1) / max_heads;
   const int per_chunk = (group + chunks - 1) / chunks;
   const int gc = per_chunk <= 1 ? 1 : per_chunk <= 2 ? 2 : max_heads;
   if (c.num_kv_heads * chunks > 65535) fail(Code::invalid_argument, "num_kv_heads %lld too large for CUDA attention",
@@ -501,8 +471,10 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
     default: kernels_for_type<float>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
   }
   const int64_t ctas_per_partition = c.num_kv_heads * chunks * a.num_seqs;
+  const void* wave_fn = mma ? mma_kernel(c.dtype, int(c.head_dim), cap) : reinterpret_cast<const void*>(part_fn);
+  const size_t smem = mma ? mma_smem(int(c.head_dim)) : 0;
   const int64_t P = partition_for_waves(a.plan, a.max_blocks * c.block_size, ctas_per_partition,
-                                        wave_ctas(c.device_index, part_fn));
+                                        wave_ctas(c.device_index, wave_fn, smem));
   const int64_t np = (a.max_blocks * c.block_size + P - 1) / P;
   p.partition_size = int(P);
   p.num_partitions = int(np);
@@ -510,6 +482,10 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   p.inv_cap = a.soft_cap > 0.f ? 1.f / a.soft_cap : 0.f;
   p.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   p.fault = fault_record(c.device_index);
+  p.query_start = nullptr;
+  p.num_seqs = int(a.num_seqs);
+  p.total_q = int(a.num_seqs);
+  p.kernel_id = KVB_KERNEL_PAGED_ATTENTION;
 
   // Workspace rows of this launch's partition count (<= the plan's: inside the caller's workspace).
   const int64_t rows = a.num_seqs * a.num_q_heads * np;
@@ -519,7 +495,10 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
 
   const dim3 grid(unsigned(np), unsigned(c.num_kv_heads * chunks), unsigned(a.num_seqs));
   const cudaStream_t s = as_stream(stream);
-  launch(part_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p);
+  if (mma)
+    launch_mma(p, c.dtype, int(c.head_dim), cap, grid, s);
+  else
+    launch(part_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p);
   if (np > 1)
     launch(reduce_fn, dim3(unsigned(a.num_q_heads), unsigned(a.num_seqs)), dim3(unsigned(c.head_dim)), 0, s,
            "paged attention reduce launch", p);

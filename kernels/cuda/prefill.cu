@@ -20,10 +20,13 @@
 // merges them. Index arithmetic lives in prefill_tiles.h, checked on the CPU by
 // tests/cpp/kernels_prefill_tiles.cpp.
 #include <climits>
+#include <type_traits>
 
 #include "../backends.h"
 #include "../prefill.h"
+#include "../decode_tiles.h"
 #include "../prefill_tiles.h"
+#include "attention_common.cuh"
 #include "prefill_common.cuh"
 
 namespace kvb {
@@ -108,6 +111,9 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   const int kvh = blockIdx.y, split = blockIdx.z, G = p.group;
   const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, int(blockIdx.x));
   const SeqView sv = seq_view(p, seq);
+  if (dtiles::decode_path_owns(seq, p.num_seqs, p.query_start[seq], p.query_start[seq + 1], p.total_q, p.seq_lens[seq],
+                               p.max_blocks << p.block_shift, G))
+    return;  // a short query: launch_short_queries (decode_mma.cu) computes its rows
   const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, int(blockIdx.x), sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
@@ -423,6 +429,7 @@ void launch_mma(const PrefillParams& p, dim3 grid, int device, cudaStream_t s) {
   } else {
     launch_tile<T, D, BN>(p, grid, s);
   }
+  launch_short_queries(p, std::is_same<T, __half>::value ? Dtype::f16 : Dtype::bf16, D, s);
   if (p.num_splits > 1 && p.total_q > 0) {
     prefill_reduce_kernel<T, D><<<dim3(unsigned(p.total_q), unsigned(p.num_q_heads)), D, 0, s>>>(p);
     check(cudaGetLastError(), "prefill attention reduce launch");

@@ -185,6 +185,8 @@ std::vector<Case> cases() {
   out.push_back({KVB_DTYPE_BF16, 256, 16, 8, 2, 200, 3, 20.f, true, 82});
   // Many kv heads with large groups: the CPU kernel splits the kv heads of a sequence over work items.
   out.push_back({KVB_DTYPE_FP16, 256, 16, 16, 16, 0, 0, 0.f, false, 83});
+  // A group above 16 query heads: two tensor-core chunks of 10 per kv head on CUDA.
+  out.push_back({KVB_DTYPE_BF16, 64, 16, 2, 20, 300, 2, 0.f, true, 84});
   return out;
 }
 

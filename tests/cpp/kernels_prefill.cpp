@@ -508,6 +508,12 @@ void test_cuda_faults() {
     CHECK_STATUS(run(p.qstart, p.lens, tab, out), KVB_ERR_INVALID_ARGUMENT);
     CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.index == 2 && f.column == 1 && f.value == 99999);
     CHECK(rows_are(out, 0, 8, false) && rows_are(out, 24, 38, true));
+    tab = p.tables;
+    tab[1 * p.max_blocks + 2] = -7;  // an attended block of the short sequence 1 (fp16: the decode kernel's)
+    CHECK_STATUS(run(p.qstart, p.lens, tab, out), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.kernel == KVB_KERNEL_PREFILL_ATTENTION && f.index == 1 && f.column == 2 &&
+          f.value == -7);
+    CHECK(rows_are(out, 0, 5, false) && rows_are(out, 5, 8, true) && rows_are(out, 8, 38, false));
     std::vector<int32_t> qs = p.qstart;
     qs[3] = 37;  // != total_q_tokens
     CHECK_STATUS(run(qs, p.lens, p.tables, out), KVB_ERR_INVALID_ARGUMENT);

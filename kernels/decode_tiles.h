@@ -1,0 +1,119 @@
+// The tensor-core paged decode kernel's geometry (kernels/cuda/decode_mma.cu) as plain functions, compiled
+// both into the kernel (__host__ __device__) and into a CPU test (tests/cpp/kernels_decode_tiles.cpp) that
+// checks, without a GPU, that the CTAs of a launch cover every attended (query head, key) pair exactly once
+// and that the swizzled ldmatrix / mma fragment addressing computes Q K^T and P V on an emulated warp.
+//
+// One CTA = 4 warps = one (partition, kv head, chunk of up to 16 query heads of the GQA group, sequence).
+// The chunk's query heads are the 16 rows of the mma.sync m16n8k16 A operand (padded with zero rows), so
+// every K and V row is loaded from memory once per kv head and serves the whole group. A pipeline stage
+// holds kDecodeStageKeys consecutive keys of the partition; warp w computes keys 16w..16w+15 of each stage
+// (S = Q K^T: 16 rows x 16 keys; O += P V: k = those 16 keys), and the 4 warps' (max, sum, O) are merged
+// at the end.
+#pragma once
+#include <cstdint>
+
+#ifndef KVB_HD
+#if defined(__CUDACC__)
+#define KVB_HD __host__ __device__ __forceinline__
+#else
+#define KVB_HD inline
+#endif
+#endif
+
+namespace kvb {
+namespace kern {
+namespace dtiles {
+
+constexpr int kWarps = 4;
+constexpr int kRows = 16;                    // query heads per CTA (mma M)
+constexpr int kWarpKeys = 16;                // keys per warp per stage (mma K of P V)
+constexpr int kStageKeys = kWarps * kWarpKeys;
+// Smallest GQA group served by tensor cores (16-bit caches); smaller groups keep the CUDA-core kernel,
+// which already reads each K/V row once per kv head and is at the copy bound for group 1.
+constexpr int kMinGroup = 4;
+
+// Dynamic shared memory: Q (16 x D) then the K and V stages, 16-bit elements. The final merge of the
+// warps reuses the stage memory as float [kWarps][16][D] (fits: stages * 2 * 64 * 2 >= 4 * 16 * 4).
+KVB_HD constexpr int smem_bytes(int head_dim, int stages) {
+  return kRows * head_dim * 2 + stages * 2 * kStageKeys * head_dim * 2;
+}
+constexpr int kStaticSmem = 1024;  // bound on the kernel's static shared memory (flag, per-warp max and sum)
+// Pipeline depth (stages of K + V: 16 / 32 / 64 KiB at D 64 / 128 / 256): 4 at D 64, 3 at D 128 (two
+// CTAs per H100 SM), at D 256 (one CTA per SM) 3 where a block may have that much shared memory
+// (max_block_smem: H100 227 KiB) and 2 otherwise (A100 163 KiB).
+KVB_HD constexpr int stages(int head_dim, int max_block_smem) {
+  return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : smem_bytes(head_dim, 3) + kStaticSmem <= max_block_smem ? 3 : 2;
+}
+
+// Query-head chunks of a GQA group and the heads of chunk c (balanced: sizes differ by at most one).
+KVB_HD int num_chunks(int group) { return (group + kRows - 1) / kRows; }
+KVB_HD int chunk_first(int group, int c) { return int(int64_t(group) * c / num_chunks(group)); }
+KVB_HD int chunk_count(int group, int c) { return chunk_first(group, c + 1) - chunk_first(group, c); }
+
+// Key t of a sequence of len tokens is attended by its decode query (window 0 = none; sinks count
+// only with a window), and lies in partition [t_begin, t_end).
+KVB_HD bool attends(int t, int len, int window, int sink) {
+  return t >= 0 && t < len && (window <= 0 || t >= len - window || t < sink);
+}
+// Does the query at position pos attend key t (the rule of the CPU reference and the prefill kernels)?
+KVB_HD bool attends_at(int t, int pos, int window, int sink) {
+  return t <= pos && (window <= 0 || t > pos - window || t < sink);
+}
+
+// Mixed batches: which path of kvb_prefill_attention owns sequence seq. Sequences with few query rows
+// (q_len <= kShortQueryMax and q_len * group <= 16 packed rows: one mma M tile per kv head) run as
+// decode-shaped work in the tensor-core decode kernel (its query rows at their own causal positions)
+// instead of wasting a 64-row prefill tile; the prefill kernel's CTAs of such sequences exit at once. A
+// sequence whose query_start / seq_lens break the contract stays with the prefill kernel, which reports
+// it (a negative query_start, which it tolerates, too). Both kernels call decode_path_owns with the same
+// device-side values, so exactly one owns each sequence; the host reads none of them.
+constexpr int kShortQueryMax = 4;
+KVB_HD bool short_query(int q_len, int group) { return q_len >= 1 && q_len <= kShortQueryMax && q_len * group <= kRows; }
+// The same, with the prefill kernels' fault checks (prefill_common.cuh seq_view): query_start[seq] = qs0,
+// query_start[seq + 1] = qs1, seq_lens[seq] = len, max_tokens = max_blocks_per_seq * block_size.
+KVB_HD bool decode_path_owns(int seq, int num_seqs, int qs0, int qs1, int total_q, int len, int max_tokens, int group) {
+  const bool fault = (seq == 0 && qs0 != 0) || qs0 < 0 || qs1 < qs0 || qs1 > total_q || (seq == num_seqs - 1 && qs1 != total_q) ||
+                     len < qs1 - qs0 || len > max_tokens;
+  return !fault && short_query(qs1 - qs0, group);
+}
+
+// Packed row r of a work item of q_len tokens x heads query heads (token-major, as the prefill kernel
+// packs rows): its token and head within the item, and the token's position in a sequence of len keys.
+KVB_HD int row_token(int r, int heads) { return r / heads; }
+KVB_HD int row_head(int r, int heads) { return r % heads; }
+KVB_HD int row_pos(int r, int heads, int q_len, int len) { return len - q_len + r / heads; }
+// The first key any row of the item attends under a window (the first row's window start; 0 without one).
+KVB_HD int first_window_key(int len, int q_len, int window) {
+  return window > 0 ? (len - q_len + 1 - window > 0 ? len - q_len + 1 - window : 0) : 0;
+}
+
+// Stages of a partition of n keys.
+KVB_HD int stage_count(int n) { return n <= 0 ? 0 : (n + kStageKeys - 1) / kStageKeys; }
+// Key of stage i, warp w, and the warp's key column k (0..15).
+KVB_HD int stage_key(int t_begin, int i, int w, int k) { return t_begin + i * kStageKeys + w * kWarpKeys + k; }
+
+// Shared-memory tiles are row-major [rows][C chunks of 16 bytes] with chunk c of row r at chunk
+// c ^ (r & 7) (conflict-free 16-byte cp.async stores and ldmatrix loads). Byte offset of chunk c of row r:
+KVB_HD uint32_t swz(int chunks_per_row, int r, int c) { return uint32_t((r * chunks_per_row + (c ^ (r & 7))) * 16); }
+
+// ldmatrix.x4 takes one row address per lane: lanes 8j..8j+7 address rows 0..7 of matrix j, which lands
+// in register j of every lane. m16n8k16 layouts (PTX ISA): A a0..a3 = rows g / g+8 x k 2q.. / 2q+8..,
+// B b0 / b1 = k 2q.. / 2q+8.. x n g, C c0..c3 = rows g / g+8 x n 2q, 2q+1 (g = lane / 4, q = lane % 4).
+// Q (16 rows) as A of S = Q K^T, k-step kk: matrices (rows 0-7, 8-15) x (k lo, k hi).
+KVB_HD int q_row(int lane) { return lane & 15; }
+KVB_HD int q_chunk(int kk, int lane) { return 2 * kk + (lane >> 4); }
+// K rows of warp w's 16 keys as B, k-step kk: matrices (keys 0-7: k lo, hi), (keys 8-15: k lo, hi),
+// i.e. b0 b1 of key n-tile 0, then of n-tile 1.
+KVB_HD int k_row(int w, int lane) { return w * kWarpKeys + ((lane >> 4) << 3) + (lane & 7); }
+KVB_HD int k_chunk(int kk, int lane) { return 2 * kk + ((lane >> 3) & 1); }
+// V rows of warp w's 16 keys as B of O += P V through ldmatrix.trans, dims 16 d2..: matrices
+// (keys 0-7, 8-15) x (dim chunk 2 d2, 2 d2 + 1), i.e. b0 b1 of d-tile 2 d2, then of 2 d2 + 1.
+KVB_HD int v_row(int w, int lane) { return w * kWarpKeys + ((lane >> 3) & 1) * 8 + (lane & 7); }
+KVB_HD int v_chunk(int d2, int lane) { return 2 * d2 + (lane >> 4); }
+// Accumulator element e (0..3) of an n-tile: row (query head of the chunk) and column (key or dim).
+KVB_HD int c_row(int lane, int e) { return (lane >> 2) + (e >> 1) * 8; }
+KVB_HD int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
+
+}  // namespace dtiles
+}  // namespace kern
+}  // namespace kvb

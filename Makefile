@@ -29,6 +29,7 @@ PC_LIBS_PRIVATE := $(XXHASH_LIBS) -lstdc++ -lm -pthread
 PREFIX     ?= /usr/local
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
 DESTDIR    ?=
 
 # CUDA: auto-detected unless CUDA=0.
@@ -160,10 +161,18 @@ $(BUILD)/kvblock.pc: kvblock.pc.in abi/kvblock.h FORCE
 	  -e 's|@CUDA_LIBDIR@|$(if $(NVCC),$(CUDA_HOME)/lib64)|g' -e '/^cudalibdir=$$/d' $< > $@
 
 INSTALLED := $(INCLUDEDIR)/kvblock.h $(LIBDIR)/libkvblock.so.$(VERSION) $(LIBDIR)/$(SONAME) \
-             $(LIBDIR)/libkvblock.so $(LIBDIR)/libkvblock.a $(LIBDIR)/pkgconfig/kvblock.pc
+             $(LIBDIR)/libkvblock.so $(LIBDIR)/libkvblock.a $(LIBDIR)/pkgconfig/kvblock.pc $(BINDIR)/kvblock
 
-install: lib $(BUILD)/kvblock.pc
-	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+# The installed tool is linked again with LIBDIR as its rpath (after $$ORIGIN/../lib, which is LIBDIR by
+# default and keeps a moved prefix working), so it finds the installed library wherever LIBDIR is.
+$(BUILD)/install/kvblock: $(TOOL_OBJS) $(SHLIB) FORCE
+	@mkdir -p $(dir $@)
+	$(Q)$(call say,LD,$@)$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock \
+	  -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,'$(LIBDIR)' -lm -pthread
+
+install: lib $(BUILD)/kvblock.pc $(BUILD)/install/kvblock
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
+	install -m 755 $(BUILD)/install/kvblock $(DESTDIR)$(BINDIR)/kvblock
 	install -m 644 abi/kvblock.h $(DESTDIR)$(INCLUDEDIR)/kvblock.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/libkvblock.so.$(VERSION)
 	ln -sf libkvblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)

@@ -32,26 +32,42 @@ inline uint64_t load(const int64_t* p) {
 inline uint64_t xxh64_words(bool has_head, uint64_t head, const int64_t* tokens, size_t n, bool has_tail,
                             uint64_t tail) {
   using namespace xxh64w;
-  const size_t pre = has_head ? 1 : 0;
-  const size_t words = pre + n + (has_tail ? 1 : 0);
-  auto word = [&](size_t i) { return i < pre ? head : i - pre < n ? load(tokens + (i - pre)) : tail; };
-  size_t i = 0;
+  const size_t words = (has_head ? 1 : 0) + n + (has_tail ? 1 : 0);
+  const int64_t* p = tokens;  // the tokens not consumed yet: [p, p + left)
+  size_t left = n;
+  bool tail_left = has_tail;
   uint64_t h;
   if (words >= 4) {
     uint64_t v1 = kP1 + kP2, v2 = kP2, v3 = 0, v4 = 0 - kP1;
-    for (; i + 4 <= words; i += 4) {
-      if (i >= pre && i + 4 <= pre + n) {  // a stripe of tokens only: read in place
-        const int64_t* p = tokens + (i - pre);
-        v1 = round(v1, load(p));
-        v2 = round(v2, load(p + 1));
-        v3 = round(v3, load(p + 2));
-        v4 = round(v4, load(p + 3));
-      } else {
-        v1 = round(v1, word(i));
-        v2 = round(v2, word(i + 1));
-        v3 = round(v3, word(i + 2));
-        v4 = round(v4, word(i + 3));
+    if (has_head) {  // the first stripe: the head and the first three words after it
+      uint64_t w[3];
+      for (int k = 0; k < 3; ++k) {
+        if (left > 0) {
+          w[k] = load(p++);
+          --left;
+        } else {
+          w[k] = tail;
+          tail_left = false;
+        }
       }
+      v1 = round(v1, head);
+      v2 = round(v2, w[0]);
+      v3 = round(v3, w[1]);
+      v4 = round(v4, w[2]);
+    }
+    for (; left >= 4; p += 4, left -= 4) {  // stripes of tokens, read in place
+      v1 = round(v1, load(p));
+      v2 = round(v2, load(p + 1));
+      v3 = round(v3, load(p + 2));
+      v4 = round(v4, load(p + 3));
+    }
+    if (left == 3 && tail_left) {  // a last stripe that ends with the tail
+      v1 = round(v1, load(p));
+      v2 = round(v2, load(p + 1));
+      v3 = round(v3, load(p + 2));
+      v4 = round(v4, tail);
+      left = 0;
+      tail_left = false;
     }
     h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
     h = merge(h, v1);
@@ -62,7 +78,10 @@ inline uint64_t xxh64_words(bool has_head, uint64_t head, const int64_t* tokens,
     h = kP5;
   }
   h += static_cast<uint64_t>(words) * 8;
-  for (; i < words; ++i) h = rotl(h ^ round(0, word(i)), 27) * kP1 + kP4;
+  // What is left is fewer than 4 words, head included when the input is that short.
+  if (words < 4 && has_head) h = rotl(h ^ round(0, head), 27) * kP1 + kP4;
+  for (; left > 0; ++p, --left) h = rotl(h ^ round(0, load(p)), 27) * kP1 + kP4;
+  if (tail_left) h = rotl(h ^ round(0, tail), 27) * kP1 + kP4;
   h ^= h >> 33;
   h *= kP2;
   h ^= h >> 29;

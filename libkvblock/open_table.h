@@ -78,18 +78,18 @@ class OpenTable {
   }
 
   // Removes slots_[pos] and shifts later members of the cluster back so every probe path stays intact.
+  // s may move into the hole iff the hole lies on its probe path, cyclically in [home, next): its
+  // distance from home to next is at least the hole's distance to next. Written without a branch on
+  // that test (a select), which mispredicted on every other slot of the eviction path.
   void erase(size_t pos) {
     size_t hole = pos;
     for (size_t next = (hole + 1) & mask_;; next = (next + 1) & mask_) {
-      const Slot& s = slots_[next];
+      const Slot s = slots_[next];
       if (Traits::is_empty(s)) break;
-      size_t home = traits_.home(s) & mask_;
-      // s may move into the hole iff the hole lies on its probe path, i.e. cyclically in [home, next).
-      bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
-      if (movable) {
-        slots_[hole] = s;
-        hole = next;
-      }
+      const size_t home = traits_.home(s) & mask_;
+      const bool movable = ((next - home) & mask_) >= ((next - hole) & mask_);
+      slots_[hole] = movable ? s : slots_[hole];
+      hole = movable ? next : hole;
     }
     slots_[hole] = Traits::empty();
     --size_;

@@ -55,6 +55,7 @@ class Metrics:
     loaded_blocks: int = 0           # host cache: host -> device copies run
     manager_s: float = 0.0           # time in libkvblock manager calls
     kernel_s: float = 0.0            # time in libkvblock kernels (write_kv, attention, copy/swap blocks)
+    matmul_s: float = 0.0            # time in the model's matmuls (the torch engine's profiling runs only)
     total_s: float = 0.0
 
 
@@ -295,8 +296,8 @@ class Engine:
         if not decodes and not prefills:
             return
         b = self._prepare(decodes, prefills)
-        logits = self._forward(b)
-        self._finish(b, logits)
+        logits, tokens = self._forward(b)
+        self._finish(b, logits, tokens)
 
     def _prepare(self, decodes: List[Seq], prefills: List[Tuple[Seq, int]]) -> StepBatch:
         """The step's model inputs on the host, from the manager's batch export."""
@@ -333,8 +334,8 @@ class Engine:
         return StepBatch(seqs, ids, decodes, prefills, tokens, positions, per_group, batch.seq_lens[:nd], qs_p, sl_p,
                          finishing, rows, np.concatenate([np.ones(nd, np.int64), chunks]))
 
-    def _forward(self, b: StepBatch) -> np.ndarray:
-        """The numpy model on the step's batch: logits [len(b.rows), vocab]."""
+    def _forward(self, b: StepBatch) -> Tuple[np.ndarray, Optional[List[int]]]:
+        """The numpy model on the step's batch: (logits [len(b.rows), vocab], None: sampled by _emit)."""
         mc = self.model.cfg
         nd = len(b.decodes)
 
@@ -352,7 +353,7 @@ class Engine:
                                       window=window, sink=sink)
             return out
 
-        return self.model.forward(b.tokens, b.positions, attention, logit_rows=b.rows)
+        return self.model.forward(b.tokens, b.positions, attention, logit_rows=b.rows), None
 
     def _finish(self, b: StepBatch, logits: Any, tokens: Optional[List[int]] = None) -> None:
         """Commits the step's tokens and emits one token per logits row (sampled here unless `tokens` gives

@@ -1,0 +1,155 @@
+"""The torch model runner: one engine step's host inputs (StepBatch) -> device tensors -> the model with
+libkvblock's write_kv and paged / prefill attention on the engine's KV cache -> logits and greedy tokens.
+
+Decode-only steps replay a CUDA graph captured per batch-size bucket (1, 2, 4, 8, then multiples of 16 up to
+max_num_seqs): the step's inputs are copied into static buffers padded to the bucket (padding rows: slot -1,
+seq_len 0, which the kernels skip and answer with zeros), then one replay runs every layer. The kernels
+check block tables, seq_lens and slots on the device; take_fault reads their record once per step, outside
+capture, and raises KernelFault on bad input."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .. import _lib
+from ..kernels import KVCache, paged_attention, prefill_attention, take_fault, write_kv
+from .engine import StepBatch
+from .torch_model import TorchModel
+
+
+def graph_buckets(max_num_seqs: int) -> List[int]:
+    """Batch sizes with a captured graph: a decode step of n sequences replays the smallest bucket >= n."""
+    sizes = [b for b in (1, 2, 4, 8) if b < max_num_seqs] + list(range(16, max_num_seqs, 16))
+    return sorted(set(sizes + [max_num_seqs]))
+
+
+class ModelRunner:
+    def __init__(self, model: TorchModel, cache: KVCache, max_num_seqs: int, *, cuda_graph: bool = True,
+                 kernel_clock: Optional[ContextManager[Any]] = None) -> None:
+        self.model, self.cache = model, cache
+        self.device = model.device
+        self.is_cuda = self.device.type == "cuda"
+        self.kernel_clock = kernel_clock or contextlib.nullcontext()
+        self.max_num_seqs = max_num_seqs
+        # Graphs read a block table as wide as the longest sequence the model takes (max_len tokens).
+        self.graph_cols = -(-model.max_len // cache.block_size)
+        self.graphs: Dict[int, Tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.use_graphs = cuda_graph and self.is_cuda and not model.cfg.hybrid
+        self.graph_replays = 0
+        if self.use_graphs:
+            self._capture()
+
+    def _stream(self) -> Any:
+        return torch.cuda.current_stream(self.device) if self.is_cuda else None
+
+    def _dev(self, a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+    def _attention(self, cache: KVCache, nd: int, groups: List[tuple], seq_lens_d: Optional[torch.Tensor],
+                   query_start_p: Optional[torch.Tensor], seq_lens_p: Optional[torch.Tensor]) -> Callable:
+        """The model's attention callback for one step: decode rows [0, nd), prompt-chunk rows after them."""
+        mc = self.model.cfg
+        stream = self._stream()
+
+        def attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = torch.empty_like(q)
+            window, sink = mc.layer_window(layer)
+            slots, bt_d, bt_p = groups[1 if mc.hybrid and window == 0 else 0]
+            with self.kernel_clock:
+                write_kv(cache, layer, k, v, slots, stream=stream)
+                if nd:
+                    paged_attention(cache, layer, q[:nd], bt_d, seq_lens_d, out[:nd], window=window, sink=sink,
+                                    stream=stream)
+                if query_start_p is not None:
+                    prefill_attention(cache, layer, q[nd:], query_start_p, seq_lens_p, bt_p, out[nd:],
+                                      window=window, sink=sink, stream=stream)
+            return out
+
+        return attention
+
+    def run(self, b: StepBatch) -> Tuple[torch.Tensor, List[int]]:
+        """(logits [len(b.rows), vocab] on the device, greedy token per row)."""
+        nd = len(b.decodes)
+        bt_cols = b.per_group[0][1].shape[1]
+        if (self.graphs and not b.prefills and nd <= self.max_num_seqs and bt_cols <= self.graph_cols
+                and len(b.per_group) == 1):
+            logits = self._replay(b)
+        else:
+            logits = self._eager(b)
+        tokens = logits.argmax(dim=-1)
+        if self.is_cuda:
+            take_fault(self.cache, self._stream())  # once per step: raises KernelFault on bad kernel input
+        return logits, tokens.tolist()
+
+    def _eager(self, b: StepBatch) -> torch.Tensor:
+        nd = len(b.decodes)
+        groups = [(self._dev(s), self._dev(d), self._dev(p)) for s, d, p in b.per_group]
+        qs_p = sl_p = None
+        if b.prefills:
+            qs_p, sl_p = self._dev(b.query_start_p), self._dev(b.seq_lens_p)
+        attn = self._attention(self.cache, nd, groups, self._dev(b.seq_lens_d) if nd else None, qs_p, sl_p)
+        hidden = self.model.forward(self._dev(b.tokens), self._dev(b.positions), attn)
+        return self.model.logits(hidden[self._dev(b.rows)])
+
+    # -- CUDA graphs --------------------------------------------------------------------------------------
+    def _capture(self) -> None:
+        n, cols, dev = self.max_num_seqs, self.graph_cols, self.device
+        self.s_tokens = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.s_positions = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.s_slots = torch.full((n,), -1, dtype=torch.int64, device=dev)
+        self.s_block_tables = torch.full((n, cols), -1, dtype=torch.int32, device=dev)
+        self.s_seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
+        # A cache object of its own over the same tensors: its workspace, sized here for the largest bucket
+        # before any capture, is never regrown (freed) while graphs hold its address.
+        self.graph_cache = KVCache.wrap(self.cache.k, self.cache.v)
+        self.graph_cache.workspace(max(self._decode_workspace(bs) for bs in graph_buckets(n)))
+        pool = None
+        for bs in reversed(graph_buckets(n)):  # largest first: smaller graphs reuse its memory pool
+            self._graph_forward(bs)  # warm-up outside capture (lazy initialisation in torch and cuBLAS)
+            torch.cuda.synchronize(dev)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                out = self._graph_forward(bs)
+            pool = g.pool()
+            self.graphs[bs] = (g, out)
+        torch.cuda.synchronize(dev)
+
+    def _decode_workspace(self, bs: int) -> int:
+        ffi, lib = _lib.ffi, _lib.lib
+        a = ffi.new("kvb_attention_args*")
+        lib.kvb_attention_args_init(a)
+        a.num_seqs, a.num_q_heads, a.max_blocks_per_seq = bs, self.model.cfg.num_q_heads, self.graph_cols
+        size = ffi.new("size_t*")
+        from ..errors import check
+        check(lib.kvb_paged_attention_workspace_size(self.graph_cache.desc(0), a, size))
+        return int(size[0])
+
+    def _graph_forward(self, bs: int) -> torch.Tensor:
+        groups = [(self.s_slots[:bs], self.s_block_tables[:bs], None)]
+        attn = self._attention(self.graph_cache, bs, groups, self.s_seq_lens[:bs], None, None)
+        return self.model.logits(self.model.forward(self.s_tokens[:bs], self.s_positions[:bs], attn))
+
+    def _replay(self, b: StepBatch) -> torch.Tensor:
+        nd = len(b.decodes)
+        bs = next(x for x in sorted(self.graphs) if x >= nd)
+        slots, bt, _ = b.per_group[0]
+        # Host staging padded to the bucket: padding rows have no slot (-1) and no tokens (seq_len 0).
+        tok = np.zeros(bs, np.int64)
+        pos = np.zeros(bs, np.int64)
+        sl = np.zeros(bs, np.int32)
+        slot = np.full(bs, -1, np.int64)
+        tok[:nd], pos[:nd], sl[:nd], slot[:nd] = b.tokens, b.positions, b.seq_lens_d, slots
+        self.s_tokens[:bs].copy_(torch.from_numpy(tok))
+        self.s_positions[:bs].copy_(torch.from_numpy(pos))
+        self.s_seq_lens[:bs].copy_(torch.from_numpy(sl))
+        self.s_slots[:bs].copy_(torch.from_numpy(slot))
+        # Columns past the export's width keep stale ids: never read, as no row's seq_len reaches them.
+        self.s_block_tables[:nd, :bt.shape[1]].copy_(torch.from_numpy(np.ascontiguousarray(bt)))
+        g, out = self.graphs[bs]
+        with self.kernel_clock:  # the replay runs the kernels and the matmuls together
+            g.replay()
+        self.graph_replays += 1
+        return out[:nd]

@@ -1,0 +1,155 @@
+"""The torch engine on a Hugging Face format checkpoint written here (random weights): greedy generation is
+token-exact against transformers in fp32, with prefix hits, chunked prefill, preemption (recompute and
+swap), the host cache, fork (n > 1) and a sliding window in the runs. Without torch (or transformers for
+the reference) these tests SKIP, visibly: CI does not download torch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvblock.engine.checkpoint import HFConfig
+
+try:
+    import torch
+    HAVE_TORCH, WHY = True, ""
+except Exception as e:  # ImportError, or a torch whose CUDA libraries are missing (OSError)
+    HAVE_TORCH, WHY = False, f"torch not importable ({type(e).__name__}: {e})"
+try:
+    import safetensors  # noqa: F401
+except ImportError as e:
+    HAVE_TORCH, WHY = False, f"safetensors not importable ({e})"
+try:
+    import transformers  # noqa: F401
+    HAVE_HF, WHY_HF = HAVE_TORCH, WHY
+except Exception as e:
+    HAVE_HF, WHY_HF = False, f"transformers not importable ({type(e).__name__}: {e})"
+
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason=f"SKIP torch engine: {WHY}")
+needs_hf = pytest.mark.skipif(not HAVE_HF, reason=f"SKIP torch engine vs transformers: {WHY_HF}")
+
+
+def test_config_reads_both_rope_layouts() -> None:
+    base = dict(model_type="llama", vocab_size=100, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2)
+    old = HFConfig.from_dict(dict(base, rope_theta=5e5, rope_scaling={"type": "linear", "factor": 2.0}))
+    new = HFConfig.from_dict(dict(base, rope_parameters={"rope_theta": 5e5, "rope_type": "linear", "factor": 2.0}))
+    assert old.rope_theta == new.rope_theta == 5e5
+    assert old.rope_scaling["rope_type"] == new.rope_scaling["rope_type"] == "linear"
+    assert (old.head_dim, old.num_kv_heads, old.qkv_bias) == (64, 2, False)
+    assert HFConfig.from_dict(dict(base, model_type="qwen2")).qkv_bias
+    assert HFConfig.from_dict(dict(base, model_type="mistral", sliding_window=32)).window == 32
+    with pytest.raises(ValueError, match="model_type 'gpt2'"):
+        HFConfig.from_dict(dict(base, model_type="gpt2"))
+    with pytest.raises(ValueError, match="rope type 'yarn'"):
+        HFConfig.from_dict(dict(base, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
+
+
+def _prompts(vocab: int, n: int, shared: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    prefix = rng.integers(0, vocab, shared).tolist()
+    return [prefix + rng.integers(0, vocab, 7 + 5 * i).tolist() for i in range(n)]
+
+
+def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, **cfg) -> tuple:
+    from kvblock.engine import EngineConfig, Request
+    from kvblock.engine.torch_engine import TorchEngine
+    from kvblock.engine.torch_model import TorchModel
+    model = TorchModel.from_pretrained(model_dir, "cpu", "float32", max_len=512)
+    eng = TorchEngine(model, EngineConfig(**cfg))
+    for i, p in enumerate(prompts):
+        eng.add_request(Request(i, p, max_tokens, n=n))
+    return eng.run(), eng
+
+
+@needs_hf
+@pytest.mark.parametrize("arch,tied", [("llama", False), ("qwen2", True), ("mistral", False)])
+def test_greedy_matches_transformers_with_hits_chunks_and_preemption(tmp_path, arch: str, tied: bool) -> None:
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    d, cfg = write_tiny_checkpoint(str(tmp_path / arch), arch, tie_embeddings=tied, seed=3)
+    prompts = _prompts(cfg.vocab, 6, 40)
+    # 20 blocks of 8 tokens cannot hold 4 running sequences of ~70 tokens: decode runs out and preempts;
+    # a 32-token budget chunks every prompt; the shared 40-token prefix is a prefix hit after the first.
+    out, eng = _run(str(d), prompts, 14, num_blocks=20, block_size=8, max_num_seqs=4, max_batched_tokens=32)
+    st = eng.mgr.stats()
+    assert st["hit_tokens"] > 0 and eng.metrics.preemptions > 0
+    assert eng.metrics.steps > sum(-(-len(p) // 32) for p in prompts) // 4  # chunked
+    hf = load_hf(str(d), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        assert out[i][0].output == hf_greedy(hf, p, 14), f"request {i}"
+
+
+@needs_hf
+def test_swap_host_cache_and_fork_match_transformers(tmp_path) -> None:
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    d, cfg = write_tiny_checkpoint(str(tmp_path / "m"), "llama", seed=5)
+    prompts = _prompts(cfg.vocab, 5, 24, seed=1)
+    out, eng = _run(str(d), prompts, 12, n=2, num_blocks=24, block_size=8, max_num_seqs=6,
+                    max_batched_tokens=48, num_host_blocks=64, preemption="swap")
+    assert eng.metrics.swaps_out > 0 and eng.metrics.cow_copies > 0
+    hf = load_hf(str(d), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        ref = hf_greedy(hf, p, 12)
+        assert [s.output for s in out[i]] == [ref, ref], f"request {i}"
+    # The host cache: a device pool smaller than the prompts' prefixes, reloaded from host blocks.
+    prompts = [_prompts(cfg.vocab, 1, 48, seed=10 + f)[0] for f in range(3)] * 2
+    out, eng = _run(str(d), prompts, 6, num_blocks=16, block_size=8, max_num_seqs=1, max_batched_tokens=64,
+                    num_host_blocks=64, host_cache=True)
+    assert eng.metrics.loaded_blocks > 0
+    for i, p in enumerate(prompts):
+        assert out[i][0].output == hf_greedy(hf, p, 6), f"request {i}"
+
+
+@needs_hf
+def test_sliding_window_matches_transformers(tmp_path) -> None:
+    import json
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    d, _ = write_tiny_checkpoint(str(tmp_path / "w"), "mistral", seed=7)
+    c = json.loads((d / "config.json").read_text())
+    c["sliding_window"] = 16
+    (d / "config.json").write_text(json.dumps(c))
+    prompts = _prompts(c["vocab_size"], 3, 30, seed=2)
+    out, eng = _run(str(d), prompts, 10, num_blocks=64, block_size=8, max_num_seqs=4, max_batched_tokens=24)
+    hf = load_hf(str(d), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        assert out[i][0].output == hf_greedy(hf, p, 10), f"request {i}"
+
+
+@needs_torch
+def test_engine_refuses_what_the_model_cannot_take(tmp_path) -> None:
+    from kvblock.engine import EngineConfig, Request
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.torch_engine import TorchEngine
+    from kvblock.engine.torch_model import TorchModel
+    d, cfg = write_tiny_checkpoint(str(tmp_path / "m"), "llama", num_layers=1)
+    eng = TorchEngine(TorchModel.from_pretrained(str(d), max_len=64), EngineConfig(num_blocks=16, block_size=8))
+    with pytest.raises(ValueError, match="at most 64"):
+        eng.add_request(Request(0, [1] * 60, 5))
+    with pytest.raises(ValueError, match=f"token id {cfg.vocab}"):
+        eng.add_request(Request(1, [cfg.vocab], 5))
+    assert not eng.has_work()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        TorchModel.from_pretrained(str(tmp_path / "nothing"))
+
+
+@needs_torch
+@pytest.mark.skipif(not HAVE_TORCH or not torch.cuda.is_available(), reason="SKIP CUDA graphs: no CUDA device")
+def test_cuda_graph_decode_matches_eager(tmp_path) -> None:
+    from kvblock.engine import EngineConfig, Request
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.torch_engine import TorchEngine
+    from kvblock.engine.torch_model import TorchModel
+    d, cfg = write_tiny_checkpoint(str(tmp_path / "m"), "qwen2")
+    prompts = _prompts(cfg.vocab, 12, 20)
+    outs = []
+    for graph in (False, True):
+        eng = TorchEngine(TorchModel.from_pretrained(str(d), "cuda", "float32", max_len=256),
+                          EngineConfig(num_blocks=256, block_size=16, max_num_seqs=8), cuda_graph=graph)
+        for i, p in enumerate(prompts):
+            eng.add_request(Request(i, p, 10))
+        res = eng.run()
+        assert (eng.runner.graph_replays > 0) == graph
+        outs.append([res[i][0].output for i in range(len(prompts))])
+    assert outs[0] == outs[1]

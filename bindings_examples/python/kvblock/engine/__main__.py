@@ -6,6 +6,7 @@ import argparse
 import numpy as np
 
 from .. import library_version
+from . import serve
 from .engine import Engine, EngineConfig
 from .model import Model, ModelConfig
 from .sequence import Request
@@ -45,7 +46,10 @@ def main() -> None:
                    help="replay answers with the topic frame (vLLM's current layout) or without it")
     p.add_argument("--kv-events-wait", type=int, default=0, metavar="N",
                    help="wait (up to 60 s) for N subscribers, e.g. a KV router, before running")
+    serve.add_arguments(p)
     a = p.parse_args()
+    if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
+        return serve.main(a)
     if a.host_cache and a.host_blocks <= 0:
         p.error("--host-cache needs --host-blocks N > 0")
 

@@ -163,7 +163,8 @@ def main() -> int:
                    f"graphs {g['tokens_per_s']:.0f} tok/s ({g['step_ms']:.2f} ms/step), eager "
                    f"{e['tokens_per_s']:.0f} tok/s ({e['step_ms']:.2f} ms/step), x{g['tokens_per_s'] / e['tokens_per_s']:.2f}; "
                    f"profiled eager shares: manager {100 * p['manager']:.1f}%, kernels {100 * p['kernels']:.1f}%, "
-                   f"matmuls {100 * p['matmuls']:.1f}%, rest (Python, norms, RoPE, sampling) {100 * p['rest']:.1f}%")
+                   f"matmuls {100 * p['matmuls']:.1f}%, elementwise {100 * p['elementwise']:.1f}%, Python "
+                   f"{100 * p['rest']:.1f}%")
         except Exception as ex:
             report(f"bench {ns.requests} seqs (llama)", False, f"{type(ex).__name__}: {ex}")
     print(f"\n{'check':58s} {'result':6s} detail")

@@ -56,6 +56,7 @@ class Metrics:
     manager_s: float = 0.0           # time in libkvblock manager calls
     kernel_s: float = 0.0            # time in libkvblock kernels (write_kv, attention, copy/swap blocks)
     matmul_s: float = 0.0            # time in the model's matmuls (the torch engine's profiling runs only)
+    elementwise_s: float = 0.0       # norms, RoPE, activations, residuals, argmax (torch profiling runs only)
     total_s: float = 0.0
 
 

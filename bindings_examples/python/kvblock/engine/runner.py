@@ -79,9 +79,11 @@ class ModelRunner:
             logits = self._replay(b)
         else:
             logits = self._eager(b)
-        tokens = logits.argmax(dim=-1)
+        with self.model.elementwise_clock:
+            tokens = logits.argmax(dim=-1)
         if self.is_cuda:
-            take_fault(self.cache, self._stream())  # once per step: raises KernelFault on bad kernel input
+            with self.kernel_clock:  # once per step: raises KernelFault on bad kernel input
+                take_fault(self.cache, self._stream())
         return logits, tokens.tolist()
 
     def _eager(self, b: StepBatch) -> torch.Tensor:

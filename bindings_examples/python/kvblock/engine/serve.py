@@ -3,9 +3,10 @@ Qwen2, Mistral; config.json + *.safetensors in a local directory, never download
 
   --model DIR --text "..."        generate from text (needs `tokenizers` and DIR/tokenizer.json)
   --model DIR --ids 1,2,3         generate from token ids (printed back as ids, and as text if possible)
-  --bench [--model DIR]           64 sequences: tokens/s with and without CUDA graphs, and the share of step
-                                  time in the manager, the kernels, the matmuls and the rest (without
-                                  --model: a random Llama of hidden 512, 4 layers, vocab 32000)"""
+  --bench [--model DIR]           64 sequences: tokens/s with and without CUDA graphs, and the share of
+                                  step time in the manager, the kernels, the matmuls, elementwise ops and
+                                  Python (without --model: a random Llama of hidden 512, 4 layers, vocab
+                                  32000)"""
 from __future__ import annotations
 
 import argparse
@@ -69,10 +70,11 @@ def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None) 
         eng.run()
         m = eng.metrics
         m.total_s = time.perf_counter() - t0
-        rest = m.total_s - m.manager_s - m.kernel_s - m.matmul_s
+        rest = m.total_s - m.manager_s - m.kernel_s - m.matmul_s - m.elementwise_s
         results[mode] = {"tokens_per_s": m.generated_tokens / m.total_s, "total_s": m.total_s, "steps": m.steps,
                          "step_ms": 1000 * m.total_s / max(1, m.steps), "manager": m.manager_s / m.total_s,
                          "kernels": m.kernel_s / m.total_s, "matmuls": m.matmul_s / m.total_s,
+                         "elementwise": m.elementwise_s / m.total_s,
                          "rest": rest / m.total_s, "graph_replays": eng.runner.graph_replays,
                          "generated": m.generated_tokens}
     return results
@@ -90,7 +92,7 @@ def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Na
             line += f"  ({int(r['graph_replays'])} graph replays)"
         if mode == "profile":
             line += (f"  time share: manager {100 * r['manager']:.1f}%, kernels {100 * r['kernels']:.1f}%, "
-                     f"matmuls {100 * r['matmuls']:.1f}%, rest (Python, norms, RoPE, sampling) "
+                     f"matmuls {100 * r['matmuls']:.1f}%, elementwise {100 * r['elementwise']:.1f}%, Python "
                      f"{100 * r['rest']:.1f}%")
         print(line)
 

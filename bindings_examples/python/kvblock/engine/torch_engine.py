@@ -19,8 +19,9 @@ from .torch_model import TorchModel
 
 class TorchEngine(Engine):
     """cuda_graph: capture decode steps per batch-size bucket (CUDA only). profile: synchronise the device
-    around every timed section, so that metrics split the step time into manager, kernels, matmuls and the
-    rest (it serialises the device and turns graphs off: use it for the breakdown, not for throughput)."""
+    around every timed section, so that metrics split the step time into manager, kernels, matmuls,
+    elementwise work and Python (the remainder). It serialises the device and turns graphs off: use it for
+    the breakdown, not for throughput."""
 
     def __init__(self, model: TorchModel, cfg: EngineConfig = EngineConfig(), *, cuda_graph: bool = True,
                  profile: bool = False) -> None:
@@ -32,8 +33,9 @@ class TorchEngine(Engine):
             sync = (lambda: torch.cuda.synchronize(model.device)) if model.device.type == "cuda" else (lambda: None)
             self._kernel_clock = _Clock(self.metrics, "kernel_s", sync)
             model.matmul_clock = _Clock(self.metrics, "matmul_s", sync)
+            model.elementwise_clock = _Clock(self.metrics, "elementwise_s", sync)
         else:
-            model.matmul_clock = contextlib.nullcontext()
+            model.matmul_clock = model.elementwise_clock = contextlib.nullcontext()
         self.runner = ModelRunner(model, self.cache, cfg.max_num_seqs, cuda_graph=cuda_graph and not profile,
                                   kernel_clock=self._kernel_clock)
 

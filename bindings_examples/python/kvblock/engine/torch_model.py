@@ -39,8 +39,10 @@ class TorchModel:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.cfg, self.device, self.dtype_name = cfg, torch.device(device), dtype
         self.dtype = DTYPES[dtype]
-        # Where the runner times the matmuls (profiling); a no-op otherwise.
+        # Where the engine times the matmuls and the elementwise work (norms, RoPE, activations, residuals)
+        # when profiling; no-ops otherwise.
         self.matmul_clock: ContextManager[Any] = contextlib.nullcontext()
+        self.elementwise_clock: ContextManager[Any] = contextlib.nullcontext()
 
         def get(name: str) -> torch.Tensor:
             if name not in weights:
@@ -83,19 +85,30 @@ class TorchModel:
         """Final hidden states [n, hidden] (normed) of the new tokens (tokens, positions: [n] int64)."""
         cfg = self.cfg
         n, hq, hk, d = tokens.shape[0], cfg.num_q_heads, cfg.num_kv_heads, cfg.head_dim
-        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
-        x = F.embedding(tokens, self.embed)
+        ew = self.elementwise_clock
+        with ew:
+            cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+            x = F.embedding(tokens, self.embed)
         for layer, p in enumerate(self.layers):
-            h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
+            with ew:
+                h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
             qkv = self._linear(h, p["qkv"], p["qkv_bias"])
-            q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
-            q, k = rotate(q.view(n, hq, d), cos, sin), rotate(k.view(n, hk, d), cos, sin)
+            with ew:
+                q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+                q, k = rotate(q.view(n, hq, d), cos, sin), rotate(k.view(n, hk, d), cos, sin)
             o = attention(layer, q, k, v.view(n, hk, d))  # v stays a strided view of qkv: no copy
-            x = x + self._linear(o.view(n, hq * d), p["o"])
-            h = rms_norm(x, p["mlp_norm"], cfg.rms_eps)
+            o = self._linear(o.view(n, hq * d), p["o"])
+            with ew:
+                x = x + o
+                h = rms_norm(x, p["mlp_norm"], cfg.rms_eps)
             gate, up = self._linear(h, p["gate_up"]).chunk(2, dim=-1)
-            x = x + self._linear(F.silu(gate) * up, p["down"])
-        return rms_norm(x, self.final_norm, cfg.rms_eps)
+            with ew:
+                h = F.silu(gate) * up
+            h = self._linear(h, p["down"])
+            with ew:
+                x = x + h
+        with ew:
+            return rms_norm(x, self.final_norm, cfg.rms_eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self._linear(hidden, self.lm_head)

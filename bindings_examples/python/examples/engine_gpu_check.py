@@ -11,7 +11,8 @@ temporary directory, then on cuda:0:
      by swap with fork (n=2, copy-on-write) and the host prefix cache; CUDA graphs on, take_fault every step;
   2. fp16 and bf16: the engine's logits against transformers' in the same dtype on the engine's tokens
      (teacher forcing): max |diff|, that relative to the largest |logit|, top-1 agreement;
-  3. the bench: 64 sequences with CUDA graphs, without, and a profiled run (time shares).
+  3. a seq_len fault injected into a decode step that replays a graph: the step raises KernelFault;
+  4. the bench: 64 sequences with CUDA graphs, without, and a profiled run (time shares).
 Prints one summary table; exit status 1 if a check fails."""
 from __future__ import annotations
 
@@ -116,6 +117,33 @@ def check_low_precision(name: str, model_dir: str, vocab: int, dtype: str) -> No
         torch.cuda.empty_cache()
 
 
+def check_fault_surfaces(model_dir: str, vocab: int) -> None:
+    """A seq_len past the block table, put into one decode step that replays a graph: the kernel records the
+    fault on the device and the step's take_fault raises KernelFault."""
+    from kvblock.errors import KernelFault
+
+    class FaultyEngine(TorchEngine):
+        injected = False
+
+        def _prepare(self, decodes, prefills):  # type: ignore[no-untyped-def]
+            b = super()._prepare(decodes, prefills)
+            if decodes and not prefills and self.runner.graph_replays >= 2 and not self.injected:
+                b.seq_lens_d[0] = 10 ** 6
+                self.injected = True
+            return b
+
+    model = TorchModel.from_pretrained(model_dir, DEVICE, "float32", max_len=1024)
+    eng = FaultyEngine(model, EngineConfig(num_blocks=64, block_size=16, max_num_seqs=4))
+    for i, p in enumerate(prompts(vocab, 4, 16, seed=3)):
+        eng.add_request(Request(i, p, 12))
+    try:
+        eng.run()
+        report("fault in a graph replay -> KernelFault", False, f"no exception (injected: {eng.injected})")
+    except KernelFault as e:
+        report("fault in a graph replay -> KernelFault", eng.injected and e.value == 10 ** 6,
+               f"{e} (after {eng.runner.graph_replays} graph replays)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="Llama only, no swap / host-cache runs, smaller bench")
@@ -148,6 +176,11 @@ def main() -> int:
                     step()
                 except Exception as e:  # one failed check must not hide the others
                     report(f"{name} check", False, f"{type(e).__name__}: {e}")
+            if arch == "llama" and DEVICE == "cuda":
+                try:
+                    check_fault_surfaces(str(d), cfg.vocab)
+                except Exception as e:
+                    report("fault in a graph replay -> KernelFault", False, f"{type(e).__name__}: {e}")
         # The bench: 64 sequences, bf16, with and without CUDA graphs, then the profiled breakdown.
         bench_dir = os.path.join(tmp, "llama")
         ns = argparse.Namespace(requests=8 if a.tiny else 64, shared_prefix=128, prompt=64,

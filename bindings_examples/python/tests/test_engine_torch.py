@@ -153,3 +153,42 @@ def test_cuda_graph_decode_matches_eager(tmp_path) -> None:
         assert (eng.runner.graph_replays > 0) == graph
         outs.append([res[i][0].output for i in range(len(prompts))])
     assert outs[0] == outs[1]
+
+
+@needs_torch
+def test_cli_serves_text_and_ids(tmp_path) -> None:
+    """python -m kvblock.engine --model DIR: a text prompt (through tokenizer.json) and the same prompt as
+    ids give the same tokens; the text comes back decoded."""
+    import os
+    import subprocess
+    import sys
+    tokenizers = pytest.importorskip("tokenizers", reason="SKIP --text: the tokenizers package is missing")
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    d, cfg = write_tiny_checkpoint(str(tmp_path / "m"), "qwen2", num_layers=1)
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"w{i}": i for i in range(cfg.vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(d / "tokenizer.json"))
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=pkg + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "kvblock.engine", "--model", str(d), "--text", "w5 w9 w300 w7",
+                        "--ids", "5,9,300,7", "--max-tokens", "6", "--device", "cpu", "--num-blocks", "64"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ids = [line.split("ids ")[1] for line in r.stdout.splitlines() if line.startswith("request ")]
+    assert len(ids) == 2 and ids[0] == ids[1], r.stdout
+    texts = [line for line in r.stdout.splitlines() if line.strip().startswith("text: 'w")]
+    assert len(texts) == 2, r.stdout
+    r = subprocess.run([sys.executable, "-m", "kvblock.engine", "--model", str(tmp_path / "none"), "--ids", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "config.json" in r.stderr
+
+
+def test_graph_buckets_cover_every_batch_size() -> None:
+    if not HAVE_TORCH:
+        pytest.skip(f"SKIP graph buckets: {WHY}")
+    from kvblock.engine.runner import graph_buckets
+    assert graph_buckets(64) == [1, 2, 4, 8, 16, 32, 48, 64]
+    assert graph_buckets(5) == [1, 2, 4, 5]
+    for n in (1, 3, 17, 100):
+        b = graph_buckets(n)
+        assert b[-1] == n and all(any(x >= k for x in b) for k in range(1, n + 1))

@@ -50,12 +50,12 @@ def _prompts(vocab: int, n: int, shared: int, seed: int = 0) -> list:
     return [prefix + rng.integers(0, vocab, 7 + 5 * i).tolist() for i in range(n)]
 
 
-def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, **cfg) -> tuple:
+def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = True, **cfg) -> tuple:
     from kvblock.engine import EngineConfig, Request
     from kvblock.engine.torch_engine import TorchEngine
     from kvblock.engine.torch_model import TorchModel
     model = TorchModel.from_pretrained(model_dir, "cpu", "float32", max_len=512)
-    eng = TorchEngine(model, EngineConfig(**cfg))
+    eng = TorchEngine(model, EngineConfig(**cfg), cuda_graph=cuda_graph)
     for i, p in enumerate(prompts):
         eng.add_request(Request(i, p, max_tokens, n=n))
     return eng.run(), eng
@@ -115,6 +115,28 @@ def test_sliding_window_matches_transformers(tmp_path) -> None:
     hf = load_hf(str(d), "cpu", "float32")
     for i, p in enumerate(prompts):
         assert out[i][0].output == hf_greedy(hf, p, 10), f"request {i}"
+
+
+@needs_hf
+@pytest.mark.parametrize("window", [0, 16])
+def test_graph_replay_path_matches_transformers(tmp_path, window: int) -> None:
+    """The decode steps' graph path (static buffers padded to a bucket, padding rows with slot -1 and
+    seq_len 0, only the used block-table columns copied), with replays run eagerly (cuda_graph="emulate"),
+    through swap preemption and a sliding window."""
+    import json
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    d, cfg = write_tiny_checkpoint(str(tmp_path / "g"), "mistral", seed=9)
+    c = json.loads((d / "config.json").read_text())
+    c["sliding_window"] = window or None
+    (d / "config.json").write_text(json.dumps(c))
+    prompts = _prompts(cfg.vocab, 7, 24, seed=4)
+    out, eng = _run(str(d), prompts, 12, cuda_graph="emulate", num_blocks=24, block_size=8, max_num_seqs=6,
+                    max_batched_tokens=40, num_host_blocks=64, preemption="swap")
+    assert eng.runner.graph_replays > 0 and (window or eng.metrics.swaps_out > 0)  # a window frees blocks
+    hf = load_hf(str(d), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        assert out[i][0].output == hf_greedy(hf, p, 12), f"request {i}"
 
 
 @needs_torch

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .. import _lib
+from ..errors import check
 from ..kernels import KVCache, paged_attention, prefill_attention, take_fault, write_kv
 from .engine import StepBatch
 from .torch_model import TorchModel
@@ -37,7 +38,10 @@ class ModelRunner:
         # Graphs read a block table as wide as the longest sequence the model takes (max_len tokens).
         self.graph_cols = -(-model.max_len // cache.block_size)
         self.graphs: Dict[int, Tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.use_graphs = cuda_graph and self.is_cuda and not model.cfg.hybrid
+        # cuda_graph="emulate" (tests, any device): the same static buffers, padding and bucket choice, but a
+        # replay calls the decode forward eagerly instead of a captured graph.
+        self.emulate = cuda_graph == "emulate"
+        self.use_graphs = bool(cuda_graph) and (self.is_cuda or self.emulate) and not model.cfg.hybrid
         self.graph_replays = 0
         if self.use_graphs:
             self._capture()
@@ -73,9 +77,8 @@ class ModelRunner:
     def run(self, b: StepBatch) -> Tuple[torch.Tensor, List[int]]:
         """(logits [len(b.rows), vocab] on the device, greedy token per row)."""
         nd = len(b.decodes)
-        bt_cols = b.per_group[0][1].shape[1]
-        if (self.graphs and not b.prefills and nd <= self.max_num_seqs and bt_cols <= self.graph_cols
-                and len(b.per_group) == 1):
+        if (self.graphs and not b.prefills and nd <= self.max_num_seqs and len(b.per_group) == 1
+                and self._columns(b) <= self.graph_cols):
             logits = self._replay(b)
         else:
             logits = self._eager(b)
@@ -108,6 +111,10 @@ class ModelRunner:
         # before any capture, is never regrown (freed) while graphs hold its address.
         self.graph_cache = KVCache.wrap(self.cache.k, self.cache.v)
         self.graph_cache.workspace(max(self._decode_workspace(bs) for bs in graph_buckets(n)))
+        if self.emulate:
+            for bs in graph_buckets(n):
+                self.graphs[bs] = (_EagerReplay(self._graph_forward, bs), torch.empty(0))
+            return
         pool = None
         for bs in reversed(graph_buckets(n)):  # largest first: smaller graphs reuse its memory pool
             self._graph_forward(bs)  # warm-up outside capture (lazy initialisation in torch and cuBLAS)
@@ -125,7 +132,6 @@ class ModelRunner:
         lib.kvb_attention_args_init(a)
         a.num_seqs, a.num_q_heads, a.max_blocks_per_seq = bs, self.model.cfg.num_q_heads, self.graph_cols
         size = ffi.new("size_t*")
-        from ..errors import check
         check(lib.kvb_paged_attention_workspace_size(self.graph_cache.desc(0), a, size))
         return int(size[0])
 
@@ -133,6 +139,10 @@ class ModelRunner:
         groups = [(self.s_slots[:bs], self.s_block_tables[:bs], None)]
         attn = self._attention(self.graph_cache, bs, groups, self.s_seq_lens[:bs], None, None)
         return self.model.logits(self.model.forward(self.s_tokens[:bs], self.s_positions[:bs], attn))
+
+    def _columns(self, b: StepBatch) -> int:
+        """Block-table columns the step's decode rows use (the export's table may be wider)."""
+        return -(-int(b.seq_lens_d.max()) // self.cache.block_size) if len(b.seq_lens_d) else 0
 
     def _replay(self, b: StepBatch) -> torch.Tensor:
         nd = len(b.decodes)
@@ -148,10 +158,25 @@ class ModelRunner:
         self.s_positions[:bs].copy_(torch.from_numpy(pos))
         self.s_seq_lens[:bs].copy_(torch.from_numpy(sl))
         self.s_slots[:bs].copy_(torch.from_numpy(slot))
-        # Columns past the export's width keep stale ids: never read, as no row's seq_len reaches them.
-        self.s_block_tables[:nd, :bt.shape[1]].copy_(torch.from_numpy(np.ascontiguousarray(bt)))
+        # Only the columns some row's seq_len reaches; later ones keep stale ids, never read.
+        cols = self._columns(b)
+        self.s_block_tables[:nd, :cols].copy_(torch.from_numpy(np.ascontiguousarray(bt[:, :cols])))
         g, out = self.graphs[bs]
         with self.kernel_clock:  # the replay runs the kernels and the matmuls together
             g.replay()
+        if self.emulate:
+            out = g.out
         self.graph_replays += 1
         return out[:nd]
+
+
+class _EagerReplay:
+    """Stands in for a captured graph (cuda_graph="emulate"): replay() runs the decode forward on the static
+    buffers, so that tests without a GPU cover the replay path's inputs (padding, columns, buckets)."""
+
+    def __init__(self, forward: Callable[[int], torch.Tensor], bs: int) -> None:
+        self.forward, self.bs = forward, bs
+        self.out = torch.empty(0)
+
+    def replay(self) -> None:
+        self.out = self.forward(self.bs)

@@ -36,7 +36,7 @@ class TorchEngine(Engine):
             model.elementwise_clock = _Clock(self.metrics, "elementwise_s", sync)
         else:
             model.matmul_clock = model.elementwise_clock = contextlib.nullcontext()
-        self.runner = ModelRunner(model, self.cache, cfg.max_num_seqs, cuda_graph=cuda_graph and not profile,
+        self.runner = ModelRunner(model, self.cache, cfg.max_num_seqs, cuda_graph=False if profile else cuda_graph,
                                   kernel_clock=self._kernel_clock)
 
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:

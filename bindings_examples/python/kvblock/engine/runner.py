@@ -102,11 +102,18 @@ class ModelRunner:
     # -- CUDA graphs --------------------------------------------------------------------------------------
     def _capture(self) -> None:
         n, cols, dev = self.max_num_seqs, self.graph_cols, self.device
-        self.s_tokens = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.s_positions = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.s_slots = torch.full((n,), -1, dtype=torch.int64, device=dev)
-        self.s_block_tables = torch.full((n, cols), -1, dtype=torch.int32, device=dev)
-        self.s_seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
+        # The static inputs live in two flat device tensors (int64: tokens, positions, slots; int32: seq_lens,
+        # block tables), filled from two page-locked host mirrors with one asynchronous copy each per step.
+        pin = self.is_cuda
+        self.h64 = torch.zeros(3 * n, dtype=torch.int64, pin_memory=pin)
+        self.h32 = torch.zeros(n * (1 + cols), dtype=torch.int32, pin_memory=pin)
+        self.d64, self.d32 = self.h64.to(dev), self.h32.to(dev)
+        self.s_tokens, self.s_positions, self.s_slots = self.d64[:n], self.d64[n:2 * n], self.d64[2 * n:]
+        self.s_seq_lens, self.s_block_tables = self.d32[:n], self.d32[n:].view(n, cols)
+        self.s_slots.fill_(-1)
+        h64, h32 = self.h64.numpy(), self.h32.numpy()
+        self.h_tokens, self.h_positions, self.h_slots = h64[:n], h64[n:2 * n], h64[2 * n:]
+        self.h_seq_lens, self.h_block_tables = h32[:n], h32[n:].reshape(n, cols)
         # A cache object of its own over the same tensors: its workspace, sized here for the largest bucket
         # before any capture, is never regrown (freed) while graphs hold its address.
         self.graph_cache = KVCache.wrap(self.cache.k, self.cache.v)
@@ -148,19 +155,18 @@ class ModelRunner:
         nd = len(b.decodes)
         bs = next(x for x in sorted(self.graphs) if x >= nd)
         slots, bt, _ = b.per_group[0]
-        # Host staging padded to the bucket: padding rows have no slot (-1) and no tokens (seq_len 0).
-        tok = np.zeros(bs, np.int64)
-        pos = np.zeros(bs, np.int64)
-        sl = np.zeros(bs, np.int32)
-        slot = np.full(bs, -1, np.int64)
-        tok[:nd], pos[:nd], sl[:nd], slot[:nd] = b.tokens, b.positions, b.seq_lens_d, slots
-        self.s_tokens[:bs].copy_(torch.from_numpy(tok))
-        self.s_positions[:bs].copy_(torch.from_numpy(pos))
-        self.s_seq_lens[:bs].copy_(torch.from_numpy(sl))
-        self.s_slots[:bs].copy_(torch.from_numpy(slot))
+        # Padding rows up to the bucket have no token to write (slot -1) and nothing to attend (seq_len 0).
+        self.h_tokens[:nd], self.h_tokens[nd:bs] = b.tokens, 0
+        self.h_positions[:nd], self.h_positions[nd:bs] = b.positions, 0
+        self.h_slots[:nd], self.h_slots[nd:bs] = slots, -1
+        self.h_seq_lens[:nd], self.h_seq_lens[nd:bs] = b.seq_lens_d, 0
         # Only the columns some row's seq_len reaches; later ones keep stale ids, never read.
         cols = self._columns(b)
-        self.s_block_tables[:nd, :cols].copy_(torch.from_numpy(np.ascontiguousarray(bt[:, :cols])))
+        self.h_block_tables[:nd, :cols] = bt[:, :cols]
+        # The host mirrors are rewritten only after the previous step's tokens came back (a synchronisation),
+        # so the asynchronous copies below never race with the writes above.
+        self.d64.copy_(self.h64, non_blocking=True)
+        self.d32.copy_(self.h32, non_blocking=True)
         g, out = self.graphs[bs]
         with self.kernel_clock:  # the replay runs the kernels and the matmuls together
             g.replay()

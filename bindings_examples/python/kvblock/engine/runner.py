@@ -9,6 +9,7 @@ capture, and raises KernelFault on bad input."""
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -43,6 +44,7 @@ class ModelRunner:
         self.emulate = cuda_graph == "emulate"
         self.use_graphs = bool(cuda_graph) and (self.is_cuda or self.emulate) and not model.cfg.hybrid
         self.graph_replays = 0
+        self.decode_steps, self.decode_s = 0, 0.0
         if self.use_graphs:
             self._capture()
 
@@ -76,6 +78,7 @@ class ModelRunner:
 
     def run(self, b: StepBatch) -> Tuple[torch.Tensor, List[int]]:
         """(logits [len(b.rows), vocab] on the device, greedy token per row)."""
+        t0 = time.perf_counter()
         nd = len(b.decodes)
         if (self.graphs and not b.prefills and nd <= self.max_num_seqs and len(b.per_group) == 1
                 and self._columns(b) <= self.graph_cols):
@@ -87,7 +90,11 @@ class ModelRunner:
         if self.is_cuda:
             with self.kernel_clock:  # once per step: raises KernelFault on bad kernel input
                 take_fault(self.cache, self._stream())
-        return logits, tokens.tolist()
+        out = tokens.tolist()
+        if not b.prefills:  # decode-only steps: the runner's share of them (inputs, forward, sampling)
+            self.decode_steps += 1
+            self.decode_s += time.perf_counter() - t0
+        return logits, out
 
     def _eager(self, b: StepBatch) -> torch.Tensor:
         nd = len(b.decodes)

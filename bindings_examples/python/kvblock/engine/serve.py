@@ -61,6 +61,7 @@ def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None) 
             eng.add_request(Request(r, p, 4))
         eng.run()
         eng.metrics.__init__()
+        eng.runner.decode_steps, eng.runner.decode_s = 0, 0.0
         for r, p in enumerate(prompts):
             eng.add_request(Request(100 + r, p, a.max_tokens))
         if cuda:
@@ -76,6 +77,7 @@ def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None) 
                          "kernels": m.kernel_s / m.total_s, "matmuls": m.matmul_s / m.total_s,
                          "elementwise": m.elementwise_s / m.total_s,
                          "rest": rest / m.total_s, "graph_replays": eng.runner.graph_replays,
+                         "decode_ms": 1000 * eng.runner.decode_s / max(1, eng.runner.decode_steps),
                          "generated": m.generated_tokens}
     return results
 
@@ -87,7 +89,7 @@ def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Na
           f"sequences x (prefix {a.shared_prefix} + prompt {a.prompt}) -> {a.max_tokens} tokens")
     for mode, r in results.items():
         line = (f"  {mode:8s} {r['tokens_per_s']:9.0f} tokens/s  {r['step_ms']:7.2f} ms/step  "
-                f"{int(r['steps'])} steps")
+                f"{int(r['steps'])} steps  decode forward {r['decode_ms']:.2f} ms")
         if mode == "graphs":
             line += f"  ({int(r['graph_replays'])} graph replays)"
         if mode == "profile":

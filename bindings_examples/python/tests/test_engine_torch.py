@@ -139,6 +139,25 @@ def test_graph_replay_path_matches_transformers(tmp_path, window: int) -> None:
         assert out[i][0].output == hf_greedy(hf, p, 12), f"request {i}"
 
 
+@needs_hf
+@pytest.mark.parametrize("scaling", [{"rope_type": "linear", "factor": 4.0},
+                                     {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}])
+def test_rope_scaling_matches_transformers(tmp_path, scaling: dict) -> None:
+    import json
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    d, _ = write_tiny_checkpoint(str(tmp_path / "r"), "llama", num_layers=1, rope_theta=5e5, seed=2)
+    c = json.loads((d / "config.json").read_text())
+    c["rope_scaling"] = scaling
+    (d / "config.json").write_text(json.dumps(c))
+    prompts = _prompts(c["vocab_size"], 2, 90, seed=6)  # positions past the original 64
+    out, _ = _run(str(d), prompts, 8, num_blocks=64, block_size=8, max_num_seqs=2, max_batched_tokens=128)
+    hf = load_hf(str(d), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        assert out[i][0].output == hf_greedy(hf, p, 8), f"request {i}"
+
+
 @needs_torch
 def test_engine_refuses_what_the_model_cannot_take(tmp_path) -> None:
     from kvblock.engine import EngineConfig, Request

@@ -140,6 +140,27 @@ def test_graph_replay_path_matches_transformers(tmp_path, window: int) -> None:
 
 
 @needs_hf
+def test_qwen2_window_layers_run_as_two_groups(tmp_path) -> None:
+    """Qwen2 with use_sliding_window: layers from max_window_layers on slide, the others attend fully. The
+    engine serves them as two KV cache groups of one manager (the window group releases blocks)."""
+    import json
+    from kvblock.engine.checkpoint import load_config, write_tiny_checkpoint
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    d, _ = write_tiny_checkpoint(str(tmp_path / "h"), "qwen2", num_layers=3, seed=8)
+    c = json.loads((d / "config.json").read_text())
+    c.update(use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    (d / "config.json").write_text(json.dumps(c))
+    cfg = load_config(str(d))
+    assert cfg.hybrid and cfg.window_layers == (1, 2) and cfg.layer_window(0) == (0, 0)
+    prompts = _prompts(c["vocab_size"], 4, 30, seed=5)
+    out, eng = _run(str(d), prompts, 12, num_blocks=48, block_size=8, max_num_seqs=3, max_batched_tokens=24)
+    assert eng.groups is not None
+    hf = load_hf(str(d), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        assert out[i][0].output == hf_greedy(hf, p, 12), f"request {i}"
+
+
+@needs_hf
 @pytest.mark.parametrize("scaling", [{"rope_type": "linear", "factor": 4.0},
                                      {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64}])

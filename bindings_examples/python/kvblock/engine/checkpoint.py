@@ -30,11 +30,15 @@ class HFConfig:
     qkv_bias: bool
     tie_embeddings: bool
     max_positions: int
-    window: int = 0          # Mistral's sliding_window (0 = full attention)
+    window: int = 0          # sliding_window (0 = full attention): every layer's, or window_layers' only
     sink: int = 0
-    hybrid: bool = False
+    hybrid: bool = False     # only window_layers slide (Qwen2's max_window_layers): two KV cache groups
+    window_layers: Tuple[int, ...] = ()
 
     def layer_window(self, layer: int) -> tuple:
+        """(window, sink) of a layer; (0, 0) = full attention."""
+        if self.hybrid and layer not in self.window_layers:
+            return 0, 0
         return self.window, 0
 
     @classmethod
@@ -52,11 +56,16 @@ class HFConfig:
         rope_type = scaling.get("rope_type", scaling.get("type", "default"))
         if rope_type not in ("default", "linear", "llama3"):
             raise ValueError(f"config.json: rope type {rope_type!r} is not supported (default, linear, llama3)")
-        window = 0
+        layers = int(c["num_hidden_layers"])
+        window, sliding = 0, []
         if mt == "mistral" and c.get("sliding_window"):
-            window = int(c["sliding_window"])
-        if mt == "qwen2" and c.get("use_sliding_window"):
-            raise ValueError("config.json: Qwen2 with use_sliding_window (per-layer windows) is not supported")
+            window, sliding = int(c["sliding_window"]), list(range(layers))
+        if mt == "qwen2" and c.get("use_sliding_window") and c.get("sliding_window"):
+            # transformers' rule: layer_types if given, else the layers from max_window_layers on slide.
+            types = c.get("layer_types") or ["sliding_attention" if i >= int(c.get("max_window_layers", 28))
+                                             else "full_attention" for i in range(layers)]
+            sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+            window = int(c["sliding_window"]) if sliding else 0
         return cls(model_type=mt, vocab=int(c["vocab_size"]), hidden=int(c["hidden_size"]),
                    ffn=int(c["intermediate_size"]), num_layers=int(c["num_hidden_layers"]), num_q_heads=heads,
                    num_kv_heads=int(c.get("num_key_value_heads") or heads), head_dim=head_dim,
@@ -64,7 +73,8 @@ class HFConfig:
                    rope_scaling=None if rope_type == "default" else dict(scaling, rope_type=rope_type),
                    qkv_bias=mt == "qwen2" or bool(c.get("attention_bias", False)),
                    tie_embeddings=bool(c.get("tie_word_embeddings", False)),
-                   max_positions=int(c.get("max_position_embeddings", 4096)), window=window)
+                   max_positions=int(c.get("max_position_embeddings", 4096)), window=window,
+                   hybrid=0 < len(sliding) < layers, window_layers=tuple(sliding))
 
 
 def rope_inv_freq(cfg: HFConfig) -> Any:

@@ -5,7 +5,8 @@ Decode-only steps replay a CUDA graph captured per batch-size bucket (1, 2, 4, 8
 max_num_seqs): the step's inputs are copied into static buffers padded to the bucket (padding rows: slot -1,
 seq_len 0, which the kernels skip and answer with zeros), then one replay runs every layer. The kernels
 check block tables, seq_lens and slots on the device; take_fault reads their record once per step, outside
-capture, and raises KernelFault on bad input."""
+capture, and raises KernelFault on bad input. A hybrid model (window and full layers as two KV cache
+groups, e.g. Qwen2 with max_window_layers) runs eagerly: the graphs hold one group's block table."""
 from __future__ import annotations
 
 import contextlib

@@ -1,7 +1,8 @@
 """The engine on torch: the numpy engine's scheduler (continuous batching, chunked prefill, prefix caching,
-preemption by recompute or swap, fork for n > 1, window, host cache) with a torch model and the KV cache as
-torch tensors on `cuda` or `cpu`. libkvblock's kernels and copy / swap run on those tensors in place; the
-only host <-> device traffic per step is the step's small integer inputs in and the sampled tokens out."""
+preemption by recompute or swap, fork for n > 1, window, host cache, window and full layers as two KV cache
+groups) with a torch model and the KV cache as torch tensors on `cuda` or `cpu`. libkvblock's kernels and
+copy / swap run on those tensors in place; the only host <-> device traffic per step is the step's small
+integer inputs in and the sampled tokens out."""
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,6 @@ class TorchEngine(Engine):
 
     def __init__(self, model: TorchModel, cfg: EngineConfig = EngineConfig(), *, cuda_graph: bool = True,
                  profile: bool = False) -> None:
-        if model.cfg.hybrid:
-            raise ValueError("the torch engine serves one KV cache group (no hybrid models)")
         super().__init__(model, cfg)
         sync = None
         if profile:

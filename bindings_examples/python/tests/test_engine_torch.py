@@ -102,6 +102,30 @@ def test_swap_host_cache_and_fork_match_transformers(tmp_path) -> None:
 
 
 @needs_hf
+def test_sampling_with_fork_matches_transformers(tmp_path) -> None:
+    """n = 3 samples at temperature 1: each sample follows its own noise (seed, request, index, position)
+    from the shared prompt, and equals transformers' logits put through the same sampler."""
+    from kvblock.engine import EngineConfig, Request
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    from kvblock.engine.torch_engine import TorchEngine
+    from kvblock.engine.torch_model import TorchModel
+    d, cfg = write_tiny_checkpoint(str(tmp_path / "s"), "llama", seed=4, logit_scale=1.0)
+    prompts = _prompts(cfg.vocab, 2, 20, seed=7)
+    eng = TorchEngine(TorchModel.from_pretrained(str(d), max_len=256),
+                      EngineConfig(num_blocks=64, block_size=8, max_num_seqs=8), cuda_graph="emulate")
+    for i, p in enumerate(prompts):
+        eng.add_request(Request(i, p, 10, n=3, temperature=1.0, seed=11))
+    out = eng.run()
+    hf = load_hf(str(d), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        got = sorted((s.index, s.output) for s in out[i])
+        want = [(k, hf_greedy(hf, p, 10, 1.0, 11, i, k)) for k in range(3)]
+        assert got == want, f"request {i}"
+        assert len({tuple(o) for _, o in got}) > 1  # the samples differ
+
+
+@needs_hf
 def test_sliding_window_matches_transformers(tmp_path) -> None:
     import json
     from kvblock.engine.checkpoint import write_tiny_checkpoint

@@ -7,6 +7,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
+from .model import sample
 from .torch_model import DTYPES
 
 
@@ -18,13 +19,18 @@ def load_hf(model_dir: str, device: str, dtype: str) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def hf_greedy(model: torch.nn.Module, prompt: Sequence[int], max_tokens: int) -> List[int]:
-    """Greedy tokens by full recomputation at every step."""
+def hf_greedy(model: torch.nn.Module, prompt: Sequence[int], max_tokens: int, temperature: float = 0.0,
+              seed: int = 0, request: int = 0, index: int = 0) -> List[int]:
+    """Tokens by full recomputation at every step: greedy, or at temperature > 0 drawn by the engine's own
+    sampler (kvblock.engine.model.sample: noise fixed by seed, request, sample index and position)."""
     dev = next(model.parameters()).device
     seq = list(prompt)
     for _ in range(max_tokens):
         logits = model(torch.tensor([seq], device=dev), use_cache=False).logits[0, -1]
-        seq.append(int(logits.argmax()))
+        if temperature > 0:
+            seq.append(sample(logits.float().cpu().numpy(), temperature, seed, request, index, len(seq)))
+        else:
+            seq.append(int(logits.argmax()))
     return seq[len(prompt):]
 
 

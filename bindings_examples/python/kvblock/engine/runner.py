@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ def graph_buckets(max_num_seqs: int) -> List[int]:
 
 
 class ModelRunner:
-    def __init__(self, model: TorchModel, cache: KVCache, max_num_seqs: int, *, cuda_graph: bool = True,
+    def __init__(self, model: TorchModel, cache: KVCache, max_num_seqs: int, *, cuda_graph: Union[bool, str] = True,
                  kernel_clock: Optional[ContextManager[Any]] = None) -> None:
         self.model, self.cache = model, cache
         self.device = model.device

@@ -6,7 +6,7 @@ integer inputs in and the sampled tokens out."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ class TorchEngine(Engine):
     elementwise work and Python (the remainder). It serialises the device and turns graphs off: use it for
     the breakdown, not for throughput."""
 
-    def __init__(self, model: TorchModel, cfg: EngineConfig = EngineConfig(), *, cuda_graph: bool = True,
+    def __init__(self, model: TorchModel, cfg: EngineConfig = EngineConfig(), *, cuda_graph: Union[bool, str] = True,
                  profile: bool = False) -> None:
         super().__init__(model, cfg)
         sync = None

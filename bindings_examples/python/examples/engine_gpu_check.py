@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -177,11 +178,13 @@ def main() -> int:
                 try:
                     step()
                 except Exception as e:  # one failed check must not hide the others
+                    traceback.print_exc()
                     report(f"{name} check", False, f"{type(e).__name__}: {e}")
             if arch == "llama" and DEVICE == "cuda":
                 try:
                     check_fault_surfaces(str(d), cfg.vocab)
                 except Exception as e:
+                    traceback.print_exc()
                     report("fault in a graph replay -> KernelFault", False, f"{type(e).__name__}: {e}")
         # The bench: 64 sequences, bf16, with and without CUDA graphs, then the profiled breakdown.
         bench_dir = os.path.join(tmp, "llama")
@@ -189,9 +192,9 @@ def main() -> int:
                                 max_tokens=8 if a.tiny else 64 if a.quick else 128,
                                 seed=0, num_blocks=2048, block_size=16, host_blocks=0, host_cache=False,
                                 max_seqs=64, budget=4096, preemption="recompute", no_prefix_caching=False)
-        model = TorchModel.from_pretrained(bench_dir, DEVICE, "bfloat16" if DEVICE == "cuda" else "float32",
-                                           max_len=2048)
         try:
+            model = TorchModel.from_pretrained(bench_dir, DEVICE, "bfloat16" if DEVICE == "cuda" else "float32",
+                                               max_len=2048)
             res = bench(model, ns)
             g, e, p = res.get("graphs", res["eager"]), res["eager"], res["profile"]
             report(f"bench {ns.requests} seqs {model.dtype_name} (llama)", True,
@@ -202,6 +205,7 @@ def main() -> int:
                    f"matmuls {100 * p['matmuls']:.1f}%, elementwise {100 * p['elementwise']:.1f}%, Python "
                    f"{100 * p['rest']:.1f}%")
         except Exception as ex:
+            traceback.print_exc()
             report(f"bench {ns.requests} seqs (llama)", False, f"{type(ex).__name__}: {ex}")
     print(f"\n{'check':58s} {'result':6s} detail")
     for check, result, detail in ROWS:

@@ -5,7 +5,9 @@ copy-on-write pairs run by copy_blocks, an optional sliding window, an optional 
 (host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit), and hybrid models
 (window and full layers as two KV cache groups of one manager, each layer reading its group's block table).
 
-Every step: batch_export -> write_kv -> paged (decode rows) and prefill (prompt chunks) attention kernels."""
+Every step: schedule -> _prepare (batch_export into a StepBatch of host arrays) -> _forward (write_kv, paged
+attention for decode rows, prefill attention for prompt chunks; the numpy model here, torch_engine.py's
+TorchEngine runs runner.py's ModelRunner instead) -> _finish (batch_commit, sampling)."""
 from __future__ import annotations
 
 import collections

@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import library_version
 from . import blas
+from . import serve
 from .engine import Engine, EngineConfig
 from .model import Model, ModelConfig
 from .sequence import Request
@@ -49,7 +50,10 @@ def main() -> None:
     p.add_argument("--blas-threads", type=int, default=1, metavar="N",
                    help="threads of the model's numpy matmuls (default 1: they are small, and a BLAS thread pool "
                         "slows them down; 0 keeps the BLAS default; OPENBLAS_NUM_THREADS etc. take precedence)")
+    serve.add_arguments(p)
     a = p.parse_args()
+    if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
+        return serve.main(a)
     blas_how, blas_n = blas.limit_threads(a.blas_threads) if a.blas_threads > 0 else ("BLAS default", None)
     if a.host_cache and a.host_blocks <= 0:
         p.error("--host-cache needs --host-blocks N > 0")

@@ -82,11 +82,6 @@ class _Clock:
         setattr(self.m, self.attr, getattr(self.m, self.attr) + time.perf_counter() - self.t0)
 
 
-<<<<<<< HEAD
-class Engine(OwnsHandle):
-    _what_is_owned = "a Manager, a KVCache and an event publisher that close() stops"
-
-=======
 @dataclass
 class StepBatch:
     """One step's model inputs on the host: decode rows first (one token each), then prompt chunks."""
@@ -105,8 +100,9 @@ class StepBatch:
     counts: np.ndarray                # tokens computed per sequence (for batch_commit)
 
 
-class Engine:
->>>>>>> engine
+class Engine(OwnsHandle):
+    _what_is_owned = "a Manager, a KVCache and an event publisher that close() stops"
+
     def __init__(self, model: Model, cfg: EngineConfig = EngineConfig()) -> None:
         self.model, self.cfg = model, cfg
         mc = model.cfg

@@ -81,6 +81,13 @@ using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
 
 constexpr uint32_t kMaxForkGroups = 64;  // most KV cache groups a manager may have
 
+// Blocks that `tokens` tokens fill, rounded up. In 64 bits without adding block_size - 1 first, so that
+// a count near 2^32 (sink tokens up to UINT32_MAX) cannot wrap to 0 blocks. Every caller's count is
+// bounded so that the result fits uint32 (a sink gives at most UINT32_MAX blocks, at block size 1).
+inline uint32_t blocks_for(uint64_t tokens, uint32_t block_size) {
+  return static_cast<uint32_t>(tokens / block_size + (tokens % block_size != 0));
+}
+
 class Manager {
  public:
   explicit Manager(const ManagerConfig& cfg);

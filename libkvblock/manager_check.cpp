@@ -86,7 +86,7 @@ void Manager::check_invariants() const {
     KVB_INVARIANT(s.num_computed <= s.num_tokens, "seq %" PRId64 ": computed %" PRIu64 " > tokens %" PRIu64, s.id,
                   s.num_computed, s.num_tokens);
     KVB_INVARIANT(s.num_tokens >= 1, "seq %" PRId64 " has no tokens", s.id);
-    KVB_INVARIANT(s.table.size() == (s.num_tokens + bs_ - 1) / bs_, "seq %" PRId64 ": %zu table entries for %" PRIu64
+    KVB_INVARIANT(s.table.size() == blocks_for(s.num_tokens, bs_), "seq %" PRId64 ": %zu table entries for %" PRIu64
                   " tokens", s.id, s.table.size(), s.num_tokens);
     KVB_INVARIANT(s.num_hashed == s.num_computed / bs_, "seq %" PRId64 ": %u blocks hashed, %" PRIu64
                   " full computed blocks", s.id, s.num_hashed, s.num_computed / bs_);

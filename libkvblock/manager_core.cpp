@@ -254,7 +254,7 @@ static ChainLink first_link_of(const SeqOptions& o) {
 void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
                      std::vector<int32_t>* hits_out, Lookup& out) {
   out = Lookup{};
-  out.num_blocks = static_cast<uint32_t>((n + bs_ - 1) / bs_);
+  out.num_blocks = blocks_for(n, bs_);
   out.chain = first;
   // Never the last block: at least one token is always computed, so the model has logits to sample.
   for (uint32_t i = 0; i + 1 < out.num_blocks; ++i) {
@@ -355,7 +355,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   s.chain = lk.chain;
   s.window = opts.window;
   s.sink = opts.sink;
-  s.window_next = (opts.sink + bs_ - 1) / bs_;
+  s.window_next = blocks_for(opts.sink, bs_);
   query_tokens_ += n;
   hit_tokens_ += cached;
   host_hit_tokens_ += static_cast<uint64_t>(lk.host_hits) * bs_;
@@ -432,7 +432,7 @@ void Manager::commit(int64_t id, size_t n) {
 
 size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n) const {
   if (n == 0) return 0;
-  uint64_t total = (s.num_tokens + n + bs_ - 1) / bs_;
+  uint64_t total = blocks_for(s.num_tokens + n, bs_);
   size_t needed = static_cast<size_t>(total - s.table.size());
   // Writing into a partial block that another sequence shares needs a private copy first.
   if (s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1) ++needed;
@@ -460,7 +460,7 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
     fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
          plural_s(n), needed, plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
   // Reserve for every group first: nothing below allocates, so the append is all-or-nothing across groups.
-  const size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
+  const size_t total = blocks_for(s.num_tokens + n, bs_);
   size_t cows = 0;
   for (uint32_t g = 0; g < groups_; ++g) {
     Sequence& gs = grp(s, g);
@@ -473,7 +473,7 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
 }
 
 void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
-  const size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
+  const size_t total = blocks_for(s.num_tokens + n, bs_);
   const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1;
   if (cow) {
     int32_t src = s.table.back();

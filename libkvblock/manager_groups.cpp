@@ -24,14 +24,12 @@ static ChainLink group_first_link(const SeqOptions& o, uint32_t g) {
   return l;
 }
 
-static uint32_t ceil_div(uint64_t a, uint32_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
-
 bool Manager::group_takes(uint32_t g, uint32_t k, uint32_t i) const {
   const GroupSpec& spec = cfg_.groups[g];
   if (!spec.window) return true;
   const uint64_t p = static_cast<uint64_t>(k) * bs_;  // the first uncached token
   const uint32_t a = std::min(window_first_block(spec.window_tokens, p), k - 1);
-  return i >= a || i < ceil_div(spec.sink_tokens, bs_);
+  return i >= a || i < blocks_for(spec.sink_tokens, bs_);
 }
 
 void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out) {
@@ -40,7 +38,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
          "each group's window comes from its kvb_group_spec", opts.window, opts.sink);
   const uint32_t G = groups_;
   out = GroupLookup{};
-  out.num_blocks = ceil_div(n, bs_);
+  out.num_blocks = blocks_for(n, bs_);
   const uint32_t M = out.num_blocks - 1;  // never the last block (see lookup)
   group_stride_ = M;
   group_hit_.assign(static_cast<size_t>(G) * M, -1);
@@ -101,7 +99,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
       const int32_t* last_miss = &group_last_miss_[static_cast<size_t>(g) * M];
       const uint64_t p = static_cast<uint64_t>(k) * bs_;
       const uint32_t a = std::min(window_first_block(spec.window_tokens, p), k - 1);
-      const uint32_t sinks = std::min(ceil_div(spec.sink_tokens, bs_), k);
+      const uint32_t sinks = std::min(blocks_for(spec.sink_tokens, bs_), k);
       ok = last_miss[k - 1] < static_cast<int32_t>(a) && (sinks == 0 || last_miss[sinks - 1] < 0);
     }
     if (ok) break;
@@ -175,7 +173,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     gs.chain = links[k];
     gs.window = spec.window ? spec.window_tokens : 0;
     gs.sink = spec.window ? spec.sink_tokens : 0;
-    gs.window_next = ceil_div(gs.sink, bs_);
+    gs.window_next = blocks_for(gs.sink, bs_);
     apply_window(gs);
   }
   query_tokens_ += n;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -233,7 +234,8 @@ class Manager {
   PrefixIndex index_;
   EventQueue events_;
   uint32_t groups_ = 1;       // KV cache groups (1 when none are configured)
-  std::vector<HashCounts> stored_hashes_;  // per group: public hashes of indexed blocks, when events are on
+  // (group, public hash) counts of indexed blocks, when events are on (one table for every group).
+  std::unique_ptr<HashCounts> stored_hashes_;
   std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
   std::vector<int64_t> parked_for_;        // with groups: the sequence each parked block is parked for
   std::vector<int64_t> non_cacheable_;  // sorted, unique
@@ -262,7 +264,7 @@ class Manager {
   uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
   size_t host_held_ = 0;             // blocks held by swapped-out sequences
   std::vector<BlockPair> pending_offloads_, pending_loads_;
-  std::vector<HashCounts> host_hashes_;  // per group: public hashes in the host index, when events are on
+  std::unique_ptr<HashCounts> host_hashes_;  // ... of the host index, when events and the host cache are on
   std::vector<uint8_t> host_group_;  // group of each cached host block's content (only with groups)
   std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
 

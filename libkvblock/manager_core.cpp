@@ -32,12 +32,8 @@ Manager::Manager(const ManagerConfig& cfg)
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
-    stored_hashes_.reserve(groups_);
-    for (uint32_t g = 0; g < groups_; ++g) stored_hashes_.emplace_back(cfg.num_blocks);
-    if (cfg.host_cache) {
-      host_hashes_.reserve(groups_);
-      for (uint32_t g = 0; g < groups_; ++g) host_hashes_.emplace_back(cfg.num_host_blocks);
-    }
+    stored_hashes_.reset(new HashCounts(cfg.num_blocks));
+    if (cfg.host_cache) host_hashes_.reset(new HashCounts(cfg.num_host_blocks));
   }
   if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
   if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
@@ -162,7 +158,7 @@ void Manager::unindex_block(int32_t b) {
   index_.erase_if_points_to(m.key, b);
   m.indexed = 0;
   if (cfg_.host_cache) host_twin_leave(b);
-  if (events_.enabled() && stored_hashes_[block_group(b)].remove(m.hash))
+  if (events_.enabled() && stored_hashes_->remove(block_group(b), m.hash))
     emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
 }
 
@@ -178,7 +174,7 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
   if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
   // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
   // hashes, so replacing a block by a recomputed copy emits nothing.
-  if (events_.enabled() && stored_hashes_[group].add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+  if (events_.enabled() && stored_hashes_->add(group, m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
   if (old >= 0) {
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
@@ -187,7 +183,7 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
       pool_.unlink(old);
       pool_.push_head(old);
     }
-    if (events_.enabled() && stored_hashes_[group].remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
+    if (events_.enabled() && stored_hashes_->remove(group, o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
 }
 

@@ -79,7 +79,7 @@ int32_t Manager::take_host_block() {
   host_index_.erase_if_points_to(m.key, h);
   m.indexed = 0;
   ++host_evictions_;
-  if (events_.enabled() && host_hashes_[host_group(h)].remove(m.hash))
+  if (events_.enabled() && host_hashes_->remove(host_group(h), m.hash))
     emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
   host_twin_[h] = -1;
@@ -110,7 +110,7 @@ void Manager::offload(int32_t b) {
   ++offloaded_;
   if (events_.enabled()) {
     host_parents_[h] = parents_[b];
-    if (host_hashes_[host_group(h)].add(hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
+    if (host_hashes_->add(host_group(h), hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
   }
 }
 
@@ -167,7 +167,7 @@ void Manager::clear_host_cache() {
     host_empty_.push_back(h);
   }
   host_index_.clear();
-  for (HashCounts& hc : host_hashes_) hc.clear();
+  if (host_hashes_) host_hashes_->clear();
   offloaded_ -= pending_offloads_.size();
   pending_offloads_.clear();
 }

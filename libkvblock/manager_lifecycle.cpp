@@ -288,7 +288,7 @@ void Manager::reset_prefix_cache() {
     m.has_hash = m.indexed = m.has_extra = 0;
   }
   cached_free_ = 0;
-  for (HashCounts& h : stored_hashes_) h.clear();
+  if (stored_hashes_) stored_hashes_->clear();
   clear_host_cache();
   emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
 }

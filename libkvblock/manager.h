@@ -51,6 +51,22 @@ struct SeqOptions {
   uint32_t window = 0, sink = 0;
 };
 
+// The options' extra keys block after block, for blocks visited in increasing order: one pass over the
+// sorted extra_key_blocks for a whole prompt (a search per block made a long prompt's lookup quadratic).
+class ExtraKeyCursor {
+ public:
+  explicit ExtraKeyCursor(const SeqOptions& o) : o_(o) {}
+  ExtraKey at(uint32_t block) {
+    while (next_ < o_.num_extra_keys && o_.extra_key_blocks[next_] < block) ++next_;
+    if (next_ < o_.num_extra_keys && o_.extra_key_blocks[next_] == block) return ExtraKey{true, o_.extra_keys[next_]};
+    return ExtraKey{};
+  }
+
+ private:
+  const SeqOptions& o_;
+  size_t next_ = 0;
+};
+
 enum class Availability { ok = 0, later = 1, never = 2 };
 
 struct Stats {
@@ -159,12 +175,22 @@ class Manager {
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
     uint32_t hits = 0;        // cached blocks valid for every group
+    uint32_t host_hits = 0;   // of those, blocks that some group loads from the host
     uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks and free hits)
+    uint32_t first[kMaxForkGroups + 1] = {};  // group g's entries in group_hits_by_group_: [first[g], first[g + 1])
+  };
+  // A cached block that group `group` found for prompt block `index` (device block, or -2 - h for host
+  // block h), and the chain link before it (a host load and a released window link need it).
+  struct GroupHit {
+    uint32_t index, group;
+    int32_t block;
+    ChainLink before;
   };
   // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
   // the first uncached token's window and sinks need (the blocks apply_window would keep).
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
+  void sort_group_hits(GroupLookup& gl);  // group_hits_ by group, for allocate_groups
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
   void free_group_blocks(Sequence& s);   // free_seq with groups: see the eviction order in kvblock.h
   // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
@@ -238,6 +264,9 @@ class Manager {
   std::unique_ptr<HashCounts> stored_hashes_;
   std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
   std::vector<int64_t> parked_for_;        // with groups: the sequence each parked block is parked for
+  // With groups: blocks indexed under each group, device and host together. A prefix lookup hits a block
+  // at most once (its key holds its group and whole history), so group g hits at most this many.
+  std::vector<uint32_t> group_cached_;
   std::vector<int64_t> non_cacheable_;  // sorted, unique
 
   // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).
@@ -271,11 +300,10 @@ class Manager {
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
-  // group_lookup's results, [group][block]: the cached block (-1 = miss, -2 - h = host block h), the link
-  // before each block (M + 1 per group), and the last miss at or before each block.
-  std::vector<int32_t> group_hit_, group_last_miss_;
-  std::vector<ChainLink> group_link_;
-  uint32_t group_stride_ = 0;  // M of the last group_lookup
+  // group_lookup's hits, in prompt order and then by group (for allocate_groups). Only hits are kept, and
+  // a block is hit once per lookup (its key holds its group and whole history): never more entries than
+  // device and host blocks, whatever the prompt's length.
+  std::vector<GroupHit> group_hits_, group_hits_by_group_;
 
   uint64_t cached_free_ = 0;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;

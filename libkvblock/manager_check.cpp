@@ -212,6 +212,16 @@ void Manager::check_invariants() const {
                     c.second, hc.count(c.first.first, c.first.second));
   }
   KVB_INVARIANT(indexed == index_.size(), "%zu blocks marked indexed, index holds %zu", indexed, index_.size());
+  if (!group_cached_.empty()) {  // what bounds the groups lookup's walk
+    std::vector<uint32_t> per_group(groups_, 0);
+    for (uint32_t b = 0; b < N; ++b)
+      if (pool_.meta(static_cast<int32_t>(b)).indexed) ++per_group[block_group(static_cast<int32_t>(b))];
+    for (uint32_t h = 0; h < host_pool_.num_blocks(); ++h)
+      if (host_pool_.meta(static_cast<int32_t>(h)).indexed) ++per_group[host_group(static_cast<int32_t>(h))];
+    for (uint32_t g = 0; g < groups_; ++g)
+      KVB_INVARIANT(per_group[g] == group_cached_[g], "group %u: %u blocks indexed on both levels, counter says %u", g,
+                    per_group[g], group_cached_[g]);
+  }
   KVB_INVARIANT(cached_free == cached_free_, "%" PRIu64 " cached-free blocks, counter says %" PRIu64, cached_free,
                 cached_free_);
   for (size_t pos = 0; pos < index_.capacity(); ++pos) {

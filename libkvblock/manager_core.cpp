@@ -38,6 +38,7 @@ Manager::Manager(const ManagerConfig& cfg)
   if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
   if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
   if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
+  if (!cfg.groups.empty()) group_cached_.assign(groups_, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_empty_.reserve(cfg.num_host_blocks);
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
@@ -156,6 +157,7 @@ void Manager::forget_hash(int32_t b) {
 void Manager::unindex_block(int32_t b) {
   BlockMeta& m = pool_.meta(b);
   index_.erase_if_points_to(m.key, b);
+  if (m.indexed && !group_cached_.empty()) --group_cached_[block_group(b)];
   m.indexed = 0;
   if (cfg_.host_cache) host_twin_leave(b);
   if (events_.enabled() && stored_hashes_->remove(block_group(b), m.hash))
@@ -169,6 +171,7 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
   // Keys carry the group (the first link does), so a replaced block is always of the same group.
   if (!block_group_.empty()) block_group_[b] = static_cast<uint8_t>(group);
   if (!m.indexed && m.in_free) ++cached_free_;
+  if (!m.indexed && !group_cached_.empty()) ++group_cached_[group];
   m.indexed = 1;
   if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_index_.find(m.key) : host_copy);
   if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
@@ -178,6 +181,7 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
   if (old >= 0) {
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
+    if (!group_cached_.empty()) --group_cached_[group];
     if (o.in_free) --cached_free_;
     if (o.in_free == 2) {  // parked blocks are cached ones (see park): an empty one is reused first
       pool_.unlink(old);
@@ -231,12 +235,6 @@ void Manager::validate_options(const SeqOptions& o, size_t n) const {
   (void)n;
 }
 
-static ExtraKey option_extra_key(const SeqOptions& o, uint32_t block_index) {
-  for (size_t i = 0; i < o.num_extra_keys; ++i)
-    if (o.extra_key_blocks[i] == block_index) return ExtraKey{true, o.extra_keys[i]};
-  return ExtraKey{};
-}
-
 static ChainLink first_link_of(const SeqOptions& o) {
   ChainLink l;
   if (o.has_salt) {
@@ -253,9 +251,10 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
   out.num_blocks = blocks_for(n, bs_);
   out.chain = first;
   // Never the last block: at least one token is always computed, so the model has logits to sample.
+  ExtraKeyCursor extras(opts);
   for (uint32_t i = 0; i + 1 < out.num_blocks; ++i) {
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
-    ExtraKey extra = opts.num_extra_keys ? option_extra_key(opts, i) : ExtraKey{};
+    const ExtraKey extra = extras.at(i);
     if (!is_cacheable(blk, bs_, extra)) break;
     const Key128 key = hasher_.key(out.chain, blk, bs_, extra);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.

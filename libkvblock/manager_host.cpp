@@ -77,6 +77,7 @@ int32_t Manager::take_host_block() {
   host_unqueue(h);
   BlockMeta& m = host_pool_.meta(h);
   host_index_.erase_if_points_to(m.key, h);
+  if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
   m.indexed = 0;
   ++host_evictions_;
   if (events_.enabled() && host_hashes_->remove(host_group(h), m.hash))
@@ -104,6 +105,7 @@ void Manager::offload(int32_t b) {
   host_index_.put(hm.key, h);
   hm.indexed = 1;
   if (!host_group_.empty()) host_group_[h] = static_cast<uint8_t>(block_group(b));  // the key carries it too
+  if (!group_cached_.empty()) ++group_cached_[host_group(h)];
   hm.ref = 0;
   host_enqueue(h);
   pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
@@ -162,6 +164,7 @@ void Manager::clear_host_cache() {
     int32_t h = host_pool_.num_free() > 0 ? host_pool_.free_head() : twins_.head;
     host_unqueue(h);
     BlockMeta& m = host_pool_.meta(h);
+    if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
     m.indexed = m.has_hash = 0;
     host_twin_[h] = -1;
     host_empty_.push_back(h);

@@ -285,6 +285,7 @@ void Manager::reset_prefix_cache() {
   }
   for (uint32_t b = 0; b < pool_.num_blocks(); ++b) {
     BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
+    if (m.indexed && !group_cached_.empty()) --group_cached_[block_group(static_cast<int32_t>(b))];
     m.has_hash = m.indexed = m.has_extra = 0;
   }
   cached_free_ = 0;

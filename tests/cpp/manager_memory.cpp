@@ -4,6 +4,10 @@
 //     block), KV cache groups must not multiply the per-block cost: one public-hash count table keyed by
 //     (group, hash) serves every group, since a block belongs to one group at a time. Measured as the
 //     slope between two pool sizes, so the fixed costs (event queue, sequence table) cancel out.
+//   - The groups prefix lookup (issue 20 item 7) keeps no scratch beyond what the pool bounds: a prompt
+//     far longer than the pool, checked or allocated with 64 groups, leaves the manager no bigger (it
+//     kept 40 bytes per group per prompt block), with extra keys on every block too; and the hit found
+//     on a cached prefix followed by a long tail is the cached prefix.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -68,14 +72,17 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 
 namespace {
 
-// A manager with events and the host cache; num_groups 0 = no groups, else half full, half window groups.
-kvb_manager* make(uint32_t block_size, uint32_t num_blocks, uint32_t num_host_blocks, uint32_t num_groups) {
+// A manager with events and the host cache (when it has host blocks); num_groups 0 = no groups, else
+// half full, half window groups (all window groups with all_window).
+kvb_manager* make(uint32_t block_size, uint32_t num_blocks, uint32_t num_host_blocks, uint32_t num_groups,
+                  bool all_window = false) {
   std::vector<kvb_group_spec> specs(num_groups);
   for (uint32_t g = 0; g < num_groups; ++g) {
     kvb_group_spec_init(&specs[g]);
-    if (g % 2) {
+    if (g % 2 || all_window) {
       specs[g].kind = KVB_GROUP_WINDOW;
       specs[g].window_tokens = 64;
+      specs[g].sink_tokens = g % 4 == 3 ? 16 : 0;
     }
   }
   kvb_config cfg;
@@ -124,9 +131,75 @@ void test_groups_do_not_multiply_per_block_memory() {
   CHECK(g64 <= 514);
 }
 
+// can_allocate and allocate of `prompt` (with an extra key on every block if asked); returns the bytes the
+// manager grew by, and the cached tokens can_allocate reported.
+long long lookup_growth(kvb_manager* m, const std::vector<int64_t>& prompt, bool extra_keys, size_t* cached) {
+  std::vector<uint32_t> blocks;
+  std::vector<uint64_t> keys;
+  kvb_seq_options o;
+  kvb_seq_options_init(&o);
+  if (extra_keys) {
+    for (uint32_t i = 0; i < prompt.size() / 16; ++i) blocks.push_back(i), keys.push_back(0xe0 + i);
+    o.extra_key_blocks = blocks.data();
+    o.extra_keys = keys.data();
+    o.num_extra_keys = blocks.size();
+  }
+  const long long before = g_live;
+  for (int round = 0; round < 2; ++round) {
+    const kvb_status s = kvb_seq_can_allocate_ex(m, prompt.data(), prompt.size(), &o, cached);
+    CHECK(s == KVB_OK || s == KVB_ERR_OUT_OF_BLOCKS);
+    size_t got = 0;
+    const kvb_status a = kvb_seq_allocate_ex(m, 99, prompt.data(), prompt.size(), &o, &got);
+    CHECK(a == s);
+    if (a == KVB_OK) {
+      CHECK(got == *cached);
+      CHECK_OK(kvb_seq_free(m, 99));
+    }
+  }
+  return g_live - before;
+}
+
+void test_long_prompt_lookup_keeps_no_scratch() {
+  std::vector<int64_t> prompt(size_t(1) << 16);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int64_t(i % 50000);
+  // An 8-block pool cannot hold the prompt: nothing is cached, nothing may stay behind.
+  for (bool all_window : {false, true})
+    for (bool extra : {false, true}) {
+      kvb_manager* m = make(16, 8, 0, 64, all_window);
+      size_t cached = 1;
+      const long long grew = lookup_growth(m, prompt, extra, &cached);
+      std::printf("  64 %s groups, 8 blocks, %zu tokens%s: grew by %lld bytes, %zu cached\n",
+                  all_window ? "window" : "full/window", prompt.size(), extra ? ", extra keys" : "", grew, cached);
+      CHECK(cached == 0);
+      CHECK(grew <= 8 * 128);  // at most what the pool's blocks bound
+      CHECK_OK(kvb_check_invariants(m));
+      kvb_manager_destroy(m);
+    }
+  // A cached prefix of 10 blocks, then a long tail: the hit is the prefix, and the scratch is bounded by
+  // the pool (256 blocks), not by the prompt.
+  for (bool all_window : {false, true}) {
+    kvb_manager* m = make(16, 256, 0, 4, all_window);
+    CHECK_OK(kvb_seq_allocate(m, 1, prompt.data(), 161, nullptr));
+    CHECK_OK(kvb_seq_commit(m, 1, 161));
+    CHECK_OK(kvb_seq_free(m, 1));
+    size_t cached = 0;
+    CHECK_OK(kvb_seq_can_allocate(m, prompt.data(), 161, &cached));
+    CHECK(cached == 160);
+    std::vector<int64_t> longer(prompt.begin(), prompt.begin() + (1 << 14));
+    const long long grew = lookup_growth(m, longer, false, &cached);
+    std::printf("  4 %s groups, 256 blocks, cached prefix of 160 tokens, %zu-token prompt: grew by %lld bytes, "
+                "%zu cached\n", all_window ? "window" : "full/window", longer.size(), grew, cached);
+    CHECK(cached == 160);
+    CHECK(grew <= 256 * 128);
+    CHECK_OK(kvb_check_invariants(m));
+    kvb_manager_destroy(m);
+  }
+}
+
 }  // namespace
 
 int main() {
   RUN_TEST(test_groups_do_not_multiply_per_block_memory);
+  RUN_TEST(test_long_prompt_lookup_keeps_no_scratch);
   TEST_SUMMARY();
 }

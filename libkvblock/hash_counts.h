@@ -14,7 +14,7 @@ namespace kvb {
 
 class HashCounts {
  public:
-  explicit HashCounts(size_t max_entries) : table_(max_entries, Traits{}), max_entries_(max_entries) {}
+  HashCounts(size_t max_entries, const char* what) : table_(max_entries, Traits{}, what), max_entries_(max_entries) {}
 
   // Counts one more block of group g with hash h; true if (g, h) was absent before.
   bool add(uint32_t g, uint64_t h) {

@@ -157,6 +157,7 @@ class Manager {
   void check_invariants() const;
 
  private:
+  void allocate_block_arrays();  // the constructor's per-block arrays (fail_alloc names them)
   // A prefix lookup's result: matched blocks and the chain state after them.
   struct Lookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs
@@ -192,6 +193,8 @@ class Manager {
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
   void sort_group_hits(GroupLookup& gl);  // group_hits_ by group, for allocate_groups
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  // A sequence's block tables (and extra keys) could not be reserved: fail_alloc with their size.
+  [[noreturn]] static void fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, size_t num_extra_keys);
   void free_group_blocks(Sequence& s);   // free_seq with groups: see the eviction order in kvblock.h
   // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
   // parked, parked for that sequence): to the queue tail.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "error.h"
 #include "manager.h"
@@ -21,20 +23,37 @@ Manager::Manager(const ManagerConfig& cfg)
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
       hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
-      pool_(cfg.num_blocks, cfg.block_size),
-      index_(pool_),
+      pool_(cfg.num_blocks, cfg.block_size, "the device block pool"),
+      index_(pool_, "the device prefix index"),
       groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())),
       non_cacheable_(cfg.non_cacheable),
-      seq_table_(64, SeqTraits{}),
-      host_pool_(cfg.num_host_blocks, cfg.block_size),
-      host_index_(host_pool_) {
+      seq_table_(64, SeqTraits{}, "the sequence table"),
+      host_pool_(cfg.num_host_blocks, cfg.block_size, "the host block pool"),
+      host_index_(host_pool_, "the host prefix index") {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
-    stored_hashes_.reset(new HashCounts(cfg.num_blocks));
-    if (cfg.host_cache) host_hashes_.reset(new HashCounts(cfg.num_host_blocks));
+    stored_hashes_.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
+    if (cfg.host_cache) host_hashes_.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
   }
+  try {
+    allocate_block_arrays();
+  } catch (const std::bad_alloc&) {
+    const bool many = groups_ > 1, host = cfg.host_cache, ev = cfg.events;
+    const unsigned long long device = (ev ? sizeof(ParentRef) : 0) + (host ? sizeof(BlockPair) : 0) + many +
+                                      (cfg.groups.empty() ? 0 : sizeof(int64_t));
+    const unsigned long long host_each = 2 * sizeof(int32_t) + (host ? sizeof(BlockPair) : 0) + (many && host) +
+                                         (ev && host ? sizeof(ParentRef) : 0);
+    fail_alloc("the manager's per-block arrays", device * cfg.num_blocks + host_each * cfg.num_host_blocks,
+               "%llu bytes for each of %u device blocks and %llu for each of %u host blocks", device, cfg.num_blocks,
+               host_each, cfg.num_host_blocks);
+  }
+}
+
+// Per-block arrays beside the pools: only those the configuration uses.
+void Manager::allocate_block_arrays() {
+  const ManagerConfig& cfg = cfg_;
   if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
   if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
   if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
@@ -218,6 +237,15 @@ bool Manager::is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) cons
 
 // ---- allocate -----------------------------------------------------------------------------------
 
+void Manager::fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, size_t num_extra_keys) {
+  char what[64];
+  std::snprintf(what, sizeof what, "the tables of seq %" PRId64, id);
+  const unsigned long long extra = num_extra_keys * sizeof(std::pair<uint32_t, uint64_t>);
+  fail_alloc(what, static_cast<unsigned long long>(groups) * (static_cast<unsigned long long>(num_blocks) * sizeof(int32_t) + extra),
+             "%u group%s x (%u blocks of 4 bytes + %zu extra keys of %zu bytes)", groups, plural_s(groups), num_blocks,
+             num_extra_keys, sizeof(std::pair<uint32_t, uint64_t>));
+}
+
 void Manager::validate_options(const SeqOptions& o, size_t n) const {
   if (o.num_extra_keys) {
     if (!o.extra_key_blocks || !o.extra_keys)
@@ -324,6 +352,9 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
       s.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
     }
+  } catch (const std::bad_alloc&) {
+    drop_seq(s);
+    fail_seq_tables(id, 1, lk.num_blocks, opts.num_extra_keys);
   } catch (...) {
     drop_seq(s);
     throw;

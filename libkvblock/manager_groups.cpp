@@ -150,6 +150,9 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
       gs.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) gs.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
     }
+  } catch (const std::bad_alloc&) {
+    drop_seq(s);
+    fail_seq_tables(id, G, gl.num_blocks, opts.num_extra_keys);
   } catch (...) {
     drop_seq(s);
     throw;

@@ -178,20 +178,23 @@ class Manager {
     uint32_t hits = 0;        // cached blocks valid for every group
     uint32_t host_hits = 0;   // of those, blocks that some group loads from the host
     uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks and free hits)
-    uint32_t first[kMaxForkGroups + 1] = {};  // group g's entries in group_hits_by_group_: [first[g], first[g + 1])
+    uint32_t first[kMaxForkGroups + 1] = {};  // group g's hits in group_hits_by_group_: [first[g], first[g + 1])
   };
   // A cached block that group `group` found for prompt block `index` (device block, or -2 - h for host
-  // block h), and the chain link before it (a host load and a released window link need it).
+  // block h). The chain link before it (a host load and a released window link need it) is the link
+  // after the group's hit at index - 1 (its metadata), or, after a miss or at index 0, group_links_[link].
+  static constexpr uint32_t kLinkOfPrevious = UINT32_MAX;
   struct GroupHit {
     uint32_t index, group;
     int32_t block;
-    ChainLink before;
+    uint32_t link;  // kLinkOfPrevious, or a position in group_links_
   };
+  const BlockMeta& hit_meta(int32_t block) const { return block >= 0 ? pool_.meta(block) : host_pool_.meta(-2 - block); }
   // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
   // the first uncached token's window and sinks need (the blocks apply_window would keep).
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
-  void sort_group_hits(GroupLookup& gl);  // group_hits_ by group, for allocate_groups
+  void sort_group_hits(GroupLookup& gl);  // group_hits_by_group_, for allocate_groups
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
   // A sequence's block tables (and extra keys) could not be reserved: fail_alloc with their size.
   [[noreturn]] static void fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, size_t num_extra_keys);
@@ -303,10 +306,12 @@ class Manager {
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
-  // group_lookup's hits, in prompt order and then by group (for allocate_groups). Only hits are kept, and
+  // group_lookup's hits, in prompt order (then group order): 16 bytes each. Only hits are kept, and
   // a block is hit once per lookup (its key holds its group and whole history): never more entries than
   // device and host blocks, whatever the prompt's length.
-  std::vector<GroupHit> group_hits_, group_hits_by_group_;
+  std::vector<GroupHit> group_hits_;
+  std::vector<ChainLink> group_links_;     // links before hits that follow a miss (or start the prompt)
+  std::vector<GroupHit> group_hits_by_group_;  // the same, by group then prompt order (allocate_groups)
 
   uint64_t cached_free_ = 0;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;

@@ -41,8 +41,10 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   out.num_blocks = blocks_for(n, bs_);
   const uint32_t M = out.num_blocks - 1;  // never the last block (see lookup)
   group_hits_.clear();
+  group_links_.clear();
   ChainLink link[kMaxForkGroups];        // each group's chain before block i
   uint32_t last_miss1[kMaxForkGroups];   // 1 + the last block group g missed, 0 if none
+  uint32_t missed[kMaxForkGroups], num_missed = 0;  // the window groups that missed a block so far
   uint32_t left[kMaxForkGroups];         // hits group g can still make: its blocks on both levels less its hits
   bool exhausted = false;                // some group can hit nothing more
   for (uint32_t g = 0; g < G; ++g) {
@@ -83,9 +85,15 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
         b = -2 - h;
       }
       if (hit) {
-        group_hits_.push_back(GroupHit{i, g, b, link[g]});
+        uint32_t before = kLinkOfPrevious;
+        if (i == 0 || last_miss1[g] == i) {  // block i - 1 missed: keep the computed link
+          before = static_cast<uint32_t>(group_links_.size());
+          group_links_.push_back(link[g]);
+        }
+        group_hits_.push_back(GroupHit{i, g, b, before});
         exhausted |= --left[g] == 0;
       } else {
+        if (last_miss1[g] == 0) missed[num_missed++] = g;
         last_miss1[g] = i + 1;
         const GroupSpec& spec = cfg_.groups[g];
         if (!spec.window || i < blocks_for(spec.sink_tokens, bs_)) no_longer = true;
@@ -93,13 +101,13 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
       link[g] = next;
     }
     if (no_longer) break;
-    // Candidate i + 1: full groups have no miss yet, nor window groups among their sinks.
+    // Candidate i + 1: full groups have no miss yet, nor window groups among their sinks; a window group
+    // that never missed has every block its window needs.
     const uint32_t c = i + 1;
     bool ok = true;
-    for (uint32_t g = 0; g < G && ok; ++g) {
-      const GroupSpec& spec = cfg_.groups[g];
-      if (!spec.window) continue;
-      const uint32_t a = std::min(window_first_block(spec.window_tokens, static_cast<uint64_t>(c) * bs_), c - 1);
+    for (uint32_t j = 0; j < num_missed && ok; ++j) {
+      const uint32_t g = missed[j];
+      const uint32_t a = std::min(window_first_block(cfg_.groups[g].window_tokens, static_cast<uint64_t>(c) * bs_), c - 1);
       ok = last_miss1[g] <= a;
     }
     if (ok) k = c;
@@ -159,11 +167,16 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
   }
   // From here on nothing allocates. Every group's device hits are taken and host hits pinned before any
   // block leaves the free queue: its evictions (and their offloads) must not touch them.
+  // A window group's blocks not taken are followed by its window: the link before the window's first
+  // block is kept (released_links), read now, while the hit before it (if any) still holds its content.
   const GroupHit* hits = group_hits_by_group_.data();
+  ChainLink window_link[kMaxForkGroups];
   for (uint32_t g = 0; g < G; ++g)
     for (uint32_t j = gl.first[g]; j < gl.first[g + 1]; ++j) {
       const GroupHit& e = hits[j];
       if (e.index >= k || !group_takes(g, k, e.index)) continue;
+      if (e.index > 0 && !group_takes(g, k, e.index - 1))
+        window_link[g] = e.link != kLinkOfPrevious ? group_links_[e.link] : link_after(hit_meta(hits[j - 1].block));
       if (e.block >= 0) acquire_cached(e.block);
       else pin_host(-2 - e.block);
     }
@@ -177,17 +190,25 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
       while (j + 1 < gl.first[g + 1] && hits[j].index < i) ++j;
       return hits[j];
     };
+    bool took = false;  // block i - 1 was taken
     for (uint32_t i = 0; i < k; ++i) {
       const bool take = group_takes(g, k, i);
       int32_t b = -1;
       if (take) {
         const GroupHit& e = hit_at(i);
         b = e.block;
-        if (b < -1) b = load_from_host(-2 - b, e.before);  // counts as cached: the load runs before the step
+        if (b < -1) {  // counts as cached: the load runs before the step
+          // The link before block i: kept by the lookup, or after block i - 1 (held, or loaded, by now).
+          const ChainLink before = e.link != kLinkOfPrevious ? group_links_[e.link]
+                                   : took                    ? link_after(pool_.meta(gs.table[i - 1]))
+                                                             : window_link[g];
+          b = load_from_host(-2 - b, before);
+        }
       }
       gs.table.push_back(b);
       // A block not taken, followed by one taken: keep its link (as apply_window does for a release).
-      if (!take && group_takes(g, k, i + 1)) gs.released_links.emplace_back(i, hit_at(i + 1).before);
+      if (!take && group_takes(g, k, i + 1)) gs.released_links.emplace_back(i, window_link[g]);
+      took = take;
     }
     while (gs.table.size() < gl.num_blocks) gs.table.push_back(take_free_block());
     gs.num_tokens = cached;

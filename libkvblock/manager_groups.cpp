@@ -47,20 +47,29 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   uint32_t missed[kMaxForkGroups], num_missed = 0;  // the window groups that missed a block so far
   uint32_t left[kMaxForkGroups];         // hits group g can still make: its blocks on both levels less its hits
   bool exhausted = false;                // some group can hit nothing more
+  // Window groups, and the run of hits their window needs once it is full: ceil((window - 1) / bs), at
+  // least 1 (a candidate k needs blocks k - min(k, run) .. k - 1 in the group).
+  uint32_t windows[kMaxForkGroups], run[kMaxForkGroups], num_windows = 0;
   for (uint32_t g = 0; g < G; ++g) {
     link[g] = group_first_link(opts, g);
     last_miss1[g] = 0;
     left[g] = group_cached_[g];
     exhausted |= left[g] == 0;
+    if (cfg_.groups[g].window) {
+      windows[num_windows++] = g;
+      run[g] = std::max<uint32_t>(1, blocks_for(cfg_.groups[g].window_tokens - 1, bs_));
+    }
   }
   // Every group's chain, computed from the tokens, block after block; candidate k = i + 1 is checked
   // once block i is known in every group (kvblock.h's rule): every full group hit blocks 0 .. k-1, and
   // every window group hit the blocks the first uncached token (p = k * block_size) needs: its window
   // and the block of p - 1 (last_miss < a), and its sink blocks. The walk stops where no candidate can
   // be valid any more: at a full group's first miss (every longer candidate needs that block), at a
-  // miss among a window group's sink blocks (every longer candidate needs it too), and once a group has
+  // miss among a window group's sink blocks (every longer candidate needs it too), once a group has
   // hit every block it has cached (every candidate k needs block k - 1 in every group; a block is hit
-  // at most once). So a prompt longer than what the cache holds is not walked to its end.
+  // at most once), and once a window group's hits since its last miss and the blocks it has left
+  // cannot make the run its window needs (any later candidate's run ends past block i). So a prompt
+  // longer than what the cache holds is not walked to its end.
   ExtraKeyCursor extras(opts);
   uint32_t k = 0;
   for (uint32_t i = 0; i < M && !exhausted; ++i) {
@@ -111,6 +120,10 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
       ok = last_miss1[g] <= a;
     }
     if (ok) k = c;
+    for (uint32_t j = 0; j < num_windows && !exhausted; ++j) {
+      const uint32_t g = windows[j];
+      exhausted = (i + 1 - last_miss1[g]) + static_cast<uint64_t>(left[g]) < std::min(i + 2, run[g]);
+    }
   }
   out.hits = k;
   // New blocks, free device hits, and host hits (each loads into a free device block); a hit token is a

@@ -46,7 +46,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   uint32_t last_miss1[kMaxForkGroups];   // 1 + the last block group g missed, 0 if none
   uint32_t missed[kMaxForkGroups], num_missed = 0;  // the window groups that missed a block so far
   uint32_t left[kMaxForkGroups];         // hits group g can still make: its blocks on both levels less its hits
-  bool exhausted = false;                // some group can hit nothing more
+  bool exhausted = false;                // no candidate past the current block can be valid
   // Window groups, and the run of hits their window needs once it is full: ceil((window - 1) / bs), at
   // least 1 (a candidate k needs blocks k - min(k, run) .. k - 1 in the group).
   uint32_t windows[kMaxForkGroups], run[kMaxForkGroups], num_windows = 0;

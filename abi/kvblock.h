@@ -159,7 +159,9 @@ typedef struct kvb_config {
   size_t   num_non_cacheable_tokens;   /* at most 2^24 */
   /* --- fields below were added after the core contract; older callers' struct_size omits them --- */
   uint32_t flags;                      /* kvb_config_flags, default 0 */
-  uint32_t event_capacity;             /* events kept before dropping (counted), default 65536 */
+  uint32_t event_capacity;             /* events kept before dropping (counted), default 65536; the queue
+                                          starts at 1 MiB or less and grows as events come, up to this
+                                          many events of sizeof(kvb_event) + block_size token ids each */
   uint64_t index_seed;                 /* KVB_CONFIG_KEYED_INDEX seed; 0 = random from the OS */
   uint32_t host_cache_twin_percent;    /* KVB_CONFIG_HOST_CACHE: host blocks (percent, default 1) that may
                                           keep the copy of a block loaded back to the device */
@@ -416,7 +418,8 @@ typedef struct kvb_stats {
   uint64_t swapped_in_blocks;  /* blocks moved host -> device, cumulative */
   uint64_t num_host_blocks;
   uint64_t free_host_blocks;
-  uint64_t events_dropped;     /* events lost to a full event queue, cumulative */
+  uint64_t events_dropped;     /* events lost to a full event queue (or one that could not grow: out of
+                                  host memory), cumulative */
   /* --- fields below were added with the host cache; older callers' struct_size omits them --- */
   uint64_t device_hit_tokens;  /* of hit_tokens, found on the device */
   uint64_t host_hit_tokens;    /* of hit_tokens, found on the host level (loaded back); with KV cache

@@ -137,7 +137,7 @@ KVB_API kvb_status kvb_cache_alloc(kvb_cache_desc* desc) {
       if (!k || !v) {
         cpu::free_host(k);
         cpu::free_host(v);
-        fail(Code::out_of_memory, "cannot allocate 2 x %zu bytes of host memory", bytes);
+        fail_alloc("the K and V caches in host memory", 2ull * bytes, "2 x %zu bytes", bytes);
       }
     }
     desc->k = k;

@@ -20,7 +20,7 @@ struct IndexSlot {
 
 class PrefixIndex {
  public:
-  explicit PrefixIndex(BlockPool& pool) : table_(pool.num_blocks(), Traits{}), pool_(pool) {}
+  PrefixIndex(BlockPool& pool, const char* what) : table_(pool.num_blocks(), Traits{}, what), pool_(pool) {}
 
   // The block indexed under key, or -1.
   int32_t find(const Key128& key) const {

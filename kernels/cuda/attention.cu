@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(D) attn_reduce_kernel(const AttnParams p) {
     op[d] = Vec<T>::from_float(__int_as_float(0x7fffffff));
     return;
   }
-  const int n = (len + p.partition_size - 1) / p.partition_size;
+  const int n = len / p.partition_size + (len % p.partition_size != 0);  // len + P - 1 may pass INT_MAX
   const int64_t row0 = (int64_t(seq) * p.num_q_heads + h) * p.num_partitions;
   float M = -INFINITY;
   bool bad = false;  // a partition met a bad block id (NaN row)

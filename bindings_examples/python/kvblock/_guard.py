@@ -15,7 +15,7 @@ call reads None and never touches the C manager. The destroy is claimed by poppi
 
 Why not a lock held around each call: acquire + release of a threading.Lock costs ~130 ns on this machine,
 about what the C call of kvb_num_free_blocks costs, and an engine that calls once per sequence per step
-pays it on every call (+10% on the per-sequence step of `python -m kvblock.bench`, against +5% for the
+pays it on every call (+10% on the per-sequence step of `python examples/bench.py`, against +5% for the
 token). The batched decode step makes three calls per step, where either is lost in the noise. The token
 also leaves calls concurrent, as the C library allows (it serialises them on its own mutex).
 

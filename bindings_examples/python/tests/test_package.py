@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import kvblock
+from conftest import EXAMPLES
 
 PKG_PARENT = str(Path(kvblock.__file__).resolve().parent.parent)
 
@@ -68,7 +69,7 @@ def test_library_newer_than_the_declarations_is_refused(tmp_path):
 
 
 def test_bench_runs_small():
-    from kvblock import bench
+    import bench  # examples/bench.py
     r = bench.run(n=8, length=40, bs=16, reps=5)
     assert set(r) == {"per_sequence_us", "batched_us", "batched_list_us", "raw_cffi_us", "append_commit_us",
                       "token_list_ns"}
@@ -77,7 +78,7 @@ def test_bench_runs_small():
 
 def test_bench_prints_each_case_with_its_own_repetitions():
     """The per-sequence case runs a tenth of the repetitions: the output says so on its own line (issue 27.4)."""
-    r = run_python(["-m", "kvblock.bench", "--seqs", "4", "--tokens", "40", "--reps", "30"])
+    r = run_python([str(EXAMPLES / "bench.py"), "--seqs", "4", "--tokens", "40", "--reps", "30"])
     assert r.returncode == 0, r.stderr
     lines = {line.split(":")[0].strip(): line for line in r.stdout.splitlines() if "repetitions)" in line}
     assert lines["per-sequence calls"].endswith("(20 repetitions)"), r.stdout

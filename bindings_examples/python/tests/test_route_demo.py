@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("zmq", reason="pyzmq not installed (pip install pyzmq msgpack)")
 pytest.importorskip("msgpack", reason="msgpack not installed (pip install pyzmq msgpack)")
 
-from kvblock import indexer_client as ic  # noqa: E402
-from kvblock import route_demo  # noqa: E402
+import indexer_client as ic  # noqa: E402  (examples/, on sys.path through conftest.py)
+import route_demo  # noqa: E402
 
 _PY = ic.indexer_python()
 pytestmark = pytest.mark.skipif(

@@ -26,7 +26,7 @@ With --llmd-topics every engine publishes the way an llm-d router reads it: topi
 (llm-d takes pod and model from it), positional events (encoding "array"); Dynamo's indexer subscribes to
 every topic and reads both encodings, so the routing is the same.
 
-Usage: python3 -m kvblock.route_demo [--trace PATH] [--instances 4] [--num-blocks 131072] [--limit N]
+Usage: python3 examples/route_demo.py [--trace PATH] [--instances 4] [--num-blocks 131072] [--limit N]
                                      [--llmd-topics]
 """
 import argparse
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import events, indexer_client
-from .manager import Manager
+import indexer_client  # this folder's module (sys.path[0] when run as a script)
+from kvblock import Manager, events
 
 HASH_BLOCK = 512
 GEN_BASE, GEN_STRIDE = 2**31, 2048
@@ -192,7 +192,7 @@ def report(results, args, n_requests):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m kvblock.route_demo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python examples/route_demo.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE), help="Mooncake trace (JSON lines with hash_ids)")
     ap.add_argument("--instances", type=int, default=4)
     ap.add_argument("--num-blocks", type=int, default=131072, help="blocks per engine")

@@ -1,4 +1,4 @@
-"""python -m kvblock.bench: one decode step of a Python engine through the package, for N running sequences
+"""python examples/bench.py: one decode step of a Python engine through the package, for N running sequences
 of ~L tokens (append one token each, block tables + slot mapping for the kernels, commit), three ways:
   per-sequence  the Manager's per-sequence calls in a Python loop (what the old wrapper allowed)
   batched       batch_append + batch_export into preallocated BatchBuffers + batch_commit (no Python loop)
@@ -118,7 +118,7 @@ def run(n: int = 256, length: int = 2000, bs: int = 16, reps: int = 200) -> dict
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m kvblock.bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python examples/bench.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seqs", type=int, default=256)
     p.add_argument("--tokens", type=int, default=2000)

@@ -80,7 +80,7 @@ else
   Q := @
   say = printf '  %-5s %s\n' '$(1)' '$(2)';
 endif
-all: lib tool
+all: lib tool cdef
 lib: $(SHLIB) $(STLIB)
 tool: $(TOOL)
 
@@ -190,7 +190,7 @@ clean:
 
 # Bindings examples (Python cffi, Rust, Go, C via pkg-config): build the library, run each example's tests.
 .PHONY: check-bindings cdef
-check-bindings: lib
+check-bindings: lib cdef
 	+@BUILD=$(BUILD) CC=$(CC) MAKE=$(MAKE) sh bindings_examples/run_all.sh
 
 # The cffi declarations (cc -E -P -DKVB_CDEF) for Python hosts without a C compiler; drift-checked by

@@ -36,7 +36,7 @@ count() {
       done ;;
     go)
       p=$(grep -c '^--- PASS' "$2"); f=$(grep -c '^--- FAIL' "$2"); s=$(grep -c '^--- SKIP' "$2") ;;
-    c) [ "$3" -eq 0 ] && p=1 ;;
+    c|python-sdist|python-lint) [ "$3" -eq 0 ] && p=1 ;;
     *) return ;;  # an install step: counted only if it fails (below)
   esac
   [ "$3" -ne 0 ] && [ "$f" -eq 0 ] && f=1
@@ -52,7 +52,7 @@ run() { # run NAME COMMAND...: one language's tests (output kept to count them, 
   count "$name" "$logdir/$name.log" "$rc"
   if [ "$rc" -eq 0 ]; then passed="$passed $name"; else
     echo "FAIL $name"; failed="$failed $name"
-    case "$name" in python|rust|go|c) ;; *) tests_failed=$((tests_failed + 1)) ;; esac
+    case "$name" in python|python-sdist|python-lint|rust|go|c) ;; *) tests_failed=$((tests_failed + 1)) ;; esac
   fi
 }
 skip() { echo "SKIP $1: $2"; skipped="$skipped $1"; }
@@ -77,6 +77,9 @@ elif python3 -c 'import setuptools, wheel' 2>/dev/null &&
     --no-deps --force-reinstall --disable-pip-version-check "$pydir"
   run python env OPENBLAS_NUM_THREADS=1 sh -c "cd '$build' && env -u KVBLOCK_LIB '$venv/bin/python' -m kvblock --version &&
     env -u KVBLOCK_LIB '$venv/bin/python' -m pytest -v -rs -p no:cacheprovider '$pydir/tests'"
+  # The sdist builds from itself: pip install of it in a fresh venv outside the repository (compiles the
+  # library from the sdist's csrc/, about two minutes on two cores).
+  run python-sdist sh "$pydir/tests/sdist_install.sh"
 else
   echo "note python: setuptools/wheel or venv missing; testing the package in-tree against $KVBLOCK_LIB"
   run python env PYTHONPATH="$pydir" python3 -m pytest -v -rs -p no:cacheprovider "$pydir/tests"

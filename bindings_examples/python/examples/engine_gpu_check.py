@@ -29,13 +29,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from kvblock import library_version  # noqa: E402
-from kvblock.kernels import cuda_device_count  # noqa: E402
 from kvblock.engine import EngineConfig, Request  # noqa: E402
 from kvblock.engine.checkpoint import write_tiny_checkpoint  # noqa: E402
 from kvblock.engine.hf_reference import compare_logits, hf_greedy, hf_logits, load_hf  # noqa: E402
 from kvblock.engine.serve import bench  # noqa: E402
 from kvblock.engine.torch_engine import TorchEngine  # noqa: E402
 from kvblock.engine.torch_model import TorchModel  # noqa: E402
+from kvblock.kernels import cuda_device_count  # noqa: E402
 
 # Stated tolerances: |engine - transformers| / max |logit| (same dtype, same tokens), and top-1 agreement.
 TOL = {"float16": (1e-2, 0.95), "bfloat16": (4e-2, 0.85)}

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 from . import _lib
 from ._lib import ffi, load
+from ._version import __version__
 from .errors import FaultKind, KernelFault, KernelId, KvbArgumentError, KvbClosedError, KvbError, Status
-from .kernels import (KVCache, copy_blocks, cuda_device_count, has_prefill_kernel, paged_attention, prefill_attention, swap_blocks,
-                      take_fault, write_kv)
+from .kernels import (
+    KVCache,
+    copy_blocks,
+    cuda_device_count,
+    has_prefill_kernel,
+    paged_attention,
+    prefill_attention,
+    swap_blocks,
+    take_fault,
+    write_kv,
+)
 from .manager import Availability, Batch, BatchBuffers, Event, Manager, Medium, SeqInfo, hash_tokens
-
-__version__ = "0.1.0"
 
 
 def library_version() -> str:
@@ -29,7 +37,7 @@ def library_path() -> str:
     return _lib.LIBRARY_PATH
 
 
-__all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind", "KernelId", "Availability",
-           "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "hash_tokens", "KVCache", "write_kv", "paged_attention",
-           "prefill_attention", "copy_blocks", "swap_blocks", "take_fault", "cuda_device_count", "has_prefill_kernel",
-           "library_version", "library_path", "load", "__version__"]
+__all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind",
+           "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "hash_tokens",
+           "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "swap_blocks", "take_fault",
+           "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load", "__version__"]

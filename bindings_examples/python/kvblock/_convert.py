@@ -11,7 +11,8 @@ numpy integer (never a bool or a float), refusing values the C type cannot hold.
 
 Cost: these run on every call of a per-sequence decode loop, so each has one fast path that decides with
 a type identity test and one chained comparison (a scalar), or one C-level conversion (a short list of
-exact ints through cffi, a longer list through struct; a native int64 array with no conversion at all). The bool check of a long list costs one vector comparison unless it holds a 0 or a 1 (the only
+exact ints through cffi, a longer list through struct; a native int64 array with no conversion at all).
+The bool check of a long list costs one vector comparison unless it holds a 0 or a 1 (the only
 values a bool converts to); only then are those elements' types looked at."""
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ Which library: `load(path)` / `load(system=True)` when called, else $KVBLOCK_LIB
 else $KVBLOCK_USE_SYSTEM=1 (pkg-config's libdir, else the loader path), else the copy bundled in the
 installed package, else the repository's build tree (running from a source checkout).
 Which declarations: $KVBLOCK_CDEF, else the cdef bundled with the package (generated at build time by
-`cc -E -P -DKVB_CDEF abi/kvblock.h`), else the repository header run through $CC (source checkout only),
-else build/kvblock_cdef.h (`make cdef`). No compiler is needed once the package is installed.
+`cc -E -P -DKVB_CDEF abi/kvblock.h`), else the one of the build tree the library comes from
+(BUILD/kvblock_cdef.h beside BUILD/lib/libkvblock.so), else the repository's build/kvblock_cdef.h (`make`
+and `make cdef` write both). Nothing runs a compiler at import, in a checkout either.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
@@ -56,17 +58,18 @@ def _cdef_source() -> Tuple[str, str]:
         return Path(env).read_text(), env
     if BUNDLED_CDEF.exists():
         return BUNDLED_CDEF.read_text(), str(BUNDLED_CDEF)
-    header = _REPO / "abi" / "kvblock.h"
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc and header.exists():
-        text = subprocess.run([cc, "-E", "-P", "-DKVB_CDEF", str(header)], check=True,
-                              capture_output=True, text=True).stdout
-        return text, f"{Path(cc).name} -E {header}"
-    built = _REPO / "build" / "kvblock_cdef.h"
-    if built.exists():
-        return built.read_text(), str(built)
-    raise ImportError("kvblock: no bundled cdef, no C compiler for abi/kvblock.h and no build/kvblock_cdef.h; "
-                      "install the package with pip, run `make cdef`, or set KVBLOCK_CDEF")
+    # A source checkout: the build tree's cdef, `make cdef`'s output (BUILD/lib/libkvblock.so -> BUILD/).
+    candidates = [Path(_default_library()).parent.parent / "kvblock_cdef.h", _REPO / "build" / "kvblock_cdef.h"]
+    for built in candidates:
+        if built.exists():
+            header = _REPO / "abi" / "kvblock.h"
+            if header.exists() and header.stat().st_mtime > built.stat().st_mtime:
+                warnings.warn(f"kvblock: {built} is older than {header}; run `make cdef` if the header changed",
+                              stacklevel=2)
+            return built.read_text(), str(built)
+    raise ImportError("kvblock: no cffi declarations: none bundled (install the package with pip), no "
+                      f"{' or '.join(map(str, candidates))} (run `make` or `make cdef` in the repository); "
+                      "or set KVBLOCK_CDEF to the output of `cc -E -P -DKVB_CDEF abi/kvblock.h`")
 
 
 DECLARATIONS, CDEF_SOURCE = _cdef_source()

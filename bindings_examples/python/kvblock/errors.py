@@ -5,21 +5,48 @@ KernelFault (kvblock.take_fault)."""
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING, Any, Dict, Union
 
 from . import _lib
 
-# KVB_OK, KVB_ERR_OUT_OF_BLOCKS, ... as Status.OK, Status.OUT_OF_BLOCKS, ... (read from the header).
-Status = enum.IntEnum("Status", {name.removeprefix("KVB_").removeprefix("ERR_"): value
-                                 for value, name in sorted(_lib.ffi.typeof("kvb_status").elements.items())})
+
+def header_enum_members(c_type: str, *prefixes: str) -> Dict[str, int]:
+    """A C enum of the header as {name without its prefixes: value}, in value order."""
+    members = {}
+    for value, name in sorted(_lib.ffi.typeof(c_type).elements.items()):
+        for prefix in prefixes:
+            name = name.removeprefix(prefix)
+        members[name] = value
+    return members
+
+
+if TYPE_CHECKING:
+    # The members come from the header at run time (a newer header brings new ones): to the type checker
+    # every member name is one.
+    class HeaderEnumMeta(enum.EnumMeta):
+        def __getattr__(cls, name: str) -> Any: ...
+
+    class Status(enum.IntEnum, metaclass=HeaderEnumMeta): ...
+
+    class FaultKind(enum.IntEnum, metaclass=HeaderEnumMeta): ...
+
+    class KernelId(enum.IntEnum, metaclass=HeaderEnumMeta): ...
+else:
+    # KVB_OK, KVB_ERR_OUT_OF_BLOCKS, ... as Status.OK, Status.OUT_OF_BLOCKS, ...
+    Status = enum.IntEnum("Status", header_enum_members("kvb_status", "KVB_", "ERR_"))
+    # kvb_fault_kind and kvb_kernel_id: FaultKind.SEQ_LEN, ..., KernelId.WRITE_KV, ...
+    FaultKind = enum.IntEnum("FaultKind", header_enum_members("kvb_fault_kind", "KVB_FAULT_"))
+    KernelId = enum.IntEnum("KernelId", header_enum_members("kvb_kernel_id", "KVB_KERNEL_"))
 
 
 class KvbError(Exception):
     """A libkvblock failure: .status (Status), .name ("KVB_ERR_..."), .message (kvb_last_error())."""
 
     def __init__(self, status: int, message: str) -> None:
+        self.status: Union[Status, int]
         try:
             self.status = Status(status)
-        except ValueError:
+        except ValueError:  # a status from a library newer than this package: its number
             self.status = status
         self.name = _lib.ffi.string(_lib.lib.kvb_status_string(status)).decode()
         self.message = message
@@ -43,14 +70,7 @@ class KvbClosedError(KvbArgumentError):
         super().__init__(f"{owner} is closed: {what}; create a new one")
 
 
-# kvb_fault_kind and kvb_kernel_id (read from the header): FaultKind.SEQ_LEN, ..., KernelId.WRITE_KV, ...
-FaultKind = enum.IntEnum("FaultKind", {name.removeprefix("KVB_FAULT_"): value
-                                       for value, name in sorted(_lib.ffi.typeof("kvb_fault_kind").elements.items())})
-KernelId = enum.IntEnum("KernelId", {name.removeprefix("KVB_KERNEL_"): value
-                                     for value, name in sorted(_lib.ffi.typeof("kvb_kernel_id").elements.items())})
-
-
-def _enum_or_int(cls: type, value: int) -> int:
+def _enum_or_int(cls: Any, value: int) -> int:
     try:
         return cls(value)
     except ValueError:  # a kind from a library newer than this package: its number
@@ -63,7 +83,7 @@ class KernelFault(KvbError):
     table column for BLOCK_ID, else -1), .value (the bad seq_len, block id, slot or query_start), .count
     (faulty work items). .status is INVALID_ARGUMENT and .message the library's description."""
 
-    def __init__(self, fault: object, message: str) -> None:
+    def __init__(self, fault: Any, message: str) -> None:  # fault: a cffi kvb_fault
         self.kind = _enum_or_int(FaultKind, int(fault.kind))
         self.kernel = _enum_or_int(KernelId, int(fault.kernel))
         self.index, self.column = int(fault.index), int(fault.column)

@@ -46,15 +46,15 @@ replay_frames="topic" (vLLM since its PR #45177; llm-d's router needs it) it rec
 with replay_frames="legacy" (vLLM before that change) [b"", seq, payload], then [b"", -1 as i64 BE, b""].
 
 Gaps are never silent. Events can be lost in three places: the manager's bounded event buffer
-(kvb_drain_events reports a dropped count), this publisher's bounded queue (a batch that does not fit),
-and a batch refused because a token id does not fit 32 bits (or, from a newer library, a medium has no
-wire name). In each case the consumer's picture of this engine is no longer exact, so the next batch
-that goes out ends with (or begins with, for a queue drop) an AllBlocksCleared event: routers forget everything they knew about this engine and rebuild from the
-events that follow (they under-estimate its cache until then, which at worst costs a missed hit, instead
-of over-estimating it, which would route requests to a prefix that is gone). Each resync is counted in
-`stats()["resyncs"]`, the lost events in `stats()["dropped_events"]`, and a warning is logged. Lost
-*messages* on the wire (a subscriber's high-water mark) show up as a sequence gap that the subscriber
-repairs through the replay socket.
+(kvb_drain_events reports a dropped count), this publisher's bounded queue (a batch that does not fit), and
+a batch refused because a token id does not fit 32 bits (or, from a newer library, a medium has no wire
+name). In each case the consumer's picture of this engine is no longer exact, so the next batch that goes
+out ends with (or begins with, for a queue drop) an AllBlocksCleared event: routers forget everything they
+knew about this engine and rebuild from the events that follow (they under-estimate its cache until then,
+which at worst costs a missed hit, instead of over-estimating it, which would route requests to a prefix
+that is gone). Each resync is counted in `stats()["resyncs"]`, the lost events in
+`stats()["dropped_events"]`, and a warning is logged. Lost *messages* on the wire (a subscriber's high-water
+mark) show up as a sequence gap that the subscriber repairs through the replay socket.
 
 The manager must be made with kvblock.Manager(..., events=True) (KVB_CONFIG_EVENTS); the publisher drains it
 with Manager.drain_events. pyzmq and msgpack are needed by this module only (pip install kvblock[events]);

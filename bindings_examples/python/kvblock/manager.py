@@ -9,9 +9,9 @@ The decode step of an engine is three calls with no Python loop over sequences:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,7 +19,10 @@ from . import _lib
 from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, real, scalar, size, u32, u64
 from ._guard import GuardedHandle
 from ._nocopy import OwnsHandle
-from .errors import KvbArgumentError, KvbError, check
+from .errors import KvbArgumentError, check, header_enum_members
+
+if TYPE_CHECKING:
+    from .errors import HeaderEnumMeta
 
 ffi = _lib.ffi
 
@@ -45,8 +48,10 @@ class SeqInfo:
 
 # Where a block lives (kvb_medium, read from the header): Medium.DEVICE (the device pool) or Medium.HOST (the
 # host level of the host cache).
-Medium = enum.IntEnum("Medium", {name.removeprefix("KVB_MEDIUM_"): value
-                                 for value, name in sorted(ffi.typeof("kvb_medium").elements.items())})
+if TYPE_CHECKING:
+    class Medium(enum.IntEnum, metaclass=HeaderEnumMeta): ...
+else:
+    Medium = enum.IntEnum("Medium", header_enum_members("kvb_medium", "KVB_MEDIUM_"))
 
 
 class Event(NamedTuple):
@@ -197,7 +202,8 @@ class Manager(OwnsHandle):
                             for i in range(len(groups))) if groups else ()
         out = ffi.new("kvb_manager**")
         check(lib.kvb_manager_create(cfg, out))
-        self._guard = guard = GuardedHandle(out[0], lib.kvb_manager_destroy, f"kvblock.Manager(num_blocks={num_blocks}, "
+        self._guard = guard = GuardedHandle(out[0], lib.kvb_manager_destroy,
+                                            f"kvblock.Manager(num_blocks={num_blocks}, "
                                             f"block_size={block_size}) at {id(self):#x}")
         # Every C call on the manager goes through these two (bound once: the per-call cost is one Python call).
         self._call, self._run = guard.call, guard.run

@@ -10,9 +10,9 @@ sys.path.insert(0, str(EXAMPLES))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pytest
+import pytest  # noqa: E402  (after the BLAS variables: kvblock imports numpy)
 
-import kvblock
+import kvblock  # noqa: E402
 
 BLOCK = 16
 

@@ -1,6 +1,5 @@
 """Helpers shared by the kvblock.events tests: a manager with events on and a few one-line workloads."""
 import indexer_client  # noqa: F401  (examples/, on sys.path through conftest.py; re-exported for the tests)
-
 import kvblock
 from kvblock import events  # noqa: F401  (re-exported for the tests)
 

@@ -128,6 +128,7 @@ def test_sampling_with_fork_matches_transformers(tmp_path) -> None:
 @needs_hf
 def test_sliding_window_matches_transformers(tmp_path) -> None:
     import json
+
     from kvblock.engine.checkpoint import write_tiny_checkpoint
     from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, _ = write_tiny_checkpoint(str(tmp_path / "w"), "mistral", seed=7)
@@ -148,6 +149,7 @@ def test_graph_replay_path_matches_transformers(tmp_path, window: int) -> None:
     seq_len 0, only the used block-table columns copied), with replays run eagerly (cuda_graph="emulate"),
     through swap preemption and a sliding window."""
     import json
+
     from kvblock.engine.checkpoint import write_tiny_checkpoint
     from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, cfg = write_tiny_checkpoint(str(tmp_path / "g"), "mistral", seed=9)
@@ -168,6 +170,7 @@ def test_qwen2_window_layers_run_as_two_groups(tmp_path) -> None:
     """Qwen2 with use_sliding_window: layers from max_window_layers on slide, the others attend fully. The
     engine serves them as two KV cache groups of one manager (the window group releases blocks)."""
     import json
+
     from kvblock.engine.checkpoint import load_config, write_tiny_checkpoint
     from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, _ = write_tiny_checkpoint(str(tmp_path / "h"), "qwen2", num_layers=3, seed=8)
@@ -190,6 +193,7 @@ def test_qwen2_window_layers_run_as_two_groups(tmp_path) -> None:
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64}])
 def test_rope_scaling_matches_transformers(tmp_path, scaling: dict) -> None:
     import json
+
     from kvblock.engine.checkpoint import write_tiny_checkpoint
     from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, _ = write_tiny_checkpoint(str(tmp_path / "r"), "llama", num_layers=1, rope_theta=5e5, seed=2)

@@ -135,7 +135,8 @@ def test_random_workload_scores_equal_manager(indexer, model, encoding):
         for rnd in range(6):
             live = []
             for _ in range(rng.randrange(3, 8)):
-                p = rng.choice(stems)[: rng.randrange(1, 30)] + [rng.randrange(1, 50) for _ in range(rng.randrange(1, 12))]
+                p = rng.choice(stems)[: rng.randrange(1, 30)]
+                p += [rng.randrange(1, 50) for _ in range(rng.randrange(1, 12))]
                 prompts.append(p)
                 keep = rng.random() < 0.3  # some stay live: shared, in use
                 try:
@@ -230,7 +231,9 @@ def test_mini_engine_publishes(indexer, model):
     """`python -m kvblock.engine --kv-events ...`: the mini engine's own steps (chunked prefill, decode,
     preemption in a small pool) reach the indexer, whose scores match the engine's manager."""
     import numpy as np
-    from kvblock.engine.engine import Engine as MiniEngine, EngineConfig
+
+    from kvblock.engine.engine import Engine as MiniEngine
+    from kvblock.engine.engine import EngineConfig
     from kvblock.engine.model import Model, ModelConfig
     from kvblock.engine.sequence import Request
 
@@ -274,7 +277,8 @@ def test_host_cache_tiers(indexer, model, encoding):
         prompts = []
         for rnd in range(5):
             for _ in range(rng.randrange(3, 8)):
-                p = rng.choice(stems)[: rng.randrange(4, 30)] + [rng.randrange(1, 50) for _ in range(rng.randrange(1, 8))]
+                p = rng.choice(stems)[: rng.randrange(4, 30)]
+                p += [rng.randrange(1, 50) for _ in range(rng.randrange(1, 8))]
                 prompts.append(p)
                 e.m.run(p)
             e.pub.flush()
@@ -290,7 +294,8 @@ def test_host_cache_tiers(indexer, model, encoding):
                 if not diff:
                     break
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"round {rnd}: indexer tiers (got, want) differ: {diff}\n" + indexer.log_tail())
+                    raise AssertionError(f"round {rnd}: indexer tiers (got, want) differ: {diff}\n"
+                                         + indexer.log_tail())
                 time.sleep(0.02)
         st = e.m.stats()
         assert st["host_hit_tokens"] > 0 and st["offloaded_blocks"] > 0 and st["host_evictions"] > 0, st

@@ -4,7 +4,6 @@ import random
 import time
 
 import numpy as np
-
 import pytest
 
 zmq = pytest.importorskip("zmq", reason="pyzmq not installed (pip install pyzmq msgpack)")

@@ -88,8 +88,10 @@ def test_argument_checks_name_the_argument():
     cases = [
         (lambda: kvblock.write_kv(cache, 0, good_k.astype(np.float16), good_k, slots), "key: dtype must be float32"),
         (lambda: kvblock.write_kv(cache, 0, good_k, np.zeros((1, KVH, 32), np.float32), slots), "value: dimension 2"),
-        (lambda: kvblock.write_kv(cache, 0, good_k, good_k, slots.astype(np.int32)), "slot_mapping: dtype must be int64"),
-        (lambda: kvblock.write_kv(cache, 0, good_k, good_k, np.zeros(2, np.int64)), "slot_mapping: dimension 0 must be 1"),
+        (lambda: kvblock.write_kv(cache, 0, good_k, good_k, slots.astype(np.int32)),
+         "slot_mapping: dtype must be int64"),
+        (lambda: kvblock.write_kv(cache, 0, good_k, good_k, np.zeros(2, np.int64)),
+         "slot_mapping: dimension 0 must be 1"),
         (lambda: kvblock.write_kv(cache, 0, np.zeros((1, KVH, 2 * D), np.float32)[:, :, ::2], good_k, slots),
          "key: .*dimension 2|key: the last dimension must be contiguous"),
         (lambda: kvblock.write_kv(cache, 0, [[0.0]], good_k, slots), "key must be a numpy array"),

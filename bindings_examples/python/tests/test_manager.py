@@ -1,5 +1,4 @@
 """The Manager over the whole C API: core flow, errors, fork/CoW, rollback, window, swap, events, stats."""
-import array
 
 import numpy as np
 import pytest
@@ -177,7 +176,8 @@ def test_batch_calls_match_per_sequence_calls():
         assert (batch.query_start == np.concatenate([[0], np.cumsum(counts)])).all()
         for r, i in enumerate(order):
             table = b.block_table(int(i))
-            assert (batch.block_tables[r, : len(table)] == table).all() and (batch.block_tables[r, len(table):] == -1).all()
+            assert (batch.block_tables[r, : len(table)] == table).all()
+            assert (batch.block_tables[r, len(table):] == -1).all()
             assert batch.seq_lens[r] == b.info(int(i)).num_tokens
         a.batch_commit(order)
         for i in order:

@@ -1,6 +1,7 @@
 """The package as installed: `python -m kvblock --version`, import from any directory, choice of library
 (bundled by default, $KVBLOCK_LIB / $KVBLOCK_USE_SYSTEM / load(path) when asked)."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +27,37 @@ def test_version_command():
     assert r.stdout.startswith(f"kvblock {kvblock.__version__} (libkvblock {kvblock.library_version()} at ")
 
 
+def test_import_runs_no_process():
+    """Importing the package (installed, or a checkout with its build tree) reads a prebuilt cdef: it starts
+    no compiler, nor any other process (the checkout once ran `cc -E` on the header at every import)."""
+    code = ("import subprocess\n"
+            "def refuse(*a, **k):\n"
+            "    raise AssertionError(f'a process started at import: {a}')\n"
+            "subprocess.Popen = refuse\n"
+            "import kvblock, kvblock.engine\n"
+            "print(kvblock._lib.CDEF_SOURCE)\n")
+    r = run_python(["-c", code])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("kvblock_cdef.h"), r.stdout
+
+
+def test_version_is_the_library_header_one():
+    """One version: the package's is libkvblock's (abi/kvblock.h), which the bundled library reports too."""
+    assert kvblock.__version__ == kvblock.library_version()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", kvblock.__version__)
+    header = Path(__file__).resolve().parents[3] / "abi" / "kvblock.h"
+    if header.exists():  # the tests of a checkout (the sdist's have csrc/abi/kvblock.h instead)
+        from kvblock._version import version_from_header
+        assert version_from_header(header) == kvblock.__version__
+
+
+def test_py_typed_ships():
+    assert (Path(kvblock.__file__).parent / "py.typed").exists()
+
+
 def test_import_from_another_directory_without_env():
-    r = run_python(["-c", "import kvblock; m = kvblock.Manager(4); print(m.allocate(1, [1, 2]), kvblock.library_path())"])
+    r = run_python(["-c", "import kvblock; m = kvblock.Manager(4); "
+                          "print(m.allocate(1, [1, 2]), kvblock.library_path())"])
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("0 ")
 

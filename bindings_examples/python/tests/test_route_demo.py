@@ -14,7 +14,8 @@ import route_demo  # noqa: E402
 
 _PY = ic.indexer_python()
 pytestmark = pytest.mark.skipif(
-    _PY is None, reason=f"SKIP dynamo: ai-dynamo-runtime not installed (pip install ai-dynamo-runtime=={ic.PINNED_VERSION})")
+    _PY is None,
+    reason=f"SKIP dynamo: ai-dynamo-runtime not installed (pip install ai-dynamo-runtime=={ic.PINNED_VERSION})")
 
 
 def conversation_trace(path, conversations=7, turns=4):

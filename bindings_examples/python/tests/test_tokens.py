@@ -45,7 +45,8 @@ def test_strided_and_extreme_values(m):
     ([1, 2**63], "does not fit int64"), ([-(2**63) - 1], "does not fit int64"),
     (np.array([2**63], np.uint64), "does not fit int64"), ([np.uint64(2**64 - 1)], "does not fit int64"),
     ("abc", "got str"), (b"abc", "got bytes"), ({1, 2}, "got set"), (None, "got NoneType"),
-    ([1, "2"], r"tokens\[1\] must be an int, got str"), ([np.float32(1)], "got float32"), (array.array("d", [1.0]), "float64"),
+    ([1, "2"], r"tokens\[1\] must be an int, got str"), ([np.float32(1)], "got float32"),
+    (array.array("d", [1.0]), "float64"),
 ])
 def test_refused(m, bad, match):
     for call in (lambda: m.allocate(1, bad), lambda: kvblock.hash_tokens(bad), lambda: m.can_allocate(bad)):

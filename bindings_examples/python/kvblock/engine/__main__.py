@@ -6,8 +6,7 @@ import argparse
 import numpy as np
 
 from .. import library_version
-from . import blas
-from . import serve
+from . import blas, serve
 from .engine import Engine, EngineConfig
 from .model import Model, ModelConfig
 from .sequence import Request
@@ -74,7 +73,8 @@ def main() -> None:
     shared = [rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist() for _ in range(a.prefix_families)]
     for r in range(a.requests):
         suffix = rng.integers(0, model.cfg.vocab, a.prompt).tolist()
-        eng.add_request(Request(r, shared[r % a.prefix_families] + suffix, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed))
+        eng.add_request(Request(r, shared[r % a.prefix_families] + suffix, a.max_tokens, n=a.n,
+                                temperature=a.temperature, seed=a.seed))
     eng.run()
     ev = eng.publisher.stats() if eng.publisher is not None else None
     eng.close()
@@ -95,10 +95,12 @@ def main() -> None:
               f"{m.offloaded_blocks} blocks offloaded, {m.loaded_blocks} loaded")
     print(f"preemptions:       {m.preemptions} by recompute, {m.swaps_out} swapped out, {m.swaps_in} swapped in; "
           f"{m.cow_copies} copy-on-write blocks")
-    print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, kernels {100 * m.kernel_s / m.total_s:.1f}%, "
+    print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, "
+          f"kernels {100 * m.kernel_s / m.total_s:.1f}%, "
           f"model matmuls + scheduler {100 * other / m.total_s:.1f}%")
     if ev is not None:
-        print(f"kv events:         {ev['events']} in {ev['batches']} batches on {a.kv_events} ({a.kv_events_encoding}), "
+        print(f"kv events:         {ev['events']} in {ev['batches']} batches on {a.kv_events} "
+              f"({a.kv_events_encoding}), "
               f"{ev['dropped_events']} dropped, {ev['resyncs']} resyncs, {ev['subscribers']} subscribers")
 
 

@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .. import BatchBuffers, KVCache, KvbError, Manager, Status as KvbStatus
-from .. import copy_blocks, paged_attention, prefill_attention, swap_blocks, write_kv
+from .. import (
+    BatchBuffers,
+    KvbError,
+    KVCache,
+    Manager,
+    copy_blocks,
+    paged_attention,
+    prefill_attention,
+    swap_blocks,
+    write_kv,
+)
+from .. import Status as KvbStatus
 from .._nocopy import OwnsHandle
 from ..cache_salts import CacheSalts
 from ..manager import Availability

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from typing import Callable, List
+from typing import Callable, List, Tuple
 
 import numpy as np
 
@@ -20,7 +20,7 @@ import kvblock
 from kvblock import _convert, _lib
 
 
-def _median_us(step: Callable[[int], None], reps: int) -> tuple:
+def _median_us(step: Callable[[int], object], reps: int) -> Tuple[float, float]:
     """(median, min) microseconds per call: the min is the figure least disturbed by a shared machine."""
     times: List[float] = []
     for t in range(reps):

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -39,7 +40,8 @@ from kvblock.kernels import cuda_device_count  # noqa: E402
 
 # Stated tolerances: |engine - transformers| / max |logit| (same dtype, same tokens), and top-1 agreement.
 TOL = {"float16": (1e-2, 0.95), "bfloat16": (4e-2, 0.85)}
-ROWS = []  # (check, result, detail)
+ROWS: List[Tuple[str, str, str]] = []  # (check, "PASS" or "FAIL", detail)
+Run = Tuple[str, int, Dict[str, Any]]  # an engine run: label, samples per request, EngineConfig fields
 DEVICE = "cuda"  # --device cpu: a dry run of the script's logic where there is no GPU (no graphs there)
 
 
@@ -68,7 +70,7 @@ def check_fp32(name: str, model_dir: str, vocab: int, full: bool) -> None:
     ps = prompts(vocab, 8, 64, seed=1)
     hf = load_hf(model_dir, DEVICE, "float32")
     refs = [hf_greedy(hf, p, 24) for p in ps]
-    runs = [("recompute", 1, dict(num_blocks=28, block_size=16, max_num_seqs=8, max_batched_tokens=96))]
+    runs: List[Run] = [("recompute", 1, dict(num_blocks=28, block_size=16, max_num_seqs=8, max_batched_tokens=96))]
     if full:
         runs += [("swap+fork", 2, dict(num_blocks=36, block_size=16, max_num_seqs=8, max_batched_tokens=96,
                                        num_host_blocks=128, preemption="swap"))]
@@ -126,7 +128,7 @@ def check_fault_surfaces(model_dir: str, vocab: int) -> None:
     class FaultyEngine(TorchEngine):
         injected = False
 
-        def _prepare(self, decodes, prefills):  # type: ignore[no-untyped-def]
+        def _prepare(self, decodes, prefills):
             b = super()._prepare(decodes, prefills)
             if decodes and not prefills and self.runner.graph_replays >= 2 and not self.injected:
                 b.per_group[0][1][0, 0] = 10 ** 6  # block id of the first decode row's first block
@@ -196,11 +198,12 @@ def main() -> int:
             model = TorchModel.from_pretrained(bench_dir, DEVICE, "bfloat16" if DEVICE == "cuda" else "float32",
                                                max_len=2048)
             res = bench(model, ns)
-            g, e, p = res.get("graphs", res["eager"]), res["eager"], res["profile"]
+            g, eager, p = res.get("graphs", res["eager"]), res["eager"], res["profile"]
             report(f"bench {ns.requests} seqs {model.dtype_name} (llama)", True,
                    f"graphs {g['tokens_per_s']:.0f} tok/s ({g['step_ms']:.2f} ms/step, decode forward "
-                   f"{g['decode_ms']:.2f} ms), eager {e['tokens_per_s']:.0f} tok/s ({e['step_ms']:.2f} ms/step, "
-                   f"decode forward {e['decode_ms']:.2f} ms), x{g['tokens_per_s'] / e['tokens_per_s']:.2f}; "
+                   f"{g['decode_ms']:.2f} ms), eager {eager['tokens_per_s']:.0f} tok/s "
+                   f"({eager['step_ms']:.2f} ms/step, "
+                   f"decode forward {eager['decode_ms']:.2f} ms), x{g['tokens_per_s'] / eager['tokens_per_s']:.2f}; "
                    f"profiled eager shares: manager {100 * p['manager']:.1f}%, kernels {100 * p['kernels']:.1f}%, "
                    f"matmuls {100 * p['matmuls']:.1f}%, elementwise {100 * p['elementwise']:.1f}%, Python "
                    f"{100 * p['rest']:.1f}%")

@@ -180,7 +180,7 @@ def as_int64_array(x: Any, what: str = "tokens") -> np.ndarray:
         raise KvbArgumentError(f"{what} must hold integers, got {_describe(x)}")
     if isinstance(x, (str, bytes, bytearray, memoryview)) or not isinstance(x, Sequence):
         raise KvbArgumentError(f"{what} must be a sequence of ints or a 1-D integer array, got {_describe(x)}")
-    if t is range:
+    if isinstance(x, range) and t is range:  # (the isinstance tells the type checker what t is says)
         if x and not (I64_MIN <= min(x[0], x[-1]) and max(x[0], x[-1]) <= I64_MAX):
             raise KvbArgumentError(f"{what}: range {x} does not fit int64")
         return np.arange(x.start, x.stop, x.step, dtype=np.int64)

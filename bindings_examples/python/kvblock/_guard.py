@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Callable
+from types import FrameType
+from typing import Any, Callable, Optional
 
 from .errors import KvbClosedError, check
 
@@ -105,7 +106,7 @@ class GuardedHandle:
 
     def _inside_call(self) -> bool:
         """Whether this thread's stack holds a call or run on this handle (close() from a signal handler)."""
-        frame = sys._getframe(1)
+        frame: Optional[FrameType] = sys._getframe(1)
         while frame is not None:
             if frame.f_code in _CALL_CODES and frame.f_locals.get("self") is self:
                 return True

@@ -15,28 +15,29 @@ engine that uses numeric salts directly (cache_salt=int(request_cache_salt)) nee
 """
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Dict
 
 
-class CacheSalts(Mapping):
+class CacheSalts(Mapping[int, str]):
     """u64 salt -> the request's cache_salt string (a read-only Mapping); salt(name) adds an entry.
 
     The u64 is a fixed function of the string (the first 8 bytes of its BLAKE2b digest, little-endian), so
     every engine process maps a tenant's salt to the same u64 without sharing this table. Thread-safe:
     the engine's scheduler adds names while the publisher's flush reads them."""
 
-    def __init__(self):
-        self._names = {}
+    def __init__(self) -> None:
+        self._names: Dict[int, str] = {}
         self._lock = threading.Lock()
 
     @staticmethod
-    def salt_of(name):
+    def salt_of(name: str) -> int:
         """The u64 that `name` maps to (without remembering it)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"cache salt must be a non-empty str (as vLLM's cache_salt), got {name!r}")
         return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
 
-    def salt(self, name):
+    def salt(self, name: str) -> int:
         """The u64 for Manager.allocate(cache_salt=...) of a request whose cache_salt is `name`; remembered
         so that its events carry `name`. Raises ValueError when another name already has that u64 (two
         tenants would share blocks: 64-bit collisions are rare, and never silent)."""
@@ -47,14 +48,14 @@ class CacheSalts(Mapping):
             raise ValueError(f"cache salts {have!r} and {name!r} map to the same 64-bit salt {s:#018x}")
         return s
 
-    def __getitem__(self, salt):
+    def __getitem__(self, salt: int) -> str:
         with self._lock:
             return self._names[salt]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         with self._lock:
             return iter(list(self._names))
 
-    def __len__(self):
+    def __len__(self) -> int:
         with self._lock:
             return len(self._names)

@@ -65,7 +65,8 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import msgpack
 import zmq
@@ -73,7 +74,10 @@ import zmq
 from . import _publisher_args
 from ._nocopy import OwnsHandle
 from .errors import KvbClosedError
-from .manager import Medium
+from .manager import Event, Manager, Medium
+
+# One wire event: a dict in the "map" form (group_events), a list in the positional one (to_array_form).
+WireEvent = Dict[str, Any]
 
 log = logging.getLogger("kvblock.events")
 
@@ -85,7 +89,7 @@ _DROP_LOG_EVERY_S = 10.0
 
 #: wire names of the media (kvblock.Medium), as vLLM's events name its tiers; KvEventPublisher(media=...)
 #: overrides them for a consumer that names tiers otherwise
-MEDIA = {Medium.DEVICE: "GPU", Medium.HOST: "CPU"}
+MEDIA: Dict[Medium, str] = {Medium.DEVICE: "GPU", Medium.HOST: "CPU"}
 
 
 class TokenIdRangeError(ValueError):
@@ -104,7 +108,7 @@ class SaltNameError(ValueError):
 REPLAY_FRAMES = ("topic", "legacy")
 
 
-def llmd_topic(pod, model):
+def llmd_topic(pod: str, model: str) -> str:
     """The topic llm-d routes by: "kv@<pod>@<model>" (it splits on "@" and needs exactly three parts, so
     neither name may hold "@"; the model name must be the one requests name, since it seeds llm-d's keys)."""
     for what, v in (("pod", pod), ("model", model)):
@@ -113,7 +117,7 @@ def llmd_topic(pod, model):
     return f"kv@{pod}@{model}"
 
 
-def salt_wire_name(salt, salt_names=None):
+def salt_wire_name(salt: int, salt_names: Optional[Mapping[int, Any]] = None) -> str:
     """The string a u64 cache salt goes out as: salt_names[salt] when known, else its decimal digits.
     Raises SaltNameError for a name that is not a non-empty str (vLLM's cache_salt is one)."""
     name = salt_names.get(salt) if salt_names is not None else None
@@ -125,7 +129,7 @@ def salt_wire_name(salt, salt_names=None):
 
 
 # -- draining the manager ------------------------------------------------------------------------------
-def drain_all(manager, chunk):
+def drain_all(manager: Manager, chunk: int) -> Tuple[List[Event], int]:
     """Everything the manager holds now: (events, dropped). When the manager dropped events, they were
     dropped after everything it still held (its buffer was full), so the drain continues until the buffer
     is empty and the caller places its resync marker after all of these events."""
@@ -140,7 +144,7 @@ def drain_all(manager, chunk):
 
 
 # -- encoding ------------------------------------------------------------------------------------------
-def _wire_medium(ev, media):
+def _wire_medium(ev: Event, media: Mapping[Medium, str]) -> str:
     try:
         return media[ev.medium]
     except KeyError:
@@ -148,18 +152,20 @@ def _wire_medium(ev, media):
                                  f"(known: {sorted(int(m) for m in media)})") from None
 
 
-def _group_fields(groups, group):
+def _group_fields(groups: Sequence[Tuple[Any, ...]], group: int) -> Dict[str, Any]:
     """vLLM's fields of a hybrid model's event (group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window)
     for Manager.groups spec `group`; {} for a manager without groups (the wire stays as before groups)."""
     if not groups:
         return {}
-    spec = groups[group] if group < len(groups) else ("unknown",)
+    spec: Tuple[Any, ...] = groups[group] if group < len(groups) else ("unknown",)
     if spec[0] == "window":  # vLLM has no sink field: sinks are the engine's own business
         return {"group_idx": group, "kv_cache_spec_kind": "sliding_window", "kv_cache_spec_sliding_window": spec[1]}
     return {"group_idx": group, "kv_cache_spec_kind": "full_attention" if spec[0] == "full" else spec[0]}
 
 
-def group_events(raw, block_size, media=None, lora_name=None, groups=(), salt_names=None):
+def group_events(raw: Iterable[Event], block_size: int, media: Optional[Mapping[Medium, str]] = None,
+                 lora_name: Optional[str] = None, groups: Sequence[Tuple[Any, ...]] = (),
+                 salt_names: Optional[Mapping[int, Any]] = None) -> List[WireEvent]:
     """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
     media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU"). groups: the manager's
     KV cache groups (Manager.groups): with groups every BlockStored carries its group_idx and
@@ -170,8 +176,8 @@ def group_events(raw, block_size, media=None, lora_name=None, groups=(), salt_na
     [0, 2^32), UnknownMediumError for a medium that `media` does not name, SaltNameError for a bad salt
     name. salt_names: {u64 salt: request cache_salt str} (kvblock.cache_salts.CacheSalts), see salt_wire_name."""
     media = MEDIA if media is None else media
-    out = []
-    cur = None  # the BlockStored being extended
+    out: List[WireEvent] = []
+    cur: Optional[WireEvent] = None  # the BlockStored being extended
     for ev in raw:
         if ev.type != "cleared":
             medium = _wire_medium(ev, media)
@@ -184,7 +190,7 @@ def group_events(raw, block_size, media=None, lora_name=None, groups=(), salt_na
                     f"block {ev.block_hash:#018x}: token id {bad} does not fit 32 bits; vLLM's KV-event format "
                     f"carries token ids as u32, so this block cannot be published (keep token ids in "
                     f"[0, {MAX_TOKEN_ID}] for engines that publish events)")
-            extra = None
+            extra: Optional[List[Any]] = None
             if ev.extra_key is not None:
                 extra = [["kvb_extra_key", ev.extra_key]]
             if ev.cache_salt is not None:  # first block of a salted chain: the salt as vLLM sends cache_salt
@@ -225,7 +231,7 @@ _STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size"
 _GROUP_FIELDS = ("group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
 
 
-def to_array_form(ev):
+def to_array_form(ev: WireEvent) -> List[Any]:
     """A map-form event in the older positional form ([tag, fields...] in declaration order; optional
     trailing fields only up to the last one present, as vLLM's omit_defaults encoder writes them)."""
     t = ev["type"]
@@ -240,14 +246,14 @@ def to_array_form(ev):
     return [t]
 
 
-def encode_batch(events, dp_rank, encoding, ts=None):
+def encode_batch(events: Sequence[WireEvent], dp_rank: int, encoding: str, ts: Optional[float] = None) -> bytes:
     """msgpack [ts, [events], dp_rank] (the batch is always positional, as vLLM and Dynamo read it)."""
-    if encoding == "array":
-        events = [to_array_form(e) for e in events]
-    return msgpack.packb([time.time() if ts is None else ts, events, dp_rank], use_bin_type=True)
+    wire: Sequence[Any] = [to_array_form(e) for e in events] if encoding == "array" else events
+    packed: bytes = msgpack.packb([time.time() if ts is None else ts, wire, dp_rank], use_bin_type=True)
+    return packed
 
 
-def decode_batch(payload):
+def decode_batch(payload: bytes) -> Tuple[float, List[Any], int]:
     """The inverse of encode_batch, for tests and tools: (ts, [events as sent], dp_rank)."""
     ts, events, dp_rank = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     return ts, events, dp_rank
@@ -272,10 +278,12 @@ class KvEventPublisher(OwnsHandle):
     """
     _what_is_owned = "ZMQ sockets and a sender thread that close() stops"
 
-    def __init__(self, manager, *, endpoint="tcp://*:5557", topic="", encoding="map",
-                 replay_endpoint=None, dp_rank=0, media=None, lora_name=None, connect=False,
-                 max_queue_batches=1024, replay_buffer=10000, hwm=100000, drain_capacity=4096,
-                 linger_ms=1000, replay_frames="topic", salt_names=None):
+    def __init__(self, manager: Manager, *, endpoint: str = "tcp://*:5557", topic: Union[str, bytes] = "",
+                 encoding: str = "map", replay_endpoint: Optional[str] = None, dp_rank: int = 0,
+                 media: Optional[Mapping[Medium, str]] = None, lora_name: Optional[str] = None,
+                 connect: bool = False, max_queue_batches: int = 1024, replay_buffer: int = 10000,
+                 hwm: int = 100000, drain_capacity: int = 4096, linger_ms: int = 1000,
+                 replay_frames: str = "topic", salt_names: Optional[Mapping[int, Any]] = None) -> None:
         _publisher_args.check(endpoint=endpoint, replay_endpoint=replay_endpoint, topic=topic, dp_rank=dp_rank,
                               hwm=hwm, linger_ms=linger_ms, max_queue_batches=max_queue_batches,
                               replay_buffer=replay_buffer, drain_capacity=drain_capacity, lora_name=lora_name)
@@ -304,8 +312,8 @@ class KvEventPublisher(OwnsHandle):
         self._flush_lock = threading.Lock()
         self._close_lock = threading.Lock()  # held through close(): a second closer waits for the first
         self._closed = False
-        self._queue = queue.Queue(maxsize=max_queue_batches)
-        self._replay_buf = []
+        self._queue: queue.Queue[List[WireEvent]] = queue.Queue(maxsize=max_queue_batches)
+        self._replay_buf: List[Tuple[bytes, bytes]] = []
         self._replay_max = replay_buffer
         self._stats = dict(batches=0, events=0, dropped_events=0, resyncs=0, replay_requests=0)
         self._stats_lock = threading.RLock()
@@ -314,14 +322,14 @@ class KvEventPublisher(OwnsHandle):
         self._subscribers = 0
         self._cv = threading.Condition()
 
-        self._ctx = zmq.Context.instance()
+        self._ctx: Any = zmq.Context.instance()
         self._pub = self._ctx.socket(zmq.XPUB)
         self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, and (VERBOSER) every unsubscription
         if hasattr(zmq, "XPUB_VERBOSER"):
             self._pub.setsockopt(zmq.XPUB_VERBOSER, 1)
         self._pub.setsockopt(zmq.SNDHWM, hwm)
         self._pub.setsockopt(zmq.LINGER, linger_ms)
-        self._replay = None
+        self._replay: Any = None  # the ROUTER socket when replay_endpoint is given
         try:
             (self._pub.connect if connect else self._pub.bind)(endpoint)
             if replay_endpoint:
@@ -343,7 +351,7 @@ class KvEventPublisher(OwnsHandle):
         self._thread.start()
 
     # -- caller side ---------------------------------------------------------------------------------
-    def flush(self):
+    def flush(self) -> int:
         """Drain the manager's pending events and queue them as one batch. Returns the number of wire
         events queued (0 when there was nothing to say). Raises TokenIdRangeError for a token id that
         does not fit 32 bits (UnknownMediumError for a medium without a wire name, SaltNameError for a
@@ -354,7 +362,7 @@ class KvEventPublisher(OwnsHandle):
                                      "close() stopped its sender thread and closed its sockets")
             raw, dropped = drain_all(self._manager, self._drain_capacity)
             resync = dropped > 0
-            error = None
+            error: Optional[ValueError] = None
             try:
                 events = group_events(raw, self.block_size, self.media, self.lora_name, self._groups,
                                       self.salt_names)
@@ -380,7 +388,7 @@ class KvEventPublisher(OwnsHandle):
                 raise error
             return len(events)
 
-    def _count_drop(self, n, where):
+    def _count_drop(self, n: int, where: str) -> None:
         with self._stats_lock:
             self._stats["dropped_events"] += n
             self._stats["resyncs"] += 1
@@ -390,7 +398,7 @@ class KvEventPublisher(OwnsHandle):
             log.warning("kvblock.events %s: %d event(s) lost in the %s; subscribers get AllBlocksCleared "
                         "and rebuild from the following events", self.bound_endpoint, n, where)
 
-    def wait_for_subscribers(self, n=1, timeout=10.0):
+    def wait_for_subscribers(self, n: int = 1, timeout: float = 10.0) -> bool:
         """True once n subscriptions are live (a router has connected), False after timeout seconds."""
         deadline = time.monotonic() + timeout
         with self._cv:
@@ -401,7 +409,7 @@ class KvEventPublisher(OwnsHandle):
                 self._cv.wait(left)
             return True
 
-    def wait_sent(self, timeout=10.0):
+    def wait_sent(self, timeout: float = 10.0) -> bool:
         """True once every queued batch has been handed to ZMQ (for tests and orderly shutdown)."""
         deadline = time.monotonic() + timeout
         while self._queue.unfinished_tasks:
@@ -410,7 +418,7 @@ class KvEventPublisher(OwnsHandle):
             time.sleep(0.001)
         return True
 
-    def stats(self):
+    def stats(self) -> Dict[str, int]:
         """batches / events (wire events) sent; dropped_events (manager events lost: in its buffer, refused
         for a token id, or in a batch the full queue could not take); resyncs (AllBlocksCleared sent for
         gaps); replay_requests; subscribers (live subscriptions that match the topic); queued_batches."""
@@ -420,7 +428,7 @@ class KvEventPublisher(OwnsHandle):
         s["queued_batches"] = self._queue.qsize()
         return s
 
-    def close(self, timeout=5.0):
+    def close(self, timeout: float = 5.0) -> None:
         """Flush what the manager still holds, send everything queued (bounded by timeout), stop.
         Idempotent and safe from several threads at once: the first close() does the work and the others
         return when it is done (closing the wake pipe twice could close a descriptor reused meanwhile)."""
@@ -441,25 +449,25 @@ class KvEventPublisher(OwnsHandle):
             os.close(self._wake_w)
             self._close_sockets()
 
-    def __enter__(self):
+    def __enter__(self) -> "KvEventPublisher":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _close_sockets(self):
+    def _close_sockets(self) -> None:
         for s in (self._pub, self._replay):
             if s is not None:
                 s.close()
 
-    def _wake(self):
+    def _wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:  # the pipe is full: the thread is awake already
             pass
 
     # -- sender thread: owns both sockets --------------------------------------------------------------
-    def _run(self):
+    def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._pub, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
@@ -496,7 +504,7 @@ class KvEventPublisher(OwnsHandle):
             if not self._running and self._queue.empty():
                 return
 
-    def _read_subscriptions(self):
+    def _read_subscriptions(self) -> None:
         while True:
             try:
                 msg = self._pub.recv(zmq.NOBLOCK)
@@ -508,7 +516,7 @@ class KvEventPublisher(OwnsHandle):
                     self._subscribers += 1 if msg[:1] == b"\x01" else -1
                     self._cv.notify_all()
 
-    def _serve_replay(self):
+    def _serve_replay(self) -> None:
         while True:
             try:
                 frames = self._replay.recv_multipart(zmq.NOBLOCK)

@@ -19,7 +19,7 @@ from . import _lib
 from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, real, scalar, size, u32, u64
 from ._guard import GuardedHandle
 from ._nocopy import OwnsHandle
-from .errors import KvbArgumentError, check, header_enum_members
+from .errors import KvbArgumentError, KvbClosedError, check, header_enum_members
 
 if TYPE_CHECKING:
     from .errors import HeaderEnumMeta
@@ -180,7 +180,7 @@ class Manager(OwnsHandle):
         cfg.index_seed = u64(index_seed, "index_seed")
         if host_cache_twin_percent is not None:  # the library refuses more than 100, naming it
             cfg.host_cache_twin_percent = u32(host_cache_twin_percent, "host_cache_twin_percent")
-        specs = None
+        specs: Any = None  # kvb_group_spec[] when groups are given
         if groups is not None and not isinstance(groups, (list, tuple)):
             raise KvbArgumentError(f"groups must be a list of group specs, got {type(groups).__name__} {groups!r}")
         if groups:
@@ -243,6 +243,8 @@ class Manager(OwnsHandle):
         """The kvb_manager* itself, NOT held: a close() on another thread may free it under its user. Only for
         code that guarantees no close() meanwhile (the benchmark's raw-cffi floor); everything else calls
         through self._call / self._run."""
+        if self._guard is None:
+            raise KvbClosedError("kvblock.Manager (not created)", "its __init__ failed")
         return self._guard.unguarded()
 
     # -- sequences: the core flow ----------------------------------------------------------------

@@ -146,6 +146,28 @@ def test_hybrid_window_and_full_layers_as_kv_cache_groups():
         assert not np.allclose(lg, Model(other).dense_logits(seq), atol=1e-3)
 
 
+@pytest.mark.parametrize("preemption,host_cache", [("swap", False), ("recompute", True), ("swap", True)])
+def test_hybrid_model_swaps_and_host_caches(preemption, host_cache):
+    """A hybrid model (window and full layers as two KV cache groups) with swap preemption and the host prefix
+    cache, which the manager supports for groups (a sequence swaps all its groups as one; each group's
+    blocks offload and load under their own key) and the engine once refused: token-exact against the dense
+    reference, with swaps and host hits actually happening."""
+    model = Model(ModelConfig(seed=5, num_layers=4, window=16, sink=4, hybrid=True))
+    rng = np.random.default_rng(7)
+    families = [rng.integers(0, model.cfg.vocab, 32).tolist() for _ in range(3)]
+    reqs = [Request(r, families[r % 3] + rng.integers(0, model.cfg.vocab, 3 + r).tolist(), 16, seed=1)
+            for r in range(9)]
+    cfg = EngineConfig(num_blocks=28, block_size=8, num_host_blocks=48, host_cache=host_cache, max_num_seqs=3,
+                       max_batched_tokens=32, preemption=preemption, record_logits=True)
+    eng = run_and_check(model, reqs, cfg)
+    st = eng.mgr.stats()
+    if preemption == "swap":
+        assert eng.metrics.swaps_out > 0 and eng.metrics.swaps_in == eng.metrics.swaps_out, eng.metrics
+    if host_cache:
+        assert st["host_hit_tokens"] > 0 and eng.metrics.loaded_blocks == st["loaded_blocks"] > 0, st
+        assert eng.metrics.offloaded_blocks == st["offloaded_blocks"] > 0
+
+
 def test_prefix_caching_reduces_computed_tokens(model):
     computed = {}
     for caching in (True, False):

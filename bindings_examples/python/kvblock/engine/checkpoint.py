@@ -35,7 +35,7 @@ class HFConfig:
     hybrid: bool = False     # only window_layers slide (Qwen2's max_window_layers): two KV cache groups
     window_layers: Tuple[int, ...] = ()
 
-    def layer_window(self, layer: int) -> tuple:
+    def layer_window(self, layer: int) -> Tuple[int, int]:
         """(window, sink) of a layer; (0, 0) = full attention."""
         if self.hybrid and layer not in self.window_layers:
             return 0, 0

@@ -5,7 +5,7 @@ and libkvblock's kernels while the reference plugs in plain numpy."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class ModelConfig:
     hybrid: bool = False
     seed: int = 0
 
-    def layer_window(self, layer: int) -> tuple:
+    def layer_window(self, layer: int) -> Tuple[int, int]:
         """(window, sink) of a layer; (0, 0) = full attention."""
         if self.hybrid and layer % 2 == 1:
             return 0, 0

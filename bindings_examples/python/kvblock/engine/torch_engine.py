@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from ..kernels import KVCache
-from .engine import Engine, EngineConfig, StepBatch, _Clock
+from .config import Clock, EngineConfig
+from .engine import Engine
 from .runner import ModelRunner
 from .sequence import Request
 from .torch_model import TorchModel
@@ -24,19 +25,25 @@ class TorchEngine(Engine):
     elementwise work and Python (the remainder). It serialises the device and turns graphs off: use it for
     the breakdown, not for throughput."""
 
+    model: TorchModel
+    runner: ModelRunner
+
     def __init__(self, model: TorchModel, cfg: EngineConfig = EngineConfig(), *, cuda_graph: Union[bool, str] = True,
                  profile: bool = False) -> None:
+        self._cuda_graph, self._profile = cuda_graph, profile  # for _make_runner, called by Engine.__init__
         super().__init__(model, cfg)
-        sync = None
-        if profile:
+
+    def _make_runner(self) -> ModelRunner:
+        model = self.model
+        if self._profile:
             sync = (lambda: torch.cuda.synchronize(model.device)) if model.device.type == "cuda" else (lambda: None)
-            self._kernel_clock = _Clock(self.metrics, "kernel_s", sync)
-            model.matmul_clock = _Clock(self.metrics, "matmul_s", sync)
-            model.elementwise_clock = _Clock(self.metrics, "elementwise_s", sync)
+            self._kernel_clock = self.mover.kernel_clock = Clock(self.metrics, "kernel_s", sync)
+            model.matmul_clock = Clock(self.metrics, "matmul_s", sync)
+            model.elementwise_clock = Clock(self.metrics, "elementwise_s", sync)
         else:
             model.matmul_clock = model.elementwise_clock = contextlib.nullcontext()
-        self.runner = ModelRunner(model, self.cache, cfg.max_num_seqs, cuda_graph=False if profile else cuda_graph,
-                                  kernel_clock=self._kernel_clock)
+        return ModelRunner(model, self.cache, self.cfg.max_num_seqs,
+                           cuda_graph=False if self._profile else self._cuda_graph, kernel_clock=self._kernel_clock)
 
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
         mc, cfg, m = self.model.cfg, self.cfg, self.model
@@ -64,9 +71,6 @@ class TorchEngine(Engine):
             raise ValueError(f"request {req.req_id}: token id {bad[0]} is outside the vocabulary [0, "
                              f"{self.model.cfg.vocab})")
         super().add_request(req)
-
-    def _forward(self, b: StepBatch) -> Tuple[torch.Tensor, Optional[List[int]]]:
-        return self.runner.run(b)
 
     def _host_logits(self, logits: Any) -> np.ndarray:
         return logits.float().cpu().numpy()

@@ -1,0 +1,61 @@
+"""The KV copies that the manager's decisions hand out, run on the engine's caches in the order the header
+requires (kvblock.h, "Host cache"): the host cache's pending transfers (all offloads, then all loads)
+before any copy of the engine's own (swap-out, swap-in, copy-on-write) and before the forward step, so that
+every offload reads its device block before anything overwrites it and every loaded block holds its KV
+before a kernel reads it or a later copy overwrites its source."""
+from __future__ import annotations
+
+from typing import Any, ContextManager, Optional
+
+import numpy as np
+
+from ..kernels import KVCache, copy_blocks, swap_blocks
+from ..manager import Manager
+from .config import Metrics
+
+
+class BlockMover:
+    """cache: the device pool's KV cache; host: the host blocks' one (None without host blocks)."""
+
+    def __init__(self, mgr: Manager, cache: KVCache, host: Optional[KVCache], metrics: Metrics,
+                 mgr_clock: ContextManager[Any], kernel_clock: ContextManager[Any]) -> None:
+        self.mgr, self.cache, self.host, self.metrics = mgr, cache, host, metrics
+        self.mgr_clock, self.kernel_clock = mgr_clock, kernel_clock
+
+    def _host_cache(self) -> KVCache:
+        if self.host is None:  # the manager hands out host copies only when it has host blocks
+            raise RuntimeError("engine: the manager asked for a host copy, but the engine has no host blocks")
+        return self.host
+
+    def host_transfers(self) -> None:
+        """Runs the host cache's pending transfers (none without the host cache)."""
+        if not self.mgr.host_cache:
+            return
+        with self.mgr_clock:
+            offloads, loads = self.mgr.drain_host_transfers()
+        if len(offloads) or len(loads):
+            host = self._host_cache()
+            with self.kernel_clock:
+                swap_blocks(self.cache, host, offloads)
+                swap_blocks(host, self.cache, loads)
+            self.metrics.offloaded_blocks += len(offloads)
+            self.metrics.loaded_blocks += len(loads)
+
+    def swap_out(self, pairs: np.ndarray) -> None:
+        """(device src, host dst) pairs of Manager.swap_out."""
+        self.host_transfers()
+        with self.kernel_clock:
+            swap_blocks(self.cache, self._host_cache(), pairs)
+
+    def swap_in(self, pairs: np.ndarray) -> None:
+        """(host src, device dst) pairs of Manager.swap_in."""
+        self.host_transfers()
+        with self.kernel_clock:
+            swap_blocks(self._host_cache(), self.cache, pairs)
+
+    def copy_on_write(self, pairs: np.ndarray) -> None:
+        """(src, dst) pairs of Manager.drain_copies."""
+        self.host_transfers()
+        with self.kernel_clock:
+            copy_blocks(self.cache, pairs)
+        self.metrics.cow_copies += len(pairs)

@@ -1,0 +1,126 @@
+"""The scheduler (nano-vllm's Scheduler, on libkvblock's manager): the waiting / running / swapped queues,
+and per step which sequences run: swapped ones back first, then one decode token for every running
+sequence (out of blocks: preempt the newest, by swap or recompute), then prompt chunks of running and new
+sequences within the token budget. Admission asks the manager (can_allocate, can_swap_in) and keeps room
+for every running sequence to grow; the block copies these decisions need run through the BlockMover."""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, ContextManager, Deque, List, Optional, Tuple
+
+import numpy as np
+
+from ..errors import KvbError
+from ..errors import Status as KvbStatus
+from ..manager import Availability, Manager
+from .block_mover import BlockMover
+from .config import EngineConfig, Metrics
+from .sequence import Seq, Status
+
+
+class Scheduler:
+    """salt(seq): the cache salt its blocks are allocated under (None: shared with every request)."""
+
+    def __init__(self, cfg: EngineConfig, mgr: Manager, mover: BlockMover, metrics: Metrics,
+                 mgr_clock: ContextManager[Any], salt: Callable[[Seq], Optional[int]]) -> None:
+        self.cfg, self.mgr, self.mover, self.metrics = cfg, mgr, mover, metrics
+        self.mgr_clock, self.salt = mgr_clock, salt
+        self.waiting: Deque[Seq] = collections.deque()
+        self.running: List[Seq] = []
+        self.swapped: Deque[Seq] = collections.deque()
+
+    def add(self, s: Seq) -> None:
+        self.waiting.append(s)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def _free_blocks_after(self, new_tokens: int) -> int:
+        return self.mgr.num_free_blocks - -(-new_tokens // self.cfg.block_size)
+
+    def preempt(self, victim: Seq) -> None:
+        """Swaps the victim out (preemption="swap", when the host has room), else frees it to be recomputed
+        from its tokens (prompt + generated) when readmitted."""
+        self.running.remove(victim)
+        if (self.cfg.preemption == "swap" and victim.pending and self.mover.host is not None
+                and self.mgr.can_swap_out(victim.seq_id) == Availability.OK):
+            with self.mgr_clock:
+                pairs = self.mgr.swap_out(victim.seq_id)
+            self.mover.swap_out(pairs)
+            victim.status = Status.SWAPPED
+            self.swapped.append(victim)
+            self.metrics.swaps_out += 1
+            return
+        with self.mgr_clock:
+            self.mgr.free(victim.seq_id)
+        victim.num_computed, victim.pending, victim.status = 0, False, Status.WAITING
+        self.waiting.appendleft(victim)
+        self.metrics.preemptions += 1
+
+    def schedule(self) -> Tuple[List[Seq], List[Tuple[Seq, int]]]:
+        """This step's (decodes, prefills): the sequences that decode one token, and (sequence, chunk)
+        prompt chunks; their blocks are allocated (and appended to) in the manager."""
+        cfg, mgr = self.cfg, self.mgr
+        budget = cfg.max_batched_tokens
+        # Swapped sequences come back first, when the pool can take them and still grow every running one.
+        while self.swapped and len(self.running) < cfg.max_num_seqs:
+            s = self.swapped[0]
+            with self.mgr_clock:
+                if (mgr.can_swap_in(s.seq_id) != Availability.OK or
+                        mgr.num_free_blocks - mgr.info(s.seq_id).num_held_blocks <= len(self.running)):
+                    break
+                pairs = mgr.swap_in(s.seq_id)
+            self.mover.swap_in(pairs)
+            self.swapped.popleft()
+            s.status = Status.RUNNING
+            self.running.append(s)
+            self.metrics.swaps_in += 1
+        # Decode: append every sampled token in one call; out of blocks -> preempt the newest and retry.
+        decodes = [s for s in self.running if s.pending]
+        while decodes:
+            ids = np.fromiter((s.seq_id for s in decodes), np.int64, len(decodes))
+            toks = np.fromiter((s.tokens[-1] for s in decodes), np.int64, len(decodes))
+            try:
+                with self.mgr_clock:
+                    mgr.batch_append(ids, toks)
+                break
+            except KvbError as e:
+                if e.status != KvbStatus.OUT_OF_BLOCKS or len(self.running) == 1:
+                    raise
+                victim = self.running[-1]
+                self.preempt(victim)
+                if victim in decodes:
+                    decodes.remove(victim)
+        for s in decodes:
+            s.pending = False
+        budget -= len(decodes)
+        with self.mgr_clock:
+            pairs = mgr.drain_copies()
+        if len(pairs):
+            self.mover.copy_on_write(pairs)
+        # Prompts being prefilled continue, then new requests, chunked to the budget.
+        prefills: List[Tuple[Seq, int]] = []
+        decoding = {s.seq_id for s in decodes}
+        for s in self.running:
+            if budget <= 0:
+                break
+            if s.seq_id not in decoding and s.num_computed < len(s.tokens):
+                chunk = min(len(s.tokens) - s.num_computed, budget)
+                prefills.append((s, chunk))
+                budget -= chunk
+        while self.waiting and not self.swapped and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            s = self.waiting[0]
+            with self.mgr_clock:
+                cached = mgr.can_allocate(s.tokens, cache_salt=self.salt(s))
+                if cached is None or self._free_blocks_after(len(s.tokens) - cached) < len(self.running):
+                    if not self.running and cached is None and mgr.num_free_blocks == mgr.num_blocks:
+                        raise RuntimeError(f"request {s.request.req_id}: {len(s.tokens)} tokens never fit the pool")
+                    break
+                cached = mgr.allocate(s.seq_id, s.tokens, cache_salt=self.salt(s))
+            self.waiting.popleft()
+            s.num_computed, s.status = cached, Status.RUNNING
+            self.running.append(s)
+            chunk = min(len(s.tokens) - cached, budget)
+            prefills.append((s, chunk))
+            budget -= chunk
+        return decodes, prefills

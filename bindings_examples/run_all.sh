@@ -85,6 +85,15 @@ else
   run python env PYTHONPATH="$pydir" python3 -m pytest -v -rs -p no:cacheprovider "$pydir/tests"
 fi
 
+# Python lint: ruff (pyflakes, pycodestyle, isort) and mypy (the package fully annotated, the demos checked),
+# as configured in bindings_examples/python/pyproject.toml; caches under the build dir.
+if ! have python3 || ! python3 -m ruff --version >/dev/null 2>&1 || ! python3 -m mypy --version >/dev/null 2>&1; then
+  skip python-lint "python3 -m ruff or python3 -m mypy not available (pip install ruff mypy)"
+else
+  run python-lint sh -c "cd '$pydir' && python3 -m ruff check --no-cache . &&
+    python3 -m mypy --cache-dir '$build/mypy-cache'"
+fi
+
 # Rust: cargo, offline, no dependencies; target dir under the build dir.
 if ! have cargo; then
   skip rust "cargo not found"

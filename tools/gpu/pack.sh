@@ -30,6 +30,10 @@ for t in "$@"; do strip -o "$pack/tests/$t" "$build/tests/$t"; done
 cp -r bindings_examples/python/kvblock "$pack/python/kvblock"
 find "$pack/python" -name __pycache__ -prune -exec rm -rf {} +
 rm -f "$pack/python/kvblock/libkvblock.so" "$pack/python/kvblock/kvblock_cdef.h"
+# The package's version as a literal, as setup.py writes it into a wheel (the pack has no header to read).
+version=$(sed -n 's/^#define KVB_VERSION_[A-Z]* \([0-9]*\)$/\1/p' abi/kvblock.h | paste -sd. -)
+printf '"""libkvblock'"'"'s version (abi/kvblock.h), written by tools/gpu/pack.sh."""\n__version__ = "%s"\n' \
+  "$version" >"$pack/python/kvblock/_version.py"
 mkdir -p "$pack/python/gpu"
 cp tools/gpu/bench_torch.py tools/gpu/torch_cases.py tools/gpu/torch_timing.py "$pack/python/gpu/"
 

@@ -30,10 +30,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from kvblock import library_version  # noqa: E402
-from kvblock.engine import EngineConfig, Request  # noqa: E402
+from kvblock.engine import EngineConfig, Request, Seq  # noqa: E402
 from kvblock.engine.checkpoint import write_tiny_checkpoint  # noqa: E402
 from kvblock.engine.hf_reference import compare_logits, hf_greedy, hf_logits, load_hf  # noqa: E402
 from kvblock.engine.serve import bench  # noqa: E402
+from kvblock.engine.step import StepBatch  # noqa: E402
 from kvblock.engine.torch_engine import TorchEngine  # noqa: E402
 from kvblock.engine.torch_model import TorchModel  # noqa: E402
 from kvblock.kernels import cuda_device_count  # noqa: E402
@@ -56,7 +57,8 @@ def prompts(vocab: int, n: int, shared: int, seed: int) -> list:
     return [prefix + rng.integers(0, vocab, 10 + 9 * i).tolist() for i in range(n)]
 
 
-def run_engine(model_dir: str, dtype: str, ps: list, max_tokens: int, n: int = 1, record: bool = False, **cfg):
+def run_engine(model_dir: str, dtype: str, ps: List[List[int]], max_tokens: int, n: int = 1, record: bool = False,
+               **cfg: Any) -> Tuple[Dict[int, List[Seq]], TorchEngine, float]:
     model = TorchModel.from_pretrained(model_dir, DEVICE, dtype, max_len=1024)
     eng = TorchEngine(model, EngineConfig(record_logits=record, **cfg))
     for i, p in enumerate(ps):
@@ -128,7 +130,7 @@ def check_fault_surfaces(model_dir: str, vocab: int) -> None:
     class FaultyEngine(TorchEngine):
         injected = False
 
-        def _prepare(self, decodes, prefills):
+        def _prepare(self, decodes: List[Seq], prefills: List[Tuple[Seq, int]]) -> StepBatch:
             b = super()._prepare(decodes, prefills)
             if decodes and not prefills and self.runner.graph_replays >= 2 and not self.injected:
                 b.per_group[0][1][0, 0] = 10 ** 6  # block id of the first decode row's first block

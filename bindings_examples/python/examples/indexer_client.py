@@ -20,11 +20,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 PINNED_VERSION = "1.6.1"
 
 
-def indexer_python():
+def indexer_python() -> Optional[str]:
     """The interpreter that can run `-m dynamo.indexer` ($KVBLOCK_DYNAMO_PYTHON, else this one), or None."""
     py = os.environ.get("KVBLOCK_DYNAMO_PYTHON") or sys.executable
     try:
@@ -34,10 +35,11 @@ def indexer_python():
     return py if ok else None
 
 
-def free_port():
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class IndexerError(RuntimeError):
@@ -47,11 +49,13 @@ class IndexerError(RuntimeError):
 class DynamoIndexer:
     """One `python -m dynamo.indexer` process on 127.0.0.1:port; stop() (or `with`) ends it."""
 
-    def __init__(self, python=None, port=None, threads=1, startup_timeout=60.0):
-        self.python = python or indexer_python()
-        if self.python is None:
+    def __init__(self, python: Optional[str] = None, port: Optional[int] = None, threads: int = 1,
+                 startup_timeout: float = 60.0) -> None:
+        found = python or indexer_python()
+        if found is None:
             raise IndexerError("dynamo.indexer is not importable (pip install ai-dynamo-runtime==%s)"
                                % PINNED_VERSION)
+        self.python: str = found
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = tempfile.NamedTemporaryFile(prefix="dynamo-indexer-", suffix=".log", delete=False)
@@ -73,7 +77,7 @@ class DynamoIndexer:
                                        f"{startup_timeout:.0f} s:\n{self.log_tail()}")
                 time.sleep(0.05)
 
-    def _request(self, method, path, body=None, timeout=10):
+    def _request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None, timeout: float = 10) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Content-Type": "application/json"})
@@ -84,9 +88,9 @@ class DynamoIndexer:
             raise IndexerError(f"{method} {path}: HTTP {e.code}: {e.read().decode(errors='replace')}") from None
         return json.loads(text) if text else None
 
-    def register(self, instance_id, endpoint, block_size, model_name="default", dp_rank=None,
-                 replay_endpoint=None):
-        body = {"instance_id": instance_id, "endpoint": endpoint, "model_name": model_name,
+    def register(self, instance_id: int, endpoint: str, block_size: int, model_name: str = "default",
+                 dp_rank: Optional[int] = None, replay_endpoint: Optional[str] = None) -> Any:
+        body: Dict[str, Any] = {"instance_id": instance_id, "endpoint": endpoint, "model_name": model_name,
                 "block_size": block_size}
         if dp_rank is not None:
             body["dp_rank"] = dp_rank
@@ -94,20 +98,20 @@ class DynamoIndexer:
             body["replay_endpoint"] = replay_endpoint
         return self._request("POST", "/register", body)
 
-    def workers(self):
+    def workers(self) -> List[Dict[str, Any]]:
         return self._request("GET", "/workers")
 
-    def query(self, token_ids, model_name="default"):
+    def query(self, token_ids: Iterable[int], model_name: str = "default") -> Dict[str, Any]:
         """The raw /query answer: {"scores": {instance: {dp_rank: tokens}}, "frequencies", "instances"}."""
         ids = token_ids.tolist() if hasattr(token_ids, "tolist") else [int(t) for t in token_ids]
         return self._request("POST", "/query", {"token_ids": ids, "model_name": model_name})
 
-    def scores(self, token_ids, model_name="default"):
+    def scores(self, token_ids: Iterable[int], model_name: str = "default") -> Dict[int, int]:
         """{instance_id: matched tokens} (dp ranks summed; instances with no match are absent)."""
         out = self.query(token_ids, model_name)
         return {int(inst): sum(per_rank.values()) for inst, per_rank in out["scores"].items()}
 
-    def tier_scores(self, token_ids, model_name="default"):
+    def tier_scores(self, token_ids: Iterable[int], model_name: str = "default") -> Dict[int, Tuple[int, int]]:
         """{instance_id: (gpu, cpu)}: the indexer's per-tier matches ("instances" of /query). gpu = tokens of
         the prefix announced with medium "GPU"; cpu = tokens of the prefix whose every block is announced on
         "GPU" or "CPU". Instances with no match on any tier are absent."""
@@ -115,7 +119,7 @@ class DynamoIndexer:
         return {int(inst): (t.get("gpu", 0), t.get("cpu", 0)) for inst, t in out.items()
                 if t.get("gpu", 0) or t.get("cpu", 0)}
 
-    def wait_listening(self, n, model_name=None, timeout=30.0):
+    def wait_listening(self, n: int, model_name: Optional[str] = None, timeout: float = 30.0) -> None:
         """Until n registered listeners report active (their SUB sockets are connecting)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -127,14 +131,14 @@ class DynamoIndexer:
                 raise IndexerError(f"{active} of {n} listeners active after {timeout} s: {ws}")
             time.sleep(0.02)
 
-    def log_tail(self, n=4000):
+    def log_tail(self, n: int = 4000) -> str:
         try:
             with open(self._log.name, errors="replace") as f:
                 return re.sub(r"\x1b\[[0-9;]*m", "", f.read())[-n:]
         except OSError:
             return ""
 
-    def stop(self, timeout=10.0):
+    def stop(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -148,8 +152,8 @@ class DynamoIndexer:
         except OSError:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "DynamoIndexer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -35,6 +35,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -47,8 +48,12 @@ GEN_BASE, GEN_STRIDE = 2**31, 2048
 DEFAULT_TRACE = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
 
-def load_trace(path, limit=None):
-    out = []
+# One request of the trace: (hash_ids, input_length, output_length).
+TraceRequest = Tuple[List[int], int, int]
+
+
+def load_trace(path: Any, limit: Optional[int] = None) -> List[TraceRequest]:
+    out: List[TraceRequest] = []
     with open(path) as f:
         for line in f:
             if not line.strip():
@@ -60,12 +65,12 @@ def load_trace(path, limit=None):
     return out
 
 
-def prompt_tokens(hash_ids, n):
+def prompt_tokens(hash_ids: Sequence[int], n: int) -> np.ndarray:
     ids = np.asarray(hash_ids, np.int64)
     return (np.repeat(ids * HASH_BLOCK, HASH_BLOCK) + np.tile(np.arange(HASH_BLOCK), len(ids)))[:n]
 
 
-def generated_tokens(r, n):
+def generated_tokens(r: int, n: int) -> np.ndarray:
     if n > GEN_STRIDE:
         raise ValueError(f"request {r}: {n} generated tokens exceed the {GEN_STRIDE} this expansion allows")
     return np.arange(GEN_BASE + r * GEN_STRIDE, GEN_BASE + r * GEN_STRIDE + n, dtype=np.int64)
@@ -74,7 +79,7 @@ def generated_tokens(r, n):
 class Engine:
     """One libkvblock manager with events, its publisher, and its counters."""
 
-    def __init__(self, instance_id, num_blocks, block_size, model=None):
+    def __init__(self, instance_id: int, num_blocks: int, block_size: int, model: Optional[str] = None) -> None:
         """model: publish on llm-d's topic for this engine and model (positional events); None: topic ""."""
         self.m = Manager(num_blocks, block_size, events=True)
         self.id = instance_id
@@ -83,7 +88,7 @@ class Engine:
                                            encoding="array" if model is not None else "map")
         self.requests = self.prompt_tokens = self.cached_tokens = self.computed_tokens = 0
 
-    def serve(self, seq_id, prompt, generated):
+    def serve(self, seq_id: int, prompt: np.ndarray, generated: np.ndarray) -> int:
         """Replays one request; returns its prefix-cached prompt tokens."""
         m = self.m
         cached = m.allocate(seq_id, prompt)
@@ -99,16 +104,16 @@ class Engine:
         self.computed_tokens += len(prompt) - cached + len(generated)
         return cached
 
-    def full_blocks_cached(self, tokens):
+    def full_blocks_cached(self, tokens: np.ndarray) -> Optional[int]:
         """Tokens of `tokens`' full blocks this engine holds as a prefix (what the indexer should score)."""
         return self.m.can_allocate(np.append(tokens, 0))
 
-    def close(self):
+    def close(self) -> None:
         self.pub.close()
         self.m.close()
 
 
-def pick(policy, scores, engines, rr_next, epsilon):
+def pick(policy: str, scores: Dict[int, int], engines: List[Engine], rr_next: int, epsilon: float) -> Engine:
     if policy in ("rr", "one"):
         return engines[rr_next % len(engines)]
     loads = [e.computed_tokens for e in engines]
@@ -117,7 +122,8 @@ def pick(policy, scores, engines, rr_next, epsilon):
     return max(eligible, key=lambda e: (scores.get(e.id, 0), -e.computed_tokens, -e.id))
 
 
-def wait_applied(indexer, engine, tokens, model, timeout=60.0):
+def wait_applied(indexer: indexer_client.DynamoIndexer, engine: Engine, tokens: np.ndarray, model: str,
+                 timeout: float = 60.0) -> None:
     want = engine.full_blocks_cached(tokens)
     deadline = time.monotonic() + timeout
     while indexer.scores(tokens, model).get(engine.id, 0) != want:
@@ -127,7 +133,8 @@ def wait_applied(indexer, engine, tokens, model, timeout=60.0):
         time.sleep(0.0005)
 
 
-def run_policy(policy, trace, args, indexer, model, id_base):
+def run_policy(policy: str, trace: List[TraceRequest], args: argparse.Namespace,
+               indexer: Optional[indexer_client.DynamoIndexer], model: str, id_base: int) -> Dict[str, Any]:
     topic_model = model if args.llmd_topics else None
     if policy == "one":
         engines = [Engine(id_base + 1, args.num_blocks * args.instances, args.block_size, topic_model)]
@@ -137,18 +144,20 @@ def run_policy(policy, trace, args, indexer, model, id_base):
     try:
         uses_indexer = policy not in ("rr", "one")
         if uses_indexer:
+            assert indexer is not None  # main() starts one for the policies that use it
             for e in engines:
                 indexer.register(e.id, e.pub.bound_endpoint, args.block_size, model_name=model)
             for e in engines:
                 if not e.pub.wait_for_subscribers(1, 60):
                     raise RuntimeError("the indexer never subscribed to engine %d" % e.id)
         t0 = time.monotonic()
-        prev = None
+        prev: Optional[Tuple[Engine, np.ndarray]] = None
         for r, (hash_ids, n_in, n_out) in enumerate(trace):
             prompt = prompt_tokens(hash_ids, n_in)
             gen = generated_tokens(r, n_out)
-            scores = {}
+            scores: Dict[int, int] = {}
             if uses_indexer:
+                assert indexer is not None  # main() starts one for the policies that use it
                 if prev is not None:
                     wait_applied(indexer, *prev, model)
                 scores = indexer.scores(prompt, model)
@@ -171,7 +180,7 @@ def run_policy(policy, trace, args, indexer, model, id_base):
             e.close()
 
 
-def report(results, args, n_requests):
+def report(results: List[Dict[str, Any]], args: argparse.Namespace, n_requests: int) -> None:
     print(f"\n{n_requests} requests of {os.path.basename(args.trace)}, {args.instances} engines x "
           f"{args.num_blocks} blocks of {args.block_size} tokens, kv epsilon {args.epsilon}\n")
     print("| policy | prefix hit ratio | requests per engine | computed tokens per engine (M) | load spread max/mean |")
@@ -191,7 +200,7 @@ def report(results, args, n_requests):
               f"{res['dropped']} dropped")
 
 
-def main(argv=None):
+def main(argv: Optional[List[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python examples/route_demo.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default=str(DEFAULT_TRACE), help="Mooncake trace (JSON lines with hash_ids)")
     ap.add_argument("--instances", type=int, default=4)

@@ -9,6 +9,8 @@
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 for v in $(env | sed -n 's/^\(KVBLOCK_[A-Za-z_]*\)=.*/\1/p'); do unset "$v"; done
+# Not a sub-make of `make check-bindings`: its jobserver descriptors do not survive pip (setup.py's -j2).
+unset MAKEFLAGS MFLAGS MAKELEVEL
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvblock-sdist.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fail() { echo "FAIL sdist: $*"; exit 1; }

@@ -75,7 +75,8 @@ def _stream(stream: Any) -> Any:
     if handle is None:
         handle = getattr(stream, "ptr", None)  # cupy Stream
     if handle is None:
-        raise KvbArgumentError(f"stream must be None, an int handle or a CUDA stream object, got {type(stream).__name__}")
+        raise KvbArgumentError("stream must be None, an int handle or a CUDA stream object, got "
+                               f"{type(stream).__name__}")
     return ffi.cast("void*", int(handle))
 
 
@@ -128,7 +129,8 @@ class KVCache(OwnsHandle):
 
     def _init(self, ks: List[Any], vs: List[Any]) -> None:
         if not ks or len(ks) != len(vs):
-            raise KvbArgumentError(f"k_layers and v_layers must be non-empty and equally long, got {len(ks)} and {len(vs)}")
+            raise KvbArgumentError("k_layers and v_layers must be non-empty and equally long, got "
+                                   f"{len(ks)} and {len(vs)}")
         self.k, self.v = ks, vs
         self.num_layers = len(ks)
         first = view(ks[0], "k_layers[0]")
@@ -216,7 +218,8 @@ def write_kv(cache: KVCache, layer: int, key: Any, value: Any, slot_mapping: Any
     check(_lib.lib.kvb_write_kv(cache.desc(layer), a, _stream(stream)))
 
 
-def _attention_common(cache: KVCache, q: Any, out: Any, block_tables: Any, seq_lens: Any, num_seqs: int):
+def _attention_common(cache: KVCache, q: Any, out: Any, block_tables: Any, seq_lens: Any,
+                      num_seqs: int) -> tuple[View, View, View, View, int]:
     qv = view(q, "q")
     require(qv, "q", dtype=cache.dtype, ndim=3, shape=(None, None, cache.head_dim), device=cache.device,
             inner_contiguous=True)

@@ -1,6 +1,6 @@
 /* bench_attention.c - the decode-attention cases of `kvblock bench`: kvb_paged_attention over random
    block tables, every sequence at the full context, in GB/s of the K+V bytes read (fp16; on the CPU
-   also fp32), against the copy ceiling on the GPU and the streaming-read ceiling on the CPU. */
+   also fp32 and fp8 e4m3 with fp16 queries: the same shape as an fp16 row, so tokens/s compare), against the copy ceiling on the GPU and the streaming-read ceiling on the CPU. */
 #include <string.h>
 
 #include "bench_kernels_env.h"
@@ -48,13 +48,30 @@ static int kc_alloc_fp32(kenv* e, kcache* c, uint32_t nblocks) {
   return kc_upload(e, c);
 }
 
+/* An fp8 e4m3 cache (CPU only): the fp16 allocation relabelled (strides are in elements, so the bytes
+   used are the first half), filled with e4m3 codes of magnitude 1/8..1.875 (no NaN codes); scales 1. */
+static int kc_alloc_fp8(kenv* e, kcache* c, uint32_t nblocks) {
+  size_t i, n;
+  if (e->cuda || !kc_alloc(e, c, nblocks, BS, HKV, HD, 2048)) return 0;
+  c->dev.dtype = KVB_DTYPE_FP8_E4M3;
+  c->host = c->dev;
+  n = (size_t)nblocks * (size_t)c->dev.block_stride;
+  for (i = 0; i < n; i++) {
+    uint64_t x = next_rand(&e->seed);
+    ((unsigned char*)c->dev.k)[i] = (unsigned char)((x & 0x80u) | ((4u + (x >> 8) % 4u) << 3) | ((x >> 16) & 7u));
+    ((unsigned char*)c->dev.v)[i] = (unsigned char)(((x >> 24) & 0x80u) | ((4u + (x >> 32) % 4u) << 3) | ((x >> 40) & 7u));
+  }
+  return 1;
+}
+
 static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx) {
   uint32_t i, maxb = ctx / BS, nblocks = batch * maxb;
   size_t es = dtype == KVB_DTYPE_FP32 ? 4 : 2, qbytes = (size_t)batch * HQ * HD * es;
   kvb_status st;
   memset(c, 0, sizeof *c);
-  if (!(dtype == KVB_DTYPE_FP32 ? kc_alloc_fp32(e, &c->cache, nblocks)
-                                : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
+  if (!(dtype == KVB_DTYPE_FP32         ? kc_alloc_fp32(e, &c->cache, nblocks)
+        : dtype == KVB_DTYPE_FP8_E4M3 ? kc_alloc_fp8(e, &c->cache, nblocks)
+                                        : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
       !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
       !kc_buffer(e, &c->tables, (size_t)nblocks * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
     return 0;
@@ -83,27 +100,31 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
 }
 
 int bench_attention(kenv* e) {
-  /* (batch, context, fp32?), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of
+  /* (batch, context, cache dtype: 0 fp16, 1 fp32, 2 fp8 e4m3), ended by {0, 0}. GPU: one sequence (latency), then the throughput shapes of
      the PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: the goal's shapes
-     (fp16 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling (attention reads K
+     (fp16, fp8 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling (attention reads K
      and V once, with every thread). */
   static const uint32_t gpu[][3] = {{1, 4096, 0}, {32, 4096, 0}, {128, 2048, 0}, {64, 8192, 0}, {16, 32768, 0}, {0, 0, 0}};
   static const uint32_t gpu_quick[][3] = {{8, 1024, 0}, {32, 512, 0}, {0, 0, 0}};
-  static const uint32_t cpu[][3] = {{1, 4096, 0}, {8, 4096, 0}, {32, 1024, 0}, {8, 4096, 1}, {0, 0, 0}};
-  static const uint32_t cpu_quick[][3] = {{4, 256, 0}, {8, 256, 0}, {4, 256, 1}, {0, 0, 0}};
+  static const uint32_t cpu[][3] = {{1, 4096, 0}, {8, 4096, 0}, {8, 4096, 2}, {32, 1024, 0}, {8, 4096, 1}, {0, 0, 0}};
+  static const uint32_t cpu_quick[][3] = {{4, 256, 0}, {8, 256, 0}, {8, 256, 2}, {4, 256, 1}, {0, 0, 0}};
+  static const char* const prefix[] = {"", "fp32_", "fp8_"};
+  static const char* const name[] = {"", "fp32 ", "fp8_e4m3 "};
+  static const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_FP32, KVB_DTYPE_FP8_E4M3};
+  static const double elem_bytes[] = {2, 4, 1};
   const uint32_t(*shapes)[3] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
   for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
-    uint32_t batch = shapes[s][0], ctx = shapes[s][1], fp32 = shapes[s][2];
-    snprintf(key, sizeof key, "attention_%s%ux%u", fp32 ? "fp32_" : "", batch, ctx);
-    if (fp32)
-      snprintf(label, sizeof label, "paged_attention fp32 %u seqs x %u", batch, ctx);
+    uint32_t batch = shapes[s][0], ctx = shapes[s][1], dt = shapes[s][2];
+    snprintf(key, sizeof key, "attention_%s%ux%u", prefix[dt], batch, ctx);
+    if (dt)
+      snprintf(label, sizeof label, "paged_attention %s%u seqs x %u", name[dt], batch, ctx);
     else
       snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens", batch, ctx);
-    ok = attn_setup(e, &c, fp32 ? KVB_DTYPE_FP32 : KVB_DTYPE_FP16, batch, ctx) &&
-         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * (fp32 ? 4 : 2) * 2,
+    ok = attn_setup(e, &c, dtypes[dt], batch, ctx) &&
+         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * elem_bytes[dt] * 2,
                    e->cuda ? CEIL_COPY : CEIL_READ, 0);
     attn_free(&c);
   }

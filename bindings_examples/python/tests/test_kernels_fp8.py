@@ -94,3 +94,30 @@ def test_fp8_argument_checks():
     q = np.zeros((1, QH, D), np.int32)
     with pytest.raises(kvblock.KvbArgumentError, match="q: dtype"):
         kvblock.paged_attention(cache, 0, q, np.zeros((1, 1), np.int32), np.ones(1, np.int32), q)
+
+
+def test_engine_fp8_kv_against_fp16_kv():
+    from kvblock.engine import Engine, EngineConfig
+    from kvblock.engine.kv_quant import calibrate_kv_scales, compare_logits
+    from kvblock.engine.model import Model, ModelConfig
+    from kvblock.engine.sequence import Request
+
+    model = Model(ModelConfig(num_layers=2, seed=3))
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, model.cfg.vocab, 40).tolist() for _ in range(3)]
+    k, v = calibrate_kv_scales(model, prompts[0])
+    assert len(k) == 2 and all(0 < x < 1 for x in k + v)
+    runs = {}
+    for dtype, scales in (("float16", None), ("float8_e4m3", (k, v))):
+        eng = Engine(model, EngineConfig(num_blocks=64, kv_dtype=dtype, kv_scales=scales, record_logits=True))
+        for i, p in enumerate(prompts):
+            eng.add_request(Request(i, p, 4))
+        runs[dtype] = eng.run()
+        eng.close()
+    cmp = compare_logits(runs["float16"], runs["float8_e4m3"])
+    assert cmp["positions"] == 12
+    # e4m3 keeps 3 mantissa bits: the logits move, but by a small fraction of their spread
+    first = max(float(np.abs(runs["float16"][i][0].logits[0] - runs["float8_e4m3"][i][0].logits[0]).max())
+                for i in range(3))
+    spread = float(np.ptp(runs["float16"][0][0].logits[0]))
+    assert 0 < first < 0.1 * spread, (first, spread)

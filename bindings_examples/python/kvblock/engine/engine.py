@@ -34,6 +34,8 @@ class EngineConfig:
     preemption: str = "recompute"    # or "swap"
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
+    kv_dtype: str = "float32"        # or "float16", "float8_e4m3", "float8_e5m2" (the paged K/V caches)
+    kv_scales: Optional[Tuple[List[float], List[float]]] = None  # fp8: per-layer (k, v) scales (kv_quant)
     max_steps: int = 100000          # guard against a scheduler that stops making progress
     # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):
     kv_events_endpoint: Optional[str] = None         # e.g. "tcp://*:5557"; None = no events
@@ -93,9 +95,15 @@ class Engine:
                                               replay_endpoint=cfg.kv_events_replay_endpoint,
                                               topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding,
                                               replay_frames=cfg.kv_events_replay_frames, salt_names=self.salts)
-        self.cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
+        scales = {}
+        if cfg.kv_dtype.startswith("float8") and cfg.kv_scales is not None:
+            scales = {"k_scale": np.asarray(cfg.kv_scales[0]), "v_scale": np.asarray(cfg.kv_scales[1])}
+        self.cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, cfg.kv_dtype,
+                             **scales)
         self.host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
-                             "float32") if cfg.num_host_blocks else None)
+                             cfg.kv_dtype, **scales) if cfg.num_host_blocks else None)
+        # q / out / new K/V dtype: the cache's for fp32 and fp16 caches, fp32 for fp8 (the CPU reads it)
+        self.act_dtype = np.float16 if cfg.kv_dtype == "float16" else np.float32
         self.bufs = BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)
         self.group_bufs = [BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)] if mc.hybrid else []
         self.waiting: Deque[Seq] = collections.deque()
@@ -292,6 +300,8 @@ class Engine:
         mc = self.model.cfg
 
         def attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+            if self.act_dtype != np.float32:
+                q, k, v = (x.astype(self.act_dtype) for x in (q, k, v))
             out = np.empty_like(q)
             window, sink = mc.layer_window(layer)
             slots, bt_d, bt_p = per_group[1 if mc.hybrid and window == 0 else 0]
@@ -302,7 +312,7 @@ class Engine:
                 if prefills:
                     prefill_attention(self.cache, layer, q[nd:], qs_p, sl_p, bt_p, out[nd:], window=window,
                                       sink=sink)
-            return out
+            return out.astype(np.float32, copy=False)
 
         # Logits for decode rows and for the last row of each chunk that completes its prompt.
         finishing = [(s, nd + int(qs_p[j + 1]) - 1) for j, (s, c) in enumerate(prefills)

@@ -491,7 +491,24 @@ KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
    (cache k/v, q, out, key, value) is below 2^60 elements and that the tensor does not wrap the address
    space; otherwise KVB_ERR_INVALID_ARGUMENT names the stride. */
 typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
-typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
+/* FP8 caches (E4M3 = OCP "e4m3fn": bias 7, no inf, NaN 0x7f/0xff, max 448; E5M2: bias 15, max 57344)
+   store one byte per element: stored = RNE_fp8(fl32(x / scale)) with the cache's k_scale / v_scale (or
+   its per-kv-head scales), i.e. one fp32 division rounded to nearest even, then rounded to nearest even
+   (ties to the even code) to fp8 and SATURATED to the finite range: |x / scale| beyond the largest finite
+   value, +-inf included, stores +-448 (e4m3) / +-57344 (e5m2). The e5m2 inf codes are never written (the
+   same choice as vLLM's scaled conversion and the hardware cvt with .satfinite; torch's plain
+   .to(float8_e5m2) keeps inf, and .to(float8_e4m3fn) turns overflow into NaN, unlike this rule). NaN
+   stores NaN (sign | 0x7f in both formats); -0 stores 0x80; magnitudes at or below half the smallest
+   subnormal (e4m3 2^-10, e5m2 2^-17) store +-0. CPU and CUDA write the same bytes. Reading dequantizes
+   exactly: value = fp8 * scale in fp32, accumulation in fp32. An fp8 cache has its own query dtype
+   (kvb_attention_args.q_dtype, kvb_prefill_args.q_dtype) and input dtype (kvb_write_kv_args.input_dtype). */
+typedef enum kvb_dtype {
+  KVB_DTYPE_FP16 = 0,
+  KVB_DTYPE_BF16 = 1,
+  KVB_DTYPE_FP32 = 2,
+  KVB_DTYPE_FP8_E4M3 = 3,
+  KVB_DTYPE_FP8_E5M2 = 4
+} kvb_dtype;
 
 /* One layer's K and V caches: [num_blocks, block_size, num_kv_heads, head_dim] by default (NHD). Strides
    are in elements (0 = dense NHD); head_dim elements are contiguous. K and V share shape and strides. */
@@ -511,6 +528,16 @@ typedef struct kvb_cache_desc {
   int64_t  head_stride;   /* elements between heads of a token; 0 = head_dim */
   uint32_t alloc_kind;    /* set by kvb_cache_alloc (kvb_cache_alloc_kind); 0 = memory owned by the caller */
   uint32_t reserved;
+  /* --- fields below were added with FP8 caches (KVB_0.2); older callers' struct_size omits them (then
+     the defaults hold). Read only for an FP8 dtype, where each scale must be finite and > 0. --- */
+  float    k_scale;       /* stored K = x / k_scale (see kvb_dtype); default 1.0 */
+  float    v_scale;       /* stored V = x / v_scale; default 1.0 */
+  const float* k_head_scales;  /* NULL (default) or num_kv_heads floats in HOST memory, even for a CUDA
+                                  cache: the scale of each kv head, replacing k_scale. Read during each
+                                  call that is handed the descriptor, never kept (CUDA kernels get the
+                                  values by value in their launch parameters, so a captured CUDA graph
+                                  keeps the values of capture time); on CUDA at most 128 kv heads */
+  const float* v_head_scales;  /* the same for V */
 } kvb_cache_desc;
 
 typedef enum kvb_cache_alloc_kind {
@@ -520,7 +547,7 @@ typedef enum kvb_cache_alloc_kind {
   KVB_ALLOC_HOST = 3         /* plain aligned host memory (no CUDA driver or not built with CUDA) */
 } kvb_cache_alloc_kind;
 
-/* Fill defaults (CPU, FP16, NULL pointers, zero shape, dense strides) and struct_size. */
+/* Fill defaults (CPU, FP16, NULL pointers, zero shape, dense strides, scales 1.0) and struct_size. */
 KVB_API void kvb_cache_desc_init(kvb_cache_desc* desc);
 /* Allocate K and V for the shape, device and dtype in *desc (strides must be 0: dense NHD); fills k, v,
    strides and alloc_kind. CUDA: device memory; CPU: page-locked when a CUDA device is usable. */
@@ -532,10 +559,12 @@ KVB_API kvb_status kvb_cache_free(kvb_cache_desc* desc);
 KVB_API kvb_status kvb_cuda_device_count(int32_t* count);
 
 /* New K and V of num_tokens tokens into the cache, token i at slot slot_mapping[i] (block*block_size +
-   offset; -1 = skip). All arrays in the cache's dtype and on its device; strides in elements, 0 = dense. */
+   offset; -1 = skip). key/value in the cache's dtype (an FP8 cache: in input_dtype, quantized as kvb_dtype
+   states) and on its device; strides in elements, 0 = dense. */
 typedef struct kvb_write_kv_args {
   uint32_t struct_size;
-  uint32_t reserved;
+  uint32_t input_dtype;         /* FP8 cache only: kvb_dtype of key/value, FP16 (default 0), BF16 or FP32;
+                                   ignored for other caches (was `reserved`, zeroed by every _init) */
   size_t   num_tokens;
   const void* key;              /* [num_tokens, num_kv_heads, head_dim] */
   const void* value;            /* [num_tokens, num_kv_heads, head_dim] */
@@ -554,7 +583,8 @@ KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
 KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_args* args, void* stream);
 
 /* Paged decode attention: one query token per sequence over its cached tokens. q and out in the cache's
-   dtype, everything on the cache's device; strides in elements (0 = dense). */
+   dtype (an FP8 cache: in q_dtype), everything on the cache's device; strides in elements (0 = dense).
+   FP8 caches: CPU only for now (a CUDA FP8 cache is refused with KVB_ERR_UNSUPPORTED). */
 typedef struct kvb_attention_args {
   uint32_t struct_size;
   uint32_t num_seqs;
@@ -574,6 +604,10 @@ typedef struct kvb_attention_args {
   uint32_t sink_tokens;         /* with a window: the first sink_tokens tokens are attended too */
   void*    workspace;           /* kvb_paged_attention_workspace_size() bytes on the device (may be NULL if 0) */
   size_t   workspace_size;
+  /* --- fields below were added with FP8 caches (KVB_0.2); older callers' struct_size omits them --- */
+  uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
+                                   (FP32: CPU only); ignored for other caches (q, out in the cache dtype) */
+  uint32_t reserved2;
 } kvb_attention_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap, no workspace) and
@@ -632,7 +666,9 @@ typedef struct kvb_prefill_args {
   uint32_t max_blocks_per_seq;  /* columns of block_tables */
   uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (given because
                                    the host cannot read a device query_start; checked as below) */
-  uint32_t reserved;
+  uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
+                                   (FP32: CPU only); ignored for other caches (was `reserved`, zeroed by
+                                   every _init). FP8 caches: CPU only for now (CUDA: KVB_ERR_UNSUPPORTED) */
   const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
   int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
   int64_t  q_head_stride;       /* 0 = head_dim */

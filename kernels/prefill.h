@@ -36,6 +36,7 @@ struct Prefill {
   int64_t window = 0, sink = 0;
   void* workspace = nullptr;
   PrefillPlan plan;
+  Dtype q_dtype = Dtype::f16;  // dtype of q and out: the cache's, or fp16/bf16/fp32 for an fp8 cache
 };
 
 // Workspace layout when split: m[row][head][split], l[...], acc[row][head][split][head_dim], where row

@@ -51,6 +51,9 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   kvb_prefill_args a;
   std::memcpy(&a, args, sizeof a);
   Prefill t;
+  refuse_cuda_fp8_attention(c);
+  t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
+  const size_t q_es = dtype_size(t.q_dtype);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
                   "prefill attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);
   KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
@@ -85,9 +88,9 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   t.q_token_stride = stride_or(a.q_token_stride, H, t.q_head_stride, "args", "q_token_stride");
   t.out_head_stride = stride_or(a.out_head_stride, D, 1, "args", "out_head_stride");
   t.out_token_stride = stride_or(a.out_token_stride, H, t.out_head_stride, "args", "out_token_stride");
-  check_extent("args: q", need_pointers ? a.q : nullptr, c.elem(), D,
+  check_extent("args: q", need_pointers ? a.q : nullptr, q_es, D,
                {{"q_head_stride", t.q_head_stride, H}, {"q_token_stride", t.q_token_stride, t.total_q}});
-  check_extent("args: out", need_pointers ? a.out : nullptr, c.elem(), D,
+  check_extent("args: out", need_pointers ? a.out : nullptr, q_es, D,
                {{"out_head_stride", t.out_head_stride, H}, {"out_token_stride", t.out_token_stride, t.total_q}});
   KVB_REQUIRE_ARG(non_overlapping(D, {{t.out_head_stride, H}, {t.out_token_stride, t.total_q}}),
                   "args: out strides (token %lld, head %lld) make elements overlap", (long long)t.out_token_stride,

@@ -4,6 +4,8 @@
  * defaults, whatever bytes lie there) and write nothing beyond it. Each struct sits at the start of a
  * buffer poisoned with 0xcd beyond the old size: poison that is read would change the behaviour (a
  * garbage group count or group index is refused), poison that is written would show. */
+#define _GNU_SOURCE /* dlvsym */
+#include <dlfcn.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -158,7 +160,51 @@ static void test_init_writes_its_own_sizeof(void) {
   CHECK(b.stats.struct_size == sizeof(kvb_stats) && untouched_from(&b, sizeof(kvb_stats)));
 }
 
+/* kvb_cache_desc and kvb_attention_args grew with FP8 caches (KVB_0.2): a binary linked before binds
+   kvb_xxx_init@KVB_0.1, which writes only the 0.1 size (80 / 112 bytes), and the default version writes
+   the whole new struct with scales 1.0. (Looked up with dlvsym, as the loader would bind them.) */
+static void test_fp8_grown_init_versions(void) {
+  typedef void (*desc_init_fn)(kvb_cache_desc*);
+  typedef void (*args_init_fn)(kvb_attention_args*);
+  union {
+    kvb_cache_desc d;
+    kvb_attention_args a;
+    unsigned char bytes[sizeof(kvb_cache_desc) + sizeof(kvb_attention_args) + 32];
+  } b;
+  size_t i;
+  desc_init_fn d01, d02;
+  args_init_fn a01, a02;
+  void* sym[4];
+  sym[0] = dlvsym(RTLD_DEFAULT, "kvb_cache_desc_init", "KVB_0.1");
+  sym[1] = dlvsym(RTLD_DEFAULT, "kvb_cache_desc_init", "KVB_0.2");
+  sym[2] = dlvsym(RTLD_DEFAULT, "kvb_attention_args_init", "KVB_0.1");
+  sym[3] = dlvsym(RTLD_DEFAULT, "kvb_attention_args_init", "KVB_0.2");
+  memcpy(&d01, &sym[0], sizeof d01); /* (POSIX: a data pointer that holds a function's address) */
+  memcpy(&d02, &sym[1], sizeof d02);
+  memcpy(&a01, &sym[2], sizeof a01);
+  memcpy(&a02, &sym[3], sizeof a02);
+  CHECK(d01 && d02 && a01 && a02 && d01 != d02 && a01 != a02);
+  if (!(d01 && d02 && a01 && a02)) return;
+  CHECK(offsetof(kvb_cache_desc, k_scale) == 80 && offsetof(kvb_attention_args, q_dtype) == 112);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  d01(&b.d);
+  CHECK(b.d.struct_size == 80 && b.d.dtype == KVB_DTYPE_FP16);
+  for (i = 80; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  d02(&b.d);
+  CHECK(b.d.struct_size == sizeof(kvb_cache_desc) && b.d.k_scale == 1.0f && b.d.v_scale == 1.0f &&
+        b.d.k_head_scales == NULL && b.d.v_head_scales == NULL);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  a01(&b.a);
+  CHECK(b.a.struct_size == 112);
+  for (i = 112; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  a02(&b.a);
+  CHECK(b.a.struct_size == sizeof(kvb_attention_args) && b.a.q_dtype == KVB_DTYPE_FP16);
+}
+
 int main(void) {
+  RUN_TEST(test_fp8_grown_init_versions);
   RUN_TEST(test_config_before_groups);
   RUN_TEST(test_batch_before_group);
   RUN_TEST(test_batch_old_padding);

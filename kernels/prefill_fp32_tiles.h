@@ -1,5 +1,5 @@
-// The TF32 tensor-core prefill kernel for fp32 caches (kernels/cuda/prefill_fp32.cu, used when the caller
-// sets kvb_prefill_args.allow_tf32): its work decomposition and mma.sync m16n8k8 fragment addressing as
+// The tiled prefill kernel for fp32 caches (kernels/cuda/prefill_fp32.cu: exact fp32 on CUDA cores, or
+// TF32 tensor cores when the caller sets kvb_prefill_args.allow_tf32): its work decomposition and mma.sync m16n8k8 fragment addressing as
 // plain functions, compiled into the kernel (__host__ __device__) and into a CPU test
 // (tests/cpp/kernels_prefill_fp32_tiles.cpp) that checks, without a GPU, that the CTAs cover every
 // (query row, attended key) pair once and that the fragment addressing computes Q K^T and P V on an
@@ -32,9 +32,11 @@ KVB_HD constexpr int key_tile(int head_dim) { return head_dim >= 256 ? 16 : 32; 
 // Row stride of the shared-memory tiles in floats: head_dim + 4 keeps 16-byte rows for cp.async and
 // makes the fragment loads below conflict-free (lanes g = 0..7, t = 0..3 reach banks 4g + t, or 8t + g).
 KVB_HD constexpr int row_stride(int head_dim) { return head_dim + 4; }
-// Dynamic shared memory: Q of each warp (16 rows), then 2 stages of K and V tiles.
+// Dynamic shared memory: Q of each warp (16 rows), 2 stages of K and V tiles, then each warp's P
+// (16 x key_tile + 4 floats; the exact variant's scores shared by the lanes).
 KVB_HD constexpr int smem_bytes(int head_dim, int warps) {
-  return 4 * row_stride(head_dim) * (warps * kRows + 2 * 2 * key_tile(head_dim));
+  return 4 * row_stride(head_dim) * (warps * kRows + 2 * 2 * key_tile(head_dim)) +
+         4 * warps * kRows * (key_tile(head_dim) + 4);
 }
 // Query heads per CTA (warps): the largest of 4, 2, 1 that divides the group (so every warp of a CTA
 // reads the same kv head).

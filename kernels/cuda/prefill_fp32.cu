@@ -1,11 +1,12 @@
-// CUDA prefill / extend attention for fp32 caches. Two kernels:
-// - exact fp32 (the default), on CUDA cores: one warp per (query row, query head); each lane holds
-//   head_dim/32 contiguous dimensions of q and of the output, keys are taken one at a time (dot product
-//   by warp shuffles, online softmax in base 2).
+// CUDA prefill / extend attention for fp32 caches: one tiled kernel (geometry in
+// kernels/prefill_fp32_tiles.h), K / V tiles through shared memory with 16-byte cp.async in two stages,
+// serving the CTA's query heads of one kv head; online softmax in base 2. Two arithmetic variants:
+// - exact fp32 (the default), on CUDA cores: each thread computes the scores and outputs an mma
+//   accumulator fragment would hold (rows g, g + 8 x columns 2q, 2q + 1 of each 8-wide tile), by fp32
+//   FMAs on 16-byte shared-memory loads (2 rows x 8 keys, then 2 rows x D/4 dims per thread);
 // - TF32 tensor cores, when the caller allows it (kvb_prefill_args.allow_tf32): mma.sync m16n8k8 with
 //   q, k, v and the softmax weights rounded to TF32 (10-bit mantissa, round to nearest) and fp32
-//   accumulation; geometry in kernels/prefill_fp32_tiles.h. K / V tiles go through shared memory with
-//   16-byte cp.async in two stages and serve the CTA's query heads of one kv head.
+//   accumulation.
 // fp16 / bf16 use the tensor-core kernel in prefill.cu.
 #include "../prefill_fp32_tiles.h"
 #include "../prefill.h"
@@ -17,73 +18,8 @@ namespace cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>
-__global__ void __launch_bounds__(32 * kWarps) prefill_fp32_kernel(const PrefillParams p) {
-  constexpr int E = D / 32;
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x, h = blockIdx.y * kWarps + (threadIdx.x >> 5);
-  // CTA x < num_seqs also checks sequence x once: a faulty sequence may own no row at all.
-  if (row < p.num_seqs && blockIdx.y == 0 && threadIdx.x == 0) {
-    const SeqView f = seq_view(p, row);
-    if (f.fault != KVB_FAULT_NONE)
-      record_fault(p.fault, f.fault, KVB_KERNEL_PREFILL_ATTENTION, f.fault_index, -1, f.fault_value);
-  }
-  if (row >= p.total_q || h >= p.num_q_heads) return;
-  const SeqView sv = seq_view(p, seq_of_row(p, row));
-  float acc[E], q[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) acc[e] = 0.f;
-  float m = -INFINITY, l = 0.f;
-  bool bad = sv.fault != KVB_FAULT_NONE;
-  if (!bad && row >= sv.row0 && row < sv.row0 + sv.q_len) {
-    const int pos = sv.len - sv.q_len + (row - sv.row0);
-    const float* qp = reinterpret_cast<const float*>(p.q) + int64_t(row) * p.q_token_stride + int64_t(h) * p.q_head_stride;
-#pragma unroll
-    for (int e = 0; e < E; ++e) q[e] = qp[lane * E + e];
-    const int kvh = h / p.group;
-    const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-    const int sink = p.window > 0 ? min(p.sink, lo) : 0;
-    const int32_t* table = p.block_tables + int64_t(sv.seq) * p.max_blocks;
-    const int mask = (1 << p.block_shift) - 1;
-    // The sinks [0, sink), then the window [lo, pos].
-    for (int t = sink > 0 ? 0 : lo; t <= pos; t = (t + 1 == sink) ? lo : t + 1) {
-      const int blk = table[t >> p.block_shift];
-      if (blk < 0 || blk >= p.num_blocks) {  // an attended token must have a valid block (the CPU's check)
-        if (lane == 0 && h % p.group == 0)    // counted once per (row, kv head)
-          record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, sv.seq, t >> p.block_shift, blk);
-        bad = true;
-        break;
-      }
-      const int64_t off = int64_t(blk) * p.block_stride + int64_t(t & mask) * p.token_stride +
-                          int64_t(kvh) * p.head_stride + lane * E;
-      const float* kp = reinterpret_cast<const float*>(p.k) + off;
-      const float* vp = reinterpret_cast<const float*>(p.v) + off;
-      float s = 0.f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) s = fmaf(q[e], __ldg(kp + e), s);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      s = p.soft_cap > 0.f ? p.soft_cap * tanhf(s * p.scale / p.soft_cap) * kLog2e : s * p.q_scale;
-      const float m_new = fmaxf(m, s);
-      const float alpha = exp2f(m - m_new), pr = exp2f(s - m_new);
-      l = l * alpha + pr;
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[e] = fmaf(pr, __ldg(vp + e), acc[e] * alpha);
-      m = m_new;
-    }
-  }
-  // Rows of a faulty sequence (and of a tile that met a bad block) are NaN.
-  const float inv = bad ? nan_f() : (l > 0.f ? 1.f / l : 0.f);
-  float* op = reinterpret_cast<float*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride;
-#pragma unroll
-  for (int e = 0; e < E; ++e) op[lane * E + e] = acc[e] * inv;
-}
-
-
-// ---- TF32 tensor cores ----
 
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t u;
@@ -111,8 +47,12 @@ constexpr int kTf32MaxWarps = 4;
 // Grid (max(ceil(total_q / 16), num_seqs), num_q_heads / heads_per_cta); blockDim.x = 32 x heads_per_cta.
 // CTA x < num_seqs also checks sequence x once (a faulty sequence may own no row at all). A row of a
 // faulty sequence is NaN, as is every row of a segment that met a bad block id.
-template <int D>
-__global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tf32_kernel(const PrefillParams p) {
+__device__ __forceinline__ float dot4(const float4& a, const float4& b, float c) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, c))));
+}
+
+template <int D, bool TF32>
+__global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const PrefillParams p) {
   using namespace f32tiles;
   constexpr int BN = key_tile(D), RS = row_stride(D), C = D / 4;  // C: 16-byte chunks per row
   // k-steps of S = Q K^T unrolled: all 8 at D 64 (ptxas spilled 24 bytes on sm_90 with 4), 4 above.
@@ -126,6 +66,8 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tf32_kernel(const 
   const uint32_t sV = sK + 2 * BN * RS * 4;
   const float* fK = smem + warps * kRows * RS;
   const float* fV = fK + 2 * BN * RS;
+  constexpr int PS = BN + 4;  // exact variant: this warp's P (16 x BN), shared by its lanes
+  float* sP = smem + warps * kRows * RS + 4 * BN * RS + warp * kRows * PS;
 
   if (blockIdx.x < unsigned(p.num_seqs) && blockIdx.y == 0 && tid == 0) {
     const SeqView f = seq_view(p, int(blockIdx.x));
@@ -150,15 +92,19 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tf32_kernel(const 
     const int e = min(r_end, sv.row0 + sv.q_len), n = e - r;  // this segment: rows [r, e) of one sequence
     const int pos_first = sv.len - sv.q_len + (r - sv.row0), pos_last = pos_first + n - 1;
 
-    // Q rows of this warp's head (rows past the segment: zeros), rounded to TF32 once.
+    // Q rows of this warp's head (rows past the segment: zeros), rounded to TF32 once for TF32.
     const float* qh = reinterpret_cast<const float*>(p.q) + int64_t(h) * p.q_head_stride;
     for (int x = lane; x < kRows * C; x += 32) {
       const int i = x / C, c = x - i * C;
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
       if (i < n) v = *reinterpret_cast<const float4*>(qh + int64_t(r + i) * p.q_token_stride + c * 4);
-      uint4 u;
-      u.x = to_tf32(v.x), u.y = to_tf32(v.y), u.z = to_tf32(v.z), u.w = to_tf32(v.w);
-      *reinterpret_cast<uint4*>(sQ + i * RS + c * 4) = u;
+      if constexpr (TF32) {
+        uint4 u;
+        u.x = to_tf32(v.x), u.y = to_tf32(v.y), u.z = to_tf32(v.z), u.w = to_tf32(v.w);
+        *reinterpret_cast<uint4*>(sQ + i * RS + c * 4) = u;
+      } else {
+        *reinterpret_cast<float4*>(sQ + i * RS + c * 4) = v;
+      }
     }
     if (tid == 0) s_bad = 0;
     __syncthreads();
@@ -209,15 +155,30 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tf32_kernel(const 
       float s[BN / 8][4];
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      if constexpr (TF32) {
 #pragma unroll kKUnroll
-      for (int kk = 0; kk < D / 8; ++kk) {
-        uint32_t a[4];
+        for (int kk = 0; kk < D / 8; ++kk) {
+          uint32_t a[4];
 #pragma unroll
-        for (int x = 0; x < 4; ++x) a[x] = __float_as_uint(sQ[a_row(lane, x) * RS + kk * 8 + a_col(lane, x)]);
+          for (int x = 0; x < 4; ++x) a[x] = __float_as_uint(sQ[a_row(lane, x) * RS + kk * 8 + a_col(lane, x)]);
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          const float* kp = tK + (j * 8 + sk_key(lane)) * RS + kk * 8;
-          mma_tf32(s[j], a, to_tf32(kp[sk_dim(lane, 0)]), to_tf32(kp[sk_dim(lane, 1)]));
+          for (int j = 0; j < BN / 8; ++j) {
+            const float* kp = tK + (j * 8 + sk_key(lane)) * RS + kk * 8;
+            mma_tf32(s[j], a, to_tf32(kp[sk_dim(lane, 0)]), to_tf32(kp[sk_dim(lane, 1)]));
+          }
+        }
+      } else {  // s[j][e] = Q[c_row(e)] . K[8j + c_col(e)]: rows g, g + 8 x keys 2q, 2q + 1
+#pragma unroll 2
+        for (int d = 0; d < D; d += 4) {
+          const float4 qa = *reinterpret_cast<const float4*>(sQ + g * RS + d);
+          const float4 qb = *reinterpret_cast<const float4*>(sQ + (g + 8) * RS + d);
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j) {
+            const float4 ka = *reinterpret_cast<const float4*>(tK + (j * 8 + 2 * q4) * RS + d);
+            const float4 kb = *reinterpret_cast<const float4*>(tK + (j * 8 + 2 * q4 + 1) * RS + d);
+            s[j][0] = dot4(qa, ka, s[j][0]), s[j][1] = dot4(qa, kb, s[j][1]);
+            s[j][2] = dot4(qb, ka, s[j][2]), s[j][3] = dot4(qb, kb, s[j][3]);
+          }
         }
       }
 
@@ -252,16 +213,36 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tf32_kernel(const 
         l0 += s[j][0] + s[j][1], l1 += s[j][2] + s[j][3];
       }
 
-      // O += P V: P straight from the S accumulators (f32tiles::pv_from_c), V rows permuted to match.
+      if constexpr (TF32) {
+        // O += P V: P straight from the S accumulators (f32tiles::pv_from_c), V rows permuted to match.
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        uint32_t a[4];
+        for (int j = 0; j < BN / 8; ++j) {
+          uint32_t a[4];
 #pragma unroll
-        for (int x = 0; x < 4; ++x) a[x] = to_tf32(s[j][pv_from_c(x)]);
-        const float* v0 = tV + (j * 8 + pv_key(lane, 0)) * RS + pv_dim(lane);
-        const float* v1 = tV + (j * 8 + pv_key(lane, 1)) * RS + pv_dim(lane);
+          for (int x = 0; x < 4; ++x) a[x] = to_tf32(s[j][pv_from_c(x)]);
+          const float* v0 = tV + (j * 8 + pv_key(lane, 0)) * RS + pv_dim(lane);
+          const float* v1 = tV + (j * 8 + pv_key(lane, 1)) * RS + pv_dim(lane);
 #pragma unroll
-        for (int d = 0; d < D / 8; ++d) mma_tf32(o[d], a, to_tf32(v0[d * 8]), to_tf32(v1[d * 8]));
+          for (int d = 0; d < D / 8; ++d) mma_tf32(o[d], a, to_tf32(v0[d * 8]), to_tf32(v1[d * 8]));
+        }
+      } else {
+        // O[c_row(e)][8d + c_col(e)] += P[row][k] V[k][..]: P through the warp's shared rows.
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) sP[c_row(lane, x) * PS + j * 8 + c_col(lane, x)] = s[j][x];
+        __syncwarp();
+#pragma unroll 4
+        for (int k = 0; k < BN; ++k) {
+          const float pa = sP[g * PS + k], pb = sP[(g + 8) * PS + k];
+          const float* vr = tV + k * RS + 2 * q4;
+#pragma unroll
+          for (int d = 0; d < D / 8; ++d) {
+            const float2 v = *reinterpret_cast<const float2*>(vr + d * 8);
+            o[d][0] = fmaf(pa, v.x, o[d][0]), o[d][1] = fmaf(pa, v.y, o[d][1]);
+            o[d][2] = fmaf(pb, v.x, o[d][2]), o[d][3] = fmaf(pb, v.y, o[d][3]);
+          }
+        }
       }
       __syncthreads();  // everyone is done with stage i & 1 before tile i + 2 refills it
     }
@@ -290,39 +271,31 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tf32_kernel(const 
   }
 }
 
-template <int D>
-void launch_tf32(const PrefillParams& p, cudaStream_t s) {
+template <int D, bool TF32>
+void launch_tiled(const PrefillParams& p, cudaStream_t s) {
   const int hpc = f32tiles::heads_per_cta(p.group);
   const int smem = f32tiles::smem_bytes(D, hpc);
   {
     RelaxedCapture relaxed;  // not a stream operation; legal while the caller captures a graph
-    check(cudaFuncSetAttribute(prefill_tf32_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-          "prefill attention (tf32): shared memory size");
+    check(cudaFuncSetAttribute(prefill_tiled_kernel<D, TF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+          "prefill attention (fp32): shared memory size");
   }
   const int row_tiles = (p.total_q + f32tiles::kRows - 1) / f32tiles::kRows;
   const dim3 grid(unsigned(max(row_tiles, p.num_seqs)), unsigned(p.num_q_heads / hpc));
   PrefillParams args = p;
-  launch(prefill_tf32_kernel<D>, grid, dim3(unsigned(32 * hpc)), size_t(smem), s, "prefill attention (tf32) launch", args);
+  launch(prefill_tiled_kernel<D, TF32>, grid, dim3(unsigned(32 * hpc)), size_t(smem), s,
+         "prefill attention (fp32) launch", args);
 }
 
 }  // namespace
 
 void launch_prefill_fp32(const PrefillParams& p, int head_dim, cudaStream_t s) {
-  if (fp32_tf32_allowed()) {
-    switch (head_dim) {
-      case 64: launch_tf32<64>(p, s); break;
-      case 128: launch_tf32<128>(p, s); break;
-      default: launch_tf32<256>(p, s); break;
-    }
-    return;
-  }
-  const dim3 grid(unsigned(max(p.total_q, p.num_seqs)), unsigned((p.num_q_heads + kWarps - 1) / kWarps));
+  const bool tf32 = fp32_tf32_allowed();
   switch (head_dim) {
-    case 64: prefill_fp32_kernel<64><<<grid, 32 * kWarps, 0, s>>>(p); break;
-    case 128: prefill_fp32_kernel<128><<<grid, 32 * kWarps, 0, s>>>(p); break;
-    default: prefill_fp32_kernel<256><<<grid, 32 * kWarps, 0, s>>>(p); break;
+    case 64: tf32 ? launch_tiled<64, true>(p, s) : launch_tiled<64, false>(p, s); break;
+    case 128: tf32 ? launch_tiled<128, true>(p, s) : launch_tiled<128, false>(p, s); break;
+    default: tf32 ? launch_tiled<256, true>(p, s) : launch_tiled<256, false>(p, s); break;
   }
-  check(cudaGetLastError(), "prefill attention (fp32) launch");
 }
 
 }  // namespace cuda

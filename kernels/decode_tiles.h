@@ -41,6 +41,14 @@ constexpr int kStaticSmem = 1024;  // bound on the kernel's static shared memory
 // Pipeline depth (stages of K + V: 16 / 32 / 64 KiB at D 64 / 128 / 256): 4 at D 64, 3 at D 128 (two
 // CTAs per H100 SM), at D 256 (one CTA per SM) 3 where a block may have that much shared memory
 // (max_block_smem: H100 227 KiB) and 2 otherwise (A100 163 KiB).
+// Bytes in flight per SM (a CTA computing stage i has stages i+1 .. i+ST-1 loading; one fewer while it
+// waits), against the ~24-32 KiB an H100 SM needs to hold its 1/132 of ~3 TB/s over ~1 us of latency:
+//   D 64:  66 KiB per CTA, 3 CTAs per SM (shared memory), 3 x 16 = 48 KiB each -> 144 KiB per SM
+//   D 128: 100 KiB, 2 CTAs per SM, 2 x 32 = 64 KiB each                        -> 128 KiB per SM
+//   D 256: 200 KiB, 1 CTA per SM, 2 x 64 = 128 KiB                              -> 128 KiB per SM
+//   (A100, D 256: 136 KiB, 2 stages: 64 KiB per SM, against ~19 KiB needed at 2 TB/s / 108 SMs)
+// So steady state is not bounded by bytes in flight; what the first H100 run lost (32 x 4096 at 73% of
+// the copy rate, D 256 at 68%) was each CTA's fixed cost, paid once per wave: see mma_partition_size.
 KVB_HD constexpr int stages(int head_dim, int max_block_smem) {
   return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : smem_bytes(head_dim, 3) + kStaticSmem <= max_block_smem ? 3 : 2;
 }

@@ -685,6 +685,14 @@ typedef struct kvb_prefill_args {
   void*    workspace;           /* kvb_prefill_attention_workspace_size() bytes on the device, 16-byte
                                    aligned (may be NULL if 0) */
   size_t   workspace_size;
+  /* Fields below were added after the first layout (struct_size covers them or they take their default). */
+  uint32_t allow_tf32;          /* nonzero: an fp32 cache on CUDA may use TF32 tensor cores (sm_80+): q, k, v
+                                   and the softmax weights are rounded to TF32 (8-bit exponent, 10-bit
+                                   mantissa: ~1e-3 relative error per element; results typically within
+                                   ~1e-3 relative of fp32) with fp32 accumulation, several times faster.
+                                   0 (default): exact fp32 arithmetic. Ignored for fp16 / bf16 caches and on
+                                   the CPU (always fp32). */
+  uint32_t reserved2;           /* 0 */
 } kvb_prefill_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */

@@ -9,6 +9,28 @@
 using namespace kvb;
 using namespace kvb::kern;
 
+namespace kvb {
+namespace kern {
+namespace cuda {
+namespace {
+thread_local bool tls_fp32_tf32 = false;
+// Sets the flag for one call; restores it however the call ends.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool allow) : old_(tls_fp32_tf32) { tls_fp32_tf32 = allow; }
+  ~Tf32Scope() { tls_fp32_tf32 = old_; }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool old_;
+};
+}  // namespace
+bool fp32_tf32_allowed() { return tls_fp32_tf32; }
+}  // namespace cuda
+}  // namespace kern
+}  // namespace kvb
+
 extern "C" {
 
 KVB_API void kvb_prefill_args_init(kvb_prefill_args* args) {
@@ -32,10 +54,12 @@ KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_
     Prefill a = read_prefill(c, args, true);
     require_backend(c, "cache");
     if (a.num_seqs == 0) return;
-    if (c.cuda)
+    if (c.cuda) {
+      cuda::Tf32Scope tf32(a.allow_tf32);
       cuda::prefill_attention(c, a, stream);
-    else
+    } else {
       cpu::prefill_attention(c, a);
+    }
   });
 }
 

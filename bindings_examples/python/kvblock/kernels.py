@@ -335,9 +335,11 @@ def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_l
 
 def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_lens: Any, block_tables: Any,
                       out: Any, *, scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
-                      stream: Any = None) -> Any:
+                      allow_tf32: bool = False, stream: Any = None) -> Any:
     """Prefill / extend attention over a ragged batch (query_start as batch_export writes it; seq_lens include
-    the new tokens, whose K/V are already written). q, out [total_q_tokens, num_q_heads, head_dim]."""
+    the new tokens, whose K/V are already written). q, out [total_q_tokens, num_q_heads, head_dim].
+    allow_tf32: an fp32 cache on CUDA may use TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32
+    accumulation: ~1e-3 relative error, several times faster); default False: exact fp32."""
     qs = _int_array(query_start, "query_start", "int32", 1, cache)
     num_seqs = qs.shape[0] - 1
     if num_seqs < 0:
@@ -357,6 +359,7 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
     a.block_tables = ffi.cast("int32_t*", bt.ptr)
     a.scale, a.logits_soft_cap = real(scale, "scale"), real(soft_cap, "soft_cap")
     a.window_tokens, a.sink_tokens = u32(window, "window"), u32(sink, "sink")
+    a.allow_tf32 = 1 if allow_tf32 else 0
     size = ffi.new("size_t*")
     d = cache.desc(layer)
     check(lib.kvb_prefill_attention_workspace_size(d, a, size))

@@ -685,7 +685,8 @@ typedef struct kvb_prefill_args {
   void*    workspace;           /* kvb_prefill_attention_workspace_size() bytes on the device, 16-byte
                                    aligned (may be NULL if 0) */
   size_t   workspace_size;
-  /* Fields below were added after the first layout (struct_size covers them or they take their default). */
+  /* --- fields below were added after KVB_0.1 (kvb_prefill_args_init@KVB_0.2); older callers' struct_size
+     (128 bytes) omits them, and they take their default --- */
   uint32_t allow_tf32;          /* nonzero: an fp32 cache on CUDA may use TF32 tensor cores (sm_80+): q, k, v
                                    and the softmax weights are rounded to TF32 (8-bit exponent, 10-bit
                                    mantissa: ~1e-3 relative error per element; results typically within

@@ -1,4 +1,5 @@
 // C boundary of paged prefill / extend attention and its workspace query.
+#include <cstddef>
 #include <cstring>
 
 #include "../libkvblock/capi_guard.h"
@@ -38,6 +39,18 @@ KVB_API void kvb_prefill_args_init(kvb_prefill_args* args) {
   std::memset(args, 0, sizeof *args);
   args->struct_size = sizeof *args;
 }
+
+// kvb_prefill_args grew allow_tf32 / reserved2 after KVB_0.1 (abi/ABI.md, "Symbol versions"): a binary
+// linked against KVB_0.1 binds this _init, which writes only the 0.1 layout (128 bytes); read_prefill
+// accepts that struct_size and gives such a caller exact fp32. (A name outside kvb_*, so that only its
+// versioned alias is exported.)
+static_assert(offsetof(kvb_prefill_args, allow_tf32) == 128, "kvb_prefill_args of KVB_0.1 is 128 bytes");
+KVB_API void kvbv01_prefill_args_init(kvb_prefill_args* args) {
+  if (!args) return;
+  std::memset(args, 0, offsetof(kvb_prefill_args, allow_tf32));
+  args->struct_size = uint32_t(offsetof(kvb_prefill_args, allow_tf32));
+}
+__asm__(".symver kvbv01_prefill_args_init, kvb_prefill_args_init@KVB_0.1");
 
 KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* cache, const kvb_prefill_args* args,
                                                         size_t* bytes) {

@@ -203,8 +203,38 @@ static void test_fp8_grown_init_versions(void) {
   CHECK(b.a.struct_size == sizeof(kvb_attention_args) && b.a.q_dtype == KVB_DTYPE_FP16);
 }
 
+/* kvb_prefill_args grew allow_tf32 / reserved2 after KVB_0.1: kvb_prefill_args_init@KVB_0.1 writes only
+   the 128-byte 0.1 layout (q_dtype, in the former reserved slot, inside it), the default version the whole
+   struct with allow_tf32 0 (exact fp32). */
+static void test_prefill_grown_init_versions(void) {
+  typedef void (*init_fn)(kvb_prefill_args*);
+  union {
+    kvb_prefill_args a;
+    unsigned char bytes[sizeof(kvb_prefill_args) + 32];
+  } b;
+  size_t i;
+  init_fn p01, p02;
+  void* sym[2];
+  sym[0] = dlvsym(RTLD_DEFAULT, "kvb_prefill_args_init", "KVB_0.1");
+  sym[1] = dlvsym(RTLD_DEFAULT, "kvb_prefill_args_init", "KVB_0.2");
+  memcpy(&p01, &sym[0], sizeof p01);
+  memcpy(&p02, &sym[1], sizeof p02);
+  CHECK(p01 && p02 && p01 != p02);
+  if (!(p01 && p02)) return;
+  CHECK(offsetof(kvb_prefill_args, allow_tf32) == 128 && offsetof(kvb_prefill_args, q_dtype) < 128);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  p01(&b.a);
+  CHECK(b.a.struct_size == 128 && b.a.q_dtype == 0 && b.a.workspace_size == 0);
+  for (i = 128; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  p02(&b.a);
+  CHECK(b.a.struct_size == sizeof(kvb_prefill_args) && b.a.allow_tf32 == 0 && b.a.reserved2 == 0);
+  for (i = sizeof(kvb_prefill_args); i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+}
+
 int main(void) {
   RUN_TEST(test_fp8_grown_init_versions);
+  RUN_TEST(test_prefill_grown_init_versions);
   RUN_TEST(test_config_before_groups);
   RUN_TEST(test_batch_before_group);
   RUN_TEST(test_batch_old_padding);

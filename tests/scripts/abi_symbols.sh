@@ -1,7 +1,7 @@
 #!/bin/sh
 # Symbol versions (abi/ABI.md, "Symbol versions"): every kvb_* function the shared library exports carries
-# version KVB_0.1 (abi/libkvblock.map), except the _init of the structs that grew with FP8 caches
-# (kvb_cache_desc_init, kvb_attention_args_init): KVB_0.2 by default, their KVB_0.1 versions kept, and a program linked against the library records KVB_0.1
+# version KVB_0.1 (abi/libkvblock.map), except the _init of the structs that grew after it
+# (kvb_cache_desc_init, kvb_attention_args_init with FP8 caches, kvb_prefill_args_init with allow_tf32): KVB_0.2 by default, their KVB_0.1 versions kept, and a program linked against the library records KVB_0.1
 # references, which is what lets a later release serve it the KVB_0.1 behaviour (the _init of a struct
 # that grew writes the 0.1 size). Skipped without objdump.
 BUILD=${BUILD:-build}
@@ -22,7 +22,7 @@ done
 # objdump -T rows: ... FLAGS SECTION SIZE VERSION NAME; the version is "(V)" for a hidden one or a reference.
 defined=$(objdump -T "$lib" | awk '$NF ~ /^kvb_/ && $0 !~ /\*UND\*/ {print $(NF-1), $NF}')
 n=$(echo "$defined" | grep -c ' kvb_')
-grown='kvb_cache_desc_init kvb_attention_args_init'
+grown='kvb_cache_desc_init kvb_attention_args_init kvb_prefill_args_init'
 is_grown() { case " $grown " in *" $1 "*) return 0;; esac; return 1; }
 others=$(echo "$defined" | while read -r v name; do
   if is_grown "$name"; then [ "$v" = "KVB_0.2" ] || [ "$v" = "(KVB_0.1)" ] || echo "$v $name"

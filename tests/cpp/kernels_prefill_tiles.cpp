@@ -181,16 +181,18 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
       put(v0, r, d, V[size_t(r * D + d)] = float(int(rng() % 5) - 2));
     }
   int bad = 0;
+  // The kernel's tiles start at multiples of 1 KiB, so base ^ constant addresses the tile's own chunks.
+  if (k0 % 1024 != 0 || v0 % 1024 != 0) ++bad;
   // S = Q K^T, as the kernel's loop over kk and pairs of n-tiles.
   std::vector<float> s(size_t(NT) * 32 * 4, 0.f);
   auto S = [&](int n) { return reinterpret_cast<float(*)[4]>(&s[size_t(n) * 128]); };
   for (int kk = 0; kk < D / 16; ++kk) {
     uint32_t addr[32];
     Warp::Regs a, b;
-    for (int l = 0; l < 32; ++l) addr[l] = q0 + fr::swz(C, fr::q_row(warp, l), fr::q_chunk(kk, l));
+    for (int l = 0; l < 32; ++l) addr[l] = fr::q_addr(q0 + fr::q_base(C, warp, l), kk);  // as the kernel
     w.ldsm(addr, false, a);
     for (int n2 = 0; n2 < NT / 2; ++n2) {
-      for (int l = 0; l < 32; ++l) addr[l] = k0 + fr::swz(C, fr::k_row(n2, l), fr::k_chunk(kk, l));
+      for (int l = 0; l < 32; ++l) addr[l] = fr::k_addr(C, k0 + fr::k_base(C, l), n2, kk);
       w.ldsm(addr, false, b);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2)), a, b, 0, 1);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2 + 1)), a, b, 2, 3);
@@ -217,7 +219,7 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
       }
     for (int d2 = 0; d2 < DT / 2; ++d2) {
       uint32_t addr[32];
-      for (int l = 0; l < 32; ++l) addr[l] = v0 + fr::swz(C, fr::v_row(kk, l), fr::v_chunk(d2, l));
+      for (int l = 0; l < 32; ++l) addr[l] = fr::v_addr(C, v0 + fr::v_base(C, l), kk, d2);
       w.ldsm(addr, true, b);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2) * 128]), a, b, 0, 1);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2 + 1) * 128]), a, b, 2, 3);
@@ -292,9 +294,10 @@ void test_fragment_addressing_on_an_emulated_warp() {
 // The kernel's pipeline, event by event, for walks of 0..7 key tiles: block offsets of tile t are
 // written to stage kv_stage(t) (tiles 0, 1 before the first barrier, tile i + 2 after iteration i's
 // compute), load_kv(t) reads them and starts the asynchronous K / V copy into stage kv_stage(t) (tile
-// 0 before the loop, tile i + 1 at the top of iteration i), which lands at iteration t's wait +
-// barrier, where the MMAs read it. Between two barriers (an epoch) no stage may be both written and
-// read; an in-flight copy may not overlap a read of its stage; every read must find its own tile.
+// 0 before the loop, tile i + 1 after the one barrier of iteration i), which lands at iteration t's
+// wait (all copies) + barrier, where the MMAs read it. Between two barriers (an epoch) no stage may be
+// both written and read; an in-flight copy may not overlap a read of its stage; every read must find
+// its own tile.
 void test_pipeline_stages_are_never_overwritten_before_use() {
   int bad = 0;
   for (int n = 0; n <= 7; ++n) {
@@ -322,14 +325,13 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
     ++epoch;  // barrier
     if (n > 0) load_kv(0);
     for (int i = 0; i < n; ++i) {
+      wait_all_but_newest(-1);  // cp.async.wait_group 0
+      ++epoch;  // the iteration's one barrier
       if (i + 1 < n) load_kv(i + 1);
-      wait_all_but_newest(i + 1 < n ? tiles::kv_stage(i + 1) : -1);
-      ++epoch;  // barrier
       const int st = tiles::kv_stage(i);
       if (kv_tile[st] != i || kv_inflight_from[st] >= 0) ++bad;  // MMAs read K / V of tile i
       kv_r_epoch[st] = epoch;
       if (i + 2 < n) off_write(i + 2);
-      ++epoch;  // barrier
     }
     if (bad) fprintf(stderr, "  pipeline of %d tiles: %d violations\n", n, bad);
   }

@@ -44,6 +44,20 @@ KVB_HD int64_t local_tile(const int32_t* query_start, int seq, int group, int ro
                  : tile - tile_base(query_start[seq], seq, group, rows_per_tile);
 }
 
+// The (query tile, kv head) of CTA x of the grid, kv head fastest: the GPU starts CTAs roughly in
+// grid order, so with local_tile's reverse walk every kv head's longest tiles start in the first wave
+// (with the tile fastest, kv head 7's longest tiles of a single long prompt started in the last wave
+// and ran alone at the end).
+struct CtaTile {
+  int tile, kv_head;
+};
+KVB_HD CtaTile cta_tile(int x, int num_kv_heads) {
+  CtaTile c;
+  c.tile = x / num_kv_heads;
+  c.kv_head = x - c.tile * num_kv_heads;
+  return c;
+}
+
 // Does a query at position pos attend key position key?
 KVB_HD bool attends(int key, int pos, int window, int sink) {
   return key <= pos && (window <= 0 || key > pos - window || key < sink);

@@ -127,13 +127,14 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   int64_t* s_off = reinterpret_cast<int64_t*>(smem + (sV + 2 * kBuf - smem0));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int kvh = blockIdx.y, split = blockIdx.z, G = p.group;
-  const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, int(blockIdx.x));
+  const tiles::CtaTile ct = tiles::cta_tile(int(blockIdx.x), p.num_q_heads / p.group);
+  const int kvh = ct.kv_head, split = blockIdx.z, G = p.group;
+  const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, ct.tile);
   const SeqView sv = seq_view(p, seq);
   if (dtiles::decode_path_owns(seq, p.num_seqs, p.query_start[seq], p.query_start[seq + 1], p.total_q, p.seq_lens[seq],
                                p.max_blocks << p.block_shift, G))
     return;  // a short query: launch_short_queries (decode_mma.cu) computes its rows
-  const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, int(blockIdx.x), sv.fault == KVB_FAULT_NONE);
+  const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, ct.tile, sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
   if (sv.fault != KVB_FAULT_NONE && pr0 == 0 && kvh == 0 && split == 0 && tid == 0)  // once per sequence
@@ -534,7 +535,7 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
     fail(Code::invalid_argument, "num_q_heads %lld / num_kv_heads %lld too large for CUDA prefill attention",
          (long long)a.num_q_heads, (long long)c.num_kv_heads);
   // Packed rows (token x query head of the group) and tile indices are int in the kernels.
-  if (a.total_q * (a.num_q_heads / c.num_kv_heads) > int64_t(INT_MAX) - BM || a.plan.num_tiles > INT_MAX)
+  if (a.total_q * (a.num_q_heads / c.num_kv_heads) > int64_t(INT_MAX) - BM || a.plan.num_tiles * c.num_kv_heads > INT_MAX)
     fail(Code::invalid_argument, "args: total_q_tokens %lld x %lld query heads per kv head is too many rows for CUDA "
          "prefill attention", (long long)a.total_q, (long long)(a.num_q_heads / c.num_kv_heads));
 
@@ -586,7 +587,8 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   p.fault = fault_record(c.device_index);
 
   cudaStream_t s = as_stream(stream);
-  const dim3 grid(unsigned(a.plan.num_tiles), unsigned(c.num_kv_heads), unsigned(a.plan.num_splits));
+  // x: (query tile, kv head) pairs, kv head fastest (prefill_tiles.h cta_tile).
+  const dim3 grid(unsigned(a.plan.num_tiles * c.num_kv_heads), 1u, unsigned(a.plan.num_splits));
   switch (c.dtype) {
     case Dtype::f16: launch_type<__half>(p, int(c.head_dim), grid, c.device_index, s); break;
     case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), grid, c.device_index, s); break;

@@ -121,6 +121,24 @@ void test_grid_covers_every_row_and_key_once() {
   CHECK(batches > 0);
 }
 
+// The grid's x enumerates every (query tile, kv head) once, kv head fastest: the first CTAs the GPU
+// starts are tile 0 (with the reverse walk, a sequence's longest) of every kv head.
+void test_cta_order_covers_every_tile_and_head_once_kv_head_fastest() {
+  int bad = 0;
+  for (int heads : {1, 2, 8, 5})
+    for (int tiles_n : {1, 3, 129}) {
+      std::vector<int> seen(size_t(tiles_n * heads), 0);
+      for (int x = 0; x < tiles_n * heads; ++x) {
+        const tiles::CtaTile c = tiles::cta_tile(x, heads);
+        if (c.tile < 0 || c.tile >= tiles_n || c.kv_head < 0 || c.kv_head >= heads) { ++bad; continue; }
+        ++seen[size_t(c.tile * heads + c.kv_head)];
+        if (x < heads && (c.tile != 0 || c.kv_head != x)) ++bad;
+      }
+      for (int v : seen) bad += v != 1;
+    }
+  CHECK(bad == 0);
+}
+
 // An emulated warp: shared memory as one value per 16-bit element, ldmatrix.x4 (plain and .trans) and
 // mma m16n8k16 per the PTX ISA fragment layouts; the kernel's addressing (tiles::frag) must produce
 // S = Q K^T and O = P V exactly (small integers: every sum is exact in float).
@@ -342,6 +360,7 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
 
 int main() {
   RUN_TEST(test_grid_covers_every_row_and_key_once);
+  RUN_TEST(test_cta_order_covers_every_tile_and_head_once_kv_head_fastest);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
   RUN_TEST(test_pipeline_stages_are_never_overwritten_before_use);
   TEST_SUMMARY();

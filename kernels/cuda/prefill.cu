@@ -12,10 +12,13 @@
 // chunk c ^ (r & 7): conflict-free for cp.async stores and ldmatrix loads). The online softmax lives
 // in registers (a thread holds 2 rows x 2 columns per 8-key n-tile per m-tile; row max / sum across
 // the 4 threads of a row by shuffles); P is repacked from the S accumulators into A fragments without
-// leaving registers. Keys are walked over the attended tiles only (sinks, then the window up to the
-// tile's last position); the causal / window mask is evaluated only on tiles some row does not fully
-// attend. Keys past the sequence or behind an invalid block id are zero-filled (cp.async src-size 0),
-// never read. The output is staged in the Q tile and leaves in 16-byte stores. With several splits
+// leaving registers. The common tile (no soft cap, no mask) is straight-line code: logits stay raw
+// through the row max, the scale is folded into the FFMA before each ex2, and the rescale of O is
+// skipped when no row max of the warp moved; one barrier per key tile. Keys are walked over the
+// attended tiles only (sinks, then the window up to the tile's last position); the causal / window
+// mask is evaluated only on tiles some row does not fully attend. Keys past the sequence or behind an
+// invalid block id are zero-filled (cp.async ignore-src), never read. CTAs are ordered kv head
+// fastest, a sequence's longest tiles first. The output is staged in the Q tile and leaves in 16-byte stores. With several splits
 // each CTA writes (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel
 // merges them. Index arithmetic lives in prefill_tiles.h, checked on the CPU by
 // tests/cpp/kernels_prefill_tiles.cpp.
@@ -103,15 +106,14 @@ __device__ __forceinline__ float ex2(float x) {
 
 using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
 
-template <typename T, int D, int BN, int NW, int MI, int SUB>
+template <typename T, int D, int BN, int NW, int MI>
 __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(const PrefillParams p) {
   constexpr int kThreads = 32 * NW;
   static_assert(16 * MI * NW == BM, "warps x m-tiles x 16 must cover the tile");
   static_assert(BN <= kThreads, "one thread per key of a tile computes its block offset");
   static_assert(BM <= kThreads, "one thread per row writes its position");
   constexpr int C = D / 8;   // 16-byte chunks per row
-  static_assert(BN % SUB == 0 && SUB % 16 == 0, "whole sub-tiles of 16-key k-steps");
-  constexpr int NT = SUB / 8;  // 8-key n-tiles of S per m-tile
+  constexpr int NT = BN / 8;  // 8-key n-tiles of S per m-tile
   constexpr int DT = D / 8;   // 8-dim n-tiles of O per m-tile
   extern __shared__ __align__(16) unsigned char smem[];
   // Byte offset (from k / v) of each key's row in s_off; valid ones are multiples of 16 (checked on the
@@ -247,17 +249,13 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     cp_async_commit();
     const int next_id = block_id(i + 2);  // consumed after the compute below
 
-    // The tile's keys in sub-tiles of SUB (S of a whole 64-key tile would not fit the registers at D 128
-    // next to O): loads and the barrier per BN keys, the online softmax per SUB.
-#pragma unroll 1
-    for (int sub = 0; sub < BN / SUB; ++sub) {
-    // S = Q K^T for the warp's MI x 16 rows x SUB keys: each K fragment feeds MI MMAs.
+    // S = Q K^T for the warp's MI x 16 rows x BN keys: each K fragment feeds MI MMAs.
     float s[MI][NT][4];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int n = 0; n < NT; ++n) s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
-    const uint32_t kaddr = bK + k_lane + uint32_t(sub * SUB * C * 16);
+    const uint32_t kaddr = bK + k_lane;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[MI][4];
@@ -287,7 +285,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
           for (int e = 0; e < 4; ++e) s[mi][n][e] = cap_out * tanhf(s[mi][n][e] * cap_in);
     }
     if (!kt.full(kt.tile(i))) {
-      const int k0 = kt.tile(i) * BN + sub * SUB;
+      const int k0 = kt.tile(i) * BN;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -341,9 +339,9 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
 
     // O += P V: P (16 x BN per m-tile) from the S accumulators, V through ldmatrix.trans; each V
     // fragment feeds MI MMAs.
-    const uint32_t vaddr = bV + v_lane + uint32_t(sub * SUB * C * 16);
+    const uint32_t vaddr = bV + v_lane;
 #pragma unroll
-    for (int kk = 0; kk < SUB / 16; ++kk) {
+    for (int kk = 0; kk < BN / 16; ++kk) {
       uint32_t a[MI][4];
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
@@ -363,7 +361,6 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
         }
       }
     }
-    }  // sub
     // Stage i & 1 of s_off was last read by load_kv(i) in iteration i - 1, before this iteration's
     // barrier; load_kv(i + 2) reads it after the next one.
     const int64_t next_off = key_offset(i + 2, next_id);
@@ -464,16 +461,16 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
 // CTAs / SM), D 256 130 KB (1 CTA of 8 warps); D 256 with 16-key tiles 98 KB.
 constexpr int prefill_smem(int D, int BN) { return 2 * BN * 8 + BM * D * 2 + 4 * BN * D * 2 + 1024; }
 
-template <typename T, int D, int BN, int SUB = BN>
+template <typename T, int D, int BN>
 void launch_tile(const PrefillParams& p, dim3 grid, cudaStream_t s) {
   constexpr int NW = tiles::cta_warps(D), MI = tiles::mtiles_per_warp(D);
   constexpr int smem = prefill_smem(D, BN);
   {
     RelaxedCapture relaxed;  // not a stream operation, but keep it legal while the caller captures a graph
-    check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN, NW, MI, SUB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN, NW, MI>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "prefill attention: shared memory size");
   }
-  prefill_mma_kernel<T, D, BN, NW, MI, SUB><<<grid, 32 * NW, smem, s>>>(p);
+  prefill_mma_kernel<T, D, BN, NW, MI><<<grid, 32 * NW, smem, s>>>(p);
   check(cudaGetLastError(), "prefill attention launch");
 }
 

@@ -384,9 +384,9 @@ KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pai
    plain): the arrays are read on the host (CPU caches). A member row must have shared_blocks * block_size
    <= seq_lens[row] and, over the shared columns, the very block ids of the group's first member, every
    one in [0, num_blocks); a row in two groups is an error. Soft cap, window + sinks (each member's own
-   window masks its part of the shared keys) and every dtype are as in the plain kernels. CUDA caches
-   (phase 1): the description is checked as on the CPU and then ignored; the plain kernel runs (same
-   results).
+   window masks its part of the shared keys) and every dtype are as in the plain kernels; the work
+   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches (phase 1): the
+   description is ignored and the plain kernel runs (same results, no speed-up yet).
 
    Worked example (block_size 16). Rows 0 and 2 forked from one 70-token prompt: their tables begin with
    the blocks 7 8 9 4 (64 computed tokens), then each has its own copy of the partial block (11, 12);

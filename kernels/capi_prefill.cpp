@@ -1,8 +1,11 @@
 // C boundary of paged prefill / extend attention and its workspace query.
 #include <cstring>
 
+#include <cstddef>
+
 #include "../libkvblock/capi_guard.h"
 #include "backends.h"
+#include "cascade.h"
 #include "prefill.h"
 #include "validate.h"
 
@@ -32,6 +35,11 @@ KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_
     Prefill a = read_prefill(c, args, true);
     require_backend(c, "cache");
     if (a.num_seqs == 0) return;
+    // Shared-prefix attention (kvb_prefix_groups): CPU only for now; CUDA runs the plain kernel (same results).
+    const kvb_prefix_groups* pg = args->struct_size >= offsetof(kvb_prefill_args, prefix_groups) + sizeof(void*)
+                                      ? prefix_groups_to_use(args->prefix_groups)
+                                      : nullptr;
+    if (pg && !c.cuda) return cpu::cascade_attention(c, cascade_of(a), *pg);
     if (c.cuda)
       cuda::prefill_attention(c, a, stream);
     else

@@ -1,10 +1,10 @@
 // CPU shared-prefix ("cascade") attention for decode and prefill / extend (kvb_prefix_groups).
 //
 // Three kinds of work, all in fp32 with exp2 online softmax (cascade_tile.inc):
-//  1. shared items (group, kv head, row tile, key partition): every member's query rows (tokens x the
-//     query heads of the kv head) against the group's shared keys, read once per row tile; the state
+//  1. shared items (group, row tile, key partition), each kv head in turn: every member's query rows
+//     (tokens x the query heads of the kv head) against the group's shared keys, read once per row tile; the state
 //     (m, l, unnormalised acc) of each row goes to a per-call buffer, one slot per key partition;
-//  2. own items (sequence, kv head, token tile): the sequence's rows against its keys after the shared
+//  2. own items (sequence, token tile), each kv head in turn: the sequence's rows against its keys after the shared
 //     prefix (all of them for a sequence in no group), then
 //  3. the merge, in the own item: out = (sum of acc_i 2^(m_i - M)) / (sum of l_i 2^(m_i - M)), M the
 //     largest m_i over the own part and the shared partitions.
@@ -40,6 +40,7 @@ constexpr int64_t kParallelFlops = int64_t(8) << 20;
 struct Mask {
   float soft_cap;
   int64_t window, sink;
+  bool whole_rows;  // prefetch every kv head's rows of each token (see cascade_tile.inc)
 };
 
 // Per-thread state of R query rows (arrays 64-byte aligned).
@@ -226,8 +227,8 @@ void finish_rows(const Work& w, Rows& rw) {
   std::memset(rw.acc, 0, sizeof(float) * size_t(R4 * D));
 }
 
-// Shared item: group tokens [t0, t1) of group gi, kv head kvh, keys of partition p.
-void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t kvh, int64_t p) {
+// Group tokens [t0, t1) of group gi, kv head kvh, keys of partition p.
+void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t kvh, int64_t p) {
   const CascadeCall& a = *w.a;
   const int64_t G = w.G, D = w.D;
   rw.R = (t1 - t0) * G;
@@ -236,7 +237,9 @@ void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
   finish_rows(w, rw);
   const int32_t* lead = a.block_tables + int64_t(w.g->members[w.g->group_start[gi]]) * a.max_blocks;
   const int64_t k0 = p * w.P, k1 = std::min(w.shared[size_t(gi)], k0 + w.P);
-  w.attend(*w.c, kvh, lead, k0, k1, w.mk, rw);
+  Mask mk = w.mk;
+  mk.whole_rows = kvh == 0;
+  w.attend(*w.c, kvh, lead, k0, k1, mk, rw);
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t gq = 0; gq < G; ++gq) {
       const int64_t r = (t - t0) * G + gq;
@@ -247,9 +250,15 @@ void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
     }
 }
 
-// Own item: tokens [j0, j1) of sequence s, kv head kvh; keys after its group's shared prefix, then the
-// merge with the shared partitions and the output.
-void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_t kvh) {
+// Shared item: every kv head in turn (the first fetches the tokens' rows of all heads, which the others
+// then find in the CPU caches).
+void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t p) {
+  for (int64_t kvh = 0; kvh < w.c->num_kv_heads; ++kvh) shared_head(w, rw, gi, t0, t1, kvh, p);
+}
+
+// Tokens [j0, j1) of sequence s, kv head kvh: keys after its group's shared prefix, then the merge with
+// the shared partitions and the output.
+void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_t kvh) {
   const CascadeCall& a = *w.a;
   const int64_t G = w.G, D = w.D;
   rw.R = (j1 - j0) * G;
@@ -258,7 +267,9 @@ void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
   finish_rows(w, rw);
   const int32_t gi = w.group_of[size_t(s)];
   const int64_t S = gi >= 0 ? w.shared[size_t(gi)] : 0;
-  w.attend(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], w.mk, rw);
+  Mask mk = w.mk;
+  mk.whole_rows = kvh == 0;
+  w.attend(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
   const int64_t nparts = gi >= 0 ? (S + w.P - 1) / w.P : 0;
   for (int64_t j = j0; j < j1; ++j)
     for (int64_t gq = 0; gq < G; ++gq) {
@@ -289,6 +300,11 @@ void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
     }
 }
 
+// Own item: every kv head in turn, as shared_item.
+void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1) {
+  for (int64_t kvh = 0; kvh < w.c->num_kv_heads; ++kvh) own_head(w, rw, s, j0, j1, kvh);
+}
+
 }  // namespace
 
 void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
@@ -301,11 +317,11 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   w.D = c.head_dim;
   w.G = a.num_q_heads / c.num_kv_heads;
   w.es = int64_t(c.elem());
-  w.mk = Mask{a.soft_cap, a.window, a.window > 0 ? a.sink : 0};
+  w.mk = Mask{a.soft_cap, a.window, a.window > 0 ? a.sink : 0, false};
   w.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   w.attend = pick_attend(w.D, c.dtype);
   if (!w.attend) fail(Code::invalid_argument, "%s: head_dim %lld is not supported", a.kernel, (long long)w.D);
-  const int64_t Hkv = c.num_kv_heads, G = w.G, D = w.D, NG = g.num_groups;
+  const int64_t G = w.G, D = w.D, NG = g.num_groups;
 
   // Members' tokens, group after group.
   w.tok_of_seq.assign(size_t(a.num_seqs), -1);
@@ -349,7 +365,7 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   const int64_t hw_threads = std::max<int64_t>(1, std::min<int64_t>(hw == 0 ? 1 : hw, kMaxThreads));
   // Split the shared keys when there would be too few shared items to keep every thread busy.
   w.NP = 1;
-  while (int64_t(sitems.size()) * Hkv * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
+  while (int64_t(sitems.size()) * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
   w.P = std::max<int64_t>(kKeyTile, (max_shared + w.NP - 1) / w.NP);
   w.P = (w.P + kKeyTile - 1) / kKeyTile * kKeyTile;
   const size_t slots = w.toks.size() * size_t(a.num_q_heads * w.NP);
@@ -357,7 +373,7 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   w.st_l.assign(slots, 0.f);
   w.st_acc.assign(slots * size_t(D), 0.f);
 
-  const int64_t n_shared = int64_t(sitems.size()) * Hkv * w.NP, n_own = int64_t(oitems.size()) * Hkv;
+  const int64_t n_shared = int64_t(sitems.size()) * w.NP, n_own = int64_t(oitems.size());
   const int64_t threads = threads_for(int64_t(std::min(flops, 1e18)), kParallelFlops, std::max(n_shared, n_own));
   const int64_t RM = std::max(tile_shared, tile_own) * G + 4;
   const size_t per = Rows::floats(RM, D);
@@ -366,16 +382,16 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
 
   parallel_for(n_shared, threads, [&](int64_t tid, int64_t i) {
-    const int64_t p = i % w.NP, kvh = (i / w.NP) % Hkv;
-    const SharedItem& it = sitems[size_t(i / w.NP / Hkv)];
+    const int64_t p = i % w.NP;
+    const SharedItem& it = sitems[size_t(i / w.NP)];
     if (p * w.P >= w.shared[size_t(it.g)]) return;  // this group's prefix has fewer partitions
     Rows rw(base + per * size_t(tid), RM, D);
-    shared_item(w, rw, it.g, it.t0, it.t1, kvh, p);
+    shared_item(w, rw, it.g, it.t0, it.t1, p);
   });
   parallel_for(n_own, threads, [&](int64_t tid, int64_t i) {
-    const OwnItem& it = oitems[size_t(i / Hkv)];
+    const OwnItem& it = oitems[size_t(i)];
     Rows rw(base + per * size_t(tid), RM, D);
-    own_item(w, rw, it.s, it.j0, it.j1, i % Hkv);
+    own_item(w, rw, it.s, it.j0, it.j1);
   });
 }
 

@@ -34,7 +34,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kKeyTile = 32;
 constexpr int64_t kSharedRows = 256;  // query rows per shared item: the shared K/V are read once per 256
 constexpr int64_t kOwnRows = 128;     // query rows per own item (as the prefill kernel's tiles)
-constexpr int64_t kMinPartition = 512;  // shared keys per partition when the shared part is split
+constexpr int64_t kMinPartition = 256;  // shared keys per partition when split for the threads
+constexpr int64_t kPartitionBytes = int64_t(1) << 20;  // K+V bytes (every kv head) of a partition
 constexpr int64_t kParallelFlops = int64_t(8) << 20;
 
 struct Mask {
@@ -217,8 +218,9 @@ void load_query(const Work& w, Rows& rw, int64_t r, int64_t s, int64_t j, int64_
   rw.l[r] = 0.f;
 }
 
+// Padding rows (up to a multiple of 8, the staged tiles' row blocks) score 0 and are never output.
 void finish_rows(const Work& w, Rows& rw) {
-  const int64_t R4 = (rw.R + 3) / 4 * 4, D = w.D;
+  const int64_t R4 = (rw.R + 7) / 8 * 8, D = w.D;
   for (int64_t r = rw.R; r < R4; ++r) {
     std::memset(rw.q + r * D, 0, sizeof(float) * size_t(D));
     rw.m[r] = kNegInf;
@@ -363,8 +365,11 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   }
   const unsigned hw = std::thread::hardware_concurrency();
   const int64_t hw_threads = std::max<int64_t>(1, std::min<int64_t>(hw == 0 ? 1 : hw, kMaxThreads));
-  // Split the shared keys when there would be too few shared items to keep every thread busy.
-  w.NP = 1;
+  // Split the shared keys into partitions whose rows of every kv head fit in half a core's L2 (an item's
+  // first kv head fetches them, the others re-read them from there), and into enough items to keep
+  // every thread busy.
+  const int64_t fit = std::max<int64_t>(kKeyTile, kPartitionBytes / (c.num_kv_heads * D * w.es * 2));
+  w.NP = std::max<int64_t>(1, (max_shared + fit - 1) / fit);
   while (int64_t(sitems.size()) * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
   w.P = std::max<int64_t>(kKeyTile, (max_shared + w.NP - 1) / w.NP);
   w.P = (w.P + kKeyTile - 1) / kKeyTile * kKeyTile;
@@ -375,7 +380,7 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
 
   const int64_t n_shared = int64_t(sitems.size()) * w.NP, n_own = int64_t(oitems.size());
   const int64_t threads = threads_for(int64_t(std::min(flops, 1e18)), kParallelFlops, std::max(n_shared, n_own));
-  const int64_t RM = std::max(tile_shared, tile_own) * G + 4;
+  const int64_t RM = std::max(tile_shared, tile_own) * G + 8;
   const size_t per = Rows::floats(RM, D);
   std::vector<float> scratch(per * size_t(threads) + 16);
   float* base = scratch.data();

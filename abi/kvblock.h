@@ -362,6 +362,63 @@ KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pai
 /* Batch export for kernels                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* Prefix groups of a batch (shared-prefix, or "cascade", attention). Sequences of one step that hold the
+   same block ids at the head of their block tables (forks, n > 1 sampling, beam search, a system prompt
+   hit in the prefix cache) read the same K/V. A group is a set of >= 2 batch rows whose tables begin
+   with the same shared_blocks[g] block ids; the kernels then attend every member's queries (all query
+   heads) over those blocks once, as one matrix product, attend each member's own blocks (the rest of
+   its table) as usual, and merge the two parts by log-sum-exp: the same function as the plain call.
+   Two levels: the shared prefix of a group, then each member's own blocks. Groups are disjoint; a row
+   in no group is an ordinary sequence.
+
+   Export (kvb_batch.prefix_groups != NULL): the manager fills the description in O(total blocks) time,
+   allocating nothing once warm. Only full blocks whose K/V are all computed count as shared (a partial
+   last block, and blocks holding uncomputed tokens, are each member's own); a -1 entry (released by a
+   sliding window) ends the sharing. Rows are grouped by the block id at column min_shared_blocks - 1,
+   each candidate is checked against the first row of its group over columns 0 .. min_shared_blocks - 1
+   (a candidate that differs stays ordinary), and shared_blocks[g] is the longest prefix common to all
+   members; a candidate set of one row is no group. Groups come in the order of their first member,
+   members in batch order. With KV cache groups the description is that of kvb_batch.group's tables.
+   Every array is a caller buffer; num_seqs entries for members and num_seqs / 2 for groups always
+   suffice. Too small: KVB_ERR_BUFFER_TOO_SMALL with num_groups and num_members set to the sizes needed.
+
+   Kernels (kvb_attention_args.prefix_groups, kvb_prefill_args.prefix_groups; NULL or num_groups 0 =
+   plain): the arrays are read on the host (CPU caches). A member row must have shared_blocks * block_size
+   <= seq_lens[row] and, over the shared columns, the very block ids of the group's first member, every
+   one in [0, num_blocks); a row in two groups is an error. Soft cap, window + sinks (each member's own
+   window masks its part of the shared keys) and every dtype are as in the plain kernels; the work
+   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches and FP8 caches (for
+   now): the description is ignored and the plain kernel runs (same results, no speed-up yet).
+
+   Worked example (block_size 16). Rows 0 and 2 forked from one 70-token prompt: their tables begin with
+   the blocks 7 8 9 4 (64 computed tokens), then each has its own copy of the partial block (11, 12);
+   row 1 is unrelated:
+     block_tables  row 0: 7 8 9 4 11      seq_lens 71 (70 computed, then the decode token)
+                   row 1: 5 6             seq_lens 20
+                   row 2: 7 8 9 4 12      seq_lens 71
+   kvb_batch_export with prefix_groups (min_shared_blocks 2) writes num_groups 1, num_members 2,
+   group_start {0, 2}, members {0, 2}, shared_blocks {4}. kvb_paged_attention with the same struct then
+   reads blocks 7 8 9 4 once for the 2 x num_q_heads queries of rows 0 and 2 (64 keys), reads 11 and 12
+   for their own query heads (7 keys each) and row 1 as usual (20 keys), and merges row 0's two parts:
+   with m_s, l_s, o_s (max logit, sum of exponentials, normalised output) of the shared part and m_o,
+   l_o, o_o of the own part, out = (l_s e^(m_s - M) o_s + l_o e^(m_o - M) o_o) / (l_s e^(m_s - M) +
+   l_o e^(m_o - M)), M = max(m_s, m_o). */
+typedef struct kvb_prefix_groups {
+  uint32_t struct_size;
+  uint32_t min_shared_blocks;  /* export: least shared blocks that make a group (default 2; 0 counts as 1) */
+  uint32_t group_capacity;     /* export: entries of shared_blocks (group_start holds group_capacity + 1) */
+  uint32_t member_capacity;    /* export: entries of members */
+  int32_t* group_start;        /* [num_groups + 1]: group g's members are members[group_start[g] ..
+                                  group_start[g + 1]); group_start[0] = 0 */
+  int32_t* members;            /* [num_members] batch rows (indexes into seq_ids / the kernels' rows) */
+  int32_t* shared_blocks;      /* [num_groups] leading blocks every member of group g holds */
+  uint32_t num_groups;         /* export: out; kernels: in */
+  uint32_t num_members;        /* export: out (= group_start[num_groups]); kernels: not read */
+} kvb_prefix_groups;           /* may grow at the end */
+
+/* Fill defaults (no buffers, min_shared_blocks 2, no groups) and struct_size. */
+KVB_API void kvb_prefix_groups_init(kvb_prefix_groups* groups);
+
 typedef struct kvb_batch {
   uint32_t struct_size;
   uint32_t max_blocks_per_seq; /* columns of block_tables */
@@ -375,6 +432,8 @@ typedef struct kvb_batch {
   /* --- fields below were added with KV cache groups; older callers' struct_size omits them --- */
   uint32_t group;              /* KV cache group whose block tables and slots are written (default 0);
                                   one call per group fills the inputs of that group's layers */
+  /* --- fields below were added with prefix groups; older callers' struct_size omits them --- */
+  kvb_prefix_groups* prefix_groups; /* NULL = not wanted; else filled as above (kvb_prefix_groups) */
 } kvb_batch;
 
 /* Fill defaults (NULL outputs = not wanted, no columns, group 0) and struct_size. */
@@ -608,6 +667,8 @@ typedef struct kvb_attention_args {
   uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
                                    (FP32: CPU only); ignored for other caches (q, out in the cache dtype) */
   uint32_t reserved2;
+  const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
+                                             also KVB_0.2 */
 } kvb_attention_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap, no workspace) and
@@ -694,6 +755,8 @@ typedef struct kvb_prefill_args {
                                    0 (default): exact fp32 arithmetic. Ignored for fp16 / bf16 caches and on
                                    the CPU (always fp32). */
   uint32_t reserved2;           /* 0 */
+  const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
+                                             also KVB_0.2 */
 } kvb_prefill_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */

@@ -112,6 +112,22 @@ static void test_batch_before_group(void) {
   kvb_manager_destroy(m);
 }
 
+/* The kvb_batch before prefix groups (64 bytes, its struct_size) ends where prefix_groups begins; the
+   poisoned pointer past it is not read (no groups), and nothing is written past the old size. */
+static void test_batch_before_prefix_groups(void) {
+  const size_t old = offsetof(kvb_batch, prefix_groups);
+  kvb_manager* m = two_sequences();
+  const int64_t ids[2] = {1, 2};
+  int32_t lens[2];
+  buffer b;
+  old_init(&b, old);
+  b.batch.seq_lens = lens;
+  CHECK_OK(kvb_batch_export(m, ids, 2, &b.batch));
+  CHECK(untouched_from(&b, old));
+  CHECK(lens[0] == 10 && lens[1] == 3);
+  kvb_manager_destroy(m);
+}
+
 /* The earlier kvb_batch was 64 bytes too (group sits in its tail padding), so an old caller's struct_size
    covers group: its old kvb_batch_init zeroed the padding (group 0, the default); garbage there, from a
    caller that did not zero the struct, is refused on a manager without groups (ABI.md). */
@@ -120,8 +136,8 @@ static void test_batch_old_padding(void) {
   const int64_t ids[2] = {1, 2};
   int32_t lens[2];
   buffer b;
-  CHECK(offsetof(kvb_batch, group) + sizeof(uint32_t) == sizeof(kvb_batch)); /* what the case is about */
-  old_init(&b, sizeof(kvb_batch));
+  CHECK(offsetof(kvb_batch, group) + sizeof(uint32_t) == offsetof(kvb_batch, prefix_groups)); /* the case */
+  old_init(&b, offsetof(kvb_batch, prefix_groups));
   b.batch.seq_lens = lens;
   CHECK_OK(kvb_batch_export(m, ids, 2, &b.batch)); /* zeroed padding: group 0 */
   CHECK(lens[0] == 10 && lens[1] == 3);
@@ -238,6 +254,7 @@ int main(void) {
   RUN_TEST(test_config_before_groups);
   RUN_TEST(test_batch_before_group);
   RUN_TEST(test_batch_old_padding);
+  RUN_TEST(test_batch_before_prefix_groups);
   RUN_TEST(test_stats_before_host_cache);
   RUN_TEST(test_init_writes_its_own_sizeof);
   TEST_SUMMARY();

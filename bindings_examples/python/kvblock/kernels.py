@@ -308,9 +308,10 @@ def _attention_common(cache: KVCache, q: Any, out: Any, block_tables: Any, seq_l
 
 def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_lens: Any, out: Any, *,
                     scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
-                    stream: Any = None) -> Any:
+                    stream: Any = None, prefix_groups: Any = None) -> Any:
     """Decode attention: q, out [num_seqs, num_q_heads, head_dim]; block_tables [num_seqs, max_blocks] int32;
-    seq_lens [num_seqs] int32. Returns out."""
+    seq_lens [num_seqs] int32. prefix_groups: a kvblock.PrefixGroups of the same batch (batch_export(...,
+    prefix_groups=True)) to read shared blocks once per group. Returns out."""
     qv0 = view(q, "q")
     num_seqs = qv0.shape[0] if qv0.shape else 0
     qv, ov, bt, sl, heads = _attention_common(cache, q, out, block_tables, seq_lens, num_seqs)
@@ -329,13 +330,15 @@ def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_l
     d = cache.desc(layer)
     check(lib.kvb_paged_attention_workspace_size(d, a, size))
     a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
+    if prefix_groups is not None:
+        a.prefix_groups = _prefix_groups_arg(prefix_groups)
     check(lib.kvb_paged_attention(d, a, _stream(stream)))
     return out
 
 
 def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_lens: Any, block_tables: Any,
                       out: Any, *, scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
-                      allow_tf32: bool = False, stream: Any = None) -> Any:
+                      allow_tf32: bool = False, stream: Any = None, prefix_groups: Any = None) -> Any:
     """Prefill / extend attention over a ragged batch (query_start as batch_export writes it; seq_lens include
     the new tokens, whose K/V are already written). q, out [total_q_tokens, num_q_heads, head_dim].
     allow_tf32: an fp32 cache on CUDA may use TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32
@@ -364,8 +367,20 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
     d = cache.desc(layer)
     check(lib.kvb_prefill_attention_workspace_size(d, a, size))
     a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
+    if prefix_groups is not None:
+        a.prefix_groups = _prefix_groups_arg(prefix_groups)
     check(lib.kvb_prefill_attention(d, a, _stream(stream)))
     return out
+
+
+def _prefix_groups_arg(pg: Any) -> Any:
+    """The kvb_prefix_groups* of a kvblock.PrefixGroups (or of a batch that carries one)."""
+    pg = getattr(pg, "prefix_groups", pg)
+    c = getattr(pg, "c", None)
+    if c is None or ffi.typeof(c) is not ffi.typeof("kvb_prefix_groups*"):
+        raise KvbArgumentError(f"prefix_groups must be a kvblock.PrefixGroups (batch_export(..., prefix_groups=True)), "
+                               f"got {type(pg).__name__}")
+    return c
 
 
 def _pairs(pairs: Any) -> tuple:

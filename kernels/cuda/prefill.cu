@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   // Logits stay raw (Q K^T) through the mask and the row max; the scale (in base 2) is folded into the
   // one FFMA before each exp2, which the row max commutes with because scale > 0 (read_prefill).
   // The soft cap maps a raw logit x to cap / scale * tanh(x * scale / cap), the same units.
-  const float qs = p.q_scale;
+  const float qs = p.q_scale, slack = tiles::max_slack_raw(qs);  // lazy row max (row_max_moves)
   // Per-lane ldmatrix bases (prefill_tiles.h): the unrolled loops add only constants to these.
   uint32_t q_lane[MI];
 #pragma unroll
@@ -296,8 +296,10 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
                                 s_pos[tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, e)], W, sink))
               s[mi][n][e] = -INFINITY;
     }
-    // Online softmax: the new row max (raw), the factor for the old O and sum, P = 2^(qs x - qs max).
+    // Online softmax: the row's reference max (raw, lazy: prefill_tiles.h row_max_moves), the factor
+    // for the old O and sum, P = 2^(qs x - qs max) <= 2^8.
     float al[MI][2], u[MI][2];
+    bool moved = false;  // some row of this thread moved its reference max
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       float mx0 = m[mi][0], mx1 = m[mi][1];
@@ -309,15 +311,16 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
       }
+      const bool mv0 = tiles::row_max_moves(m[mi][0], mx0, slack), mv1 = tiles::row_max_moves(m[mi][1], mx1, slack);
+      mx0 = mv0 ? mx0 : m[mi][0], mx1 = mv1 ? mx1 : m[mi][1];
       u[mi][0] = mx0 == -INFINITY ? 0.f : mx0 * qs, u[mi][1] = mx1 == -INFINITY ? 0.f : mx1 * qs;  // no -inf - -inf
-      al[mi][0] = ex2(m[mi][0] * qs - u[mi][0]), al[mi][1] = ex2(m[mi][1] * qs - u[mi][1]);
+      // A kept max gives exactly 1 (m qs - u, fused, would leave the product's rounding error).
+      al[mi][0] = mv0 ? ex2(m[mi][0] * qs - u[mi][0]) : 1.f, al[mi][1] = mv1 ? ex2(m[mi][1] * qs - u[mi][1]) : 1.f;
+      moved |= mv0 || mv1;
       m[mi][0] = mx0, m[mi][1] = mx1;
     }
-    // Once the row maxima settle (most tiles of a long walk) no row of the warp changes: skip the
-    // rescale of O (D / 2 multiplies per row pair) on a warp-uniform vote.
-    bool moved = false;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) moved |= al[mi][0] != 1.f || al[mi][1] != 1.f;
+    // Once every row of the warp has its reference max (the lazy max rarely moves after a row's first
+    // tile) skip the rescale of O (D / 2 multiplies per row pair) on a warp-uniform vote.
     if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)

@@ -13,8 +13,9 @@
 // in registers (a thread holds 2 rows x 2 columns per 8-key n-tile per m-tile; row max / sum across
 // the 4 threads of a row by shuffles); P is repacked from the S accumulators into A fragments without
 // leaving registers. The common tile (no soft cap, no mask) is straight-line code: logits stay raw
-// through the row max, the scale is folded into the FFMA before each ex2, and the rescale of O is
-// skipped when no row max of the warp moved; one barrier per key tile. Keys are walked over the
+// through the row max, the scale is folded into the FFMA before each ex2, the row max is lazy (moves
+// only when a tile's max exceeds it by 8 in log2 units, prefill_tiles.h) and the rescale of O is
+// skipped when no row max of the warp moved, i.e. on nearly every tile; one barrier per key tile. Keys are walked over the
 // attended tiles only (sinks, then the window up to the tile's last position); the causal / window
 // mask is evaluated only on tiles some row does not fully attend. Keys past the sequence or behind an
 // invalid block id are zero-filled (cp.async ignore-src), never read. CTAs are ordered kv head
@@ -319,15 +320,9 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
       moved |= mv0 || mv1;
       m[mi][0] = mx0, m[mi][1] = mx1;
     }
-    // Once every row of the warp has its reference max (the lazy max rarely moves after a row's first
-    // tile) skip the rescale of O (D / 2 multiplies per row pair) on a warp-uniform vote.
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int d = 0; d < DT; ++d)
-          o[mi][d][0] *= al[mi][0], o[mi][d][1] *= al[mi][0], o[mi][d][2] *= al[mi][1], o[mi][d][3] *= al[mi][1];
-    }
+    // P = 2^(qs x - u) and the sums, written before the vote's branch so that the exponents may hide
+    // the shuffle and vote latency (ptxas hoists a part of them, sinks the rest into the P V block).
+    // Packing P to fp16 / bf16 here too spills at D 128.
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       float l0 = 0.f, l1 = 0.f;
@@ -339,9 +334,18 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
       }
       l[mi][0] = l[mi][0] * al[mi][0] + l0, l[mi][1] = l[mi][1] * al[mi][1] + l1;
     }
+    // Once every row of the warp has its reference max (the lazy max rarely moves after a row's first
+    // tile) skip the rescale of O (D / 2 multiplies per row pair) on a warp-uniform vote.
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int d = 0; d < DT; ++d)
+          o[mi][d][0] *= al[mi][0], o[mi][d][1] *= al[mi][0], o[mi][d][2] *= al[mi][1], o[mi][d][3] *= al[mi][1];
+    }
 
-    // O += P V: P (16 x BN per m-tile) from the S accumulators, V through ldmatrix.trans; each V
-    // fragment feeds MI MMAs.
+    // O += P V: P (16 x BN per m-tile) from the S registers, V through ldmatrix.trans; each V fragment
+    // feeds MI MMAs.
     const uint32_t vaddr = bV + v_lane;
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {

@@ -359,7 +359,9 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
 // The kernel's online softmax with the lazy row max (prefill_tiles.h row_max_moves), replayed on one
 // row in float over key tiles of 32: the output must be the exact softmax-weighted sum (a double
 // reference), every exponent qs x - u must stay <= kMaxSlackLog2 (P <= 256 fits fp16 / bf16 and the
-// fp32 sums), and the reference max must move rarely: once for random logits at the scale of D 128. Rows masked so far (-inf) and fully masked rows too.
+// fp32 sums), and the reference max must move rarely: once for random logits at the scale of D 128;
+// the kernel's vote on each thread's part of a row must decide as the row max would. Rows masked so
+// far (-inf) and fully masked rows too.
 void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -386,6 +388,17 @@ void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
         float mx = m;
         for (int k = t * BN; k < (t + 1) * BN; ++k) mx = std::fmax(mx, x[size_t(k)]);
         const bool mv = tiles::row_max_moves(m, mx, slack);
+        // The kernel votes on each thread's part of the row (thread c of the row's 4 holds columns 2c,
+        // 2c + 1 of every 8-key n-tile) and shuffles the row max only when some part moves.
+        bool part_moves = false;
+        for (int c = 0; c < 4; ++c) {
+          float part = m;
+          for (int k = t * BN; k < (t + 1) * BN; ++k)
+            if (tiles::frag::c_col(c, 0) / 2 == (k % 8) / 2) part = std::fmax(part, x[size_t(k)]);
+          part_moves |= tiles::row_max_moves(m, part, slack);
+        }
+        if (part_moves != mv && ++bad <= 5)
+          fprintf(stderr, "  kind %d tile %d: a part moves %d, the row %d\n", kind, t, int(part_moves), int(mv));
         const float mn = mv ? mx : m;
         const float u = mn == -INFINITY ? 0.f : mn * qs;
         const float al = mv ? std::exp2(m * qs - u) : 1.f;

@@ -228,9 +228,9 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int d = 0; d < DT; ++d) o[mi][d][0] = o[mi][d][1] = o[mi][d][2] = o[mi][d][3] = 0.f;
-  float m[MI][2], l[MI][2];
+  float m[MI][2], l[MI][2], u[MI][2];  // u = qs m, 0 while m is -inf (no -inf - -inf in the exponents)
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.f;
+  for (int mi = 0; mi < MI; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = u[mi][0] = u[mi][1] = 0.f;
 
   // Logits stay raw (Q K^T) through the mask and the row max; the scale (in base 2) is folded into the
   // one FFMA before each exp2, which the row max commutes with because scale > 0 (read_prefill).
@@ -328,6 +328,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
         const float al0 = mv0 ? ex2(m[mi][0] * qs - (n0 == -INFINITY ? 0.f : n0 * qs)) : 1.f;
         const float al1 = mv1 ? ex2(m[mi][1] * qs - (n1 == -INFINITY ? 0.f : n1 * qs)) : 1.f;
         m[mi][0] = n0, m[mi][1] = n1;
+        u[mi][0] = n0 == -INFINITY ? 0.f : n0 * qs, u[mi][1] = n1 == -INFINITY ? 0.f : n1 * qs;
         l[mi][0] *= al0, l[mi][1] *= al1;
 #pragma unroll
         for (int d = 0; d < DT; ++d) o[mi][d][0] *= al0, o[mi][d][1] *= al0, o[mi][d][2] *= al1, o[mi][d][3] *= al1;
@@ -336,7 +337,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     // P = 2^(qs x - u), u = qs m (0 while the row has seen only masked keys: no -inf - -inf), P <= 2^8.
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
-      const float u0 = m[mi][0] == -INFINITY ? 0.f : m[mi][0] * qs, u1 = m[mi][1] == -INFINITY ? 0.f : m[mi][1] * qs;
+      const float u0 = u[mi][0], u1 = u[mi][1];
       float l0 = 0.f, l1 = 0.f;
 #pragma unroll
       for (int n = 0; n < NT; ++n) {

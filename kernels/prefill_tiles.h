@@ -108,13 +108,15 @@ KVB_HD int mtile_of(int warp, int mi, int mtiles) { return warp * mtiles + mi; }
 KVB_HD int kv_stage(int i) { return i & 1; }
 
 // Online softmax with a lazy row max. The reference max m (raw logits, before the scale qs in log2
-// units) moves to a tile's max mx only when qs (mx - m) exceeds kMaxSlackLog2 (or m is still -inf): the exponents qs x - qs m then reach at most 2^8 = 256, harmless in the fp32 sums and in the
+// units) moves to a tile's max mx only when qs (mx - m) exceeds kMaxSlackLog2 (or m is still -inf):
+// the exponents qs x - qs m then reach at most 2^8 = 256, harmless in the fp32 sums and in the
 // fp16 / bf16 P fed to the MMA (floating point, so no precision is lost), and the final O / l is the
 // same softmax for any reference. Once a row's first tiles have set m, later tiles almost never move
-// it, so the warp-uniform vote skips the D / 2 multiplies per row pair that rescale O (and the sum) on
-// nearly every tile, not only once the exact max has settled. A NaN tile max leaves m alone (the NaN
-// still reaches the output through its exponent); all -inf (masked so far) leaves -inf. The slack in
-// raw units is computed once (qs > 0) and kept finite, so a first finite max always moves m from -inf.
+// it, so the kernel's warp vote skips the row-max shuffles and the D / 2 multiplies per row pair that
+// rescale O (and the sum) on nearly every tile, not only once the exact max has settled. A NaN tile
+// max leaves m alone (the NaN still reaches the output through its exponent); all -inf (masked so
+// far) leaves -inf. The slack in raw units is computed once (qs > 0) and kept finite, so a first
+// finite max always moves m from -inf.
 constexpr float kMaxSlackLog2 = 8.f;
 KVB_HD float max_slack_raw(float qs) {
   const float t = kMaxSlackLog2 / qs;

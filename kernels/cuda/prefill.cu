@@ -21,7 +21,8 @@
 // fully attend. Keys past the sequence or behind an invalid block id are zero-filled (cp.async
 // ignore-src), never read. CTAs are ordered kv head fastest, a sequence's longest tiles first. The
 // output is staged in the Q tile and leaves in 16-byte stores. With several splits each CTA writes
-// (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel merges them. Index arithmetic lives in prefill_tiles.h, checked on the CPU by
+// (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel merges them. Index
+// arithmetic and the lazy-max rule live in prefill_tiles.h, checked on the CPU by
 // tests/cpp/kernels_prefill_tiles.cpp.
 #include <climits>
 #include <type_traits>
@@ -324,11 +325,10 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
         }
         const bool mv0 = tiles::row_max_moves(m[mi][0], mx0, slack), mv1 = tiles::row_max_moves(m[mi][1], mx1, slack);
         const float n0 = mv0 ? mx0 : m[mi][0], n1 = mv1 ? mx1 : m[mi][1];
-        // A kept max keeps exactly 1 (m qs - n qs, fused, would leave the product's rounding error).
-        const float al0 = mv0 ? ex2(m[mi][0] * qs - (n0 == -INFINITY ? 0.f : n0 * qs)) : 1.f;
-        const float al1 = mv1 ? ex2(m[mi][1] * qs - (n1 == -INFINITY ? 0.f : n1 * qs)) : 1.f;
-        m[mi][0] = n0, m[mi][1] = n1;
-        u[mi][0] = n0 == -INFINITY ? 0.f : n0 * qs, u[mi][1] = n1 == -INFINITY ? 0.f : n1 * qs;
+        const float u0 = n0 == -INFINITY ? 0.f : n0 * qs, u1 = n1 == -INFINITY ? 0.f : n1 * qs;
+        // A kept max keeps exactly 1 (m qs - u, fused, would leave the product's rounding error).
+        const float al0 = mv0 ? ex2(m[mi][0] * qs - u0) : 1.f, al1 = mv1 ? ex2(m[mi][1] * qs - u1) : 1.f;
+        m[mi][0] = n0, m[mi][1] = n1, u[mi][0] = u0, u[mi][1] = u1;
         l[mi][0] *= al0, l[mi][1] *= al1;
 #pragma unroll
         for (int d = 0; d < DT; ++d) o[mi][d][0] *= al0, o[mi][d][1] *= al0, o[mi][d][2] *= al1, o[mi][d][3] *= al1;

@@ -29,6 +29,7 @@ PC_LIBS_PRIVATE := $(XXHASH_LIBS) -lstdc++ -lm -pthread
 PREFIX     ?= /usr/local
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+BINDIR     ?= $(PREFIX)/bin
 DESTDIR    ?=
 
 # CUDA: auto-detected unless CUDA=0.
@@ -69,21 +70,31 @@ CPP_TESTS := $(patsubst tests/cpp/%.cpp,$(BUILD)/tests/cpp_%,$(wildcard tests/cp
 
 .PHONY: all lib tool check check-sanitize tests install uninstall clean bench FORCE
 FORCE:
+
+# Quiet by default: one short line per step ("  CXX libkvblock/hash.cpp"); `make V=1` prints the full
+# commands. Compiler warnings and errors are printed in full either way.
+ifeq ($(V),1)
+  Q :=
+  say :=
+else
+  Q := @
+  say = printf '  %-5s %s\n' '$(1)' '$(2)';
+endif
 all: lib tool
 lib: $(SHLIB) $(STLIB)
 tool: $(TOOL)
 
 $(OBJ)/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_) -MMD -MP -c $< -o $@
+	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -MMD -MP -c $< -o $@
 
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS_) -c $< -o $@
+	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS_) -c $< -o $@
 
 $(OBJ)/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) -MMD -MP -c $< -o $@
 
 $(LINK_STAMP): FORCE
 	@mkdir -p $(dir $@)
@@ -91,29 +102,29 @@ $(LINK_STAMP): FORCE
 
 $(SHLIB): $(LIB_OBJS) abi/libkvblock.map $(LINK_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) -shared $(SANITIZE) -Wl,-soname,$(SONAME) -Wl,--version-script=abi/libkvblock.map \
+	$(Q)$(call say,LD,$@)$(CXX) -shared $(SANITIZE) -Wl,-soname,$(SONAME) -Wl,--version-script=abi/libkvblock.map \
 	  -Wl,--no-undefined -o $@ $(LIB_OBJS) $(LDLIBS_)
-	ln -sf libkvblock.so.$(VERSION) $(BUILD)/lib/$(SONAME)
-	ln -sf $(SONAME) $(BUILD)/lib/libkvblock.so
+	$(Q)ln -sf libkvblock.so.$(VERSION) $(BUILD)/lib/$(SONAME)
+	$(Q)ln -sf $(SONAME) $(BUILD)/lib/libkvblock.so
 
 $(STLIB): $(LIB_OBJS) $(LINK_STAMP)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $(LIB_OBJS)
+	$(Q)$(call say,AR,$@)rm -f $@ && ar rcs $@ $(LIB_OBJS)
 
 # The tool is a plain C consumer of the shared library.
 $(TOOL): $(TOOL_OBJS) $(SHLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm -ldl -pthread
+	$(Q)$(call say,LD,$@)$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock -Wl,-rpath,'$$ORIGIN/../lib' -lm -ldl -pthread
 
 $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvblock.h $(SHLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
 # -MMD: a test that includes library headers (kernels/*.h) is rebuilt when they change.
 $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h) $(STLIB)
 	@mkdir -p $(dir $@) $(BUILD)/obj/tests
-	$(CXX) $(CXXFLAGS_) -Iabi -Itests -MMD -MP -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< $(STLIB) $(LDLIBS_)
+	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -Iabi -Itests -MMD -MP -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< $(STLIB) $(LDLIBS_)
 
 tests: all $(C_TESTS) $(CPP_TESTS)
 
@@ -145,15 +156,23 @@ bench-kernels: all
 # install running at the same time) can never leave a stale kvblock.pc behind.
 $(BUILD)/kvblock.pc: kvblock.pc.in abi/kvblock.h FORCE
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	$(Q)$(call say,GEN,$@)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
 	  -e 's|@VERSION@|$(VERSION)|g' -e 's|@LIBS_PRIVATE@|$(PC_LIBS_PRIVATE)|g' \
 	  -e 's|@CUDA_LIBDIR@|$(if $(NVCC),$(CUDA_HOME)/lib64)|g' -e '/^cudalibdir=$$/d' $< > $@
 
 INSTALLED := $(INCLUDEDIR)/kvblock.h $(LIBDIR)/libkvblock.so.$(VERSION) $(LIBDIR)/$(SONAME) \
-             $(LIBDIR)/libkvblock.so $(LIBDIR)/libkvblock.a $(LIBDIR)/pkgconfig/kvblock.pc
+             $(LIBDIR)/libkvblock.so $(LIBDIR)/libkvblock.a $(LIBDIR)/pkgconfig/kvblock.pc $(BINDIR)/kvblock
 
-install: lib $(BUILD)/kvblock.pc
-	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+# The installed tool is linked again with LIBDIR as its rpath (after $$ORIGIN/../lib, which is LIBDIR by
+# default and keeps a moved prefix working), so it finds the installed library wherever LIBDIR is.
+$(BUILD)/install/kvblock: $(TOOL_OBJS) $(SHLIB) FORCE
+	@mkdir -p $(dir $@)
+	$(Q)$(call say,LD,$@)$(CC) $(SANITIZE) -o $@ $(TOOL_OBJS) -L$(BUILD)/lib -lkvblock \
+	  -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,'$(LIBDIR)' -lm -pthread
+
+install: lib $(BUILD)/kvblock.pc $(BUILD)/install/kvblock
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR)
+	install -m 755 $(BUILD)/install/kvblock $(DESTDIR)$(BINDIR)/kvblock
 	install -m 644 abi/kvblock.h $(DESTDIR)$(INCLUDEDIR)/kvblock.h
 	install -m 755 $(SHLIB) $(DESTDIR)$(LIBDIR)/libkvblock.so.$(VERSION)
 	ln -sf libkvblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
@@ -179,7 +198,7 @@ check-bindings: lib
 cdef: $(BUILD)/kvblock_cdef.h
 $(BUILD)/kvblock_cdef.h: abi/kvblock.h
 	@mkdir -p $(dir $@)
-	$(CC) -E -P -DKVB_CDEF $< > $@.tmp && mv $@.tmp $@
+	$(Q)$(call say,CPP,$@)$(CC) -E -P -DKVB_CDEF $< > $@.tmp && mv $@.tmp $@
 tests: $(BUILD)/kvblock_cdef.h
 
 # ---- One GPU run: built and packed here, run there -------------------------------------------------

@@ -1,6 +1,9 @@
 #!/bin/sh
 # Builds and runs the four bindings examples' tests against $BUILD/lib/libkvblock.so (make check-bindings).
 # A language whose toolchain is missing prints a SKIP line; any test that ran and failed makes this fail.
+# Each language's test runner names every test it runs (pytest -v -rs: and every skip with its reason;
+# cargo test; go test -v); the last line adds up tests, not languages: "bindings: N passed, N failed,
+# N skipped (per language)", which check-all's total counts.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -11,10 +14,46 @@ export KVBLOCK_LIB BUILD
 [ -f "$KVBLOCK_LIB" ] || { echo "FAIL bindings: $KVBLOCK_LIB not built (make lib)"; exit 1; }
 
 passed="" failed="" skipped=""
-run() { # run NAME COMMAND...: one language's tests
+tests_passed=0 tests_failed=0 tests_skipped=0 per_language=""
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/kvblock-bindings.XXXXXX")
+trap 'rm -rf "$logdir"' EXIT INT TERM
+# n_of WORD LINE: the count before WORD in a summary line ("116 passed, 2 skipped" passed -> 116), else 0.
+n_of() { n=$(echo "$2" | grep -Eo "[0-9]+ $1" | head -n 1 | cut -d' ' -f1); echo "${n:-0}"; }
+# count NAME LOG RC: the tests one language ran, from its runner's summary: pytest's last line
+# ("116 passed, 2 skipped in 9.1s"), cargo's "test result:" lines (summed), go test -v's "--- PASS/FAIL/
+# SKIP" lines; the C example is one program (one test). A failure without a summary counts as one test.
+count() {
+  p=0 f=0 s=0
+  case "$1" in
+    python)
+      line=$(grep -E '[0-9]+ (passed|failed|skipped|errors?)' "$2" | grep -E ' in [0-9.]+s' | tail -n 1)
+      p=$(n_of passed "$line"); f=$(( $(n_of failed "$line") + $(n_of error "$line") + $(n_of errors "$line") ))
+      s=$(n_of skipped "$line") ;;
+    rust)
+      for w in passed failed ignored; do
+        n=$(grep -E '^test result:' "$2" | grep -Eo "[0-9]+ $w" | cut -d' ' -f1 | awk '{ t += $1 } END { print t + 0 }')
+        case $w in passed) p=$n ;; failed) f=$n ;; ignored) s=$n ;; esac
+      done ;;
+    go)
+      p=$(grep -c '^--- PASS' "$2"); f=$(grep -c '^--- FAIL' "$2"); s=$(grep -c '^--- SKIP' "$2") ;;
+    c) [ "$3" -eq 0 ] && p=1 ;;
+    *) return ;;  # an install step: counted only if it fails (below)
+  esac
+  [ "$3" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+  tests_passed=$((tests_passed + p)) tests_failed=$((tests_failed + f)) tests_skipped=$((tests_skipped + s))
+  per_language="$per_language${per_language:+; }$1 $p passed, $f failed, $s skipped"
+}
+run() { # run NAME COMMAND...: one language's tests (output kept to count them, then shown in full)
   name=$1; shift
   echo "=== $name: $*"
-  if "$@"; then passed="$passed $name"; else echo "FAIL $name"; failed="$failed $name"; fi
+  "$@" >"$logdir/$name.log" 2>&1
+  rc=$?
+  cat "$logdir/$name.log"
+  count "$name" "$logdir/$name.log" "$rc"
+  if [ "$rc" -eq 0 ]; then passed="$passed $name"; else
+    echo "FAIL $name"; failed="$failed $name"
+    case "$name" in python|rust|go|c) ;; *) tests_failed=$((tests_failed + 1)) ;; esac
+  fi
 }
 skip() { echo "SKIP $1: $2"; skipped="$skipped $1"; }
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -23,6 +62,10 @@ have() { command -v "$1" >/dev/null 2>&1; }
 # build tree (make is incremental: nothing is rebuilt), then its tests run from outside the source tree
 # against the bundled library. Without setuptools/wheel the tests run in-tree against $KVBLOCK_LIB.
 pydir="$root/bindings_examples/python"
+# The torch engine's checkpoint tests need torch, safetensors and transformers (never installed here: GBs).
+if have python3 && ! python3 -c 'import torch, safetensors, transformers' 2>/dev/null; then
+  echo "SKIP python torch engine: torch, safetensors or transformers not importable (tests/test_engine_torch.py skips)"
+fi
 if ! have python3; then
   skip python "python3 not found"
 elif ! python3 -c 'import cffi, pytest, numpy' 2>/dev/null; then
@@ -33,17 +76,17 @@ elif python3 -c 'import setuptools, wheel' 2>/dev/null &&
   run python-install env KVBLOCK_BUILD_DIR="$build" "$venv/bin/python" -m pip install -q --no-build-isolation \
     --no-deps --force-reinstall --disable-pip-version-check "$pydir"
   run python env OPENBLAS_NUM_THREADS=1 sh -c "cd '$build' && env -u KVBLOCK_LIB '$venv/bin/python' -m kvblock --version &&
-    env -u KVBLOCK_LIB '$venv/bin/python' -m pytest -q -p no:cacheprovider '$pydir/tests'"
+    env -u KVBLOCK_LIB '$venv/bin/python' -m pytest -v -rs -p no:cacheprovider '$pydir/tests'"
 else
   echo "note python: setuptools/wheel or venv missing; testing the package in-tree against $KVBLOCK_LIB"
-  run python env PYTHONPATH="$pydir" python3 -m pytest -q -p no:cacheprovider "$pydir/tests"
+  run python env PYTHONPATH="$pydir" python3 -m pytest -v -rs -p no:cacheprovider "$pydir/tests"
 fi
 
 # Rust: cargo, offline, no dependencies; target dir under the build dir.
 if ! have cargo; then
   skip rust "cargo not found"
 else
-  run rust env CARGO_TARGET_DIR="$build/cargo-target" cargo test --offline -q \
+  run rust env CARGO_TARGET_DIR="$build/cargo-target" cargo test --offline \
     --manifest-path bindings_examples/rust/Cargo.toml
 fi
 
@@ -54,7 +97,7 @@ else
   if [ -z "${HOME:-}" ] || [ ! -w "${HOME:-/nonexistent}" ]; then
     export GOCACHE="${GOCACHE:-$build/go-cache}" GOPATH="${GOPATH:-$build/go-path}"
   fi
-  run go sh -c 'cd bindings_examples/go && CGO_ENABLED=1 GOFLAGS=-mod=mod GOPROXY=off go test -count=1 ./...'
+  run go sh -c 'cd bindings_examples/go && CGO_ENABLED=1 GOFLAGS=-mod=mod GOPROXY=off go test -v -count=1 ./...'
 fi
 
 # C: make install into a temporary prefix, build with pkg-config only, run.
@@ -64,7 +107,6 @@ else
   run c sh bindings_examples/c/test.sh
 fi
 
-echo "bindings: passed:${passed:- none}; failed:${failed:- none}; skipped:${skipped:- none}"
-count() { set -- $1; echo $#; }
-echo "bindings: $(count "$passed") passed, $(count "$failed") failed, $(count "$skipped") skipped"
+echo "bindings: languages passed:${passed:- none}; failed:${failed:- none}; skipped:${skipped:- none}"
+echo "bindings: $tests_passed passed, $tests_failed failed, $tests_skipped skipped (tests: ${per_language:-none ran})"
 [ -z "$failed" ]

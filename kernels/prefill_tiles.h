@@ -18,6 +18,8 @@ namespace tiles {
 
 KVB_HD int imax(int a, int b) { return a > b ? a : b; }
 KVB_HD int imin(int a, int b) { return a < b ? a : b; }
+// ceil(a / b) for a >= 0, b > 0 without forming a + b - 1: positions reach 2^31 - 2, where that wraps.
+KVB_HD int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
 // First tile of sequence i: floor(query_start[i] * group / rows_per_tile) + i (see kvblock.h).
 KVB_HD int64_t tile_base(int32_t query_start_i, int i, int group, int rows_per_tile) {
@@ -86,8 +88,8 @@ KVB_HD KeyTiles key_tiles(int pos_first, int pos_last, int window, int sink, int
   const int s0 = split * split_tiles, s1 = s0 + split_tiles;
   const int sink_eff = imin(k.sink, k.lo_first);
   k.a0 = imax(0, s0);
-  k.a1 = imin((sink_eff + bn - 1) / bn, s1);
-  k.b0 = imax(imax(k.lo_first / bn, (sink_eff + bn - 1) / bn), s0);
+  k.a1 = imin(ceil_div(sink_eff, bn), s1);
+  k.b0 = imax(imax(k.lo_first / bn, ceil_div(sink_eff, bn)), s0);
   k.b1 = imin(pos_last / bn + 1, s1);
   return k;
 }

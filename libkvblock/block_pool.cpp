@@ -1,13 +1,21 @@
 #include "block_pool.h"
 
+#include <new>
+
+#include "error.h"
+
 namespace kvb {
 
-BlockPool::BlockPool(uint32_t num_blocks, uint32_t block_size)
+BlockPool::BlockPool(uint32_t num_blocks, uint32_t block_size, const char* what) try
     : num_blocks_(num_blocks),
       block_size_(block_size),
       meta_(new BlockMeta[num_blocks]),
       tokens_(new int64_t[static_cast<size_t>(num_blocks) * block_size]) {
   for (uint32_t b = 0; b < num_blocks; ++b) push_tail(static_cast<int32_t>(b));
+} catch (const std::bad_alloc&) {
+  const unsigned long long per = sizeof(BlockMeta) + static_cast<unsigned long long>(block_size) * sizeof(int64_t);
+  fail_alloc(what, per * num_blocks, "%u blocks of %zu bytes of metadata and %u token ids", num_blocks,
+             sizeof(BlockMeta), block_size);
 }
 
 int32_t BlockPool::pop_head() {

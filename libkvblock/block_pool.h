@@ -30,7 +30,7 @@ struct BlockMeta {
 
 class BlockPool {
  public:
-  BlockPool(uint32_t num_blocks, uint32_t block_size);
+  BlockPool(uint32_t num_blocks, uint32_t block_size, const char* what);  // what: named if out of memory
 
   uint32_t num_blocks() const { return num_blocks_; }
   uint32_t block_size() const { return block_size_; }

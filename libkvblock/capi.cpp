@@ -125,7 +125,12 @@ kvb_status kvb_manager_create(const kvb_config* cfg, kvb_manager** out) {
       if (!cfg->non_cacheable_tokens)
         fail(Code::invalid_argument, "num_non_cacheable_tokens is %zu but non_cacheable_tokens is NULL",
              cfg->num_non_cacheable_tokens);
-      c.non_cacheable.assign(cfg->non_cacheable_tokens, cfg->non_cacheable_tokens + cfg->num_non_cacheable_tokens);
+      try {
+        c.non_cacheable.assign(cfg->non_cacheable_tokens, cfg->non_cacheable_tokens + cfg->num_non_cacheable_tokens);
+      } catch (const std::bad_alloc&) {
+        kvb::fail_alloc("the non-cacheable token list", cfg->num_non_cacheable_tokens * sizeof(int64_t),
+                        "%zu token ids", cfg->num_non_cacheable_tokens);
+      }
     }
     if (KVB_COVERS(cfg, kvb_config, flags)) {
       if (cfg->flags & ~uint32_t{KVB_CONFIG_KEYED_INDEX | KVB_CONFIG_EVENTS | KVB_CONFIG_HOST_CACHE})

@@ -16,12 +16,14 @@ struct kvb_manager {
 namespace kvb {
 
 template <class Body>
-kvb_status with_manager(kvb_manager* m, Body&& body) {
-  return guarded([&] {
-    if (!m) fail(Code::invalid_argument, "manager is NULL");
-    std::lock_guard<std::mutex> lock(m->mu);
-    body(m->impl);
-  });
+kvb_status with_manager(kvb_manager* m, Body&& body, const char* fn = __builtin_FUNCTION()) {
+  return guarded(
+      [&] {
+        if (!m) fail(Code::invalid_argument, "manager is NULL");
+        std::lock_guard<std::mutex> lock(m->mu);
+        body(m->impl);
+      },
+      fn);
 }
 
 }  // namespace kvb

@@ -39,6 +39,12 @@ inline const char* is_are(unsigned long long n) { return n == 1 ? "is" : "are"; 
 // Throws Error(code, printf-style message).
 [[noreturn]] void fail(Code code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// Throws Error(out_of_memory) naming what could not be allocated and how much, where a std::bad_alloc is
+// caught: fail_alloc("the event queue", bytes, "%u events of %zu bytes", ...) gives "cannot allocate the
+// event queue: 32.0 GiB (65536 events of 524344 bytes)".
+[[noreturn]] void fail_alloc(const char* what, unsigned long long bytes, const char* detail_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 // Thread-local message behind kvb_last_error().
 void set_last_error(const char* message) noexcept;
 const char* last_error() noexcept;

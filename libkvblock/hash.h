@@ -30,16 +30,20 @@ struct ExtraKey {
 // xxh64(seed 0) over [link.hash if link.kind != none] + tokens (i64 LE) + [extra key]: the public hash.
 uint64_t public_block_hash(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra);
 
-// The index key of a block: XXH3-128 over
-//   [link.key (16 bytes), tag = kind | extra present << 8 | n << 16 (8 bytes)] + the public hash input.
-// The tag fixes the layout of what follows, and link.key is the parent's own index key, so equal keys
-// mean equal histories back to the first block (salt or none, every block's tokens and extra key), up
-// to 128-bit collisions. The public xxh64 chain cannot promise that: `salt ‖ tokens` and
-// `tokens ‖ extra` are the same bytes. Unkeyed managers use seed 0; KVB_CONFIG_KEYED_INDEX a secret seed.
+// The index key of a block, in two XXH3-128 hashes: the content digest over its tokens (+ extra key),
+// read once where they lie, then an outer hash of [link.key (16 bytes), tag = kind | extra present << 8
+// | n << 16 (8 bytes), digest (16 bytes)]. The tag fixes the layout, and link.key is the parent's own
+// index key, so equal keys mean equal histories back to the first block (salt or none, every block's
+// tokens and extra key), up to 128-bit collisions. The public xxh64 chain cannot promise that: `salt ‖
+// tokens` and `tokens ‖ extra` are the same bytes, and xxh64 collisions are easy to make, so the key is
+// never derived from the public hash. Unkeyed managers use seed 0; KVB_CONFIG_KEYED_INDEX a secret seed
+// (both hashes). The two cost about what one XXH3-128 over [key, tag, parent hash, tokens] did (callgrind,
+// block size 16), but the digest needs neither a stack copy nor the parent, so the chain of keys from
+// block to block waits only on the 40-byte outer hash.
 class BlockHasher {
  public:
   explicit BlockHasher(uint64_t seed);
-  // Public hash and index key together (commit): one copy of the input serves both.
+  // Public hash and index key together (commit).
   void hash_and_key(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra, uint64_t* hash,
                     Key128* key) const;
   // The index key alone (prefix lookup needs no public hash).

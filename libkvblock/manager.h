@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,22 @@ struct SeqOptions {
   uint32_t window = 0, sink = 0;
 };
 
+// The options' extra keys block after block, for blocks visited in increasing order: one pass over the
+// sorted extra_key_blocks for a whole prompt (a search per block made a long prompt's lookup quadratic).
+class ExtraKeyCursor {
+ public:
+  explicit ExtraKeyCursor(const SeqOptions& o) : o_(o) {}
+  ExtraKey at(uint32_t block) {
+    while (next_ < o_.num_extra_keys && o_.extra_key_blocks[next_] < block) ++next_;
+    if (next_ < o_.num_extra_keys && o_.extra_key_blocks[next_] == block) return ExtraKey{true, o_.extra_keys[next_]};
+    return ExtraKey{};
+  }
+
+ private:
+  const SeqOptions& o_;
+  size_t next_ = 0;
+};
+
 enum class Availability { ok = 0, later = 1, never = 2 };
 
 struct Stats {
@@ -66,6 +83,16 @@ struct ParentRef {
   uint8_t kind = 0;
 };
 
+// kvb_prefix_groups of a batch export (manager_batch.cpp): caller buffers in, sizes out.
+struct PrefixGroupsOut {
+  uint32_t min_shared = 2;
+  uint32_t group_capacity = 0, member_capacity = 0;
+  int32_t* group_start = nullptr;
+  int32_t* members = nullptr;
+  int32_t* shared_blocks = nullptr;
+  uint32_t num_groups = 0, num_members = 0;  // out (also when a buffer is too small)
+};
+
 struct BatchOut {
   uint32_t max_blocks_per_seq = 0;
   int32_t* block_tables = nullptr;
@@ -76,11 +103,19 @@ struct BatchOut {
   size_t num_slots = 0;               // out
   uint32_t max_blocks_needed = 0;     // out
   uint32_t group = 0;                 // whose block tables and slots
+  PrefixGroupsOut* prefix_groups = nullptr;  // NULL = not wanted
 };
 
 using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
 
 constexpr uint32_t kMaxForkGroups = 64;  // most KV cache groups a manager may have
+
+// Blocks that `tokens` tokens fill, rounded up. In 64 bits without adding block_size - 1 first, so that
+// a count near 2^32 (sink tokens up to UINT32_MAX) cannot wrap to 0 blocks. Every caller's count is
+// bounded so that the result fits uint32 (a sink gives at most UINT32_MAX blocks, at block size 1).
+inline uint32_t blocks_for(uint64_t tokens, uint32_t block_size) {
+  return static_cast<uint32_t>(tokens / block_size + (tokens % block_size != 0));
+}
 
 class Manager {
  public:
@@ -134,6 +169,7 @@ class Manager {
   void check_invariants() const;
 
  private:
+  void allocate_block_arrays();  // the constructor's per-block arrays (fail_alloc names them)
   // A prefix lookup's result: matched blocks and the chain state after them.
   struct Lookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs
@@ -152,13 +188,28 @@ class Manager {
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
     uint32_t hits = 0;        // cached blocks valid for every group
+    uint32_t host_hits = 0;   // of those, blocks that some group loads from the host
     uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks and free hits)
+    uint32_t first[kMaxForkGroups + 1] = {};  // group g's hits in group_hits_by_group_: [first[g], first[g + 1])
   };
+  // A cached block that group `group` found for prompt block `index` (device block, or -2 - h for host
+  // block h). The chain link before it (a host load and a released window link need it) is the link
+  // after the group's hit at index - 1 (its metadata), or, after a miss or at index 0, group_links_[link].
+  static constexpr uint32_t kLinkOfPrevious = UINT32_MAX;
+  struct GroupHit {
+    uint32_t index, group;
+    int32_t block;
+    uint32_t link;  // kLinkOfPrevious, or a position in group_links_
+  };
+  const BlockMeta& hit_meta(int32_t block) const { return block >= 0 ? pool_.meta(block) : host_pool_.meta(-2 - block); }
   // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
   // the first uncached token's window and sinks need (the blocks apply_window would keep).
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
+  void sort_group_hits(GroupLookup& gl);  // group_hits_by_group_, for allocate_groups
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  // A sequence's block tables (and extra keys) could not be reserved: fail_alloc with their size.
+  [[noreturn]] static void fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, size_t num_extra_keys);
   void free_group_blocks(Sequence& s);   // free_seq with groups: ARCHITECTURE.md, "Eviction order with groups"
   // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
   // parked, parked for that sequence): to the queue tail.
@@ -172,6 +223,10 @@ class Manager {
   Sequence& new_seq(int64_t id);         // throws sequence_exists; inserts into the table
   void drop_seq(Sequence& s);
   void check_batch_ids(const int64_t* ids, size_t n, const char* what);  // on device, no duplicates
+  // Prefix groups of the batch rows (manager_batch.cpp): sizes out.num_groups / num_members, fails with
+  // buffer_too_small before writing anything; write_prefix_groups then fills the caller's buffers.
+  void find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, PrefixGroupsOut& out);
+  void write_prefix_groups(PrefixGroupsOut& out);
 
   void validate_options(const SeqOptions& opts, size_t n) const;
   void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
@@ -227,9 +282,13 @@ class Manager {
   PrefixIndex index_;
   EventQueue events_;
   uint32_t groups_ = 1;       // KV cache groups (1 when none are configured)
-  std::vector<HashCounts> stored_hashes_;  // per group: public hashes of indexed blocks, when events are on
+  // (group, public hash) counts of indexed blocks, when events are on (one table for every group).
+  std::unique_ptr<HashCounts> stored_hashes_;
   std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
   std::vector<int64_t> parked_for_;        // with groups: the sequence each parked block is parked for
+  // With groups: blocks indexed under each group, device and host together. A prefix lookup hits a block
+  // at most once (its key holds its group and whole history), so group g hits at most this many.
+  std::vector<uint32_t> group_cached_;
   std::vector<int64_t> non_cacheable_;  // sorted, unique
 
   // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).
@@ -256,18 +315,19 @@ class Manager {
   uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
   size_t host_held_ = 0;             // blocks held by swapped-out sequences
   std::vector<BlockPair> pending_offloads_, pending_loads_;
-  std::vector<HashCounts> host_hashes_;  // per group: public hashes in the host index, when events are on
+  std::unique_ptr<HashCounts> host_hashes_;  // ... of the host index, when events and the host cache are on
   std::vector<uint8_t> host_group_;  // group of each cached host block's content (only with groups)
   std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
 
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;
   std::vector<int32_t> scratch_hits_;
-  // group_lookup's results, [group][block]: the cached block (-1 = miss, -2 - h = host block h), the link
-  // before each block (M + 1 per group), and the last miss at or before each block.
-  std::vector<int32_t> group_hit_, group_last_miss_;
-  std::vector<ChainLink> group_link_;
-  uint32_t group_stride_ = 0;  // M of the last group_lookup
+  // group_lookup's hits, in prompt order (then group order): 16 bytes each. Only hits are kept, and
+  // a block is hit once per lookup (its key holds its group and whole history): never more entries than
+  // device and host blocks, whatever the prompt's length.
+  std::vector<GroupHit> group_hits_;
+  std::vector<ChainLink> group_links_;     // links before hits that follow a miss (or start the prompt)
+  std::vector<GroupHit> group_hits_by_group_;  // the same, by group then prompt order (allocate_groups)
 
   uint64_t cached_free_ = 0;
   uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;

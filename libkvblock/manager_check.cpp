@@ -2,7 +2,8 @@
 // meant for tests and debugging, never called by the library itself.
 #include <cinttypes>
 #include <cstring>
-#include <unordered_map>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "error.h"
@@ -86,7 +87,7 @@ void Manager::check_invariants() const {
     KVB_INVARIANT(s.num_computed <= s.num_tokens, "seq %" PRId64 ": computed %" PRIu64 " > tokens %" PRIu64, s.id,
                   s.num_computed, s.num_tokens);
     KVB_INVARIANT(s.num_tokens >= 1, "seq %" PRId64 " has no tokens", s.id);
-    KVB_INVARIANT(s.table.size() == (s.num_tokens + bs_ - 1) / bs_, "seq %" PRId64 ": %zu table entries for %" PRIu64
+    KVB_INVARIANT(s.table.size() == blocks_for(s.num_tokens, bs_), "seq %" PRId64 ": %zu table entries for %" PRIu64
                   " tokens", s.id, s.table.size(), s.num_tokens);
     KVB_INVARIANT(s.num_hashed == s.num_computed / bs_, "seq %" PRId64 ": %u blocks hashed, %" PRIu64
                   " full computed blocks", s.id, s.num_hashed, s.num_computed / bs_);
@@ -198,20 +199,29 @@ void Manager::check_invariants() const {
   if (events_.enabled()) {
     // Events speak of the set of public hashes in the index: the counts must be exactly those.
     // Counted per group: the same public hash in two groups is two stored hashes (events carry the group).
-    for (uint32_t g = 0; g < groups_; ++g) {
-      std::unordered_map<uint64_t, uint32_t> counts;
-      for (uint32_t b = 0; b < N; ++b)
-        if (pool_.meta(static_cast<int32_t>(b)).indexed && block_group(static_cast<int32_t>(b)) == g)
-          ++counts[pool_.meta(static_cast<int32_t>(b)).hash];
-      const HashCounts& hc = stored_hashes_[g];
-      KVB_INVARIANT(counts.size() == hc.size(), "group %u: %zu public hashes in the index, event counts hold %zu", g,
-                    counts.size(), hc.size());
-      for (const auto& c : counts)
-        KVB_INVARIANT(hc.count(c.first) == c.second, "group %u hash %016" PRIx64 ": %u indexed blocks, counted %u", g,
-                      c.first, c.second, hc.count(c.first));
-    }
+    std::map<std::pair<uint32_t, uint64_t>, uint32_t> counts;
+    for (uint32_t b = 0; b < N; ++b)
+      if (pool_.meta(static_cast<int32_t>(b)).indexed)
+        ++counts[{block_group(static_cast<int32_t>(b)), pool_.meta(static_cast<int32_t>(b)).hash}];
+    const HashCounts& hc = *stored_hashes_;
+    KVB_INVARIANT(counts.size() == hc.size(), "%zu (group, public hash) pairs in the index, event counts hold %zu",
+                  counts.size(), hc.size());
+    for (const auto& c : counts)
+      KVB_INVARIANT(hc.count(c.first.first, c.first.second) == c.second,
+                    "group %u hash %016" PRIx64 ": %u indexed blocks, counted %u", c.first.first, c.first.second,
+                    c.second, hc.count(c.first.first, c.first.second));
   }
   KVB_INVARIANT(indexed == index_.size(), "%zu blocks marked indexed, index holds %zu", indexed, index_.size());
+  if (!group_cached_.empty()) {  // what bounds the groups lookup's walk
+    std::vector<uint32_t> per_group(groups_, 0);
+    for (uint32_t b = 0; b < N; ++b)
+      if (pool_.meta(static_cast<int32_t>(b)).indexed) ++per_group[block_group(static_cast<int32_t>(b))];
+    for (uint32_t h = 0; h < host_pool_.num_blocks(); ++h)
+      if (host_pool_.meta(static_cast<int32_t>(h)).indexed) ++per_group[host_group(static_cast<int32_t>(h))];
+    for (uint32_t g = 0; g < groups_; ++g)
+      KVB_INVARIANT(per_group[g] == group_cached_[g], "group %u: %u blocks indexed on both levels, counter says %u", g,
+                    per_group[g], group_cached_[g]);
+  }
   KVB_INVARIANT(cached_free == cached_free_, "%" PRIu64 " cached-free blocks, counter says %" PRIu64, cached_free,
                 cached_free_);
   for (size_t pos = 0; pos < index_.capacity(); ++pos) {
@@ -306,18 +316,17 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
     dst[p.second] = 1;
   }
   if (events_.enabled() && cfg_.host_cache) {  // per group, as on the device
-    for (uint32_t g = 0; g < groups_; ++g) {
-      std::unordered_map<uint64_t, uint32_t> counts;
-      for (uint32_t h = 0; h < H; ++h)
-        if (host_pool_.meta(static_cast<int32_t>(h)).indexed && host_group(static_cast<int32_t>(h)) == g)
-          ++counts[host_pool_.meta(static_cast<int32_t>(h)).hash];
-      const HashCounts& hc = host_hashes_[g];
-      KVB_INVARIANT(counts.size() == hc.size(), "group %u: %zu public hashes on the host, event counts hold %zu", g,
-                    counts.size(), hc.size());
-      for (const auto& c : counts)
-        KVB_INVARIANT(hc.count(c.first) == c.second, "group %u host hash %016" PRIx64 ": %u blocks, counted %u", g,
-                      c.first, c.second, hc.count(c.first));
-    }
+    std::map<std::pair<uint32_t, uint64_t>, uint32_t> counts;
+    for (uint32_t h = 0; h < H; ++h)
+      if (host_pool_.meta(static_cast<int32_t>(h)).indexed)
+        ++counts[{host_group(static_cast<int32_t>(h)), host_pool_.meta(static_cast<int32_t>(h)).hash}];
+    const HashCounts& hc = *host_hashes_;
+    KVB_INVARIANT(counts.size() == hc.size(), "%zu (group, public hash) pairs on the host, event counts hold %zu",
+                  counts.size(), hc.size());
+    for (const auto& c : counts)
+      KVB_INVARIANT(hc.count(c.first.first, c.first.second) == c.second,
+                    "group %u host hash %016" PRIx64 ": %u blocks, counted %u", c.first.first, c.first.second,
+                    c.second, hc.count(c.first.first, c.first.second));
   }
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "error.h"
 #include "manager.h"
@@ -21,27 +23,41 @@ Manager::Manager(const ManagerConfig& cfg)
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
       hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
-      pool_(cfg.num_blocks, cfg.block_size),
-      index_(pool_),
+      pool_(cfg.num_blocks, cfg.block_size, "the device block pool"),
+      index_(pool_, "the device prefix index"),
       groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())),
       non_cacheable_(cfg.non_cacheable),
-      seq_table_(64, SeqTraits{}),
-      host_pool_(cfg.num_host_blocks, cfg.block_size),
-      host_index_(host_pool_) {
+      seq_table_(64, SeqTraits{}, "the sequence table"),
+      host_pool_(cfg.num_host_blocks, cfg.block_size, "the host block pool"),
+      host_index_(host_pool_, "the host prefix index") {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
-    stored_hashes_.reserve(groups_);
-    for (uint32_t g = 0; g < groups_; ++g) stored_hashes_.emplace_back(cfg.num_blocks);
-    if (cfg.host_cache) {
-      host_hashes_.reserve(groups_);
-      for (uint32_t g = 0; g < groups_; ++g) host_hashes_.emplace_back(cfg.num_host_blocks);
-    }
+    stored_hashes_.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
+    if (cfg.host_cache) host_hashes_.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
   }
+  try {
+    allocate_block_arrays();
+  } catch (const std::bad_alloc&) {
+    const bool many = groups_ > 1, host = cfg.host_cache, ev = cfg.events;
+    const unsigned long long device = (ev ? sizeof(ParentRef) : 0) + (host ? sizeof(BlockPair) : 0) + many +
+                                      (cfg.groups.empty() ? 0 : sizeof(int64_t));
+    const unsigned long long host_each = 2 * sizeof(int32_t) + (host ? sizeof(BlockPair) : 0) + (many && host) +
+                                         (ev && host ? sizeof(ParentRef) : 0);
+    fail_alloc("the manager's per-block arrays", device * cfg.num_blocks + host_each * cfg.num_host_blocks,
+               "%llu bytes for each of %u device blocks and %llu for each of %u host blocks", device, cfg.num_blocks,
+               host_each, cfg.num_host_blocks);
+  }
+}
+
+// Per-block arrays beside the pools: only those the configuration uses.
+void Manager::allocate_block_arrays() {
+  const ManagerConfig& cfg = cfg_;
   if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
   if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
   if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
+  if (!cfg.groups.empty()) group_cached_.assign(groups_, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_empty_.reserve(cfg.num_host_blocks);
   while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
@@ -90,6 +106,10 @@ void validate_config(const ManagerConfig& cfg) {
 
 int32_t Manager::take_free_block() {
   int32_t b = pool_.pop_head();
+  // The block taken after this one (whose metadata pop_head just touched): if it is cached, its index
+  // slot, which its eviction will erase, loads meanwhile. On large pools that slot is a cache miss.
+  const int32_t next = pool_.free_head();
+  if (next >= 0 && pool_.meta(next).indexed) index_.prefetch(pool_.meta(next).key);
   BlockMeta& m = pool_.meta(b);
   if (m.indexed) {
     unindex_block(b);
@@ -160,9 +180,10 @@ void Manager::forget_hash(int32_t b) {
 void Manager::unindex_block(int32_t b) {
   BlockMeta& m = pool_.meta(b);
   index_.erase_if_points_to(m.key, b);
+  if (m.indexed && !group_cached_.empty()) --group_cached_[block_group(b)];
   m.indexed = 0;
   if (cfg_.host_cache) host_twin_leave(b);
-  if (events_.enabled() && stored_hashes_[block_group(b)].remove(m.hash))
+  if (events_.enabled() && stored_hashes_->remove(block_group(b), m.hash))
     emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
 }
 
@@ -173,21 +194,23 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
   // Keys carry the group (the first link does), so a replaced block is always of the same group.
   if (!block_group_.empty()) block_group_[b] = static_cast<uint8_t>(group);
   if (!m.indexed && m.in_free) ++cached_free_;
+  if (!m.indexed && !group_cached_.empty()) ++group_cached_[group];
   m.indexed = 1;
   if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_index_.find(m.key) : host_copy);
   if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
   // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
   // hashes, so replacing a block by a recomputed copy emits nothing.
-  if (events_.enabled() && stored_hashes_[group].add(m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+  if (events_.enabled() && stored_hashes_->add(group, m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
   if (old >= 0) {
     BlockMeta& o = pool_.meta(old);
     o.indexed = 0;
+    if (!group_cached_.empty()) --group_cached_[group];
     if (o.in_free) --cached_free_;
     if (o.in_free == 2) {  // parked blocks are cached ones (see park): an empty one is reused first
       pool_.unlink(old);
       pool_.push_head(old);
     }
-    if (events_.enabled() && stored_hashes_[group].remove(o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
+    if (events_.enabled() && stored_hashes_->remove(group, o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
   }
 }
 
@@ -218,6 +241,15 @@ bool Manager::is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) cons
 
 // ---- allocate -----------------------------------------------------------------------------------
 
+void Manager::fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, size_t num_extra_keys) {
+  char what[64];
+  std::snprintf(what, sizeof what, "the tables of seq %" PRId64, id);
+  const unsigned long long extra = num_extra_keys * sizeof(std::pair<uint32_t, uint64_t>);
+  fail_alloc(what, static_cast<unsigned long long>(groups) * (static_cast<unsigned long long>(num_blocks) * sizeof(int32_t) + extra),
+             "%u group%s x (%u blocks of 4 bytes + %zu extra keys of %zu bytes)", groups, plural_s(groups), num_blocks,
+             num_extra_keys, sizeof(std::pair<uint32_t, uint64_t>));
+}
+
 void Manager::validate_options(const SeqOptions& o, size_t n) const {
   if (o.num_extra_keys) {
     if (!o.extra_key_blocks || !o.extra_keys)
@@ -235,12 +267,6 @@ void Manager::validate_options(const SeqOptions& o, size_t n) const {
   (void)n;
 }
 
-static ExtraKey option_extra_key(const SeqOptions& o, uint32_t block_index) {
-  for (size_t i = 0; i < o.num_extra_keys; ++i)
-    if (o.extra_key_blocks[i] == block_index) return ExtraKey{true, o.extra_keys[i]};
-  return ExtraKey{};
-}
-
 static ChainLink first_link_of(const SeqOptions& o) {
   ChainLink l;
   if (o.has_salt) {
@@ -254,12 +280,13 @@ static ChainLink first_link_of(const SeqOptions& o) {
 void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
                      std::vector<int32_t>* hits_out, Lookup& out) {
   out = Lookup{};
-  out.num_blocks = static_cast<uint32_t>((n + bs_ - 1) / bs_);
+  out.num_blocks = blocks_for(n, bs_);
   out.chain = first;
   // Never the last block: at least one token is always computed, so the model has logits to sample.
+  ExtraKeyCursor extras(opts);
   for (uint32_t i = 0; i + 1 < out.num_blocks; ++i) {
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
-    ExtraKey extra = opts.num_extra_keys ? option_extra_key(opts, i) : ExtraKey{};
+    const ExtraKey extra = extras.at(i);
     if (!is_cacheable(blk, bs_, extra)) break;
     const Key128 key = hasher_.key(out.chain, blk, bs_, extra);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
@@ -329,6 +356,9 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
       s.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
     }
+  } catch (const std::bad_alloc&) {
+    drop_seq(s);
+    fail_seq_tables(id, 1, lk.num_blocks, opts.num_extra_keys);
   } catch (...) {
     drop_seq(s);
     throw;
@@ -355,7 +385,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   s.chain = lk.chain;
   s.window = opts.window;
   s.sink = opts.sink;
-  s.window_next = (opts.sink + bs_ - 1) / bs_;
+  s.window_next = blocks_for(opts.sink, bs_);
   query_tokens_ += n;
   hit_tokens_ += cached;
   host_hit_tokens_ += static_cast<uint64_t>(lk.host_hits) * bs_;
@@ -432,7 +462,7 @@ void Manager::commit(int64_t id, size_t n) {
 
 size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n) const {
   if (n == 0) return 0;
-  uint64_t total = (s.num_tokens + n + bs_ - 1) / bs_;
+  uint64_t total = blocks_for(s.num_tokens + n, bs_);
   size_t needed = static_cast<size_t>(total - s.table.size());
   // Writing into a partial block that another sequence shares needs a private copy first.
   if (s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1) ++needed;
@@ -460,7 +490,7 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
     fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
          plural_s(n), needed, plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
   // Reserve for every group first: nothing below allocates, so the append is all-or-nothing across groups.
-  const size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
+  const size_t total = blocks_for(s.num_tokens + n, bs_);
   size_t cows = 0;
   for (uint32_t g = 0; g < groups_; ++g) {
     Sequence& gs = grp(s, g);
@@ -473,7 +503,7 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
 }
 
 void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
-  const size_t total = static_cast<size_t>((s.num_tokens + n + bs_ - 1) / bs_);
+  const size_t total = blocks_for(s.num_tokens + n, bs_);
   const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1;
   if (cow) {
     int32_t src = s.table.back();

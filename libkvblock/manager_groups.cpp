@@ -24,14 +24,12 @@ static ChainLink group_first_link(const SeqOptions& o, uint32_t g) {
   return l;
 }
 
-static uint32_t ceil_div(uint64_t a, uint32_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
-
 bool Manager::group_takes(uint32_t g, uint32_t k, uint32_t i) const {
   const GroupSpec& spec = cfg_.groups[g];
   if (!spec.window) return true;
   const uint64_t p = static_cast<uint64_t>(k) * bs_;  // the first uncached token
   const uint32_t a = std::min(window_first_block(spec.window_tokens, p), k - 1);
-  return i >= a || i < ceil_div(spec.sink_tokens, bs_);
+  return i >= a || i < blocks_for(spec.sink_tokens, bs_);
 }
 
 void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out) {
@@ -40,31 +38,49 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
          "each group's window comes from its kvb_group_spec", opts.window, opts.sink);
   const uint32_t G = groups_;
   out = GroupLookup{};
-  out.num_blocks = ceil_div(n, bs_);
+  out.num_blocks = blocks_for(n, bs_);
   const uint32_t M = out.num_blocks - 1;  // never the last block (see lookup)
-  group_stride_ = M;
-  group_hit_.assign(static_cast<size_t>(G) * M, -1);
-  group_last_miss_.assign(static_cast<size_t>(G) * M, -1);
-  group_link_.resize(static_cast<size_t>(G) * (M + 1));
-  for (uint32_t g = 0; g < G; ++g) group_link_[static_cast<size_t>(g) * (M + 1)] = group_first_link(opts, g);
-
-  // Every group's chain over the cacheable prefix, computed from the tokens: a window group needs its
-  // blocks near the end of the prefix even where it misses earlier ones.
-  uint32_t limit = M;
-  for (uint32_t i = 0; i < M; ++i) {
-    const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
-    ExtraKey extra{};
-    for (size_t j = 0; j < opts.num_extra_keys; ++j)
-      if (opts.extra_key_blocks[j] == i) extra = ExtraKey{true, opts.extra_keys[j]};
-    if (!is_cacheable(blk, bs_, extra)) {
-      limit = i;
-      break;
+  group_hits_.clear();
+  group_links_.clear();
+  ChainLink link[kMaxForkGroups];        // each group's chain before block i
+  uint32_t last_miss1[kMaxForkGroups];   // 1 + the last block group g missed, 0 if none
+  uint32_t missed[kMaxForkGroups], num_missed = 0;  // the window groups that missed a block so far
+  uint32_t left[kMaxForkGroups];         // hits group g can still make: its blocks on both levels less its hits
+  bool exhausted = false;                // no candidate past the current block can be valid
+  // Window groups, and the run of hits their window needs once it is full: ceil((window - 1) / bs), at
+  // least 1 (a candidate k needs blocks k - min(k, run) .. k - 1 in the group).
+  uint32_t windows[kMaxForkGroups], run[kMaxForkGroups], num_windows = 0;
+  for (uint32_t g = 0; g < G; ++g) {
+    link[g] = group_first_link(opts, g);
+    last_miss1[g] = 0;
+    left[g] = group_cached_[g];
+    exhausted |= left[g] == 0;
+    if (cfg_.groups[g].window) {
+      windows[num_windows++] = g;
+      run[g] = std::max<uint32_t>(1, blocks_for(cfg_.groups[g].window_tokens - 1, bs_));
     }
+  }
+  // Every group's chain, computed from the tokens, block after block; candidate k = i + 1 is checked
+  // once block i is known in every group (kvblock.h's rule): every full group hit blocks 0 .. k-1, and
+  // every window group hit the blocks the first uncached token (p = k * block_size) needs: its window
+  // and the block of p - 1 (last_miss < a), and its sink blocks. The walk stops where no candidate can
+  // be valid any more: at a full group's first miss (every longer candidate needs that block), at a
+  // miss among a window group's sink blocks (every longer candidate needs it too), once a group has
+  // hit every block it has cached (every candidate k needs block k - 1 in every group; a block is hit
+  // at most once), and once a window group's hits since its last miss and the blocks it has left
+  // cannot make the run its window needs (any later candidate's run ends past block i). So a prompt
+  // longer than what the cache holds is not walked to its end.
+  ExtraKeyCursor extras(opts);
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < M && !exhausted; ++i) {
+    const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
+    const ExtraKey extra = extras.at(i);
+    if (!is_cacheable(blk, bs_, extra)) break;
+    bool no_longer = false;  // no candidate past i can be valid
     for (uint32_t g = 0; g < G; ++g) {
-      const ChainLink& link = group_link_[static_cast<size_t>(g) * (M + 1) + i];
-      ChainLink& next = group_link_[static_cast<size_t>(g) * (M + 1) + i + 1];
+      ChainLink next;
       next.kind = ChainLink::parent;
-      hasher_.hash_and_key(link, blk, bs_, extra, &next.hash, &next.key);
+      hasher_.hash_and_key(link[g], blk, bs_, extra, &next.hash, &next.key);
       // The stored tokens and extra key must equal the prompt's, on either level (see lookup).
       auto same = [&](const BlockPool& pool, int32_t x) {
         return std::memcmp(pool.tokens(x), blk, bs_ * sizeof(int64_t)) == 0 && pool.meta(x).has_extra == extra.present &&
@@ -77,44 +93,65 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
         hit = h >= 0 && same(host_pool_, h);
         b = -2 - h;
       }
-      const size_t at = static_cast<size_t>(g) * M + i;
-      group_hit_[at] = hit ? b : -1;
-      group_last_miss_[at] = hit ? (i ? group_last_miss_[at - 1] : -1) : static_cast<int32_t>(i);
-    }
-  }
-  // Full groups: left to right, the hit ends at the first miss. Window groups: from the longest candidate
-  // down (right to left), the first k whose window and sink blocks are all cached.
-  uint32_t k = limit;
-  for (uint32_t g = 0; g < G; ++g) {
-    if (cfg_.groups[g].window) continue;
-    for (uint32_t i = 0; i < k; ++i)
-      if (group_hit_[static_cast<size_t>(g) * M + i] == -1) {
-        k = i;
-        break;
+      if (hit) {
+        uint32_t before = kLinkOfPrevious;
+        if (i == 0 || last_miss1[g] == i) {  // block i - 1 missed: keep the computed link
+          before = static_cast<uint32_t>(group_links_.size());
+          group_links_.push_back(link[g]);
+        }
+        group_hits_.push_back(GroupHit{i, g, b, before});
+        exhausted |= --left[g] == 0;
+      } else {
+        if (last_miss1[g] == 0) missed[num_missed++] = g;
+        last_miss1[g] = i + 1;
+        const GroupSpec& spec = cfg_.groups[g];
+        if (!spec.window || i < blocks_for(spec.sink_tokens, bs_)) no_longer = true;
       }
-  }
-  for (; k > 0; --k) {
-    bool ok = true;
-    for (uint32_t g = 0; g < G && ok; ++g) {
-      const GroupSpec& spec = cfg_.groups[g];
-      if (!spec.window) continue;
-      const int32_t* last_miss = &group_last_miss_[static_cast<size_t>(g) * M];
-      const uint64_t p = static_cast<uint64_t>(k) * bs_;
-      const uint32_t a = std::min(window_first_block(spec.window_tokens, p), k - 1);
-      const uint32_t sinks = std::min(ceil_div(spec.sink_tokens, bs_), k);
-      ok = last_miss[k - 1] < static_cast<int32_t>(a) && (sinks == 0 || last_miss[sinks - 1] < 0);
+      link[g] = next;
     }
-    if (ok) break;
+    if (no_longer) break;
+    // Candidate i + 1: full groups have no miss yet, nor window groups among their sinks; a window group
+    // that never missed has every block its window needs.
+    const uint32_t c = i + 1;
+    bool ok = true;
+    for (uint32_t j = 0; j < num_missed && ok; ++j) {
+      const uint32_t g = missed[j];
+      const uint32_t a = std::min(window_first_block(cfg_.groups[g].window_tokens, static_cast<uint64_t>(c) * bs_), c - 1);
+      ok = last_miss1[g] <= a;
+    }
+    if (ok) k = c;
+    for (uint32_t j = 0; j < num_windows && !exhausted; ++j) {
+      const uint32_t g = windows[j];
+      exhausted = (i + 1 - last_miss1[g]) + static_cast<uint64_t>(left[g]) < std::min(i + 2, run[g]);
+    }
   }
   out.hits = k;
-  // New blocks, free device hits, and host hits (each loads into a free device block).
+  // New blocks, free device hits, and host hits (each loads into a free device block); a hit token is a
+  // host hit when any group loads its block (entries come in prompt order).
   uint64_t needed = static_cast<uint64_t>(G) * (out.num_blocks - k);
-  for (uint32_t g = 0; g < G; ++g)
-    for (uint32_t i = 0; i < k; ++i) {
-      const int32_t b = group_hit_[static_cast<size_t>(g) * M + i];
-      if (group_takes(g, k, i) && (b < 0 || pool_.meta(b).ref == 0)) ++needed;
+  uint32_t host_index = UINT32_MAX;
+  for (const GroupHit& e : group_hits_) {
+    if (e.index >= k || !group_takes(e.group, k, e.index)) continue;
+    if (e.block < 0 || pool_.meta(e.block).ref == 0) ++needed;
+    if (e.block < -1 && e.index != host_index) {
+      host_index = e.index;
+      ++out.host_hits;
     }
+  }
   out.needed = needed;
+}
+
+// group_hits_ by group (stable: each group's hits stay in prompt order), for allocate_groups.
+void Manager::sort_group_hits(GroupLookup& gl) {
+  const uint32_t G = groups_;
+  uint32_t count[kMaxForkGroups] = {};
+  for (const GroupHit& e : group_hits_) ++count[e.group];
+  gl.first[0] = 0;
+  for (uint32_t g = 0; g < G; ++g) gl.first[g + 1] = gl.first[g] + count[g];
+  group_hits_by_group_.resize(group_hits_.size());
+  uint32_t at[kMaxForkGroups];
+  for (uint32_t g = 0; g < G; ++g) at[g] = gl.first[g];
+  for (const GroupHit& e : group_hits_) group_hits_by_group_[at[e.group]++] = e;
 }
 
 size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
@@ -123,7 +160,8 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
   if (pool_.num_free() < gl.needed + watermark_blocks_)
     fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s over %u groups (+%u watermark), %u %s free",
          id, gl.needed, plural_s(gl.needed), groups_, watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
-  const uint32_t G = groups_, M = group_stride_, k = gl.hits;
+  sort_group_hits(gl);
+  const uint32_t G = groups_, k = gl.hits;
   Sequence& s = new_seq(id);
   try {
     for (uint32_t g = 0; g < G; ++g) {
@@ -133,54 +171,73 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
       gs.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) gs.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
     }
+  } catch (const std::bad_alloc&) {
+    drop_seq(s);
+    fail_seq_tables(id, G, gl.num_blocks, opts.num_extra_keys);
   } catch (...) {
     drop_seq(s);
     throw;
   }
   // From here on nothing allocates. Every group's device hits are taken and host hits pinned before any
   // block leaves the free queue: its evictions (and their offloads) must not touch them.
+  // A window group's blocks not taken are followed by its window: the link before the window's first
+  // block is kept (released_links), read now, while the hit before it (if any) still holds its content.
+  const GroupHit* hits = group_hits_by_group_.data();
+  ChainLink window_link[kMaxForkGroups];
   for (uint32_t g = 0; g < G; ++g)
-    for (uint32_t i = 0; i < k; ++i)
-      if (group_takes(g, k, i)) {
-        const int32_t b = group_hit_[static_cast<size_t>(g) * M + i];
-        if (b >= 0) acquire_cached(b);
-        else pin_host(-2 - b);
-      }
-  // A hit token counts as a host hit when any group loads its block.
-  uint32_t host_hits = 0;
-  for (uint32_t i = 0; i < k; ++i) {
-    bool host = false;
-    for (uint32_t g = 0; g < G; ++g) host |= group_takes(g, k, i) && group_hit_[static_cast<size_t>(g) * M + i] < -1;
-    host_hits += host;
-  }
+    for (uint32_t j = gl.first[g]; j < gl.first[g + 1]; ++j) {
+      const GroupHit& e = hits[j];
+      if (e.index >= k || !group_takes(g, k, e.index)) continue;
+      if (e.index > 0 && !group_takes(g, k, e.index - 1))
+        window_link[g] = e.link != kLinkOfPrevious ? group_links_[e.link] : link_after(hit_meta(hits[j - 1].block));
+      if (e.block >= 0) acquire_cached(e.block);
+      else pin_host(-2 - e.block);
+    }
   const size_t cached = static_cast<size_t>(k) * bs_;
   for (uint32_t g = 0; g < G; ++g) {
     Sequence& gs = grp(s, g);
     const GroupSpec& spec = cfg_.groups[g];
-    const ChainLink* links = &group_link_[static_cast<size_t>(g) * (M + 1)];
+    // The group's hit for block i (every block it takes is a hit, since k is valid for every group).
+    uint32_t j = gl.first[g];
+    auto hit_at = [&](uint32_t i) -> const GroupHit& {
+      while (j + 1 < gl.first[g + 1] && hits[j].index < i) ++j;
+      return hits[j];
+    };
+    bool took = false;  // block i - 1 was taken
     for (uint32_t i = 0; i < k; ++i) {
       const bool take = group_takes(g, k, i);
-      int32_t b = take ? group_hit_[static_cast<size_t>(g) * M + i] : -1;
-      if (b < -1) b = load_from_host(-2 - b, links[i]);  // counts as cached: the load runs before the step
+      int32_t b = -1;
+      if (take) {
+        const GroupHit& e = hit_at(i);
+        b = e.block;
+        if (b < -1) {  // counts as cached: the load runs before the step
+          // The link before block i: kept by the lookup, or after block i - 1 (held, or loaded, by now).
+          const ChainLink before = e.link != kLinkOfPrevious ? group_links_[e.link]
+                                   : took                    ? link_after(pool_.meta(gs.table[i - 1]))
+                                                             : window_link[g];
+          b = load_from_host(-2 - b, before);
+        }
+      }
       gs.table.push_back(b);
       // A block not taken, followed by one taken: keep its link (as apply_window does for a release).
-      if (!take && group_takes(g, k, i + 1)) gs.released_links.emplace_back(i, links[i + 1]);
+      if (!take && group_takes(g, k, i + 1)) gs.released_links.emplace_back(i, window_link[g]);
+      took = take;
     }
     while (gs.table.size() < gl.num_blocks) gs.table.push_back(take_free_block());
     gs.num_tokens = cached;
     write_tokens(gs, tokens + cached, n - cached);
     gs.num_computed = gs.num_cached = cached;
     gs.num_hashed = k;
-    gs.first_link = links[0];
-    gs.chain = links[k];
+    gs.first_link = group_first_link(opts, g);
+    gs.chain = k ? link_after(pool_.meta(gs.table[k - 1])) : gs.first_link;  // block k - 1 is taken: held
     gs.window = spec.window ? spec.window_tokens : 0;
     gs.sink = spec.window ? spec.sink_tokens : 0;
-    gs.window_next = ceil_div(gs.sink, bs_);
+    gs.window_next = blocks_for(gs.sink, bs_);
     apply_window(gs);
   }
   query_tokens_ += n;
   hit_tokens_ += cached;
-  host_hit_tokens_ += static_cast<uint64_t>(host_hits) * bs_;
+  host_hit_tokens_ += static_cast<uint64_t>(gl.host_hits) * bs_;
   return cached;
 }
 

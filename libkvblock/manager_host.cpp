@@ -77,9 +77,10 @@ int32_t Manager::take_host_block() {
   host_unqueue(h);
   BlockMeta& m = host_pool_.meta(h);
   host_index_.erase_if_points_to(m.key, h);
+  if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
   m.indexed = 0;
   ++host_evictions_;
-  if (events_.enabled() && host_hashes_[host_group(h)].remove(m.hash))
+  if (events_.enabled() && host_hashes_->remove(host_group(h), m.hash))
     emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
   host_twin_[h] = -1;
@@ -104,13 +105,14 @@ void Manager::offload(int32_t b) {
   host_index_.put(hm.key, h);
   hm.indexed = 1;
   if (!host_group_.empty()) host_group_[h] = static_cast<uint8_t>(block_group(b));  // the key carries it too
+  if (!group_cached_.empty()) ++group_cached_[host_group(h)];
   hm.ref = 0;
   host_enqueue(h);
   pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
   ++offloaded_;
   if (events_.enabled()) {
     host_parents_[h] = parents_[b];
-    if (host_hashes_[host_group(h)].add(hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
+    if (host_hashes_->add(host_group(h), hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
   }
 }
 
@@ -162,12 +164,13 @@ void Manager::clear_host_cache() {
     int32_t h = host_pool_.num_free() > 0 ? host_pool_.free_head() : twins_.head;
     host_unqueue(h);
     BlockMeta& m = host_pool_.meta(h);
+    if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
     m.indexed = m.has_hash = 0;
     host_twin_[h] = -1;
     host_empty_.push_back(h);
   }
   host_index_.clear();
-  for (HashCounts& hc : host_hashes_) hc.clear();
+  if (host_hashes_) host_hashes_->clear();
   offloaded_ -= pending_offloads_.size();
   pending_offloads_.clear();
 }

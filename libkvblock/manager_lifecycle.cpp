@@ -45,7 +45,7 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
   if (pos > p.num_computed)
     fail(Code::bad_state, "seq %" PRId64 ": fork of %zu token%s but only %" PRIu64 " %s committed", parent_id, pos,
          plural_s(pos), p.num_computed, is_are(p.num_computed));
-  const uint32_t nb = static_cast<uint32_t>((pos + bs_ - 1) / bs_);
+  const uint32_t nb = blocks_for(pos, bs_);
   const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
   ChainLink chains[kMaxForkGroups];
   for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
@@ -107,7 +107,7 @@ void Manager::rollback(int64_t id, size_t n) {
          plural_s(n),
          s.num_tokens);
   const uint64_t len = s.num_tokens - n;
-  const uint32_t nb = static_cast<uint32_t>((len + bs_ - 1) / bs_);
+  const uint32_t nb = blocks_for(len, bs_);
   const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
   ChainLink chains[kMaxForkGroups];
   for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
@@ -157,7 +157,7 @@ void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   s.sink = sink;
   // A smaller sink frees former sink blocks too: rescan from the new sink boundary (released slots are
   // skipped). Switching the window off releases nothing and keeps the scan position.
-  if (window > 0) s.window_next = std::min(s.window_next, (sink + bs_ - 1) / bs_);
+  if (window > 0) s.window_next = std::min(s.window_next, blocks_for(sink, bs_));
   apply_window(s);
 }
 
@@ -194,7 +194,7 @@ void Manager::apply_window(Sequence& s) {
   // back every uncomputed token always leaves a held last block.
   const uint32_t end = std::min(window_first_block(s.window, s.num_computed),
                                 static_cast<uint32_t>((s.num_computed - 1) / bs_));
-  const uint32_t start = std::max(s.window_next, (s.sink + bs_ - 1) / bs_);
+  const uint32_t start = std::max(s.window_next, blocks_for(s.sink, bs_));
   for (uint32_t i = start; i < end; ++i) {
     int32_t b = s.table[i];
     if (b < 0) continue;
@@ -251,6 +251,9 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
     fail(Code::buffer_too_small, "slot mapping needs %zu entr%s, slot_capacity is %zu", slots, slots == 1 ? "y" : "ies",
          out.slot_capacity);
 
+  if (out.prefix_groups) find_prefix_groups(ids, n, out.group, *out.prefix_groups);
+
+  if (out.prefix_groups) write_prefix_groups(*out.prefix_groups);
   size_t k = 0;
   if (out.query_start) out.query_start[0] = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -286,10 +289,11 @@ void Manager::reset_prefix_cache() {
   }
   for (uint32_t b = 0; b < pool_.num_blocks(); ++b) {
     BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
+    if (m.indexed && !group_cached_.empty()) --group_cached_[block_group(static_cast<int32_t>(b))];
     m.has_hash = m.indexed = m.has_extra = 0;
   }
   cached_free_ = 0;
-  for (HashCounts& h : stored_hashes_) h.clear();
+  if (stored_hashes_) stored_hashes_->clear();
   clear_host_cache();
   emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
 }

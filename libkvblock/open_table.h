@@ -4,7 +4,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
+
+#include "error.h"
 
 namespace kvb {
 
@@ -20,12 +23,13 @@ inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser: spreads ids that a
 template <class Slot, class Traits>
 class OpenTable {
  public:
-  OpenTable(size_t min_capacity, Traits traits) : traits_(traits) { reset(min_capacity); }
+  // what: the table's name in an out-of-memory message ("the device prefix index").
+  OpenTable(size_t min_capacity, Traits traits, const char* what) : traits_(traits), what_(what) { reset(min_capacity); }
 
   void reset(size_t min_capacity) {
     size_t cap = 16;
     while (cap < 2 * min_capacity) cap <<= 1;  // load factor <= 1/2
-    slots_.assign(cap, Traits::empty());
+    allocating(cap, [&] { slots_.assign(cap, Traits::empty()); });
     mask_ = cap - 1;
     size_ = 0;
   }
@@ -78,18 +82,18 @@ class OpenTable {
   }
 
   // Removes slots_[pos] and shifts later members of the cluster back so every probe path stays intact.
+  // s may move into the hole iff the hole lies on its probe path, cyclically in [home, next): its
+  // distance from home to next is at least the hole's distance to next. Written without a branch on
+  // that test (a select), which mispredicted on every other slot of the eviction path.
   void erase(size_t pos) {
     size_t hole = pos;
     for (size_t next = (hole + 1) & mask_;; next = (next + 1) & mask_) {
-      const Slot& s = slots_[next];
+      const Slot s = slots_[next];
       if (Traits::is_empty(s)) break;
-      size_t home = traits_.home(s) & mask_;
-      // s may move into the hole iff the hole lies on its probe path, i.e. cyclically in [home, next).
-      bool movable = hole <= next ? (home <= hole || home > next) : (home <= hole && home > next);
-      if (movable) {
-        slots_[hole] = s;
-        hole = next;
-      }
+      const size_t home = traits_.home(s) & mask_;
+      const bool movable = ((next - home) & mask_) >= ((next - hole) & mask_);
+      slots_[hole] = movable ? s : slots_[hole];
+      hole = movable ? next : hole;
     }
     slots_[hole] = Traits::empty();
     --size_;
@@ -100,8 +104,9 @@ class OpenTable {
     if (2 * entries <= slots_.size()) return;
     size_t cap = slots_.size();
     while (2 * entries > cap) cap <<= 1;
-    // Allocate before touching the table: if this throws (bad_alloc), the table is unchanged.
-    std::vector<Slot> old(cap, Traits::empty());
+    // Allocate before touching the table: if this throws, the table is unchanged.
+    std::vector<Slot> old;
+    allocating(cap, [&] { old.assign(cap, Traits::empty()); });
     old.swap(slots_);
     mask_ = cap - 1;
     size_ = 0;
@@ -112,7 +117,17 @@ class OpenTable {
   Traits& traits() { return traits_; }
 
  private:
+  template <class Alloc>
+  void allocating(size_t cap, Alloc&& alloc) {
+    try {
+      alloc();
+    } catch (const std::bad_alloc&) {
+      fail_alloc(what_, static_cast<unsigned long long>(cap) * sizeof(Slot), "%zu slots of %zu bytes", cap, sizeof(Slot));
+    }
+  }
+
   Traits traits_;
+  const char* what_;
   std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;

@@ -25,8 +25,10 @@ int32_t PrefixIndex::put(const Key128& key, int32_t b) {
 }
 
 bool PrefixIndex::erase_if_points_to(const Key128& key, int32_t b) {
-  long pos = locate(key);
-  if (pos < 0 || table_.at(static_cast<size_t>(pos)).block != b) return false;
+  // b's slot, if any, lies on key's probe path: look for the block id itself, which needs no block's
+  // metadata (the eviction path compared the stored key of every slot with a matching fingerprint).
+  long pos = table_.find(fingerprint_of(key), [&](const IndexSlot& s) { return s.block == b; });
+  if (pos < 0) return false;
   table_.erase(static_cast<size_t>(pos));
   return true;
 }

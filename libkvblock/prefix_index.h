@@ -20,7 +20,7 @@ struct IndexSlot {
 
 class PrefixIndex {
  public:
-  explicit PrefixIndex(BlockPool& pool) : table_(pool.num_blocks(), Traits{}), pool_(pool) {}
+  PrefixIndex(BlockPool& pool, const char* what) : table_(pool.num_blocks(), Traits{}, what), pool_(pool) {}
 
   // The block indexed under key, or -1.
   int32_t find(const Key128& key) const {
@@ -32,7 +32,8 @@ class PrefixIndex {
   // Points key at block b (its meta key must equal key), replacing an older entry. Returns the block
   // that was replaced (-1 if none); the caller clears that block's `indexed` flag.
   int32_t put(const Key128& key, int32_t b);
-  // Removes the entry for key if it points at b. Returns whether it did.
+  // Removes the entry for key if it points at b; key must be b's own (meta) key, under which b was put.
+  // Returns whether it did.
   bool erase_if_points_to(const Key128& key, int32_t b);
   void clear() { table_.reset(pool_.num_blocks()); }
   size_t size() const { return table_.size(); }

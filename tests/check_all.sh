@@ -1,13 +1,16 @@
 #!/bin/sh
 # `make check-all`: every test variant in turn (plain, ASan+UBSan, bindings, ThreadSanitizer, valgrind,
-# fuzzing), each logged to build/check-all/<variant>.log. Adds up their closing "N passed, N failed"
-# lines (a variant without one counts as one test, by its exit status) and prints the grand total.
+# fuzzing), each logged to build/check-all/<variant>.log. Adds up their closing "N passed, N failed[, N
+# skipped]" lines, which count tests (the bindings' line adds up every Python, Rust and Go test and the C
+# example), and prints the grand total. The fuzz run has no such line: its thousands of inputs count as
+# one test, and its line says so with the number of inputs libFuzzer ran.
 MAKE=${MAKE:-make}
 FUZZ_SECONDS=${FUZZ_SECONDS:-0}
 logs=build/check-all
 mkdir -p "$logs"
 total_pass=0
 total_fail=0
+total_skip=0
 # A variant whose tool is missing is skipped visibly (.ci/run installs them all, so CI skips none).
 missing_tool() {
   case "$1" in
@@ -29,9 +32,17 @@ for variant in check check-sanitize check-bindings check-tsan check-valgrind fuz
   rc=$?
   secs=$(( $(date +%s) - start ))
   summary=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 | sed 's/^[A-Za-z]*: //')
+  s=0
   if [ -n "$summary" ]; then
-    p=$(echo "$summary" | sed 's/ passed.*//')
-    f=$(echo "$summary" | sed 's/.* passed, \([0-9]*\) failed.*/\1/')
+    # The counts at the start of the line (the bindings' line goes on with the same words per language).
+    p=$(echo "$summary" | sed 's/^\([0-9]*\) passed.*/\1/')
+    f=$(echo "$summary" | sed 's/^[0-9]* passed, \([0-9]*\) failed.*/\1/')
+    case "$summary" in [0-9]*" passed, "[0-9]*" failed, "[0-9]*" skipped"*)
+      s=$(echo "$summary" | sed 's/^[0-9]* passed, [0-9]* failed, \([0-9]*\) skipped.*/\1/') ;; esac
+  elif [ "$variant" = fuzz ]; then
+    p=1; f=0
+    runs=$(sed -n 's/^Done \([0-9]*\) runs in.*/\1/p' "$log" | tail -n 1)
+    summary="${runs:-no} inputs run, counted as 1 test; exit $rc"
   else
     p=1; f=0
     summary="no count; exit $rc"
@@ -45,8 +56,16 @@ for variant in check check-sanitize check-bindings check-tsan check-valgrind fuz
     echo "ok   $variant ($summary, ${secs}s)"
   fi
   grep -E '^  \[.*\] SKIP|^SKIP' "$log" | sed "s/^/    [$variant] /"
+  if [ "$variant" = check-bindings ]; then
+    # What ran, in CI's log too (the line above has the counts per language): the Python tests per file
+    # (pytest -v names each in the variant's log; the SKIPPED lines above say why a test was skipped).
+    grep -Eo '^[^ ]*\.py::[^ ]* (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)' "$log" |
+      awk '{ split($1, a, "::"); n = split(a[1], p, "/"); f = p[n]; c[f]++; if ($2 != "PASSED") o[f] = o[f] " " $2 }
+           END { for (f in c) printf "    [check-bindings] python %s: %d test%s%s\n", f, c[f], c[f] == 1 ? "" : "s", o[f] }' | sort
+  fi
   total_pass=$((total_pass + p))
   total_fail=$((total_fail + f))
+  total_skip=$((total_skip + s))
 done
-echo "$total_pass passed, $total_fail failed"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ "$total_fail" -eq 0 ]

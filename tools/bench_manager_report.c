@@ -5,8 +5,13 @@
 
 #include <string.h>
 
-static void print_case(report* r, const bench_case* c, double hash_median, double lib_median) {
-  double rh = hash_median > 0 ? c->median / hash_median : 0.0, rl = lib_median > 0 ? c->median / lib_median : 0.0;
+/* A ratio column: "-" where its baseline case did not run (--only), never a ratio to nothing. */
+static void print_ratio(report* r, const bench_case* c, const bench_case* base) {
+  if (base->n && base->median > 0) fprintf(r->f, " %7.2fx", c->median / base->median);
+  else fprintf(r->f, " %8s", "-");
+}
+
+static void print_case(report* r, const bench_case* c, const bench_case* hash, const bench_case* libhash) {
   if (r->json) {
     report_group_begin(r, c->key, c->label);
     report_str(r, "unit", "unit", c->unit);
@@ -15,14 +20,16 @@ static void print_case(report* r, const bench_case* c, double hash_median, doubl
     report_f64(r, "max", "max", c->max, 2, NULL);
     report_f64(r, "spread", "spread", c->spread, 4, NULL);
     if (c->per_call > 0) report_f64(r, "median_per_call", "per call", c->median * c->per_call, 1, NULL);
-    if (c->vs_hash) {
-      report_f64(r, "ratio_to_hash", "ratio", rh, 3, NULL);
-      report_f64(r, "ratio_to_kvb_hash_tokens", "ratio", rl, 3, NULL);
-    }
+    if (c->vs_hash && hash->n && hash->median > 0)
+      report_f64(r, "ratio_to_hash", "ratio", c->median / hash->median, 3, NULL);
+    if (c->vs_hash && libhash->n && libhash->median > 0)
+      report_f64(r, "ratio_to_kvb_hash_tokens", "ratio", c->median / libhash->median, 3, NULL);
     report_group_end(r);
   } else if (c->vs_hash) {
-    fprintf(r->f, "  %-32s %8.1f %8.1f %8.1f %7.1f%% %7.2fx %7.2fx  %s\n", c->label, c->median, c->min, c->max,
-            100.0 * c->spread, rh, rl, c->unit);
+    fprintf(r->f, "  %-32s %8.1f %8.1f %8.1f %7.1f%%", c->label, c->median, c->min, c->max, 100.0 * c->spread);
+    print_ratio(r, c, hash);
+    print_ratio(r, c, libhash);
+    fprintf(r->f, "  %s\n", c->unit);
   } else {
     fprintf(r->f, "  %-32s %8.1f %8.1f %8.1f %7.1f%% %8s %8s  %s", c->label, c->median, c->min, c->max,
             100.0 * c->spread, "", "", c->unit);
@@ -96,7 +103,13 @@ void bench_print_manager(report* r, const bench_opts* o, const bench_case* cases
             (unsigned long long)o->batch_seqs, (unsigned long long)o->batch_tokens, "case", "median", "min", "max",
             "spread", "vs hash", "vs lib");
   for (k = 0; k < NUM_CASES; k++)
-    if (cases[k].n) print_case(r, &cases[k], cases[C_HASH].median, cases[C_LIBHASH].median);
+    if (cases[k].n) print_case(r, &cases[k], &cases[C_HASH], &cases[C_LIBHASH]);
+  if (!o->json && o->only && !cases[C_HASH].n)
+    for (k = 0; k < NUM_CASES; k++)
+      if (cases[k].n && cases[k].vs_hash) {
+        fputs("  (vs hash / vs lib: - where the baseline case did not run (--only); kvblock bench runs all)\n", r->f);
+        break;
+      }
   if (!o->json && !o->only && cow_position(o) == 0) fputs("  cow: not run (block size 1: no block is shared in part)\n", r->f);
   if (!o->only) print_targets(r, o, cases);
 }

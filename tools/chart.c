@@ -103,6 +103,17 @@ static int step_decimals(double step) {
   return d;
 }
 
+/* v with `decimals` digits after the point and thousands separators in its integer part (28,672). */
+static void print_number(FILE* f, double v, int decimals) {
+  char num[64];
+  int n = snprintf(num, sizeof num, "%.*f", decimals, v), start = num[0] == '-', int_end = start, i;
+  while (int_end < n && num[int_end] != '.') int_end++;
+  for (i = 0; i < n; i++) {
+    if (i > start && i < int_end && (int_end - i) % 3 == 0) fputc(',', f);
+    fputc(num[i], f);
+  }
+}
+
 static void escape(FILE* f, const char* s) {
   for (; *s; s++) {
     if (*s == '<') fputs("&lt;", f);
@@ -134,7 +145,7 @@ static void polyline(FILE* f, const chart* c, const double* y, double ymax, doub
   fputs("\"/>\n", f);
 }
 
-int chart_write_svg(const chart* c, const char* path, const char* title, double num_blocks) {
+int chart_write_svg(const chart* c, const char* path, const char* title, double num_blocks, unsigned block_size) {
   FILE* f = fopen(path, "w");
   double tmax = c->n ? c->t[c->n - 1] : 0.0, hmax = 0.0, bstep, tstep, hstep, v;
   size_t k;
@@ -148,6 +159,12 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"24\" font-size=\"15\">", L);
   escape(f, title);
   fputs("</text>\n", f);
+  /* What the left axis is out of: the pool the run was given. */
+  fprintf(f, "<text x=\"%.0f\" y=\"42\" fill=\"#444\">pool: ", L);
+  print_number(f, num_blocks, 0);
+  fprintf(f, " blocks of %u tokens (", block_size);
+  print_number(f, num_blocks * block_size, 0);
+  fputs(" tokens of K/V); the left axis runs from 0 to the whole pool</text>\n", f);
   /* Grid and axes: left = blocks (0 to the pool size), right = hit ratio (0 to a round value just above
      its largest sample, so that a 5% line is not flat), bottom = simulated seconds; ticks at 1-2-5 steps. */
   for (k = 0; k < c->n; k++)
@@ -160,11 +177,16 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
   for (i = 0; (v = i * bstep) <= num_blocks * (1 + 1e-9); i++) {
     double y = T + (H - T - B) * (1.0 - (num_blocks > 0 ? v / num_blocks : 0));
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, W - R, y);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 6, y + 4,
-            step_decimals(bstep), v);
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">", L - 6, y + 4);
+    print_number(f, v, step_decimals(bstep));
+    fputs("</text>\n", f);
   }
   if (num_blocks > 0 && floor(num_blocks / bstep + 1e-9) * bstep < 0.93 * num_blocks) /* label the pool's top */
-    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, T + 4, num_blocks);
+  {
+    fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">", L - 6, T + 4);
+    print_number(f, num_blocks, 0);
+    fputs("</text>\n", f);
+  }
   for (i = 0; (v = i * hstep) <= hmax * (1 + 1e-9); i++) {
     double y = T + (H - T - B) * (1.0 - v / hmax);
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#2ca02c\"/>\n", W - R, y, W - R + 4,
@@ -174,8 +196,9 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
   }
   for (i = 0; tmax > 0 && (v = i * tstep) <= tmax * (1 + 1e-9); i++) {
     double x = L + (W - L - R) * v / tmax;
-    fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.*f</text>\n", x, H - B + 18,
-            step_decimals(tstep), v);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">", x, H - B + 18);
+    print_number(f, v, step_decimals(tstep));
+    fputs("</text>\n", f);
   }
   fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n", L, T,
           W - L - R, H - T - B);
@@ -191,8 +214,8 @@ int chart_write_svg(const chart* c, const char* path, const char* title, double 
   /* Legend. */
   fprintf(f, "<g transform=\"translate(%.0f,%.0f)\">\n", L + 10, H - 16);
   fputs("<line x1=\"0\" y1=\"-4\" x2=\"20\" y2=\"-4\" stroke=\"#1f77b4\" stroke-width=\"2\"/><text x=\"25\" y=\"0\">blocks in use</text>\n"
-        "<line x1=\"140\" y1=\"-4\" x2=\"160\" y2=\"-4\" stroke=\"#ff7f0e\" stroke-width=\"2\"/><text x=\"165\" y=\"0\">cached-free blocks</text>\n"
-        "<line x1=\"320\" y1=\"-4\" x2=\"340\" y2=\"-4\" stroke=\"#2ca02c\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/><text x=\"345\" y=\"0\">running hit ratio (right axis)</text>\n"
+        "<line x1=\"140\" y1=\"-4\" x2=\"160\" y2=\"-4\" stroke=\"#ff7f0e\" stroke-width=\"2\"/><text x=\"165\" y=\"0\">free blocks still holding a cached prefix</text>\n"
+        "<line x1=\"440\" y1=\"-4\" x2=\"460\" y2=\"-4\" stroke=\"#2ca02c\" stroke-width=\"2\" stroke-dasharray=\"5,3\"/><text x=\"465\" y=\"0\">running hit ratio (right axis)</text>\n"
         "</g>\n</svg>\n", f);
   if (fclose(f) != 0) {
     tool_error("%s: write error: %s", path, strerror(errno));

@@ -408,17 +408,18 @@ int replay_timed(const replay_opts* o, const trace* t, uint64_t num_blocks, doub
     qsort(ttft, nt, sizeof *ttft, cmp_double);
     if (rc == EXIT_OK && o->svg) {
       /* The title tells two runs apart: pool, preemption mode and what preemption did. */
-      char ct[384];
+      char ct[384], nb[32], nh[32];
+      fmt_thousands(num_blocks, nb);
+      fmt_thousands(o->num_host_blocks, nh);
       if (o->preempt_swap)
         snprintf(ct, sizeof ct,
-                 "kvblock timed replay: %.120s, %llu blocks, preempt swap (%llu host blocks): %llu swap outs, "
+                 "kvblock timed replay: %.120s, %s blocks, preempt swap (%s host blocks): %llu swap outs, "
                  "%llu recomputes",
-                 o->path, (unsigned long long)num_blocks, (unsigned long long)o->num_host_blocks,
-                 (unsigned long long)S.swap_outs, (unsigned long long)S.preempt_recompute);
+                 o->path, nb, nh, (unsigned long long)S.swap_outs, (unsigned long long)S.preempt_recompute);
       else
-        snprintf(ct, sizeof ct, "kvblock timed replay: %.120s, %llu blocks, preempt recompute: %llu preemptions",
-                 o->path, (unsigned long long)num_blocks, (unsigned long long)S.preempt_recompute);
-      if (!chart_write_svg(&ch, o->svg, ct, (double)num_blocks)) rc = EXIT_FAIL;
+        snprintf(ct, sizeof ct, "kvblock timed replay: %.120s, %s blocks, preempt recompute: %llu preemptions",
+                 o->path, nb, (unsigned long long)S.preempt_recompute);
+      if (!chart_write_svg(&ch, o->svg, ct, (double)num_blocks, o->block_size)) rc = EXIT_FAIL;
     }
     if (rc == EXIT_OK) {
       uint64_t finished = S.done - S.skipped - S.cut;

@@ -289,6 +289,18 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
   return bad;
 }
 
+// A query at position 2^31 - 2 (the longest sequence a table may describe) with a window of 16 and
+// sinks to INT_MAX (the kernel's clamp of sink_tokens near 2^32): every key is a sink or in the window,
+// so the sink tiles run up to the query's tile. ceil(sinks / bn) was (sinks + bn - 1) / bn, past INT_MAX.
+void test_key_tiles_near_int_max() {
+  const int pos = 0x7ffffffe, bn = 64, split_tiles = pos / bn + 1;
+  const tiles::KeyTiles kt = tiles::key_tiles(pos, pos, 16, 0x7fffffff, bn, 0, split_tiles);
+  CHECK(kt.a0 == 0);
+  CHECK(kt.a1 == split_tiles);
+  CHECK(kt.count() == split_tiles);
+  CHECK(kt.tile(kt.count() - 1) == pos / bn);
+}
+
 void test_fragment_addressing_on_an_emulated_warp() {
   std::mt19937 rng(5);
   int bad = 0;
@@ -443,6 +455,7 @@ void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
 
 int main() {
   RUN_TEST(test_grid_covers_every_row_and_key_once);
+  RUN_TEST(test_key_tiles_near_int_max);
   RUN_TEST(test_cta_order_covers_every_tile_and_head_once_kv_head_fastest);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
   RUN_TEST(test_pipeline_stages_are_never_overwritten_before_use);

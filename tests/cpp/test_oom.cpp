@@ -8,6 +8,8 @@
 //   - the call is then retried without injection and must give what it gives in the reference run, and
 //     the sequence goes on; at the end the full state, drained copies and events included, must equal
 //     the reference run's.
+// And (issue 20 item 8): every OUT_OF_MEMORY says what could not be allocated and how much, and the event
+// queue grows on demand instead of reserving event_capacity events of a block of tokens each up front.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -28,9 +30,16 @@ bool g_armed = false;     // counting only inside library calls
 long g_count = 0;         // allocations counted in this run
 long g_fail_at = 0;       // fail the g_fail_at-th counted allocation (0 = never)
 bool g_injected = false;  // the failure was injected (once per run)
+std::size_t g_fail_min_bytes = 0;  // fail every counted allocation of at least this many bytes (0 = none)
+unsigned long long g_bytes = 0;    // bytes of the counted allocations
 
 void* counted_alloc(std::size_t n, std::size_t align) noexcept {
   if (g_armed) {
+    if (g_fail_min_bytes && n >= g_fail_min_bytes) {
+      g_injected = true;
+      return nullptr;
+    }
+    g_bytes += n;
     ++g_count;
     if (g_count == g_fail_at) {
       g_injected = true;
@@ -484,6 +493,106 @@ void test_decode_path_does_not_allocate() {
   kvb_manager_destroy(m);
 }
 
+// A manager that fails kvb_manager_create when allocations of at least fail_min_bytes fail: its message.
+std::string create_message(uint32_t block_size, uint32_t num_blocks, bool events, std::size_t fail_min_bytes) {
+  kvb_config cfg;
+  kvb_config_init(&cfg);
+  cfg.block_size = block_size;
+  cfg.num_blocks = num_blocks;
+  cfg.flags = events ? KVB_CONFIG_EVENTS : 0;
+  kvb_manager* m = nullptr;
+  g_fail_min_bytes = fail_min_bytes;
+  g_armed = true;
+  const kvb_status s = kvb_manager_create(&cfg, &m);
+  g_armed = false;
+  g_fail_min_bytes = 0;
+  CHECK(s == KVB_ERR_OUT_OF_MEMORY && m == nullptr);
+  kvb_manager_destroy(m);
+  return kvb_last_error();
+}
+
+bool mentions(const std::string& msg, const char* needle) {
+  if (msg.find(needle) != std::string::npos) return true;
+  std::fprintf(stderr, "  message \"%s\" does not mention \"%s\"\n", msg.c_str(), needle);
+  return false;
+}
+
+void test_out_of_memory_says_what_and_how_much() {
+  // The device pool's token ids (65536 blocks of 64 tokens: 32 MiB, with 3 MiB of metadata).
+  std::string msg = create_message(64, 1u << 16, false, 16u << 20);
+  CHECK(mentions(msg, "cannot allocate the device block pool: 35.0 MiB ("));
+  CHECK(mentions(msg, "65536 blocks"));
+  // The event queue's first slots (block size 32768: 256 KiB of tokens an event) where the pool's fit.
+  msg = create_message(32768, 1, true, 512u << 10);
+  CHECK(mentions(msg, "cannot allocate the event queue: "));
+  CHECK(mentions(msg, "of up to 65536 events of"));
+  // A sequence's block table (60000 blocks at block size 1): the call fails and changes nothing.
+  kvb_config cfg;
+  kvb_config_init(&cfg);
+  cfg.block_size = 1;
+  cfg.num_blocks = 1u << 16;
+  kvb_manager* m = nullptr;
+  CHECK_OK(kvb_manager_create(&cfg, &m));
+  std::vector<int64_t> prompt(60000, 7);
+  g_fail_min_bytes = 128u << 10;
+  g_armed = true;
+  CHECK_STATUS(kvb_seq_allocate(m, 5, prompt.data(), prompt.size(), nullptr), KVB_ERR_OUT_OF_MEMORY);
+  g_armed = false;
+  g_fail_min_bytes = 0;
+  msg = kvb_last_error();
+  CHECK(mentions(msg, "cannot allocate the tables of seq 5: 234.4 KiB (1 group x (60000 blocks"));
+  size_t free_blocks = 0;
+  CHECK_OK(kvb_num_free_blocks(m, &free_blocks));
+  CHECK(free_blocks == cfg.num_blocks);
+  CHECK_STATUS(kvb_seq_free(m, 5), KVB_ERR_NO_SUCH_SEQUENCE);
+  // Anything else names the call.
+  CHECK_OK(kvb_seq_allocate(m, 1, prompt.data(), 10, nullptr));
+  g_count = 0;
+  g_fail_at = 1;
+  g_armed = true;
+  CHECK_STATUS(kvb_seq_fork(m, 1, 2), KVB_ERR_OUT_OF_MEMORY);
+  g_armed = false;
+  g_fail_at = 0;
+  msg = kvb_last_error();
+  CHECK(mentions(msg, "out of host memory in kvb_seq_fork"));
+  CHECK_OK(kvb_check_invariants(m));
+  kvb_manager_destroy(m);
+}
+
+// Block size 65536 with events and the default capacity (65536 events): 32 GiB if reserved up front. The
+// queue starts at 1 MiB or less and grows as events come, keeping them in order.
+void test_event_queue_grows_on_demand() {
+  kvb_config cfg;
+  kvb_config_init(&cfg);
+  cfg.block_size = 65536;
+  cfg.num_blocks = 8;
+  cfg.flags = KVB_CONFIG_EVENTS;
+  kvb_manager* m = nullptr;
+  g_bytes = 0;
+  g_armed = true;
+  CHECK_OK(kvb_manager_create(&cfg, &m));
+  g_armed = false;
+  std::printf("kvb_manager_create, block size 65536, 8 blocks, events: %.1f MiB allocated\n", double(g_bytes) / (1 << 20));
+  CHECK(g_bytes < (8u << 20));  // the pool's token ids (4 MiB), the queue's first 512 KiB, little more
+  if (!m) return;
+  const size_t n = 5 * size_t(cfg.block_size) + 1;
+  std::vector<int64_t> prompt(n);
+  for (size_t i = 0; i < n; ++i) prompt[i] = int64_t(i * 7 % 1000);
+  CHECK_OK(kvb_seq_allocate(m, 1, prompt.data(), n, nullptr));
+  CHECK_OK(kvb_seq_commit(m, 1, n));  // 5 full blocks: 5 STORED events
+  std::vector<kvb_event> ev(8);
+  std::vector<int64_t> toks(8 * size_t(cfg.block_size));
+  size_t got = 0;
+  uint64_t dropped = 1;
+  CHECK_OK(kvb_drain_events(m, ev.data(), ev.size(), toks.data(), toks.size(), &got, &dropped));
+  CHECK(got == 5 && dropped == 0);
+  for (size_t e = 0; e < got && e < 5; ++e) {
+    CHECK(ev[e].type == KVB_EVENT_BLOCK_STORED && ev[e].num_tokens == cfg.block_size);
+    CHECK(std::memcmp(&toks[ev[e].token_offset], &prompt[e * cfg.block_size], cfg.block_size * sizeof(int64_t)) == 0);
+  }
+  kvb_manager_destroy(m);
+}
+
 }  // namespace
 
 int main() {
@@ -496,5 +605,7 @@ int main() {
   RUN_TEST(test_allocator_replacement_works);
   RUN_TEST(test_every_allocation_fails_once);
   RUN_TEST(test_decode_path_does_not_allocate);
+  RUN_TEST(test_out_of_memory_says_what_and_how_much);
+  RUN_TEST(test_event_queue_grows_on_demand);
   TEST_SUMMARY();
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # `make install` into a temporary PREFIX, build a C consumer with `pkg-config --cflags --libs kvblock`,
-# run it (with LD_LIBRARY_PATH, and with an rpath as the README says), link it statically through
+# run it (with LD_LIBRARY_PATH, and with an rpath as the README says), run the installed kvblock tool
+# (it finds the installed library by itself, also with LIBDIR elsewhere), link it statically through
 # `pkg-config --static` (against libkvblock.a alone too), check that the shared library exports only
 # kvb_* symbols, then `make uninstall` and check that only empty directories are left. Uses the build
 # tree under test ($BUILD) and its CUDA setting, so nothing is rebuilt.
@@ -35,10 +36,35 @@ else
   finish
 fi
 missing=""
-for f in include/kvblock.h lib/libkvblock.so lib/libkvblock.a lib/pkgconfig/kvblock.pc; do
+for f in include/kvblock.h lib/libkvblock.so lib/libkvblock.a lib/pkgconfig/kvblock.pc bin/kvblock; do
   [ -e "$prefix/$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ] && ok "installed files present" || bad "missing after install:$missing"
+
+# The tool is installed with the library and finds it without LD_LIBRARY_PATH (issue 27 item 1).
+if out=$(env -u LD_LIBRARY_PATH "$prefix/bin/kvblock" --version 2>&1) && echo "$out" | grep -q '^kvblock '; then
+  ok "installed tool runs without LD_LIBRARY_PATH ($out)"
+else
+  bad "installed tool: $out"
+fi
+if env -u LD_LIBRARY_PATH ldd "$prefix/bin/kvblock" 2>/dev/null | grep -q "$prefix/bin/../lib/libkvblock.so\|$prefix/lib/libkvblock.so"; then
+  ok "installed tool loads the installed library"
+else
+  bad "installed tool does not load $prefix/lib/libkvblock.so.*: $(ldd "$prefix/bin/kvblock" 2>&1 | grep kvblock)"
+fi
+# LIBDIR outside PREFIX/lib (lib64, a distribution's multiarch folder): the tool's rpath names it.
+prefix2=$(mktemp -d)
+if $MAKE -s BUILD="$BUILD" $cuda_arg PREFIX="$prefix2" LIBDIR="$prefix2/lib64" install >"$work/install2.log" 2>&1 &&
+   out=$(env -u LD_LIBRARY_PATH "$prefix2/bin/kvblock" replay tests/scripts/data/tiny_mooncake.jsonl 2>&1) &&
+   env -u LD_LIBRARY_PATH ldd "$prefix2/bin/kvblock" | grep -q "$prefix2/lib64/libkvblock.so"; then
+  ok "LIBDIR=PREFIX/lib64: the installed tool finds its library"
+else
+  bad "LIBDIR=PREFIX/lib64: $(tail -n 5 "$work/install2.log") $out"
+fi
+$MAKE -s BUILD="$BUILD" $cuda_arg PREFIX="$prefix2" LIBDIR="$prefix2/lib64" uninstall >/dev/null 2>&1
+left2=$(find "$prefix2" ! -type d)
+[ -z "$left2" ] && ok "LIBDIR=PREFIX/lib64: uninstall leaves nothing" || bad "left after uninstall: $left2"
+rm -rf "$prefix2"
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 if flags=$(pkg-config --cflags --libs kvblock) && echo "$flags" | grep -q -- "-I$prefix/include" &&

@@ -6,7 +6,7 @@
 check "bench --quick --json: exit 0" [ $? -eq 0 ]
 check "bench json: valid" valid_json "$TMP/b.json"
 for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config kernels cpu \
-         ceiling_memcpy attention_4x256 attention_8x256 write_kv copy_blocks swap_out swap_in; do
+         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 write_kv copy_blocks swap_out swap_in; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done
 check "bench json: copy_blocks_runs" grep -q '"copy_blocks_runs": {' "$TMP/b.json"
@@ -15,6 +15,18 @@ for k in median_per_call cow_fork_position batch_seqs batch_tokens gbps of_ceili
 done
 check "bench json: kernel GB/s positive" sh -c "! grep -q '\"gbps\": 0.000[,}]' '$TMP/b.json'"
 check "bench json: device cpu" grep -q '"device": "cpu"' "$TMP/b.json"
+# A case run alone (--only) has no baseline: its ratio columns read "-", never 0.00x (issue 27 item 5).
+"$KVB" bench --quick --only miss --prompt-tokens 256 >"$TMP/om.txt"
+check "bench --only miss: exit 0" [ $? -eq 0 ]
+check "bench --only miss: ratios '-' without the hash case" \
+  grep -Eq '^  miss: allocate\+commit\+free +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% +- +-  ns/block$' "$TMP/om.txt"
+check "bench --only miss: no 0.00x" sh -c "! grep -q '0\.00x' '$TMP/om.txt'"
+check "bench --only miss: says why" grep -q 'where the baseline case did not run (--only)' "$TMP/om.txt"
+"$KVB" bench --quick --only miss --prompt-tokens 256 --json >"$TMP/om.json"
+check "bench --only miss --json: no ratio without its baseline" sh -c "! grep -q ratio_to '$TMP/om.json'"
+check "bench json (all cases): miss has its ratios" grep -q '"ratio_to_hash": ' "$TMP/b.json"
+"$KVB" bench --quick --only hash --prompt-tokens 256 >"$TMP/oh.txt"
+check "bench --only hash: its own ratio 1.00x" grep -Eq '^  bare XXH64 of one block .* 1\.00x +-  ns/block$' "$TMP/oh.txt"
 # Each new case alone: its row only, no kernels.
 for c in fork cow swap batch; do
   "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"

@@ -81,6 +81,14 @@ check "--svg: closed" grep -q '^</g>$' "$TMP/c.svg"
 if command -v python3 >/dev/null 2>&1; then
   check "--svg: well-formed XML" python3 -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' "$TMP/c.svg"
 fi
+check "--svg: legend says what cached-free blocks are" grep -q '>free blocks still holding a cached prefix<' "$TMP/c.svg"
+check "--svg: says what the pool was" grep -q '>pool: 48 blocks of 16 tokens (768 tokens of K/V)' "$TMP/c.svg"
+# Thousands separators in the ticks, the pool line and the title (a pool of 12,000 blocks).
+run "$TMP/g2.json" "$BURST" --num-blocks 12000 --svg "$TMP/c2.svg"
+check "--svg: block ticks with thousands separators" grep -q 'text-anchor="end">10,000</text>' "$TMP/c2.svg"
+check "--svg: no tick of 4+ digits without a separator" sh -c "! grep -Eq '>[0-9]{4,}(\.[0-9]+)?</text>' '$TMP/c2.svg'"
+check "--svg: pool line with separators" grep -q '>pool: 12,000 blocks of 16 tokens (192,000 tokens of K/V)' "$TMP/c2.svg"
+check "--svg: title with separators" grep -q 'burst.jsonl, 12,000 blocks, preempt recompute' "$TMP/c2.svg"
 pts=$(grep 'id="used"' "$TMP/c.svg" | tr ' ' '\n' | grep -c ',')
 check "--svg-points 10: at most 20 points" [ "$pts" -le 20 ] && [ "$pts" -ge 2 ]
 "$KVB" replay "$BURST" --svg "$TMP/x.svg" 2>/dev/null

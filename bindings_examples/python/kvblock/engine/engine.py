@@ -5,13 +5,15 @@ copy-on-write pairs run by copy_blocks, an optional sliding window, an optional 
 (host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit), and hybrid models
 (window and full layers as two KV cache groups of one manager, each layer reading its group's block table).
 
-Every step: batch_export -> write_kv -> paged (decode rows) and prefill (prompt chunks) attention kernels."""
+Every step: schedule -> _prepare (batch_export into a StepBatch of host arrays) -> _forward (write_kv, paged
+attention for decode rows, prefill attention for prompt chunks; the numpy model here, torch_engine.py's
+TorchEngine runs runner.py's ModelRunner instead) -> _finish (batch_commit, sampling)."""
 from __future__ import annotations
 
 import collections
 import time
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,6 +37,8 @@ class EngineConfig:
     preemption: str = "recompute"    # or "swap"
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
+    kv_dtype: str = "float32"        # or "float16", "float8_e4m3", "float8_e5m2" (the paged K/V caches)
+    kv_scales: Optional[Tuple[List[float], List[float]]] = None  # fp8: per-layer (k, v) scales (kv_quant)
     max_steps: int = 100000          # guard against a scheduler that stops making progress
     # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):
     kv_events_endpoint: Optional[str] = None         # e.g. "tcp://*:5557"; None = no events
@@ -56,18 +60,46 @@ class Metrics:
     loaded_blocks: int = 0           # host cache: host -> device copies run
     manager_s: float = 0.0           # time in libkvblock manager calls
     kernel_s: float = 0.0            # time in libkvblock kernels (write_kv, attention, copy/swap blocks)
+    matmul_s: float = 0.0            # time in the model's matmuls (the torch engine's profiling runs only)
+    elementwise_s: float = 0.0       # norms, RoPE, activations, residuals, argmax (torch profiling runs only)
     total_s: float = 0.0
 
 
 class _Clock:
-    def __init__(self, metrics: Metrics, attr: str) -> None:
-        self.m, self.attr = metrics, attr
+    """Adds the time spent inside `with clock:` to metrics.<attr>. With `sync` (a device synchronise), it
+    waits for queued device work on entry and exit, so that asynchronous kernels count where they run
+    (profiling runs only: it serialises the device)."""
+
+    def __init__(self, metrics: Metrics, attr: str, sync: Optional[Callable[[], None]] = None) -> None:
+        self.m, self.attr, self.sync = metrics, attr, sync
 
     def __enter__(self) -> None:
+        if self.sync is not None:
+            self.sync()
         self.t0 = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
+        if self.sync is not None:
+            self.sync()
         setattr(self.m, self.attr, getattr(self.m, self.attr) + time.perf_counter() - self.t0)
+
+
+@dataclass
+class StepBatch:
+    """One step's model inputs on the host: decode rows first (one token each), then prompt chunks."""
+    seqs: List[Seq]
+    ids: np.ndarray                   # [num_seqs] int64 seq ids, decodes then prefills
+    decodes: List[Seq]
+    prefills: List[Tuple[Seq, int]]   # (sequence, chunk length)
+    tokens: np.ndarray                # [num_tokens] int64
+    positions: np.ndarray             # [num_tokens] int64
+    per_group: List[tuple]            # per KV cache group: (slot_mapping, decode block tables, prefill ones)
+    seq_lens_d: np.ndarray            # [num_decodes] int32
+    query_start_p: np.ndarray         # [num_prefills + 1] int32
+    seq_lens_p: np.ndarray            # [num_prefills] int32
+    finishing: List[Tuple[Seq, int]]  # prompts completed this step and the row of their last token
+    rows: np.ndarray                  # rows whose logits are needed: decodes, then finishing prompts
+    counts: np.ndarray                # tokens computed per sequence (for batch_commit)
 
 
 class Engine(OwnsHandle):
@@ -96,9 +128,10 @@ class Engine(OwnsHandle):
                                               replay_endpoint=cfg.kv_events_replay_endpoint,
                                               topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding,
                                               replay_frames=cfg.kv_events_replay_frames, salt_names=self.salts)
-        self.cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
-        self.host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
-                             "float32") if cfg.num_host_blocks else None)
+        # q / out / new K/V dtype of the numpy forward: the cache's for fp32 and fp16 caches, fp32 for fp8
+        # (the CPU kernels read fp32 q and quantize fp32 new K/V)
+        self.act_dtype = np.float16 if cfg.kv_dtype == "float16" else np.float32
+        self.cache, self.host = self._make_caches()
         self.bufs = BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)
         self.group_bufs = [BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)] if mc.hybrid else []
         self.waiting: Deque[Seq] = collections.deque()
@@ -109,6 +142,18 @@ class Engine(OwnsHandle):
         self._next_seq = 0
         self._mgr_clock = _Clock(self.metrics, "manager_s")
         self._kernel_clock = _Clock(self.metrics, "kernel_s")
+
+    def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
+        """The device pool's KV cache and the host blocks' one (None without host blocks)."""
+        mc, cfg = self.model.cfg, self.cfg
+        scales = {}
+        if cfg.kv_dtype.startswith("float8") and cfg.kv_scales is not None:
+            scales = {"k_scale": np.asarray(cfg.kv_scales[0]), "v_scale": np.asarray(cfg.kv_scales[1])}
+        cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, cfg.kv_dtype,
+                        **scales)
+        host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
+                        cfg.kv_dtype, **scales) if cfg.num_host_blocks else None)
+        return cache, host
 
     # -- requests ------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:
@@ -265,6 +310,12 @@ class Engine(OwnsHandle):
         self._host_transfers()  # the loads of this step's prefix hits (and offloads) before the forward pass
         if not decodes and not prefills:
             return
+        b = self._prepare(decodes, prefills)
+        logits, tokens = self._forward(b)
+        self._finish(b, logits, tokens)
+
+    def _prepare(self, decodes: List[Seq], prefills: List[Tuple[Seq, int]]) -> StepBatch:
+        """The step's model inputs on the host, from the manager's batch export."""
         seqs = decodes + [s for s, _ in prefills]
         nd = len(decodes)
         ids = np.fromiter((s.seq_id for s in seqs), np.int64, len(seqs))
@@ -288,40 +339,55 @@ class Engine(OwnsHandle):
             sp = [b.slot_mapping[:nd]] + [b.slot_mapping[int(qs[nd + j]):int(qs[nd + j]) + c]
                                           for j, (_, c) in enumerate(prefills)]
             per_group.append((np.concatenate(sp), b.block_tables[:nd], b.block_tables[nd:]))
-        sl_d = batch.seq_lens[:nd]
         qs_p = np.zeros(len(prefills) + 1, np.int32)
         np.cumsum(chunks, out=qs_p[1:])
         sl_p = np.array([s.num_computed + c for s, c in prefills], np.int32)
-        mc = self.model.cfg
-
-        def attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-            out = np.empty_like(q)
-            window, sink = mc.layer_window(layer)
-            slots, bt_d, bt_p = per_group[1 if mc.hybrid and window == 0 else 0]
-            with self._kernel_clock:
-                write_kv(self.cache, layer, k, v, slots)
-                if nd:
-                    paged_attention(self.cache, layer, q[:nd], bt_d, sl_d, out[:nd], window=window, sink=sink)
-                if prefills:
-                    prefill_attention(self.cache, layer, q[nd:], qs_p, sl_p, bt_p, out[nd:], window=window,
-                                      sink=sink)
-            return out
-
         # Logits for decode rows and for the last row of each chunk that completes its prompt.
         finishing = [(s, nd + int(qs_p[j + 1]) - 1) for j, (s, c) in enumerate(prefills)
                      if s.num_computed + c == len(s.tokens)]
         rows = np.concatenate([np.arange(nd), np.array([r for _, r in finishing], np.int64)]).astype(np.int64)
-        logits = self.model.forward(tokens, positions, attention, logit_rows=rows)
-        counts = np.concatenate([np.ones(nd, np.int64), chunks])
+        return StepBatch(seqs, ids, decodes, prefills, tokens, positions, per_group, batch.seq_lens[:nd], qs_p, sl_p,
+                         finishing, rows, np.concatenate([np.ones(nd, np.int64), chunks]))
+
+    def _forward(self, b: StepBatch) -> Tuple[np.ndarray, Optional[List[int]]]:
+        """The numpy model on the step's batch: (logits [len(b.rows), vocab], None: sampled by _emit)."""
+        mc = self.model.cfg
+        nd = len(b.decodes)
+
+        def attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+            if self.act_dtype != np.float32:
+                q, k, v = (x.astype(self.act_dtype) for x in (q, k, v))
+            out = np.empty_like(q)
+            window, sink = mc.layer_window(layer)
+            slots, bt_d, bt_p = b.per_group[1 if mc.hybrid and window == 0 else 0]
+            with self._kernel_clock:
+                write_kv(self.cache, layer, k, v, slots)
+                if nd:
+                    paged_attention(self.cache, layer, q[:nd], bt_d, b.seq_lens_d, out[:nd], window=window,
+                                    sink=sink)
+                if b.prefills:
+                    prefill_attention(self.cache, layer, q[nd:], b.query_start_p, b.seq_lens_p, bt_p, out[nd:],
+                                      window=window, sink=sink)
+            return out.astype(np.float32, copy=False)
+
+        return self.model.forward(b.tokens, b.positions, attention, logit_rows=b.rows), None
+
+    def _finish(self, b: StepBatch, logits: Any, tokens: Optional[List[int]] = None) -> None:
+        """Commits the step's tokens and emits one token per logits row (sampled here unless `tokens` gives
+        them: a backend that samples on its device)."""
         with self._mgr_clock:
-            self.mgr.batch_commit(ids, counts)
-        for s, c in zip(seqs, counts):
+            self.mgr.batch_commit(b.ids, b.counts)
+        for s, c in zip(b.seqs, b.counts):
             s.num_computed += int(c)
-        for s, lg in zip(decodes, logits[:nd]):
-            self._emit(s, lg)
-        for (s, _), lg in zip(finishing, logits[nd:]):
+        nd = len(b.decodes)
+        for i, s in enumerate(b.decodes):
+            self._emit(s, logits[i], None if tokens is None else tokens[i])
+        for j, (s, _) in enumerate(b.finishing):
             for t in self._prompt_done(s):
-                self._emit(t, lg)
+                self._emit(t, logits[nd + j], None if tokens is None else tokens[nd + j])
+
+    def _host_logits(self, logits: Any) -> np.ndarray:
+        return logits  # numpy already; the torch engine brings a device row to the host
 
     def _prompt_done(self, s: Seq) -> List[Seq]:
         """s has computed all its tokens through prefill. The window starts releasing blocks only now (a
@@ -343,13 +409,14 @@ class Engine(OwnsHandle):
                 out.append(child)
         return out
 
-    def _emit(self, s: Seq, logits: np.ndarray) -> None:
+    def _emit(self, s: Seq, logits: Any, tok: Optional[int] = None) -> None:
         r = s.request
-        tok = sample(logits, r.temperature, r.seed, r.req_id, s.index, len(s.tokens))
+        if tok is None or r.temperature > 0:  # a device's greedy token is only used at temperature 0
+            tok = sample(self._host_logits(logits), r.temperature, r.seed, r.req_id, s.index, len(s.tokens))
         s.tokens.append(tok)
         s.output.append(tok)
         if self.cfg.record_logits:
-            s.logits.append(logits.copy())
+            s.logits.append(np.array(self._host_logits(logits), np.float32))
         s.pending = True
         self.metrics.generated_tokens += 1
         if s.done:

@@ -1,0 +1,77 @@
+"""The engine on torch: the numpy engine's scheduler (continuous batching, chunked prefill, prefix caching,
+preemption by recompute or swap, fork for n > 1, window, host cache, window and full layers as two KV cache
+groups) with a torch model and the KV cache as torch tensors on `cuda` or `cpu`. libkvblock's kernels and
+copy / swap run on those tensors in place; the only host <-> device traffic per step is the step's small
+integer inputs in and the sampled tokens out."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..kernels import KVCache
+from .engine import Engine, EngineConfig, StepBatch, _Clock
+from .runner import ModelRunner
+from .sequence import Request
+from .torch_model import TorchModel
+
+
+class TorchEngine(Engine):
+    """cuda_graph: capture decode steps per batch-size bucket (CUDA only). profile: synchronise the device
+    around every timed section, so that metrics split the step time into manager, kernels, matmuls,
+    elementwise work and Python (the remainder). It serialises the device and turns graphs off: use it for
+    the breakdown, not for throughput."""
+
+    def __init__(self, model: TorchModel, cfg: EngineConfig = EngineConfig(), *, cuda_graph: Union[bool, str] = True,
+                 profile: bool = False) -> None:
+        super().__init__(model, cfg)
+        sync = None
+        if profile:
+            sync = (lambda: torch.cuda.synchronize(model.device)) if model.device.type == "cuda" else (lambda: None)
+            self._kernel_clock = _Clock(self.metrics, "kernel_s", sync)
+            model.matmul_clock = _Clock(self.metrics, "matmul_s", sync)
+            model.elementwise_clock = _Clock(self.metrics, "elementwise_s", sync)
+        else:
+            model.matmul_clock = model.elementwise_clock = contextlib.nullcontext()
+        self.runner = ModelRunner(model, self.cache, cfg.max_num_seqs, cuda_graph=False if profile else cuda_graph,
+                                  kernel_clock=self._kernel_clock)
+
+    def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
+        mc, cfg, m = self.model.cfg, self.cfg, self.model
+        if cfg.kv_dtype.startswith("float8"):
+            raise ValueError(f"EngineConfig.kv_dtype {cfg.kv_dtype!r}: the torch engine keeps K/V in the model's dtype "
+                             f"({m.dtype}); fp8 K/V caches need CUDA attention on fp8 caches, which libkvblock does "
+                             "not implement yet (KVB_ERR_UNSUPPORTED), use the numpy engine (python -m kvblock.engine "
+                             "--kv-dtype fp8_e4m3)")
+        shape = (cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim)
+
+        def layers() -> List[torch.Tensor]:
+            return [torch.zeros(shape, dtype=m.dtype, device=m.device) for _ in range(mc.num_layers)]
+
+        cache = KVCache.wrap(layers(), layers())
+        host = None
+        if cfg.num_host_blocks:
+            host_shape = (cfg.num_host_blocks,) + shape[1:]
+            pin = m.device.type == "cuda"  # page-locked host blocks: swaps run as async copies
+            host = KVCache.wrap(*[[torch.zeros(host_shape, dtype=m.dtype, pin_memory=pin)
+                                   for _ in range(mc.num_layers)] for _ in range(2)])
+        return cache, host
+
+    def add_request(self, req: Request) -> None:
+        longest = len(req.prompt) + req.max_tokens
+        if longest > self.model.max_len:
+            raise ValueError(f"request {req.req_id}: prompt {len(req.prompt)} + max_tokens {req.max_tokens} = "
+                             f"{longest} tokens, the model takes at most {self.model.max_len}")
+        bad = [t for t in req.prompt if not 0 <= t < self.model.cfg.vocab]
+        if bad:
+            raise ValueError(f"request {req.req_id}: token id {bad[0]} is outside the vocabulary [0, "
+                             f"{self.model.cfg.vocab})")
+        super().add_request(req)
+
+    def _forward(self, b: StepBatch) -> Tuple[torch.Tensor, Optional[List[int]]]:
+        return self.runner.run(b)
+
+    def _host_logits(self, logits: Any) -> np.ndarray:
+        return logits.float().cpu().numpy()

@@ -1,0 +1,114 @@
+"""A Llama / Qwen2 / Mistral decoder in torch (RMSNorm, RoPE, GQA attention, SwiGLU MLP, optional qkv bias and
+tied embeddings) over a flat batch of new tokens. Attention is a callback, as in the numpy model: the runner
+plugs in libkvblock's write_kv and paged / prefill attention on the KV cache. The arithmetic follows
+transformers' modeling code operation by operation (fp32 norms, cos/sin cast to the model dtype) so that fp32
+generation is token-exact against it and fp16 / bf16 logits stay close."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ContextManager, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .checkpoint import HFConfig, load_config, load_weights, rope_inv_freq
+
+Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (layer, q, k, v) -> out
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [n, heads, head_dim] rotated (rotate-half form); cos, sin [n, 1, head_dim]."""
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+class TorchModel:
+    """Weights as plain tensors on one device in one dtype (q/k/v and gate/up fused: one matmul each)."""
+
+    def __init__(self, cfg: HFConfig, weights: Dict[str, torch.Tensor], device: str = "cpu",
+                 dtype: str = "float32", max_len: Optional[int] = None) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        self.cfg, self.device, self.dtype_name = cfg, torch.device(device), dtype
+        self.dtype = DTYPES[dtype]
+        # Where the engine times the matmuls and the elementwise work (norms, RoPE, activations, residuals)
+        # when profiling; no-ops otherwise.
+        self.matmul_clock: ContextManager[Any] = contextlib.nullcontext()
+        self.elementwise_clock: ContextManager[Any] = contextlib.nullcontext()
+
+        def get(name: str) -> torch.Tensor:
+            if name not in weights:
+                raise KeyError(f"checkpoint: tensor {name!r} is missing")
+            return weights[name].to(device=self.device, dtype=self.dtype)
+
+        self.embed = get("model.embed_tokens.weight")
+        self.final_norm = get("model.norm.weight")
+        self.lm_head = self.embed if cfg.tie_embeddings or "lm_head.weight" not in weights else get("lm_head.weight")
+        self.layers = []
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            qkv_b = (torch.cat([get(a + f"{x}_proj.bias") for x in "qkv"]) if cfg.qkv_bias else None)
+            self.layers.append(dict(
+                attn_norm=get(p + "input_layernorm.weight"), mlp_norm=get(p + "post_attention_layernorm.weight"),
+                qkv=torch.cat([get(a + f"{x}_proj.weight") for x in "qkv"]), qkv_bias=qkv_b,
+                o=get(a + "o_proj.weight"),
+                gate_up=torch.cat([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]),
+                down=get(p + "mlp.down_proj.weight")))
+        # cos / sin of every position up to max_len, fp32 as transformers computes them, then cast.
+        n = min(cfg.max_positions, max_len) if max_len else cfg.max_positions
+        inv = rope_inv_freq(cfg).to(self.device)
+        ang = torch.arange(n, device=self.device, dtype=torch.int64).float()[:, None] * inv[None, :]
+        emb = torch.cat((ang, ang), dim=-1)
+        self.cos, self.sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+        self.max_len = n
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, device: str = "cpu", dtype: str = "float32",
+                        max_len: Optional[int] = None) -> "TorchModel":
+        cfg = load_config(model_dir)
+        return cls(cfg, load_weights(model_dir, device, DTYPES[dtype]), device, dtype, max_len)
+
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor] = None) -> torch.Tensor:
+        with self.matmul_clock:
+            return F.linear(x, w, b)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, attention: Attention) -> torch.Tensor:
+        """Final hidden states [n, hidden] (normed) of the new tokens (tokens, positions: [n] int64)."""
+        cfg = self.cfg
+        n, hq, hk, d = tokens.shape[0], cfg.num_q_heads, cfg.num_kv_heads, cfg.head_dim
+        ew = self.elementwise_clock
+        with ew:
+            cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+            x = F.embedding(tokens, self.embed)
+        for layer, p in enumerate(self.layers):
+            with ew:
+                h = rms_norm(x, p["attn_norm"], cfg.rms_eps)
+            qkv = self._linear(h, p["qkv"], p["qkv_bias"])
+            with ew:
+                q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+                q, k = rotate(q.view(n, hq, d), cos, sin), rotate(k.view(n, hk, d), cos, sin)
+            o = attention(layer, q, k, v.view(n, hk, d))  # v stays a strided view of qkv: no copy
+            o = self._linear(o.view(n, hq * d), p["o"])
+            with ew:
+                x = x + o
+                h = rms_norm(x, p["mlp_norm"], cfg.rms_eps)
+            gate, up = self._linear(h, p["gate_up"]).chunk(2, dim=-1)
+            with ew:
+                h = F.silu(gate) * up
+            h = self._linear(h, p["down"])
+            with ew:
+                x = x + h
+        with ew:
+            return rms_norm(x, self.final_norm, cfg.rms_eps)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self._linear(hidden, self.lm_head)

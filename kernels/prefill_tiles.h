@@ -109,6 +109,23 @@ KVB_HD int mtile_of(int warp, int mi, int mtiles) { return warp * mtiles + mi; }
 // tile i + 2 are written after that compute (their stage's last reader, load_kv(i), ran before the barrier).
 KVB_HD int kv_stage(int i) { return i & 1; }
 
+// Online softmax with a lazy row max. The reference max m (raw logits, before the scale qs in log2
+// units) moves to a tile's max mx only when qs (mx - m) exceeds kMaxSlackLog2 (or m is still -inf):
+// the exponents qs x - qs m then reach at most 2^8 = 256, harmless in the fp32 sums and in the
+// fp16 / bf16 P fed to the MMA (floating point, so no precision is lost), and the final O / l is the
+// same softmax for any reference. Once a row's first tiles have set m, later tiles almost never move
+// it, so the kernel's warp vote skips the row-max shuffles and the D / 2 multiplies per row pair that
+// rescale O (and the sum) on nearly every tile, not only once the exact max has settled. A NaN tile
+// max leaves m alone (the NaN still reaches the output through its exponent); all -inf (masked so
+// far) leaves -inf. The slack in raw units is computed once (qs > 0) and kept finite, so a first
+// finite max always moves m from -inf.
+constexpr float kMaxSlackLog2 = 8.f;
+KVB_HD float max_slack_raw(float qs) {
+  const float t = kMaxSlackLog2 / qs;
+  return t < 3.0e38f ? t : 3.0e38f;
+}
+KVB_HD bool row_max_moves(float m, float mx, float slack_raw) { return mx - m > slack_raw; }
+
 // Shared-memory tiles and mma.sync m16n8k16 fragments of one warp (16 query rows). Tiles are row-major
 // [rows][C chunks of 16 bytes] with chunk c of row r stored at chunk c ^ (r & 7). A ldmatrix.x4 takes
 // one row address per lane: lanes 8j..8j+7 give rows 0..7 of matrix j, and matrix j lands in register

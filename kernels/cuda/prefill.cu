@@ -13,14 +13,16 @@
 // in registers (a thread holds 2 rows x 2 columns per 8-key n-tile per m-tile; row max / sum across
 // the 4 threads of a row by shuffles); P is repacked from the S accumulators into A fragments without
 // leaving registers. The common tile (no soft cap, no mask) is straight-line code: logits stay raw
-// through the row max, the scale is folded into the FFMA before each ex2, and the rescale of O is
-// skipped when no row max of the warp moved; one barrier per key tile. Keys are walked over the
-// attended tiles only (sinks, then the window up to the tile's last position); the causal / window
-// mask is evaluated only on tiles some row does not fully attend. Keys past the sequence or behind an
-// invalid block id are zero-filled (cp.async ignore-src), never read. CTAs are ordered kv head
-// fastest, a sequence's longest tiles first. The output is staged in the Q tile and leaves in 16-byte stores. With several splits
-// each CTA writes (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel
-// merges them. Index arithmetic lives in prefill_tiles.h, checked on the CPU by
+// through the row max, the scale is folded into the FFMA before each ex2, the row max is lazy (moves
+// only when a tile's max exceeds it by 8 in log2 units, prefill_tiles.h), and when no thread's part of
+// a row exceeds it (nearly every tile) one vote skips the row-max shuffles and the rescale of O; one
+// barrier per key tile. Keys are walked over the attended tiles only (sinks, then the window up to
+// the tile's last position); the causal / window mask is evaluated only on tiles some row does not
+// fully attend. Keys past the sequence or behind an invalid block id are zero-filled (cp.async
+// ignore-src), never read. CTAs are ordered kv head fastest, a sequence's longest tiles first. The
+// output is staged in the Q tile and leaves in 16-byte stores. With several splits each CTA writes
+// (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel merges them. Index
+// arithmetic and the lazy-max rule live in prefill_tiles.h, checked on the CPU by
 // tests/cpp/kernels_prefill_tiles.cpp.
 #include <climits>
 #include <type_traits>
@@ -227,14 +229,14 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int d = 0; d < DT; ++d) o[mi][d][0] = o[mi][d][1] = o[mi][d][2] = o[mi][d][3] = 0.f;
-  float m[MI][2], l[MI][2];
+  float m[MI][2], l[MI][2], u[MI][2];  // u = qs m, 0 while m is -inf (no -inf - -inf in the exponents)
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.f;
+  for (int mi = 0; mi < MI; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = u[mi][0] = u[mi][1] = 0.f;
 
   // Logits stay raw (Q K^T) through the mask and the row max; the scale (in base 2) is folded into the
   // one FFMA before each exp2, which the row max commutes with because scale > 0 (read_prefill).
   // The soft cap maps a raw logit x to cap / scale * tanh(x * scale / cap), the same units.
-  const float qs = p.q_scale;
+  const float qs = p.q_scale, slack = tiles::max_slack_raw(qs);  // lazy row max (row_max_moves)
   // Per-lane ldmatrix bases (prefill_tiles.h): the unrolled loops add only constants to these.
   uint32_t q_lane[MI];
 #pragma unroll
@@ -296,49 +298,58 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
                                 s_pos[tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, e)], W, sink))
               s[mi][n][e] = -INFINITY;
     }
-    // Online softmax: the new row max (raw), the factor for the old O and sum, P = 2^(qs x - qs max).
-    float al[MI][2], u[MI][2];
+    // Online softmax with the lazy row max (prefill_tiles.h row_max_moves). The 4 threads of a row
+    // share its reference max m, so when no thread's own part of the row exceeds m by the slack, no
+    // row of the warp moves: one vote skips the row-max shuffles, the new factors and the rescale of
+    // O (D / 2 multiplies per row pair) together, on nearly every tile. The decision is the same as
+    // the exact row max's: the row max exceeds m + slack iff some thread's part does.
+    bool local = false;
+    float mx[MI][2];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       float mx0 = m[mi][0], mx1 = m[mi][1];
 #pragma unroll
       for (int n = 0; n < NT; ++n)
         mx0 = fmaxf(mx0, fmaxf(s[mi][n][0], s[mi][n][1])), mx1 = fmaxf(mx1, fmaxf(s[mi][n][2], s[mi][n][3]));
+      local |= tiles::row_max_moves(m[mi][0], mx0, slack) || tiles::row_max_moves(m[mi][1], mx1, slack);
+      mx[mi][0] = mx0, mx[mi][1] = mx1;
+    }
+    if (__any_sync(0xffffffffu, local)) {
 #pragma unroll
-      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+      for (int mi = 0; mi < MI; ++mi) {
+        float mx0 = mx[mi][0], mx1 = mx[mi][1];
+#pragma unroll
+        for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
+        }
+        const bool mv0 = tiles::row_max_moves(m[mi][0], mx0, slack), mv1 = tiles::row_max_moves(m[mi][1], mx1, slack);
+        const float n0 = mv0 ? mx0 : m[mi][0], n1 = mv1 ? mx1 : m[mi][1];
+        const float u0 = n0 == -INFINITY ? 0.f : n0 * qs, u1 = n1 == -INFINITY ? 0.f : n1 * qs;
+        // A kept max keeps exactly 1 (m qs - u, fused, would leave the product's rounding error).
+        const float al0 = mv0 ? ex2(m[mi][0] * qs - u0) : 1.f, al1 = mv1 ? ex2(m[mi][1] * qs - u1) : 1.f;
+        m[mi][0] = n0, m[mi][1] = n1, u[mi][0] = u0, u[mi][1] = u1;
+        l[mi][0] *= al0, l[mi][1] *= al1;
+#pragma unroll
+        for (int d = 0; d < DT; ++d) o[mi][d][0] *= al0, o[mi][d][1] *= al0, o[mi][d][2] *= al1, o[mi][d][3] *= al1;
       }
-      u[mi][0] = mx0 == -INFINITY ? 0.f : mx0 * qs, u[mi][1] = mx1 == -INFINITY ? 0.f : mx1 * qs;  // no -inf - -inf
-      al[mi][0] = ex2(m[mi][0] * qs - u[mi][0]), al[mi][1] = ex2(m[mi][1] * qs - u[mi][1]);
-      m[mi][0] = mx0, m[mi][1] = mx1;
     }
-    // Once the row maxima settle (most tiles of a long walk) no row of the warp changes: skip the
-    // rescale of O (D / 2 multiplies per row pair) on a warp-uniform vote.
-    bool moved = false;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) moved |= al[mi][0] != 1.f || al[mi][1] != 1.f;
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int d = 0; d < DT; ++d)
-          o[mi][d][0] *= al[mi][0], o[mi][d][1] *= al[mi][0], o[mi][d][2] *= al[mi][1], o[mi][d][3] *= al[mi][1];
-    }
+    // P = 2^(qs x - u), u = qs m (0 while the row has seen only masked keys: no -inf - -inf), P <= 2^8.
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
+      const float u0 = u[mi][0], u1 = u[mi][1];
       float l0 = 0.f, l1 = 0.f;
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        s[mi][n][0] = ex2(fmaf(s[mi][n][0], qs, -u[mi][0])), s[mi][n][1] = ex2(fmaf(s[mi][n][1], qs, -u[mi][0]));
-        s[mi][n][2] = ex2(fmaf(s[mi][n][2], qs, -u[mi][1])), s[mi][n][3] = ex2(fmaf(s[mi][n][3], qs, -u[mi][1]));
+        s[mi][n][0] = ex2(fmaf(s[mi][n][0], qs, -u0)), s[mi][n][1] = ex2(fmaf(s[mi][n][1], qs, -u0));
+        s[mi][n][2] = ex2(fmaf(s[mi][n][2], qs, -u1)), s[mi][n][3] = ex2(fmaf(s[mi][n][3], qs, -u1));
         l0 += s[mi][n][0] + s[mi][n][1], l1 += s[mi][n][2] + s[mi][n][3];
       }
-      l[mi][0] = l[mi][0] * al[mi][0] + l0, l[mi][1] = l[mi][1] * al[mi][1] + l1;
+      l[mi][0] += l0, l[mi][1] += l1;
     }
 
-    // O += P V: P (16 x BN per m-tile) from the S accumulators, V through ldmatrix.trans; each V
-    // fragment feeds MI MMAs.
+    // O += P V: P (16 x BN per m-tile) from the S registers, V through ldmatrix.trans; each V fragment
+    // feeds MI MMAs.
     const uint32_t vaddr = bV + v_lane;
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {

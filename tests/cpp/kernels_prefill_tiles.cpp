@@ -4,7 +4,7 @@
 // packed query row exactly once and every (row, attended key) pair exactly once, and a tile it treats
 // as unmasked ("full") holds only keys every row of the CTA attends; the kernel's ldmatrix / mma
 // fragment addressing and output staging on an emulated warp, for every m-tile of the 128-row CTA;
-// and the double-buffer schedule of block offsets and K / V.
+// the double-buffer schedule of block offsets and K / V; and the online softmax with a lazy row max.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -368,6 +368,89 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
   CHECK(bad == 0);
 }
 
+// The kernel's online softmax with the lazy row max (prefill_tiles.h row_max_moves), replayed on one
+// row in float over key tiles of 32: the output must be the exact softmax-weighted sum (a double
+// reference), every exponent qs x - u must stay <= kMaxSlackLog2 (P <= 256 fits fp16 / bf16 and the
+// fp32 sums), and the reference max must move rarely: once for random logits at the scale of D 128;
+// the kernel's vote on each thread's part of a row must decide as the row max would. Rows masked so
+// far (-inf) and fully masked rows too.
+void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int bad = 0;
+  const int BN = 32;
+  for (int kind = 0; kind < 5; ++kind)
+    for (float qs : {0.1275f, 1.f, 1e-3f, 30.f}) {
+      const int n = 4096;
+      std::vector<float> x(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) {
+        v[size_t(k)] = nd(rng);
+        switch (kind) {
+          case 0: x[size_t(k)] = 11.3f * nd(rng); break;                    // raw logits of D 128 unit q, k
+          case 1: x[size_t(k)] = float(k) * 0.25f / qs; break;             // rising: the max moves every tile
+          case 2: x[size_t(k)] = k < 1000 ? -INFINITY : 11.3f * nd(rng); break;  // masked prefix
+          case 3: x[size_t(k)] = -INFINITY; break;                          // a fully masked row
+          default: x[size_t(k)] = (k % 97 == 5 ? 200.f : 1.f) * nd(rng); break;  // rare large logits
+        }
+      }
+      const float slack = tiles::max_slack_raw(qs);
+      float m = -INFINITY, l = 0.f, o = 0.f, max_arg = -INFINITY;
+      int moves = 0;
+      for (int t = 0; t < n / BN; ++t) {
+        float mx = m;
+        for (int k = t * BN; k < (t + 1) * BN; ++k) mx = std::fmax(mx, x[size_t(k)]);
+        const bool mv = tiles::row_max_moves(m, mx, slack);
+        // The kernel votes on each thread's part of the row (thread c of the row's 4 holds columns 2c,
+        // 2c + 1 of every 8-key n-tile) and shuffles the row max only when some part moves.
+        bool part_moves = false;
+        for (int c = 0; c < 4; ++c) {
+          float part = m;
+          for (int k = t * BN; k < (t + 1) * BN; ++k)
+            if (tiles::frag::c_col(c, 0) / 2 == (k % 8) / 2) part = std::fmax(part, x[size_t(k)]);
+          part_moves |= tiles::row_max_moves(m, part, slack);
+        }
+        if (part_moves != mv && ++bad <= 5)
+          fprintf(stderr, "  kind %d tile %d: a part moves %d, the row %d\n", kind, t, int(part_moves), int(mv));
+        const float mn = mv ? mx : m;
+        const float u = mn == -INFINITY ? 0.f : mn * qs;
+        const float al = mv ? std::exp2(m * qs - u) : 1.f;
+        moves += mv;
+        float lt = 0.f, ot = 0.f;
+        for (int k = t * BN; k < (t + 1) * BN; ++k) {
+          const float arg = std::fma(x[size_t(k)], qs, -u);
+          max_arg = std::fmax(max_arg, arg);
+          const float pk = std::exp2(arg);
+          lt += pk, ot += pk * v[size_t(k)];
+        }
+        l = l * al + lt, o = o * al + ot, m = mn;
+      }
+      double M = -INFINITY, L = 0, O = 0;
+      for (int k = 0; k < n; ++k) M = std::max(M, double(x[size_t(k)]));
+      if (M > -INFINITY)
+        for (int k = 0; k < n; ++k) {
+          const double w = std::exp2((double(x[size_t(k)]) - M) * qs);
+          L += w, O += w * v[size_t(k)];
+        }
+      const double want = L > 0 ? O / L : 0.0, got = l > 0.f ? double(o) / l : 0.0;
+      // Random logits at a real scale (qs of D 128: the slack is 5.5 standard deviations) move it once,
+      // on the first tile; others at most once a tile.
+      const int max_moves = kind == 3 ? 0 : kind == 0 && qs < 0.2f ? 1 : n / BN;
+      if (!(std::fabs(got - want) <= 1e-4 * (1 + std::fabs(want))) || !(max_arg <= tiles::kMaxSlackLog2 * 1.0001f) ||
+          moves > max_moves || (kind != 3 && moves == 0)) {
+        if (++bad <= 5)
+          fprintf(stderr, "  kind %d qs %g: got %g want %g, max exponent %g, %d moves\n", kind, double(qs), got, want,
+                  double(max_arg), moves);
+      }
+    }
+  // The rule itself: -inf moves to any finite max, never to -inf or NaN; a kept max stays bit-exact.
+  const float sl = tiles::max_slack_raw(1.f);
+  CHECK(tiles::row_max_moves(-INFINITY, -1e30f, sl) && !tiles::row_max_moves(-INFINITY, -INFINITY, sl));
+  CHECK(!tiles::row_max_moves(3.f, NAN, sl) && !tiles::row_max_moves(3.f, 3.f + tiles::kMaxSlackLog2, sl));
+  CHECK(tiles::row_max_moves(3.f, 3.f + 2 * tiles::kMaxSlackLog2, sl));
+  CHECK(tiles::row_max_moves(-INFINITY, -1e30f, tiles::max_slack_raw(1e-40f)));  // a tiny scale: slack stays finite
+  CHECK(bad == 0);
+}
+
 }  // namespace
 
 int main() {
@@ -376,5 +459,6 @@ int main() {
   RUN_TEST(test_cta_order_covers_every_tile_and_head_once_kv_head_fastest);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
   RUN_TEST(test_pipeline_stages_are_never_overwritten_before_use);
+  RUN_TEST(test_lazy_row_max_softmax_is_exact_and_rarely_rescales);
   TEST_SUMMARY();
 }

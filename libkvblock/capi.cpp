@@ -330,6 +330,15 @@ kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats) {
     r.loaded_blocks = s.loaded_blocks;
     r.host_evictions = s.host_evictions;
     r.cached_host_blocks = s.cached_host_blocks;
+    r.store_hit_tokens = s.store_hit_tokens;
+    r.store_put_blocks = s.store_put_blocks;
+    r.store_put_bytes = s.store_put_bytes;
+    r.store_put_failures = s.store_put_failures;
+    r.store_get_blocks = s.store_get_blocks;
+    r.store_get_bytes = s.store_get_bytes;
+    r.store_get_failures = s.store_get_failures;
+    r.store_recomputed_tokens = s.store_recomputed_tokens;
+    r.store_filling_blocks = s.store_filling_blocks;
     kvb::write_versioned(stats, r);
   });
 }

@@ -589,6 +589,8 @@ void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
          block_index, kMaxSeqBlocks);
   if (block_index < s.num_hashed)
     fail(Code::bad_state, "seq %" PRId64 ": block %u is already committed and hashed", id, block_index);
+  if (s.store_filling)  // its store blocks' bytes were found under their extra keys as they are
+    fail(Code::bad_state, "seq %" PRId64 " is filling from the store; poll it first", id);
   auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),
                              [](const auto& a, const auto& b) { return a.first < b.first; });
   for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys.reserve(s.extra_keys.size() + 1);  // before any change

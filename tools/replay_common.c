@@ -137,7 +137,8 @@ void replay_host_report(report* rep, const replay_opts* o, const kvb_stats* st) 
   report_u64(rep, "loaded_blocks", "  loaded blocks", st->loaded_blocks, "(host -> device)");
   report_u64(rep, "host_evictions", "  host evictions", st->host_evictions, "blocks");
   if (o->store_blocks) {
-    report_u64(rep, "store_blocks", "store blocks", o->store_blocks, "(model store, keys only)");
+    report_u64(rep, "store_blocks", "store blocks", o->store_blocks,
+               o->store_exclusive ? "(model store, keys only, exclusive)" : "(model store, keys only)");
     report_u64(rep, "store_hit_tokens", "  store hit tokens", st->store_hit_tokens, NULL);
     report_u64(rep, "store_put_blocks", "  put blocks", st->store_put_blocks, "(host -> store)");
     report_u64(rep, "store_get_blocks", "  got blocks", st->store_get_blocks, "(store -> host)");

@@ -31,6 +31,7 @@ typedef struct replay_opts {
   int host_cache;        /* --host-cache: host blocks are a second prefix-cache level */
   uint64_t host_twin_percent; /* --host-twin-percent: kvb_config.host_cache_twin_percent */
   uint64_t store_blocks;      /* --store-blocks: the model store's size (0 = no store) */
+  int store_exclusive;        /* --store-exclusive: a get takes the block out of the model store */
   uint64_t kv_bytes_per_block; /* bytes moved per block by offloads and loads (report, timed cost) */
   double pcie_gbps;      /* timed mode: host <-> device rate charged for the moves, GB/s */
   double watermark;

@@ -17,6 +17,7 @@ struct replay_store {
   uint64_t used, evictions;
   uint32_t* slots;       /* [nslots] entry or NIL; nslots a power of two >= 2 cap */
   uint64_t nslots;
+  int exclusive;         /* a get takes the key out (the block moves up a tier) */
   uint64_t* tickets;     /* gets started since the last poll */
   size_t nt, tcap;
 };
@@ -63,10 +64,36 @@ static void erase_slot(replay_store* s, uint64_t i) { /* backward shift: no tomb
   }
 }
 
+/* Removes entry e (at slot i); the last entry moves into its place so that entries stay [0, used). */
+static void remove_entry(replay_store* s, uint32_t e, uint64_t i) {
+  uint32_t last = (uint32_t)s->used - 1;
+  lru_unlink(s, e);
+  erase_slot(s, i);
+  if (e != last) {
+    s->slots[find_slot(s, &s->keys[last])] = e;
+    s->keys[e] = s->keys[last];
+    s->prev[e] = s->prev[last];
+    s->next[e] = s->next[last];
+    if (s->prev[e] != NIL) s->next[s->prev[e]] = e;
+    else s->head = e;
+    if (s->next[e] != NIL) s->prev[s->next[e]] = e;
+    else s->tail = e;
+  }
+  s->used--;
+}
+
 static int rs_lookup(void* u, const kvb_store_key* keys, size_t n, size_t* found) {
   replay_store* s = (replay_store*)u;
   size_t k = 0;
-  while (k < n && s->slots[find_slot(s, &keys[k])] != NIL) k++;
+  uint64_t i;
+  /* Found keys count as used: the puts of the host blocks that the same allocation evicts to stage its
+     gets must not push them out of a full store before their gets (a model store's choice; the manager
+     would recompute them, counted as failed gets). */
+  while (k < n && s->slots[i = find_slot(s, &keys[k])] != NIL) {
+    lru_unlink(s, s->slots[i]);
+    lru_push(s, s->slots[i]);
+    k++;
+  }
   *found = k;
   return 0;
 }
@@ -101,8 +128,12 @@ static int rs_get(void* u, const kvb_store_key* key, int32_t host_block, uint64_
   uint64_t i = find_slot(s, key);
   (void)host_block;
   if (s->slots[i] == NIL) return -1; /* dropped since the lookup (cannot happen within one allocate) */
-  lru_unlink(s, s->slots[i]);
-  lru_push(s, s->slots[i]);
+  if (s->exclusive) {
+    remove_entry(s, s->slots[i], i);
+  } else {
+    lru_unlink(s, s->slots[i]);
+    lru_push(s, s->slots[i]);
+  }
   if (s->nt == s->tcap) {
     s->tcap = s->tcap ? 2 * s->tcap : 64;
     s->tickets = (uint64_t*)realloc(s->tickets, s->tcap * sizeof *s->tickets);
@@ -124,7 +155,7 @@ static int rs_poll(void* u, kvb_store_completion* done, size_t cap, size_t* num)
   return 0;
 }
 
-replay_store* replay_store_attach(kvb_manager* m, uint64_t blocks, uint32_t block_size) {
+replay_store* replay_store_attach(kvb_manager* m, uint64_t blocks, uint32_t block_size, int exclusive) {
   replay_store* s = (replay_store*)calloc(1, sizeof *s);
   kvb_store st;
   kvb_store_namespace ns;
@@ -132,6 +163,7 @@ replay_store* replay_store_attach(kvb_manager* m, uint64_t blocks, uint32_t bloc
   uint64_t e;
   if (!s) return NULL;
   s->cap = blocks;
+  s->exclusive = exclusive;
   s->nslots = 2;
   while (s->nslots < 2 * blocks) s->nslots *= 2;
   s->keys = (kvb_store_key*)xmalloc((size_t)blocks * sizeof *s->keys);

@@ -49,7 +49,7 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   replay_host host;
   replay_store* store = NULL;
   if (!m) return EXIT_FAIL;
-  if (o->store_blocks && !(store = replay_store_attach(m, o->store_blocks, o->block_size))) {
+  if (o->store_blocks && !(store = replay_store_attach(m, o->store_blocks, o->block_size, o->store_exclusive))) {
     kvb_manager_destroy(m);
     return EXIT_FAIL;
   }

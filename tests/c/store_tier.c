@@ -431,6 +431,28 @@ static void test_refusals(void) {
   CHECK(k1.lo != k2.lo || k1.hi != k2.hi);
   ns.dtype = 9;
   CHECK_STATUS(kvb_store_key_fold(&ns, 1, 2, &k2), KVB_ERR_INVALID_ARGUMENT);
+  {
+    kvb_store_dir_config dc;
+    kvb_store_dir* d = NULL;
+    kvb_store t;
+    void* regions[1];
+    regions[0] = host_mem;
+    kvb_store_dir_config_init(&dc);
+    kvb_store_init(&t);
+    dc.regions = regions;
+    dc.num_regions = 1;
+    dc.region_block_bytes = BB;
+    dc.num_host_blocks = HOST;
+    CHECK_STATUS(kvb_store_dir_create(&dc, &d, &t), KVB_ERR_INVALID_ARGUMENT); /* no path */
+    CHECK(strstr(kvb_last_error(), "path") != NULL);
+    dc.path = "/proc/version/not_a_dir";
+    CHECK_STATUS(kvb_store_dir_create(&dc, &d, &t), KVB_ERR_INVALID_ARGUMENT);
+    dc.path = "/tmp";
+    dc.region_block_stride = BB / 2;
+    CHECK_STATUS(kvb_store_dir_create(&dc, &d, &t), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(kvb_last_error(), "region_block_stride") != NULL);
+    CHECK(d == NULL && t.lookup == NULL);
+  }
 }
 
 int main(void) {

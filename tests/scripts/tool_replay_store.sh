@@ -28,6 +28,13 @@ check "hits split by tier add up ($dh + $hh + $sh = $three)" [ $((dh + hh + sh))
 check "every store hit token came with a get ($sh tokens, $got blocks of 16)" [ $((got * 16)) -eq "$sh" ]
 check "evicted host blocks were put ($put)" [ "$put" -gt 0 ]
 check "no get failed ($fails)" [ "$fails" -eq 0 ]
+"$KVB" replay "$SAMPLE" --host-cache --store-exclusive >/dev/null 2>"$TMP/o.err"
+check "--store-exclusive without --store-blocks refused" [ $? -eq 2 ]
+"$KVB" replay "$SAMPLE" --num-blocks 2000 --host-cache --num-host-blocks 2000 --store-blocks 20000 --store-exclusive \
+  --json --quiet --check >"$TMP/excl.json"
+check "exclusive model store: valid JSON (and invariants hold)" valid_json "$TMP/excl.json"
+ex=$(json_field "$TMP/excl.json" cached_tokens)
+check "an exclusive store hits at least as much here ($ex >= $three)" [ "$ex" -ge "$three" ]
 "$KVB" replay "$SAMPLE" --num-blocks 2000 --host-cache --num-host-blocks 2000 --store-blocks 20000 --quiet >"$TMP/h.txt"
 check "human report names the store" grep -q "store hit tokens" "$TMP/h.txt"
 finish

@@ -397,9 +397,16 @@ typedef struct kvb_store_completion {
   uint32_t reserved;
 } kvb_store_completion;
 
+typedef enum kvb_store_flags {
+  /* Also put each block when it reaches the host tier (its offload was drained, so run, by the next
+     kvb_store_poll): the store gets blocks as soon as they leave the device, not only when the host
+     tier drops them (write-back, always on). A block already put is not put again at its eviction. */
+  KVB_STORE_WRITE_THROUGH = 1
+} kvb_store_flags;
+
 typedef struct kvb_store {
   uint32_t struct_size;
-  uint32_t reserved;
+  uint32_t flags;  /* kvb_store_flags, default 0 (write-back only) */
   void* user;  /* passed to every callback */
   /* How many of keys[0..n) are stored, in order: *num_found = the k with keys[0..k) all present (the
      longest stored prefix). Side-effect free. A failure counts as 0 found. */
@@ -443,6 +450,8 @@ KVB_API kvb_status kvb_store_key_fold(const kvb_store_namespace* ns, uint64_t in
    What the manager does with it:
    - A cached host block that is evicted is put (write-back; its bytes must be in the host block: the
      engine has run the offloads it drained earlier). A block whose offload was never run is dropped.
+     With KVB_STORE_WRITE_THROUGH, kvb_store_poll also puts the blocks whose offloads the previous
+     kvb_drain_host_transfers handed out (still cached on the host).
    - kvb_seq_allocate(_ex) (and kvb_seq_can_allocate(_ex), with no side effect) continue the prefix match
      past the device and host levels with one batched lookup of the blocks after the first miss (not
      for sequences with a sliding window). Each store hit takes a free device block and a host block (an
@@ -467,7 +476,8 @@ KVB_API kvb_status kvb_store_key_fold(const kvb_store_namespace* ns, uint64_t in
      4. kvb_drain_host_transfers, run offloads then loads; then copies, export, forward, commit, append
    A sequence whose bytes are not all good is never exported, so nothing wrong is ever attended. */
 KVB_API kvb_status kvb_manager_set_store(kvb_manager* m, const kvb_store* store, const kvb_store_namespace* ns);
-/* Learn every completed get (see above). *num_filling (may be NULL) = gets still in flight. */
+/* Learn every completed get (see above); with KVB_STORE_WRITE_THROUGH, first put the blocks offloaded
+   by the transfers drained before. *num_filling (may be NULL) = gets still in flight. */
 KVB_API kvb_status kvb_store_poll(kvb_manager* m, size_t* num_filling);
 /* Sequence seq_id's computed tokens now (its cached count at allocation, less what failed gets cut) and
    its gets in flight (0: it may run). */

@@ -60,6 +60,8 @@ kvb_status kvb_manager_set_store(kvb_manager* m, const kvb_store* store, const k
       return;
     }
     kvb::require_struct(store, offsetof(kvb_store, poll) + sizeof(store->poll), "kvb_store");
+    if (store->flags & ~static_cast<uint32_t>(KVB_STORE_WRITE_THROUGH))
+      fail(Code::invalid_argument, "kvb_store.flags 0x%x has unknown bits", store->flags);
     if (!store->lookup || !store->put || !store->get || !store->poll)
       fail(Code::invalid_argument, "kvb_store: lookup, put, get and poll are all required (%s is NULL)",
            !store->lookup ? "lookup" : !store->put ? "put" : !store->get ? "get" : "poll");

@@ -273,6 +273,7 @@ class Manager {
   uint32_t store_lookup(const int64_t* tokens, uint32_t from, uint32_t num_blocks, ChainLink chain,
                         const SeqOptions& opts, uint32_t host_hits);
   void store_put(int32_t h);  // cached host block h is evicted (its pending offload, if any, is not)
+  void store_through_offloaded();  // write-through: the pending offloads are being handed out
   // Allocate's store hits: keys in store_.keys, device blocks table[first, first + count).
   int32_t take_store_staging();  // a host block for a get (allocate made sure one is takeable)
   void store_start_gets(Sequence& s, uint32_t first, uint32_t count);  // hosts in store_hosts_

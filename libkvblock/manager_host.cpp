@@ -65,6 +65,7 @@ int32_t Manager::take_host_block() {
   if (!host_empty_.empty()) {
     int32_t h = host_empty_.back();
     host_empty_.pop_back();
+    if (!store_.written.empty()) store_.written[h] = store_.through_pending[h] = 0;  // new content comes
     return h;
   }
   // A twin costs nothing to drop now (its content is on the device), but keeping it saves the offload
@@ -81,7 +82,8 @@ int32_t Manager::take_host_block() {
   size_t pending = pending_offloads_.size();
   for (size_t i = 0; i < pending_offloads_.size(); ++i)
     if (pending_offloads_[i].second == h) pending = i;
-  if (store_.on && pending == pending_offloads_.size()) store_put(h);
+  if (store_.on && pending == pending_offloads_.size() && !store_.written[h]) store_put(h);
+  if (!store_.written.empty()) store_.written[h] = store_.through_pending[h] = 0;  // new content comes
   host_index_.erase_if_points_to(m.key, h);
   if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
   m.indexed = 0;
@@ -154,6 +156,7 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
 }
 
 void Manager::release_host_transfers() {
+  store_through_offloaded();
   pending_offloads_.clear();
   for (const BlockPair& p : pending_loads_) {
     if (--host_pool_.meta(p.first).ref == 0) {

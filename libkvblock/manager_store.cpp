@@ -33,9 +33,17 @@ void Manager::set_store(const kvb_store* ops, const Key128& ns, uint64_t block_b
   // Allocations first: a refusal changes nothing.
   std::vector<uint8_t> staging(cfg_.num_host_blocks, 0);
   std::vector<kvb_store_completion> done(64);
+  const bool through = (ops->flags & KVB_STORE_WRITE_THROUGH) != 0;
+  std::vector<int32_t> through_list;
+  through_list.reserve(through ? cfg_.num_host_blocks : 0);
+  std::vector<uint8_t> through_pending(cfg_.num_host_blocks, 0), written(cfg_.num_host_blocks, 0);
   store_hosts_.reserve(cfg_.num_blocks);
   store_.staging.swap(staging);
   store_.done.swap(done);
+  store_.write_through = through;
+  store_.through.swap(through_list);
+  store_.through_pending.swap(through_pending);
+  store_.written.swap(written);
   store_.ops = *ops;
   store_.ns = ns;
   store_.block_bytes = block_bytes;
@@ -144,8 +152,32 @@ void Manager::store_complete(size_t k, int32_t status) {
   if (s->store_filling == 0) hash_committed_blocks(*s);  // the good store blocks enter the index
 }
 
+void Manager::store_through_offloaded() {
+  if (!store_.on || !store_.write_through) return;
+  for (const BlockPair& p : pending_offloads_) {
+    const int32_t h = p.second;
+    if (store_.through_pending[h]) continue;
+    if (store_.through.size() == store_.through.capacity()) {  // drop entries that no longer count
+      size_t k = 0;
+      for (int32_t x : store_.through)
+        if (store_.through_pending[x]) store_.through[k++] = x;
+      store_.through.resize(k);
+    }
+    store_.through_pending[h] = 1;
+    store_.through.push_back(h);  // at most one counting entry per host block: fits num_host_blocks
+  }
+}
+
 size_t Manager::store_poll() {
   if (!store_.on) return store_.gets.size();
+  if (store_.write_through) {  // the offloads drained before have run: their bytes are in host memory
+    for (int32_t h : store_.through) {
+      if (!store_.through_pending[h]) continue;
+      store_.through_pending[h] = 0;
+      if (host_pool_.meta(h).indexed && !store_.written[h]) store_put(h);
+    }
+    store_.through.clear();
+  }
   const size_t cap = store_.done.size();
   for (;;) {
     size_t n = 0;
@@ -183,6 +215,7 @@ void Manager::store_put(int32_t h) {
     return;
   }
   ++store_.put_blocks;
+  store_.written[h] = 1;
   emit_store(h);
 }
 

@@ -35,6 +35,11 @@ struct StoreTier {
   uint64_t next_serial = 1;
   std::vector<StoreGet> gets;           // in flight
   std::vector<uint8_t> staging;         // per host block: 0, 1 = a get fills it, 2 = filled, its load pending
+  // KVB_STORE_WRITE_THROUGH: host blocks whose offloads were handed out, to put at the next poll (an entry
+  // counts while through_pending is set; take_host_block clears it), and the blocks already put.
+  bool write_through = false;
+  std::vector<int32_t> through;
+  std::vector<uint8_t> through_pending, written;
   std::vector<kvb_store_key> keys;      // scratch: the folded keys a lookup asked about
   std::vector<kvb_store_completion> done;  // scratch for poll
   uint64_t hit_tokens = 0, put_blocks = 0, put_failures = 0, get_blocks = 0, get_failures = 0;

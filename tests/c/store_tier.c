@@ -110,6 +110,8 @@ static void store_open(void) {
   CHECK_OK(kvb_store_dir_create(&dc, &dir, &ts.inner));
 }
 
+static uint32_t store_flags; /* kvb_store.flags of the next make() */
+
 static kvb_manager* make(uint64_t model_id, uint32_t flags) {
   kvb_manager* m = kvbt_make_ex(BS, DEV, HOST, 0.0f, KVB_CONFIG_HOST_CACHE | flags, 0);
   kvb_store st;
@@ -120,6 +122,7 @@ static kvb_manager* make(uint64_t model_id, uint32_t flags) {
   st.put = ts_put;
   st.get = ts_get;
   st.poll = ts_poll;
+  st.flags = store_flags;
   kvb_store_namespace_init(&ns);
   ns.dtype = KVB_DTYPE_FP16;
   ns.block_size = BS;
@@ -140,6 +143,10 @@ static void run_transfers(kvb_manager* m) {
   for (i = 0; i < noff; ++i) memcpy(host_mem[off[2 * i + 1]], dev_mem[off[2 * i]], BB);
   for (i = 0; i < nload; ++i) memcpy(dev_mem[load[2 * i + 1]], host_mem[load[2 * i]], BB);
 }
+
+static char tmpl[] = "/tmp/kvb_store_test_XXXXXX";
+static int dir_serial;
+#define FRESH_DIR() snprintf(dir_path, sizeof dir_path, "%s/d%d", tmpl, ++dir_serial)
 
 static int attended_wrong; /* blocks attended with wrong bytes, over the whole test */
 
@@ -247,6 +254,19 @@ static void test_slow_get(void) {
   CHECK_OK(kvb_store_poll(b, &filling));
   CHECK(filling == 5 && kvbt_stats(b).store_filling_blocks == 5);
   CHECK_STATUS(kvb_seq_append(b, 5, P, 1), KVB_ERR_BAD_STATE);
+  {
+    int64_t ids[1] = {5};
+    int32_t tables[8];
+    int32_t lens[1];
+    kvb_batch batch;
+    kvb_batch_init(&batch);
+    batch.block_tables = tables;
+    batch.max_blocks_per_seq = 8;
+    batch.seq_lens = lens;
+    CHECK_STATUS(kvb_batch_export(b, ids, 1, &batch), KVB_ERR_BAD_STATE); /* never attended while filling */
+    CHECK_STATUS(kvb_seq_fork(b, 5, 6), KVB_ERR_BAD_STATE);
+    CHECK_STATUS(kvb_seq_set_extra_key(b, 5, 3, 42), KVB_ERR_BAD_STATE);
+  }
   CHECK_OK(kvb_seq_free(b, 5));
   CHECK_OK(kvb_check_invariants(b));
   /* The same id again, while the old gets are in flight: they hold 5 of the 8 host blocks, so only 3
@@ -404,6 +424,52 @@ static void test_store_vanishes(void) {
   CHECK(attended_wrong == 0);
 }
 
+/* P reaches the host tier (two other prompts push it off the device) but the host tier never drops it:
+   only write-through puts it in the store, at the poll after its offloads were drained. */
+static void write_through_case(uint32_t flags, uint64_t want_puts, size_t want_cached) {
+  kvb_manager* b;
+  int64_t other[22];
+  size_t cached = 0;
+  kvb_stats st;
+  store_open();
+  store_flags = flags;
+  b = make(1, 0);
+  prompt(P, 22, 1000);
+  run_prompt(b, 1, P, 22, NULL, 1);
+  prompt(other, 22, 5000);
+  run_prompt(b, 2, other, 22, NULL, 1);
+  prompt(other, 22, 6000);
+  run_prompt(b, 3, other, 22, NULL, 1);
+  CHECK_OK(kvb_store_poll(b, NULL));
+  CHECK_OK(kvb_check_invariants(b));
+  st = kvbt_stats(b);
+  CHECK(st.host_evictions == 0 && st.offloaded_blocks >= 5);
+  CHECK(st.store_put_blocks == want_puts && st.store_put_failures == 0);
+  if (flags & KVB_STORE_WRITE_THROUGH) { /* evictions from the host put nothing already put */
+    int k;
+    for (k = 0; k < 5; ++k) {
+      prompt(other, 22, 7000 + 100 * k);
+      run_prompt(b, 4 + k, other, 22, NULL, 1);
+    }
+    CHECK_OK(kvb_store_poll(b, NULL));
+    st = kvbt_stats(b);
+    CHECK(st.host_evictions > 0 && st.store_put_blocks <= st.offloaded_blocks);
+  }
+  kvb_manager_destroy(b);
+  b = make(1, 0);
+  CHECK(run_prompt(b, 1, P, 22, &cached, 1) == want_cached && cached == want_cached);
+  kvb_manager_destroy(b);
+  store_flags = 0;
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+static void test_write_through(void) {
+  write_through_case(0, 0, 0);                      /* write-back only: nothing evicted from the host */
+  FRESH_DIR();
+  write_through_case(KVB_STORE_WRITE_THROUGH, 5, 20); /* P's five full blocks, put once each */
+}
+
 static void test_refusals(void) {
   kvb_manager* m = kvbt_make_ex(BS, DEV, 0, 0.0f, 0, 0);
   kvb_store st;
@@ -419,6 +485,10 @@ static void test_refusals(void) {
   CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_INVALID_ARGUMENT); /* poll missing */
   CHECK(strstr(kvb_last_error(), "poll") != NULL);
   st.poll = ts_poll;
+  st.flags = 8;
+  CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(kvb_last_error(), "flags") != NULL);
+  st.flags = 0;
   CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_BAD_STATE); /* no host cache */
   ns.block_size = 8;
   CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_INVALID_ARGUMENT);
@@ -456,17 +526,12 @@ static void test_refusals(void) {
 }
 
 int main(void) {
-  char tmpl[] = "/tmp/kvb_store_test_XXXXXX";
   char cmd[300];
   RUN_TEST(test_refusals);
   if (!mkdtemp(tmpl)) {
     perror("mkdtemp");
     return 2;
   }
-#define FRESH_DIR()                                              \
-  do {                                                           \
-    snprintf(dir_path, sizeof dir_path, "%s/d%d", tmpl, rand()); \
-  } while (0)
   FRESH_DIR();
   RUN_TEST(test_restart_finds_prefix);
   FRESH_DIR();
@@ -483,6 +548,8 @@ int main(void) {
   RUN_TEST(test_refused_puts);
   FRESH_DIR();
   RUN_TEST(test_store_vanishes);
+  FRESH_DIR();
+  RUN_TEST(test_write_through);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
   TEST_SUMMARY();

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "kvbt_common.h"
@@ -201,6 +202,30 @@ static void populate(kvb_manager* m) {
   }
 }
 
+/* Files in the store directory: whole block files (32 hex digits + ".kvb", header + payload bytes) and
+   anything else (a leftover temporary file would be a failed atomic write). */
+static void count_files(size_t* blocks, size_t* others) {
+  DIR* d = opendir(dir_path);
+  struct dirent* e;
+  char path[600];
+  *blocks = *others = 0;
+  if (!d) return;
+  while ((e = readdir(d)) != NULL) {
+    FILE* f;
+    long size = -1;
+    if (e->d_name[0] == '.' && (e->d_name[1] == '\0' || (e->d_name[1] == '.' && e->d_name[2] == '\0'))) continue;
+    snprintf(path, sizeof path, "%s/%s", dir_path, e->d_name);
+    if ((f = fopen(path, "rb")) != NULL) {
+      fseek(f, 0, SEEK_END);
+      size = ftell(f);
+      fclose(f);
+    }
+    if (strlen(e->d_name) == 36 && strcmp(e->d_name + 32, ".kvb") == 0 && size == 64 + BB) ++*blocks;
+    else ++*others;
+  }
+  closedir(d);
+}
+
 static void test_restart_finds_prefix(void) {
   kvb_manager* a;
   kvb_manager* b;
@@ -219,6 +244,11 @@ static void test_restart_finds_prefix(void) {
   CHECK_OK(kvb_drain_events(a, ev, 256, toks, sizeof toks / sizeof toks[0], &nev, NULL));
   for (i = 0; i < nev; ++i) store_events += ev[i].medium == KVB_MEDIUM_STORE && ev[i].type == KVB_EVENT_BLOCK_STORED;
   CHECK(store_events == (int)st.store_put_blocks);
+  {
+    size_t files, others;
+    count_files(&files, &others);
+    CHECK(files == st.store_put_blocks && others == 0); /* one whole file per block, no temporaries */
+  }
   kvb_manager_destroy(a);
 
   b = make(7, 0); /* a restarted engine: empty device and host */

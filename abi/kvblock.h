@@ -39,8 +39,9 @@
  *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
  *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
  *    built against an older or newer header works as it is).
- *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
- *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
+ *  - The library never keeps a caller pointer after a call returns (one exception: what the caller
+ *    registers for a manager's lifetime with kvb_manager_set_store, see "Store tier"); arrays come out
+ *    into caller buffers with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager),
  *    except kvb_manager_destroy: it must not overlap any other call on that manager (it frees the lock).
  *
@@ -516,6 +517,63 @@ KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
 /* Batch export for kernels                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
+/* Prefix groups of a batch (shared-prefix, or "cascade", attention). Sequences of one step that hold the
+   same block ids at the head of their block tables (forks, n > 1 sampling, beam search, a system prompt
+   hit in the prefix cache) read the same K/V. A group is a set of >= 2 batch rows whose tables begin
+   with the same shared_blocks[g] block ids; the kernels then attend every member's queries (all query
+   heads) over those blocks once, as one matrix product, attend each member's own blocks (the rest of
+   its table) as usual, and merge the two parts by log-sum-exp: the same function as the plain call.
+   Two levels: the shared prefix of a group, then each member's own blocks. Groups are disjoint; a row
+   in no group is an ordinary sequence.
+
+   Export (kvb_batch.prefix_groups != NULL): the manager fills the description in O(total blocks) time,
+   allocating nothing once warm. Only full blocks whose K/V are all computed count as shared (a partial
+   last block, and blocks holding uncomputed tokens, are each member's own); a -1 entry (released by a
+   sliding window) ends the sharing. Rows are grouped by the block id at column min_shared_blocks - 1,
+   each candidate is checked against the first row of its group over columns 0 .. min_shared_blocks - 1
+   (a candidate that differs stays ordinary), and shared_blocks[g] is the longest prefix common to all
+   members; a candidate set of one row is no group. Groups come in the order of their first member,
+   members in batch order. With KV cache groups the description is that of kvb_batch.group's tables.
+   Every array is a caller buffer; num_seqs entries for members and num_seqs / 2 for groups always
+   suffice. Too small: KVB_ERR_BUFFER_TOO_SMALL with num_groups and num_members set to the sizes needed.
+
+   Kernels (kvb_attention_args.prefix_groups, kvb_prefill_args.prefix_groups; NULL or num_groups 0 =
+   plain): the arrays are read on the host (CPU caches). A member row must have shared_blocks * block_size
+   <= seq_lens[row] and, over the shared columns, the very block ids of the group's first member, every
+   one in [0, num_blocks); a row in two groups is an error. Soft cap, window + sinks (each member's own
+   window masks its part of the shared keys) and every dtype are as in the plain kernels; the work
+   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches and FP8 caches (for
+   now): the description is ignored and the plain kernel runs (same results, no speed-up yet).
+
+   Worked example (block_size 16). Rows 0 and 2 forked from one 70-token prompt: their tables begin with
+   the blocks 7 8 9 4 (64 computed tokens), then each has its own copy of the partial block (11, 12);
+   row 1 is unrelated:
+     block_tables  row 0: 7 8 9 4 11      seq_lens 71 (70 computed, then the decode token)
+                   row 1: 5 6             seq_lens 20
+                   row 2: 7 8 9 4 12      seq_lens 71
+   kvb_batch_export with prefix_groups (min_shared_blocks 2) writes num_groups 1, num_members 2,
+   group_start {0, 2}, members {0, 2}, shared_blocks {4}. kvb_paged_attention with the same struct then
+   reads blocks 7 8 9 4 once for the 2 x num_q_heads queries of rows 0 and 2 (64 keys), reads 11 and 12
+   for their own query heads (7 keys each) and row 1 as usual (20 keys), and merges row 0's two parts:
+   with m_s, l_s, o_s (max logit, sum of exponentials, normalised output) of the shared part and m_o,
+   l_o, o_o of the own part, out = (l_s e^(m_s - M) o_s + l_o e^(m_o - M) o_o) / (l_s e^(m_s - M) +
+   l_o e^(m_o - M)), M = max(m_s, m_o). */
+typedef struct kvb_prefix_groups {
+  uint32_t struct_size;
+  uint32_t min_shared_blocks;  /* export: least shared blocks that make a group (default 2; 0 counts as 1) */
+  uint32_t group_capacity;     /* export: entries of shared_blocks (group_start holds group_capacity + 1) */
+  uint32_t member_capacity;    /* export: entries of members */
+  int32_t* group_start;        /* [num_groups + 1]: group g's members are members[group_start[g] ..
+                                  group_start[g + 1]); group_start[0] = 0 */
+  int32_t* members;            /* [num_members] batch rows (indexes into seq_ids / the kernels' rows) */
+  int32_t* shared_blocks;      /* [num_groups] leading blocks every member of group g holds */
+  uint32_t num_groups;         /* export: out; kernels: in */
+  uint32_t num_members;        /* export: out (= group_start[num_groups]); kernels: not read */
+} kvb_prefix_groups;           /* may grow at the end */
+
+/* Fill defaults (no buffers, min_shared_blocks 2, no groups) and struct_size. */
+KVB_API void kvb_prefix_groups_init(kvb_prefix_groups* groups);
+
 typedef struct kvb_batch {
   uint32_t struct_size;
   uint32_t max_blocks_per_seq; /* columns of block_tables */
@@ -529,6 +587,8 @@ typedef struct kvb_batch {
   /* --- fields below were added with KV cache groups; older callers' struct_size omits them --- */
   uint32_t group;              /* KV cache group whose block tables and slots are written (default 0);
                                   one call per group fills the inputs of that group's layers */
+  /* --- fields below were added with prefix groups; older callers' struct_size omits them --- */
+  kvb_prefix_groups* prefix_groups; /* NULL = not wanted; else filled as above (kvb_prefix_groups) */
 } kvb_batch;
 
 /* Fill defaults (NULL outputs = not wanted, no columns, group 0) and struct_size. */
@@ -657,7 +717,24 @@ KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
    (cache k/v, q, out, key, value) is below 2^60 elements and that the tensor does not wrap the address
    space; otherwise KVB_ERR_INVALID_ARGUMENT names the stride. */
 typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
-typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
+/* FP8 caches (E4M3 = OCP "e4m3fn": bias 7, no inf, NaN 0x7f/0xff, max 448; E5M2: bias 15, max 57344)
+   store one byte per element: stored = RNE_fp8(fl32(x / scale)) with the cache's k_scale / v_scale (or
+   its per-kv-head scales), i.e. one fp32 division rounded to nearest even, then rounded to nearest even
+   (ties to the even code) to fp8 and SATURATED to the finite range: |x / scale| beyond the largest finite
+   value, +-inf included, stores +-448 (e4m3) / +-57344 (e5m2). The e5m2 inf codes are never written (the
+   same choice as vLLM's scaled conversion and the hardware cvt with .satfinite; torch's plain
+   .to(float8_e5m2) keeps inf, and .to(float8_e4m3fn) turns overflow into NaN, unlike this rule). NaN
+   stores NaN (sign | 0x7f in both formats); -0 stores 0x80; magnitudes at or below half the smallest
+   subnormal (e4m3 2^-10, e5m2 2^-17) store +-0. CPU and CUDA write the same bytes. Reading dequantizes
+   exactly: value = fp8 * scale in fp32, accumulation in fp32. An fp8 cache has its own query dtype
+   (kvb_attention_args.q_dtype, kvb_prefill_args.q_dtype) and input dtype (kvb_write_kv_args.input_dtype). */
+typedef enum kvb_dtype {
+  KVB_DTYPE_FP16 = 0,
+  KVB_DTYPE_BF16 = 1,
+  KVB_DTYPE_FP32 = 2,
+  KVB_DTYPE_FP8_E4M3 = 3,
+  KVB_DTYPE_FP8_E5M2 = 4
+} kvb_dtype;
 
 /* One layer's K and V caches: [num_blocks, block_size, num_kv_heads, head_dim] by default (NHD). Strides
    are in elements (0 = dense NHD); head_dim elements are contiguous. K and V share shape and strides. */
@@ -677,6 +754,16 @@ typedef struct kvb_cache_desc {
   int64_t  head_stride;   /* elements between heads of a token; 0 = head_dim */
   uint32_t alloc_kind;    /* set by kvb_cache_alloc (kvb_cache_alloc_kind); 0 = memory owned by the caller */
   uint32_t reserved;
+  /* --- fields below were added with FP8 caches (KVB_0.2); older callers' struct_size omits them (then
+     the defaults hold). Read only for an FP8 dtype, where each scale must be finite and > 0. --- */
+  float    k_scale;       /* stored K = x / k_scale (see kvb_dtype); default 1.0 */
+  float    v_scale;       /* stored V = x / v_scale; default 1.0 */
+  const float* k_head_scales;  /* NULL (default) or num_kv_heads floats in HOST memory, even for a CUDA
+                                  cache: the scale of each kv head, replacing k_scale. Read during each
+                                  call that is handed the descriptor, never kept (CUDA kernels get the
+                                  values by value in their launch parameters, so a captured CUDA graph
+                                  keeps the values of capture time); on CUDA at most 128 kv heads */
+  const float* v_head_scales;  /* the same for V */
 } kvb_cache_desc;
 
 typedef enum kvb_cache_alloc_kind {
@@ -686,7 +773,7 @@ typedef enum kvb_cache_alloc_kind {
   KVB_ALLOC_HOST = 3         /* plain aligned host memory (no CUDA driver or not built with CUDA) */
 } kvb_cache_alloc_kind;
 
-/* Fill defaults (CPU, FP16, NULL pointers, zero shape, dense strides) and struct_size. */
+/* Fill defaults (CPU, FP16, NULL pointers, zero shape, dense strides, scales 1.0) and struct_size. */
 KVB_API void kvb_cache_desc_init(kvb_cache_desc* desc);
 /* Allocate K and V for the shape, device and dtype in *desc (strides must be 0: dense NHD); fills k, v,
    strides and alloc_kind. CUDA: device memory; CPU: page-locked when a CUDA device is usable. */
@@ -698,10 +785,12 @@ KVB_API kvb_status kvb_cache_free(kvb_cache_desc* desc);
 KVB_API kvb_status kvb_cuda_device_count(int32_t* count);
 
 /* New K and V of num_tokens tokens into the cache, token i at slot slot_mapping[i] (block*block_size +
-   offset; -1 = skip). All arrays in the cache's dtype and on its device; strides in elements, 0 = dense. */
+   offset; -1 = skip). key/value in the cache's dtype (an FP8 cache: in input_dtype, quantized as kvb_dtype
+   states) and on its device; strides in elements, 0 = dense. */
 typedef struct kvb_write_kv_args {
   uint32_t struct_size;
-  uint32_t reserved;
+  uint32_t input_dtype;         /* FP8 cache only: kvb_dtype of key/value, FP16 (default 0), BF16 or FP32;
+                                   ignored for other caches (was `reserved`, zeroed by every _init) */
   size_t   num_tokens;
   const void* key;              /* [num_tokens, num_kv_heads, head_dim] */
   const void* value;            /* [num_tokens, num_kv_heads, head_dim] */
@@ -720,7 +809,8 @@ KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
 KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_args* args, void* stream);
 
 /* Paged decode attention: one query token per sequence over its cached tokens. q and out in the cache's
-   dtype, everything on the cache's device; strides in elements (0 = dense). */
+   dtype (an FP8 cache: in q_dtype), everything on the cache's device; strides in elements (0 = dense).
+   FP8 caches: CPU only for now (a CUDA FP8 cache is refused with KVB_ERR_UNSUPPORTED). */
 typedef struct kvb_attention_args {
   uint32_t struct_size;
   uint32_t num_seqs;
@@ -740,6 +830,12 @@ typedef struct kvb_attention_args {
   uint32_t sink_tokens;         /* with a window: the first sink_tokens tokens are attended too */
   void*    workspace;           /* kvb_paged_attention_workspace_size() bytes on the device (may be NULL if 0) */
   size_t   workspace_size;
+  /* --- fields below were added with FP8 caches (KVB_0.2); older callers' struct_size omits them --- */
+  uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
+                                   (FP32: CPU only); ignored for other caches (q, out in the cache dtype) */
+  uint32_t reserved2;
+  const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
+                                             also KVB_0.2 */
 } kvb_attention_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap, no workspace) and
@@ -798,7 +894,9 @@ typedef struct kvb_prefill_args {
   uint32_t max_blocks_per_seq;  /* columns of block_tables */
   uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (given because
                                    the host cannot read a device query_start; checked as below) */
-  uint32_t reserved;
+  uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
+                                   (FP32: CPU only); ignored for other caches (was `reserved`, zeroed by
+                                   every _init). FP8 caches: CPU only for now (CUDA: KVB_ERR_UNSUPPORTED) */
   const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
   int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
   int64_t  q_head_stride;       /* 0 = head_dim */
@@ -815,6 +913,17 @@ typedef struct kvb_prefill_args {
   void*    workspace;           /* kvb_prefill_attention_workspace_size() bytes on the device, 16-byte
                                    aligned (may be NULL if 0) */
   size_t   workspace_size;
+  /* --- fields below were added after KVB_0.1 (kvb_prefill_args_init@KVB_0.2); older callers' struct_size
+     (128 bytes) omits them, and they take their default --- */
+  uint32_t allow_tf32;          /* nonzero: an fp32 cache on CUDA may use TF32 tensor cores (sm_80+): q, k, v
+                                   and the softmax weights are rounded to TF32 (8-bit exponent, 10-bit
+                                   mantissa: ~1e-3 relative error per element; results typically within
+                                   ~1e-3 relative of fp32) with fp32 accumulation, several times faster.
+                                   0 (default): exact fp32 arithmetic. Ignored for fp16 / bf16 caches and on
+                                   the CPU (always fp32). */
+  uint32_t reserved2;           /* 0 */
+  const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
+                                             also KVB_0.2 */
 } kvb_prefill_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */

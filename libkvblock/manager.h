@@ -86,6 +86,16 @@ struct ParentRef {
   uint8_t kind = 0;
 };
 
+// kvb_prefix_groups of a batch export (manager_batch.cpp): caller buffers in, sizes out.
+struct PrefixGroupsOut {
+  uint32_t min_shared = 2;
+  uint32_t group_capacity = 0, member_capacity = 0;
+  int32_t* group_start = nullptr;
+  int32_t* members = nullptr;
+  int32_t* shared_blocks = nullptr;
+  uint32_t num_groups = 0, num_members = 0;  // out (also when a buffer is too small)
+};
+
 struct BatchOut {
   uint32_t max_blocks_per_seq = 0;
   int32_t* block_tables = nullptr;
@@ -96,6 +106,7 @@ struct BatchOut {
   size_t num_slots = 0;               // out
   uint32_t max_blocks_needed = 0;     // out
   uint32_t group = 0;                 // whose block tables and slots
+  PrefixGroupsOut* prefix_groups = nullptr;  // NULL = not wanted
 };
 
 using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
@@ -221,6 +232,10 @@ class Manager {
   Sequence& new_seq(int64_t id);         // throws sequence_exists; inserts into the table
   void drop_seq(Sequence& s);
   void check_batch_ids(const int64_t* ids, size_t n, const char* what);  // on device, no duplicates
+  // Prefix groups of the batch rows (manager_batch.cpp): sizes out.num_groups / num_members, fails with
+  // buffer_too_small before writing anything; write_prefix_groups then fills the caller's buffers.
+  void find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, PrefixGroupsOut& out);
+  void write_prefix_groups(PrefixGroupsOut& out);
 
   void validate_options(const SeqOptions& opts, size_t n) const;
   void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,

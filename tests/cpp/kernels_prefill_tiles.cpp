@@ -121,6 +121,24 @@ void test_grid_covers_every_row_and_key_once() {
   CHECK(batches > 0);
 }
 
+// The grid's x enumerates every (query tile, kv head) once, kv head fastest: the first CTAs the GPU
+// starts are tile 0 (with the reverse walk, a sequence's longest) of every kv head.
+void test_cta_order_covers_every_tile_and_head_once_kv_head_fastest() {
+  int bad = 0;
+  for (int heads : {1, 2, 8, 5})
+    for (int tiles_n : {1, 3, 129}) {
+      std::vector<int> seen(size_t(tiles_n * heads), 0);
+      for (int x = 0; x < tiles_n * heads; ++x) {
+        const tiles::CtaTile c = tiles::cta_tile(x, heads);
+        if (c.tile < 0 || c.tile >= tiles_n || c.kv_head < 0 || c.kv_head >= heads) { ++bad; continue; }
+        ++seen[size_t(c.tile * heads + c.kv_head)];
+        if (x < heads && (c.tile != 0 || c.kv_head != x)) ++bad;
+      }
+      for (int v : seen) bad += v != 1;
+    }
+  CHECK(bad == 0);
+}
+
 // An emulated warp: shared memory as one value per 16-bit element, ldmatrix.x4 (plain and .trans) and
 // mma m16n8k16 per the PTX ISA fragment layouts; the kernel's addressing (tiles::frag) must produce
 // S = Q K^T and O = P V exactly (small integers: every sum is exact in float).
@@ -181,16 +199,18 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
       put(v0, r, d, V[size_t(r * D + d)] = float(int(rng() % 5) - 2));
     }
   int bad = 0;
+  // The kernel's tiles start at multiples of 1 KiB, so base ^ constant addresses the tile's own chunks.
+  if (k0 % 1024 != 0 || v0 % 1024 != 0) ++bad;
   // S = Q K^T, as the kernel's loop over kk and pairs of n-tiles.
   std::vector<float> s(size_t(NT) * 32 * 4, 0.f);
   auto S = [&](int n) { return reinterpret_cast<float(*)[4]>(&s[size_t(n) * 128]); };
   for (int kk = 0; kk < D / 16; ++kk) {
     uint32_t addr[32];
     Warp::Regs a, b;
-    for (int l = 0; l < 32; ++l) addr[l] = q0 + fr::swz(C, fr::q_row(warp, l), fr::q_chunk(kk, l));
+    for (int l = 0; l < 32; ++l) addr[l] = fr::q_addr(q0 + fr::q_base(C, warp, l), kk);  // as the kernel
     w.ldsm(addr, false, a);
     for (int n2 = 0; n2 < NT / 2; ++n2) {
-      for (int l = 0; l < 32; ++l) addr[l] = k0 + fr::swz(C, fr::k_row(n2, l), fr::k_chunk(kk, l));
+      for (int l = 0; l < 32; ++l) addr[l] = fr::k_addr(C, k0 + fr::k_base(C, l), n2, kk);
       w.ldsm(addr, false, b);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2)), a, b, 0, 1);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2 + 1)), a, b, 2, 3);
@@ -217,7 +237,7 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
       }
     for (int d2 = 0; d2 < DT / 2; ++d2) {
       uint32_t addr[32];
-      for (int l = 0; l < 32; ++l) addr[l] = v0 + fr::swz(C, fr::v_row(kk, l), fr::v_chunk(d2, l));
+      for (int l = 0; l < 32; ++l) addr[l] = fr::v_addr(C, v0 + fr::v_base(C, l), kk, d2);
       w.ldsm(addr, true, b);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2) * 128]), a, b, 0, 1);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2 + 1) * 128]), a, b, 2, 3);
@@ -304,9 +324,10 @@ void test_fragment_addressing_on_an_emulated_warp() {
 // The kernel's pipeline, event by event, for walks of 0..7 key tiles: block offsets of tile t are
 // written to stage kv_stage(t) (tiles 0, 1 before the first barrier, tile i + 2 after iteration i's
 // compute), load_kv(t) reads them and starts the asynchronous K / V copy into stage kv_stage(t) (tile
-// 0 before the loop, tile i + 1 at the top of iteration i), which lands at iteration t's wait +
-// barrier, where the MMAs read it. Between two barriers (an epoch) no stage may be both written and
-// read; an in-flight copy may not overlap a read of its stage; every read must find its own tile.
+// 0 before the loop, tile i + 1 after the one barrier of iteration i), which lands at iteration t's
+// wait (all copies) + barrier, where the MMAs read it. Between two barriers (an epoch) no stage may be
+// both written and read; an in-flight copy may not overlap a read of its stage; every read must find
+// its own tile.
 void test_pipeline_stages_are_never_overwritten_before_use() {
   int bad = 0;
   for (int n = 0; n <= 7; ++n) {
@@ -334,14 +355,13 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
     ++epoch;  // barrier
     if (n > 0) load_kv(0);
     for (int i = 0; i < n; ++i) {
+      wait_all_but_newest(-1);  // cp.async.wait_group 0
+      ++epoch;  // the iteration's one barrier
       if (i + 1 < n) load_kv(i + 1);
-      wait_all_but_newest(i + 1 < n ? tiles::kv_stage(i + 1) : -1);
-      ++epoch;  // barrier
       const int st = tiles::kv_stage(i);
       if (kv_tile[st] != i || kv_inflight_from[st] >= 0) ++bad;  // MMAs read K / V of tile i
       kv_r_epoch[st] = epoch;
       if (i + 2 < n) off_write(i + 2);
-      ++epoch;  // barrier
     }
     if (bad) fprintf(stderr, "  pipeline of %d tiles: %d violations\n", n, bad);
   }
@@ -353,6 +373,7 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
 int main() {
   RUN_TEST(test_grid_covers_every_row_and_key_once);
   RUN_TEST(test_key_tiles_near_int_max);
+  RUN_TEST(test_cta_order_covers_every_tile_and_head_once_kv_head_fastest);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
   RUN_TEST(test_pipeline_stages_are_never_overwritten_before_use);
   TEST_SUMMARY();

@@ -16,6 +16,7 @@ from .errors import FaultKind, KernelFault, KernelId, KvbArgumentError, KvbClose
 from .kernels import (KVCache, copy_blocks, cuda_device_count, has_prefill_kernel, paged_attention, prefill_attention, swap_blocks,
                       take_fault, write_kv)
 from .manager import Availability, Batch, BatchBuffers, Event, Manager, Medium, SeqInfo, hash_tokens
+from .prefix_groups import GroupedBatch, PrefixGroups
 
 __version__ = "0.1.0"
 
@@ -32,4 +33,4 @@ def library_path() -> str:
 __all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind", "KernelId", "Availability",
            "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "hash_tokens", "KVCache", "write_kv", "paged_attention",
            "prefill_attention", "copy_blocks", "swap_blocks", "take_fault", "cuda_device_count", "has_prefill_kernel",
-           "library_version", "library_path", "load", "__version__"]
+           "library_version", "library_path", "load", "__version__", "PrefixGroups", "GroupedBatch"]

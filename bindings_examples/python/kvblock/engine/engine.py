@@ -37,6 +37,8 @@ class EngineConfig:
     preemption: str = "recompute"    # or "swap"
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
+    kv_dtype: str = "float32"        # or "float16", "float8_e4m3", "float8_e5m2" (the paged K/V caches)
+    kv_scales: Optional[Tuple[List[float], List[float]]] = None  # fp8: per-layer (k, v) scales (kv_quant)
     max_steps: int = 100000          # guard against a scheduler that stops making progress
     # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):
     kv_events_endpoint: Optional[str] = None         # e.g. "tcp://*:5557"; None = no events
@@ -126,6 +128,9 @@ class Engine(OwnsHandle):
                                               replay_endpoint=cfg.kv_events_replay_endpoint,
                                               topic=cfg.kv_events_topic, encoding=cfg.kv_events_encoding,
                                               replay_frames=cfg.kv_events_replay_frames, salt_names=self.salts)
+        # q / out / new K/V dtype of the numpy forward: the cache's for fp32 and fp16 caches, fp32 for fp8
+        # (the CPU kernels read fp32 q and quantize fp32 new K/V)
+        self.act_dtype = np.float16 if cfg.kv_dtype == "float16" else np.float32
         self.cache, self.host = self._make_caches()
         self.bufs = BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)
         self.group_bufs = [BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)] if mc.hybrid else []
@@ -141,9 +146,13 @@ class Engine(OwnsHandle):
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
         """The device pool's KV cache and the host blocks' one (None without host blocks)."""
         mc, cfg = self.model.cfg, self.cfg
-        cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
-        host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
-                if cfg.num_host_blocks else None)
+        scales = {}
+        if cfg.kv_dtype.startswith("float8") and cfg.kv_scales is not None:
+            scales = {"k_scale": np.asarray(cfg.kv_scales[0]), "v_scale": np.asarray(cfg.kv_scales[1])}
+        cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, cfg.kv_dtype,
+                        **scales)
+        host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
+                        cfg.kv_dtype, **scales) if cfg.num_host_blocks else None)
         return cache, host
 
     # -- requests ------------------------------------------------------------------------------------
@@ -346,6 +355,8 @@ class Engine(OwnsHandle):
         nd = len(b.decodes)
 
         def attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+            if self.act_dtype != np.float32:
+                q, k, v = (x.astype(self.act_dtype) for x in (q, k, v))
             out = np.empty_like(q)
             window, sink = mc.layer_window(layer)
             slots, bt_d, bt_p = b.per_group[1 if mc.hybrid and window == 0 else 0]
@@ -357,7 +368,7 @@ class Engine(OwnsHandle):
                 if b.prefills:
                     prefill_attention(self.cache, layer, q[nd:], b.query_start_p, b.seq_lens_p, bt_p, out[nd:],
                                       window=window, sink=sink)
-            return out
+            return out.astype(np.float32, copy=False)
 
         return self.model.forward(b.tokens, b.positions, attention, logit_rows=b.rows), None
 

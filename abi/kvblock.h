@@ -10,6 +10,7 @@
  *    6. Fork, copy-on-write, rollback, sliding window
  *    7. Host tier and swapping         kvb_seq_can_swap_out / _in, kvb_seq_swap_out / _in
  *    8. Host cache                     host blocks as a second prefix-cache level, kvb_drain_host_transfers
+ *    8b. Store tier                    kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll, directory store
  *    9. Batch export for kernels       kvb_batch_export, kvb_batch_append, kvb_batch_commit
  *   10. Statistics, events, prefix-cache control
  *   11. Kernels                        write K/V, decode and prefill attention, copy / swap blocks, faults
@@ -38,8 +39,9 @@
  *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
  *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
  *    built against an older or newer header works as it is).
- *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
- *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
+ *  - The library never keeps a caller pointer after a call returns (one exception: what the caller
+ *    registers for a manager's lifetime with kvb_manager_set_store, see "Store tier"); arrays come out
+ *    into caller buffers with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager),
  *    except kvb_manager_destroy: it must not overlap any other call on that manager (it frees the lock).
  *
@@ -359,6 +361,159 @@ KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pai
                                             size_t* num_loads);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* Store tier: a third prefix-cache level below the host cache (blocks that outlive the process)     */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A store keeps blocks' bytes by key, outside the manager: a directory on a shared file system
+   (kvb_store_dir_create below), a key-value server, another engine's cache. The manager never moves
+   bytes: it tells the store which host block to read (put) or fill (get), and the host <-> device
+   moves stay those of kvb_drain_host_transfers. Needs KVB_CONFIG_HOST_CACHE (the host blocks are the
+   store's staging buffers); refused with KV cache groups (phase 1).
+
+   Keys. A block's store key is its whole-history index key (128 bits: the parent's key, salt, tokens,
+   extra key; see KVB_CONFIG_KEYED_INDEX) folded with the namespace: ns = XXH3-128 (seed 0) of the
+   little-endian bytes "KVBSTNS1", dtype, block_size, num_layers, num_kv_heads, head_dim (u32 each),
+   model_id (u64); store key = XXH3-128 (seed 0) of [index key lo, hi, ns lo, hi] (4 x u64 LE).
+   kvb_store_key_fold computes it. So blocks of a different layout, model or tenant (a tenant picks its
+   own model_id or cache salt) never match. A keyed index with a random seed is refused (its keys mean
+   nothing to another manager); an explicit index_seed is shared by the engines that know it.
+
+   Lifetime rule. The library keeps no caller pointer after a call returns, EXCEPT what the caller
+   registers explicitly for the manager's lifetime: kvb_manager_set_store copies the table, keeps its
+   function pointers and `user` until the store is replaced (or removed) or the manager is destroyed,
+   and never calls them after that. The caller keeps `user` (and the host memory the store reads and
+   writes) valid until then.
+
+   Callbacks run on the calling thread, inside the manager's lock: they must not call the manager. Each
+   returns 0 for success and anything else for failure (counted in kvb_stats, never fatal). */
+typedef struct kvb_store_key {
+  uint64_t lo, hi;
+} kvb_store_key;
+
+typedef struct kvb_store_completion {
+  uint64_t ticket;  /* the ticket the get was started with */
+  int32_t  status;  /* 0: the host block holds the key's bytes, checked against the checksum stored with
+                       them; anything else: missing, partial, corrupted or unreadable (the bytes in the
+                       host block are then garbage and are never loaded) */
+  uint32_t reserved;
+} kvb_store_completion;
+
+typedef enum kvb_store_flags {
+  /* Also put each block when it reaches the host tier (its offload was drained, so run, by the next
+     kvb_store_poll): the store gets blocks as soon as they leave the device, not only when the host
+     tier drops them (write-back, always on). A block already put is not put again at its eviction. */
+  KVB_STORE_WRITE_THROUGH = 1
+} kvb_store_flags;
+
+typedef struct kvb_store {
+  uint32_t struct_size;
+  uint32_t flags;  /* kvb_store_flags, default 0 (write-back only) */
+  void* user;  /* passed to every callback */
+  /* How many of keys[0..n) are stored, in order: *num_found = the k with keys[0..k) all present (the
+     longest stored prefix). Side-effect free. A failure counts as 0 found. */
+  int (*lookup)(void* user, const kvb_store_key* keys, size_t n, size_t* num_found);
+  /* Store host block host_block's bytes under key. The bytes must be read (copied or written out)
+     before put returns: the manager reuses the host block right after. Called when a cached host block
+     is evicted (write-back). A refusal (nonzero) drops the block, counted in store_put_failures. */
+  int (*put)(void* user, const kvb_store_key* key, int32_t host_block);
+  /* Start filling host block host_block with key's bytes; report it through poll with this ticket
+     (possibly at once). The host block stays reserved for the get until its completion is polled,
+     however long that takes. A nonzero return is a failed get (no completion is then expected). */
+  int (*get)(void* user, const kvb_store_key* key, int32_t host_block, uint64_t ticket);
+  /* Completed gets since the last poll, at most capacity: *num_done written. Called by kvb_store_poll
+     until it returns fewer than capacity. A nonzero return means the store gave up on every get in
+     flight: the manager fails them all (their sequences recompute) and reuses their host blocks, so
+     the store must write into none of them afterwards. */
+  int (*poll)(void* user, kvb_store_completion* done, size_t capacity, size_t* num_done);
+} kvb_store;  /* may grow at the end */
+
+/* What makes blocks' bytes compatible: the key namespace. */
+typedef struct kvb_store_namespace {
+  uint32_t struct_size;
+  uint32_t dtype;         /* kvb_dtype */
+  uint32_t block_size;    /* must equal the manager's */
+  uint32_t num_layers;
+  uint32_t num_kv_heads;
+  uint32_t head_dim;
+  uint64_t model_id;      /* chosen by the caller: a model, a revision, a tenant */
+} kvb_store_namespace;    /* may grow at the end */
+
+/* Fill defaults (everything 0) and struct_size. */
+KVB_API void kvb_store_init(kvb_store* store);
+KVB_API void kvb_store_namespace_init(kvb_store_namespace* ns);
+/* The store key of index key (lo, hi) under ns (see "Keys" above). KVB_ERR_INVALID_ARGUMENT for NULLs. */
+KVB_API kvb_status kvb_store_key_fold(const kvb_store_namespace* ns, uint64_t index_key_lo, uint64_t index_key_hi,
+                                      kvb_store_key* out);
+/* Register store (NULL removes it) for blocks of namespace ns. lookup, put, get and poll are all
+   required. Refused (KVB_ERR_BAD_STATE) while gets are in flight; needs KVB_CONFIG_HOST_CACHE and no KV
+   cache groups; a keyed index needs an explicit index_seed. See the lifetime rule above.
+
+   What the manager does with it:
+   - A cached host block that is evicted is put (write-back; its bytes must be in the host block: the
+     engine has run the offloads it drained earlier). A block whose offload was never run is dropped.
+     With KVB_STORE_WRITE_THROUGH, kvb_store_poll also puts the blocks whose offloads the previous
+     kvb_drain_host_transfers handed out (still cached on the host).
+   - kvb_seq_allocate(_ex) (and kvb_seq_can_allocate(_ex), with no side effect) continue the prefix match
+     past the device and host levels with one batched lookup of the blocks after the first miss (not
+     for sequences with a sliding window). Each store hit takes a free device block and a host block (an
+     empty one, else a cached one is evicted; fewer host blocks cut the hits), counts as cached, and
+     starts a get into the host block. The device blocks are held by the sequence but not indexed (no
+     one else matches them) and the sequence is "filling": every call that would run, commit, extend,
+     export, fork or swap it is refused with KVB_ERR_BAD_STATE until each of its gets is polled.
+   - kvb_store_poll learns completions. A good get becomes a host -> device load (kvb_drain_host_transfers);
+     the host block returns to the empty ones once that load is drained. A failed get (or a nonzero get
+     return) cuts the sequence: its computed tokens become (that block's index) * block_size, so the engine
+     recomputes from that block on; later store blocks of that sequence are recomputed too (their loads,
+     if any, are overwritten by the step's own K/V writes). When a sequence's last get resolves, its good
+     store blocks enter the device index.
+   - A sequence freed while filling releases its device blocks at once; its host blocks stay reserved
+     until their gets are polled.
+
+   The engine's order of operations, each step:
+     1. kvb_seq_allocate(...)                 new requests (store gets start)
+     2. kvb_store_poll(m, &filling)           completions; failures shorten sequences
+     3. kvb_seq_store_state(m, id, &computed, &filling) for each sequence to run: skip it this step while
+        filling != 0; otherwise run it from `computed` (kvb_batch_export does this by itself)
+     4. kvb_drain_host_transfers, run offloads then loads; then copies, export, forward, commit, append
+   A sequence whose bytes are not all good is never exported, so nothing wrong is ever attended. */
+KVB_API kvb_status kvb_manager_set_store(kvb_manager* m, const kvb_store* store, const kvb_store_namespace* ns);
+/* Learn every completed get (see above); with KVB_STORE_WRITE_THROUGH, first put the blocks offloaded
+   by the transfers drained before. *num_filling (may be NULL) = gets still in flight. */
+KVB_API kvb_status kvb_store_poll(kvb_manager* m, size_t* num_filling);
+/* Sequence seq_id's computed tokens now (its cached count at allocation, less what failed gets cut) and
+   its gets in flight (0: it may run). */
+KVB_API kvb_status kvb_seq_store_state(kvb_manager* m, int64_t seq_id, size_t* num_computed_tokens,
+                                       size_t* num_filling);
+
+/* The built-in directory store: one file per block, named by the store key's 32 hex digits (hi then lo)
+   + ".kvb", under path (created if missing). A file is a 64-byte header (magic "KVBSTOR1", format
+   version, the store key, the payload size, an xxh64 checksum of the payload) and the payload. Writes
+   go to a temporary file in the same directory, then rename() over the final name: readers on any
+   machine of a shared file system see a whole file or none. A get checks magic, key, size and checksum.
+   It is synchronous (the I/O happens in put and get; completions are reported at the next poll).
+   The host memory: num_regions regions (e.g. K and V of every layer of the host cache), block b's
+   bytes of region r at regions[r] + b * region_block_stride, region_block_bytes long; the payload is the
+   regions' bytes in order. The regions array is copied; the memory it points to must stay valid until
+   kvb_store_dir_destroy. */
+typedef struct kvb_store_dir_config {
+  uint32_t struct_size;
+  uint32_t num_host_blocks;       /* host blocks in each region (host_block ids are checked) */
+  const char* path;               /* directory; copied */
+  void* const* regions;           /* [num_regions] host memory bases; the array is copied */
+  size_t   num_regions;
+  size_t   region_block_bytes;    /* bytes of one block in one region */
+  size_t   region_block_stride;   /* bytes between blocks of a region; 0 = region_block_bytes */
+} kvb_store_dir_config;           /* may grow at the end */
+
+typedef struct kvb_store_dir kvb_store_dir;
+
+KVB_API void kvb_store_dir_config_init(kvb_store_dir_config* cfg);
+/* Create a directory store and fill *table (its callbacks, user = the store) for kvb_manager_set_store. */
+KVB_API kvb_status kvb_store_dir_create(const kvb_store_dir_config* cfg, kvb_store_dir** out, kvb_store* table);
+/* Destroy it (NULL is a no-op). Remove it from every manager first (kvb_manager_set_store(m, NULL, NULL)). */
+KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Batch export for kernels                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
@@ -487,6 +642,16 @@ typedef struct kvb_stats {
   uint64_t loaded_blocks;      /* host -> device copies handed out, cumulative */
   uint64_t host_evictions;     /* cached host blocks dropped for new content */
   uint64_t cached_host_blocks; /* host blocks holding cached content now (read by pending loads too) */
+  /* --- fields below were added with the store tier; older callers' struct_size omits them --- */
+  uint64_t store_hit_tokens;   /* of hit_tokens, found in the store at allocation (before any failure) */
+  uint64_t store_put_blocks;   /* puts the store accepted, cumulative */
+  uint64_t store_put_bytes;    /* ... times the namespace's block bytes */
+  uint64_t store_put_failures; /* puts refused (the block was dropped), cumulative */
+  uint64_t store_get_blocks;   /* gets completed good, cumulative */
+  uint64_t store_get_bytes;    /* ... times the namespace's block bytes */
+  uint64_t store_get_failures; /* gets failed (missing, corrupted, refused), cumulative */
+  uint64_t store_recomputed_tokens; /* cached tokens that failed gets cut (recomputed), cumulative */
+  uint64_t store_filling_blocks;    /* gets in flight now */
 } kvb_stats;
 
 /* Fill struct_size (everything else 0): the output struct that kvb_get_stats writes into. */
@@ -523,7 +688,9 @@ typedef struct kvb_event {
   uint32_t medium;        /* kvb_medium: where the block lives (vLLM's "GPU" / "CPU") */
 } kvb_event;
 
-typedef enum kvb_medium { KVB_MEDIUM_DEVICE = 0, KVB_MEDIUM_HOST = 1 } kvb_medium;
+/* KVB_MEDIUM_STORE: a STORED event for each put the store accepted (block_id = the host block it was
+   read from); the store's contents outlive the manager, so no REMOVED follows. */
+typedef enum kvb_medium { KVB_MEDIUM_DEVICE = 0, KVB_MEDIUM_HOST = 1, KVB_MEDIUM_STORE = 2 } kvb_medium;
 
 /* Drain events in order: as many as fit in events[capacity] and tokens[token_capacity].
    *num_events = drained (0 = queue empty); *dropped (may be NULL) = events lost since the last drain. */

@@ -248,8 +248,44 @@ static void test_prefill_grown_init_versions(void) {
   for (i = sizeof(kvb_prefill_args); i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
 }
 
+/* kvb_stats grew the store-tier counters after KVB_0.1: kvb_stats_init@KVB_0.1 writes only the 0.1
+   layout (up to cached_host_blocks), the default version the whole struct; kvb_get_stats fills each
+   caller's size and nothing beyond. */
+static void test_stats_grown_init_versions(void) {
+  typedef void (*init_fn)(kvb_stats*);
+  union {
+    kvb_stats a;
+    unsigned char bytes[sizeof(kvb_stats) + 32];
+  } b;
+  const size_t old = offsetof(kvb_stats, store_hit_tokens);
+  size_t i;
+  init_fn s01, s02;
+  void* sym[2];
+  kvb_manager* m = kvbt_make(4, 8);
+  sym[0] = dlvsym(RTLD_DEFAULT, "kvb_stats_init", "KVB_0.1");
+  sym[1] = dlvsym(RTLD_DEFAULT, "kvb_stats_init", "KVB_0.2");
+  memcpy(&s01, &sym[0], sizeof s01);
+  memcpy(&s02, &sym[1], sizeof s02);
+  CHECK(s01 && s02 && s01 != s02);
+  if (s01 && s02) {
+    memset(b.bytes, POISON, sizeof b.bytes);
+    s01(&b.a);
+    CHECK(b.a.struct_size == old && b.a.cached_host_blocks == 0);
+    for (i = old; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+    CHECK_OK(kvb_get_stats(m, &b.a));
+    CHECK(b.a.struct_size == old && b.a.num_blocks == 8);
+    for (i = old; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+    memset(b.bytes, POISON, sizeof b.bytes);
+    s02(&b.a);
+    CHECK(b.a.struct_size == sizeof(kvb_stats) && b.a.store_filling_blocks == 0);
+    for (i = sizeof(kvb_stats); i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  }
+  kvb_manager_destroy(m);
+}
+
 int main(void) {
   RUN_TEST(test_fp8_grown_init_versions);
+  RUN_TEST(test_stats_grown_init_versions);
   RUN_TEST(test_prefill_grown_init_versions);
   RUN_TEST(test_config_before_groups);
   RUN_TEST(test_batch_before_group);

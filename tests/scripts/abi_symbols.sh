@@ -22,7 +22,7 @@ done
 # objdump -T rows: ... FLAGS SECTION SIZE VERSION NAME; the version is "(V)" for a hidden one or a reference.
 defined=$(objdump -T "$lib" | awk '$NF ~ /^kvb_/ && $0 !~ /\*UND\*/ {print $(NF-1), $NF}')
 n=$(echo "$defined" | grep -c ' kvb_')
-grown='kvb_cache_desc_init kvb_attention_args_init kvb_prefill_args_init'
+grown='kvb_cache_desc_init kvb_attention_args_init kvb_prefill_args_init kvb_stats_init'
 is_grown() { case " $grown " in *" $1 "*) return 0;; esac; return 1; }
 others=$(echo "$defined" | while read -r v name; do
   if is_grown "$name"; then [ "$v" = "KVB_0.2" ] || [ "$v" = "(KVB_0.1)" ] || echo "$v $name"

@@ -88,9 +88,11 @@ $(OBJ)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -MMD -MP -c $< -o $@
 
+# -MMD: a kernel is rebuilt when a header it includes changes (kernels/types.h: a stale object saw another
+# layout of kvb::kern::Cache and indexed every layer past the first wrongly).
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS_) -c $< -o $@
+	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS_) -MMD -MP -c $< -o $@
 
 $(OBJ)/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)

@@ -10,6 +10,7 @@
  *    6. Fork, copy-on-write, rollback, sliding window
  *    7. Host tier and swapping         kvb_seq_can_swap_out / _in, kvb_seq_swap_out / _in
  *    8. Host cache                     host blocks as a second prefix-cache level, kvb_drain_host_transfers
+ *    8b. Store tier                    kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll, directory store
  *    9. Batch export for kernels       kvb_batch_export, kvb_batch_append, kvb_batch_commit
  *   10. Statistics, events, prefix-cache control
  *   11. Kernels                        write K/V, decode and prefill attention, copy / swap blocks, faults
@@ -38,8 +39,9 @@
  *    the layers of kvb_copy_blocks) is walked by the caller's size, not the library's: element i starts
  *    i * array[0].struct_size bytes in, and every element must carry that same struct_size (so an array
  *    built against an older or newer header works as it is).
- *  - The library never keeps a caller pointer after a call returns; arrays come out into caller buffers
- *    with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
+ *  - The library never keeps a caller pointer after a call returns (one exception: what the caller
+ *    registers for a manager's lifetime with kvb_manager_set_store, see "Store tier"); arrays come out
+ *    into caller buffers with an explicit capacity (KVB_ERR_BUFFER_TOO_SMALL reports the size needed).
  *  - Every function on one kvb_manager may be called from several threads (one lock per manager),
  *    except kvb_manager_destroy: it must not overlap any other call on that manager (it frees the lock).
  *
@@ -359,8 +361,218 @@ KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pai
                                             size_t* num_loads);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* Store tier: a third prefix-cache level below the host cache (blocks that outlive the process)     */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A store keeps blocks' bytes by key, outside the manager: a directory on a shared file system
+   (kvb_store_dir_create below), a key-value server, another engine's cache. The manager never moves
+   bytes: it tells the store which host block to read (put) or fill (get), and the host <-> device
+   moves stay those of kvb_drain_host_transfers. Needs KVB_CONFIG_HOST_CACHE (the host blocks are the
+   store's staging buffers); refused with KV cache groups (phase 1).
+
+   Keys. A block's store key is its whole-history index key (128 bits: the parent's key, salt, tokens,
+   extra key; see KVB_CONFIG_KEYED_INDEX) folded with the namespace: ns = XXH3-128 (seed 0) of the
+   little-endian bytes "KVBSTNS1", dtype, block_size, num_layers, num_kv_heads, head_dim (u32 each),
+   model_id (u64); store key = XXH3-128 (seed 0) of [index key lo, hi, ns lo, hi] (4 x u64 LE).
+   kvb_store_key_fold computes it. So blocks of a different layout, model or tenant (a tenant picks its
+   own model_id or cache salt) never match. A keyed index with a random seed is refused (its keys mean
+   nothing to another manager); an explicit index_seed is shared by the engines that know it.
+
+   Lifetime rule. The library keeps no caller pointer after a call returns, EXCEPT what the caller
+   registers explicitly for the manager's lifetime: kvb_manager_set_store copies the table, keeps its
+   function pointers and `user` until the store is replaced (or removed) or the manager is destroyed,
+   and never calls them after that. The caller keeps `user` (and the host memory the store reads and
+   writes) valid until then.
+
+   Callbacks run on the calling thread, inside the manager's lock: they must not call the manager. Each
+   returns 0 for success and anything else for failure (counted in kvb_stats, never fatal). */
+typedef struct kvb_store_key {
+  uint64_t lo, hi;
+} kvb_store_key;
+
+typedef struct kvb_store_completion {
+  uint64_t ticket;  /* the ticket the get was started with */
+  int32_t  status;  /* 0: the host block holds the key's bytes, checked against the checksum stored with
+                       them; anything else: missing, partial, corrupted or unreadable (the bytes in the
+                       host block are then garbage and are never loaded) */
+  uint32_t reserved;
+} kvb_store_completion;
+
+typedef enum kvb_store_flags {
+  /* Also put each block when it reaches the host tier (its offload was drained, so run, by the next
+     kvb_store_poll): the store gets blocks as soon as they leave the device, not only when the host
+     tier drops them (write-back, always on). A block already put is not put again at its eviction. */
+  KVB_STORE_WRITE_THROUGH = 1
+} kvb_store_flags;
+
+typedef struct kvb_store {
+  uint32_t struct_size;
+  uint32_t flags;  /* kvb_store_flags, default 0 (write-back only) */
+  void* user;  /* passed to every callback */
+  /* How many of keys[0..n) are stored, in order: *num_found = the k with keys[0..k) all present (the
+     longest stored prefix). Side-effect free. A failure counts as 0 found. */
+  int (*lookup)(void* user, const kvb_store_key* keys, size_t n, size_t* num_found);
+  /* Store host block host_block's bytes under key. The bytes must be read (copied or written out)
+     before put returns: the manager reuses the host block right after. Called when a cached host block
+     is evicted (write-back). A refusal (nonzero) drops the block, counted in store_put_failures. */
+  int (*put)(void* user, const kvb_store_key* key, int32_t host_block);
+  /* Start filling host block host_block with key's bytes; report it through poll with this ticket
+     (possibly at once). The host block stays reserved for the get until its completion is polled,
+     however long that takes. A nonzero return is a failed get (no completion is then expected). */
+  int (*get)(void* user, const kvb_store_key* key, int32_t host_block, uint64_t ticket);
+  /* Completed gets since the last poll, at most capacity: *num_done written. Called by kvb_store_poll
+     until it returns fewer than capacity. A nonzero return means the store gave up on every get in
+     flight: the manager fails them all (their sequences recompute) and reuses their host blocks, so
+     the store must write into none of them afterwards. */
+  int (*poll)(void* user, kvb_store_completion* done, size_t capacity, size_t* num_done);
+} kvb_store;  /* may grow at the end */
+
+/* What makes blocks' bytes compatible: the key namespace. */
+typedef struct kvb_store_namespace {
+  uint32_t struct_size;
+  uint32_t dtype;         /* kvb_dtype */
+  uint32_t block_size;    /* must equal the manager's */
+  uint32_t num_layers;
+  uint32_t num_kv_heads;
+  uint32_t head_dim;
+  uint64_t model_id;      /* chosen by the caller: a model, a revision, a tenant */
+} kvb_store_namespace;    /* may grow at the end */
+
+/* Fill defaults (everything 0) and struct_size. */
+KVB_API void kvb_store_init(kvb_store* store);
+KVB_API void kvb_store_namespace_init(kvb_store_namespace* ns);
+/* The store key of index key (lo, hi) under ns (see "Keys" above). KVB_ERR_INVALID_ARGUMENT for NULLs. */
+KVB_API kvb_status kvb_store_key_fold(const kvb_store_namespace* ns, uint64_t index_key_lo, uint64_t index_key_hi,
+                                      kvb_store_key* out);
+/* Register store (NULL removes it) for blocks of namespace ns. lookup, put, get and poll are all
+   required. Refused (KVB_ERR_BAD_STATE) while gets are in flight; needs KVB_CONFIG_HOST_CACHE and no KV
+   cache groups; a keyed index needs an explicit index_seed. See the lifetime rule above.
+
+   What the manager does with it:
+   - A cached host block that is evicted is put (write-back; its bytes must be in the host block: the
+     engine has run the offloads it drained earlier). A block whose offload was never run is dropped.
+     With KVB_STORE_WRITE_THROUGH, kvb_store_poll also puts the blocks whose offloads the previous
+     kvb_drain_host_transfers handed out (still cached on the host).
+   - kvb_seq_allocate(_ex) (and kvb_seq_can_allocate(_ex), with no side effect) continue the prefix match
+     past the device and host levels with one batched lookup of the blocks after the first miss (not
+     for sequences with a sliding window). Each store hit takes a free device block and a host block (an
+     empty one, else a cached one is evicted; fewer host blocks cut the hits), counts as cached, and
+     starts a get into the host block. The device blocks are held by the sequence but not indexed (no
+     one else matches them) and the sequence is "filling": every call that would run, commit, extend,
+     export, fork or swap it is refused with KVB_ERR_BAD_STATE until each of its gets is polled.
+   - kvb_store_poll learns completions. A good get becomes a host -> device load (kvb_drain_host_transfers);
+     the host block returns to the empty ones once that load is drained. A failed get (or a nonzero get
+     return) cuts the sequence: its computed tokens become (that block's index) * block_size, so the engine
+     recomputes from that block on; later store blocks of that sequence are recomputed too (their loads,
+     if any, are overwritten by the step's own K/V writes). When a sequence's last get resolves, its good
+     store blocks enter the device index.
+   - A sequence freed while filling releases its device blocks at once; its host blocks stay reserved
+     until their gets are polled.
+
+   The engine's order of operations, each step:
+     1. kvb_seq_allocate(...)                 new requests (store gets start)
+     2. kvb_store_poll(m, &filling)           completions; failures shorten sequences
+     3. kvb_seq_store_state(m, id, &computed, &filling) for each sequence to run: skip it this step while
+        filling != 0; otherwise run it from `computed` (kvb_batch_export does this by itself)
+     4. kvb_drain_host_transfers, run offloads then loads; then copies, export, forward, commit, append
+   A sequence whose bytes are not all good is never exported, so nothing wrong is ever attended. */
+KVB_API kvb_status kvb_manager_set_store(kvb_manager* m, const kvb_store* store, const kvb_store_namespace* ns);
+/* Learn every completed get (see above); with KVB_STORE_WRITE_THROUGH, first put the blocks offloaded
+   by the transfers drained before. *num_filling (may be NULL) = gets still in flight. */
+KVB_API kvb_status kvb_store_poll(kvb_manager* m, size_t* num_filling);
+/* Sequence seq_id's computed tokens now (its cached count at allocation, less what failed gets cut) and
+   its gets in flight (0: it may run). */
+KVB_API kvb_status kvb_seq_store_state(kvb_manager* m, int64_t seq_id, size_t* num_computed_tokens,
+                                       size_t* num_filling);
+
+/* The built-in directory store: one file per block, named by the store key's 32 hex digits (hi then lo)
+   + ".kvb", under path (created if missing). A file is a 64-byte header (magic "KVBSTOR1", format
+   version, the store key, the payload size, an xxh64 checksum of the payload) and the payload. Writes
+   go to a temporary file in the same directory, then rename() over the final name: readers on any
+   machine of a shared file system see a whole file or none. A get checks magic, key, size and checksum.
+   It is synchronous (the I/O happens in put and get; completions are reported at the next poll).
+   The host memory: num_regions regions (e.g. K and V of every layer of the host cache), block b's
+   bytes of region r at regions[r] + b * region_block_stride, region_block_bytes long; the payload is the
+   regions' bytes in order. The regions array is copied; the memory it points to must stay valid until
+   kvb_store_dir_destroy. */
+typedef struct kvb_store_dir_config {
+  uint32_t struct_size;
+  uint32_t num_host_blocks;       /* host blocks in each region (host_block ids are checked) */
+  const char* path;               /* directory; copied */
+  void* const* regions;           /* [num_regions] host memory bases; the array is copied */
+  size_t   num_regions;
+  size_t   region_block_bytes;    /* bytes of one block in one region */
+  size_t   region_block_stride;   /* bytes between blocks of a region; 0 = region_block_bytes */
+} kvb_store_dir_config;           /* may grow at the end */
+
+typedef struct kvb_store_dir kvb_store_dir;
+
+KVB_API void kvb_store_dir_config_init(kvb_store_dir_config* cfg);
+/* Create a directory store and fill *table (its callbacks, user = the store) for kvb_manager_set_store. */
+KVB_API kvb_status kvb_store_dir_create(const kvb_store_dir_config* cfg, kvb_store_dir** out, kvb_store* table);
+/* Destroy it (NULL is a no-op). Remove it from every manager first (kvb_manager_set_store(m, NULL, NULL)). */
+KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Batch export for kernels                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
+
+/* Prefix groups of a batch (shared-prefix, or "cascade", attention). Sequences of one step that hold the
+   same block ids at the head of their block tables (forks, n > 1 sampling, beam search, a system prompt
+   hit in the prefix cache) read the same K/V. A group is a set of >= 2 batch rows whose tables begin
+   with the same shared_blocks[g] block ids; the kernels then attend every member's queries (all query
+   heads) over those blocks once, as one matrix product, attend each member's own blocks (the rest of
+   its table) as usual, and merge the two parts by log-sum-exp: the same function as the plain call.
+   Two levels: the shared prefix of a group, then each member's own blocks. Groups are disjoint; a row
+   in no group is an ordinary sequence.
+
+   Export (kvb_batch.prefix_groups != NULL): the manager fills the description in O(total blocks) time,
+   allocating nothing once warm. Only full blocks whose K/V are all computed count as shared (a partial
+   last block, and blocks holding uncomputed tokens, are each member's own); a -1 entry (released by a
+   sliding window) ends the sharing. Rows are grouped by the block id at column min_shared_blocks - 1,
+   each candidate is checked against the first row of its group over columns 0 .. min_shared_blocks - 1
+   (a candidate that differs stays ordinary), and shared_blocks[g] is the longest prefix common to all
+   members; a candidate set of one row is no group. Groups come in the order of their first member,
+   members in batch order. With KV cache groups the description is that of kvb_batch.group's tables.
+   Every array is a caller buffer; num_seqs entries for members and num_seqs / 2 for groups always
+   suffice. Too small: KVB_ERR_BUFFER_TOO_SMALL with num_groups and num_members set to the sizes needed.
+
+   Kernels (kvb_attention_args.prefix_groups, kvb_prefill_args.prefix_groups; NULL or num_groups 0 =
+   plain): the arrays are read on the host (CPU caches). A member row must have shared_blocks * block_size
+   <= seq_lens[row] and, over the shared columns, the very block ids of the group's first member, every
+   one in [0, num_blocks); a row in two groups is an error. Soft cap, window + sinks (each member's own
+   window masks its part of the shared keys) and every dtype are as in the plain kernels; the work
+   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches and FP8 caches (for
+   now): the description is ignored and the plain kernel runs (same results, no speed-up yet).
+
+   Worked example (block_size 16). Rows 0 and 2 forked from one 70-token prompt: their tables begin with
+   the blocks 7 8 9 4 (64 computed tokens), then each has its own copy of the partial block (11, 12);
+   row 1 is unrelated:
+     block_tables  row 0: 7 8 9 4 11      seq_lens 71 (70 computed, then the decode token)
+                   row 1: 5 6             seq_lens 20
+                   row 2: 7 8 9 4 12      seq_lens 71
+   kvb_batch_export with prefix_groups (min_shared_blocks 2) writes num_groups 1, num_members 2,
+   group_start {0, 2}, members {0, 2}, shared_blocks {4}. kvb_paged_attention with the same struct then
+   reads blocks 7 8 9 4 once for the 2 x num_q_heads queries of rows 0 and 2 (64 keys), reads 11 and 12
+   for their own query heads (7 keys each) and row 1 as usual (20 keys), and merges row 0's two parts:
+   with m_s, l_s, o_s (max logit, sum of exponentials, normalised output) of the shared part and m_o,
+   l_o, o_o of the own part, out = (l_s e^(m_s - M) o_s + l_o e^(m_o - M) o_o) / (l_s e^(m_s - M) +
+   l_o e^(m_o - M)), M = max(m_s, m_o). */
+typedef struct kvb_prefix_groups {
+  uint32_t struct_size;
+  uint32_t min_shared_blocks;  /* export: least shared blocks that make a group (default 2; 0 counts as 1) */
+  uint32_t group_capacity;     /* export: entries of shared_blocks (group_start holds group_capacity + 1) */
+  uint32_t member_capacity;    /* export: entries of members */
+  int32_t* group_start;        /* [num_groups + 1]: group g's members are members[group_start[g] ..
+                                  group_start[g + 1]); group_start[0] = 0 */
+  int32_t* members;            /* [num_members] batch rows (indexes into seq_ids / the kernels' rows) */
+  int32_t* shared_blocks;      /* [num_groups] leading blocks every member of group g holds */
+  uint32_t num_groups;         /* export: out; kernels: in */
+  uint32_t num_members;        /* export: out (= group_start[num_groups]); kernels: not read */
+} kvb_prefix_groups;           /* may grow at the end */
+
+/* Fill defaults (no buffers, min_shared_blocks 2, no groups) and struct_size. */
+KVB_API void kvb_prefix_groups_init(kvb_prefix_groups* groups);
 
 typedef struct kvb_batch {
   uint32_t struct_size;
@@ -375,6 +587,8 @@ typedef struct kvb_batch {
   /* --- fields below were added with KV cache groups; older callers' struct_size omits them --- */
   uint32_t group;              /* KV cache group whose block tables and slots are written (default 0);
                                   one call per group fills the inputs of that group's layers */
+  /* --- fields below were added with prefix groups; older callers' struct_size omits them --- */
+  kvb_prefix_groups* prefix_groups; /* NULL = not wanted; else filled as above (kvb_prefix_groups) */
 } kvb_batch;
 
 /* Fill defaults (NULL outputs = not wanted, no columns, group 0) and struct_size. */
@@ -428,6 +642,16 @@ typedef struct kvb_stats {
   uint64_t loaded_blocks;      /* host -> device copies handed out, cumulative */
   uint64_t host_evictions;     /* cached host blocks dropped for new content */
   uint64_t cached_host_blocks; /* host blocks holding cached content now (read by pending loads too) */
+  /* --- fields below were added with the store tier; older callers' struct_size omits them --- */
+  uint64_t store_hit_tokens;   /* of hit_tokens, found in the store at allocation (before any failure) */
+  uint64_t store_put_blocks;   /* puts the store accepted, cumulative */
+  uint64_t store_put_bytes;    /* ... times the namespace's block bytes */
+  uint64_t store_put_failures; /* puts refused (the block was dropped), cumulative */
+  uint64_t store_get_blocks;   /* gets completed good, cumulative */
+  uint64_t store_get_bytes;    /* ... times the namespace's block bytes */
+  uint64_t store_get_failures; /* gets failed (missing, corrupted, refused), cumulative */
+  uint64_t store_recomputed_tokens; /* cached tokens that failed gets cut (recomputed), cumulative */
+  uint64_t store_filling_blocks;    /* gets in flight now */
 } kvb_stats;
 
 /* Fill struct_size (everything else 0): the output struct that kvb_get_stats writes into. */
@@ -464,7 +688,9 @@ typedef struct kvb_event {
   uint32_t medium;        /* kvb_medium: where the block lives (vLLM's "GPU" / "CPU") */
 } kvb_event;
 
-typedef enum kvb_medium { KVB_MEDIUM_DEVICE = 0, KVB_MEDIUM_HOST = 1 } kvb_medium;
+/* KVB_MEDIUM_STORE: a STORED event for each put the store accepted (block_id = the host block it was
+   read from); the store's contents outlive the manager, so no REMOVED follows. */
+typedef enum kvb_medium { KVB_MEDIUM_DEVICE = 0, KVB_MEDIUM_HOST = 1, KVB_MEDIUM_STORE = 2 } kvb_medium;
 
 /* Drain events in order: as many as fit in events[capacity] and tokens[token_capacity].
    *num_events = drained (0 = queue empty); *dropped (may be NULL) = events lost since the last drain. */
@@ -491,7 +717,24 @@ KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
    (cache k/v, q, out, key, value) is below 2^60 elements and that the tensor does not wrap the address
    space; otherwise KVB_ERR_INVALID_ARGUMENT names the stride. */
 typedef enum kvb_device_type { KVB_DEVICE_CPU = 0, KVB_DEVICE_CUDA = 1 } kvb_device_type;
-typedef enum kvb_dtype { KVB_DTYPE_FP16 = 0, KVB_DTYPE_BF16 = 1, KVB_DTYPE_FP32 = 2 } kvb_dtype;
+/* FP8 caches (E4M3 = OCP "e4m3fn": bias 7, no inf, NaN 0x7f/0xff, max 448; E5M2: bias 15, max 57344)
+   store one byte per element: stored = RNE_fp8(fl32(x / scale)) with the cache's k_scale / v_scale (or
+   its per-kv-head scales), i.e. one fp32 division rounded to nearest even, then rounded to nearest even
+   (ties to the even code) to fp8 and SATURATED to the finite range: |x / scale| beyond the largest finite
+   value, +-inf included, stores +-448 (e4m3) / +-57344 (e5m2). The e5m2 inf codes are never written (the
+   same choice as vLLM's scaled conversion and the hardware cvt with .satfinite; torch's plain
+   .to(float8_e5m2) keeps inf, and .to(float8_e4m3fn) turns overflow into NaN, unlike this rule). NaN
+   stores NaN (sign | 0x7f in both formats); -0 stores 0x80; magnitudes at or below half the smallest
+   subnormal (e4m3 2^-10, e5m2 2^-17) store +-0. CPU and CUDA write the same bytes. Reading dequantizes
+   exactly: value = fp8 * scale in fp32, accumulation in fp32. An fp8 cache has its own query dtype
+   (kvb_attention_args.q_dtype, kvb_prefill_args.q_dtype) and input dtype (kvb_write_kv_args.input_dtype). */
+typedef enum kvb_dtype {
+  KVB_DTYPE_FP16 = 0,
+  KVB_DTYPE_BF16 = 1,
+  KVB_DTYPE_FP32 = 2,
+  KVB_DTYPE_FP8_E4M3 = 3,
+  KVB_DTYPE_FP8_E5M2 = 4
+} kvb_dtype;
 
 /* One layer's K and V caches: [num_blocks, block_size, num_kv_heads, head_dim] by default (NHD). Strides
    are in elements (0 = dense NHD); head_dim elements are contiguous. K and V share shape and strides. */
@@ -511,6 +754,16 @@ typedef struct kvb_cache_desc {
   int64_t  head_stride;   /* elements between heads of a token; 0 = head_dim */
   uint32_t alloc_kind;    /* set by kvb_cache_alloc (kvb_cache_alloc_kind); 0 = memory owned by the caller */
   uint32_t reserved;
+  /* --- fields below were added with FP8 caches (KVB_0.2); older callers' struct_size omits them (then
+     the defaults hold). Read only for an FP8 dtype, where each scale must be finite and > 0. --- */
+  float    k_scale;       /* stored K = x / k_scale (see kvb_dtype); default 1.0 */
+  float    v_scale;       /* stored V = x / v_scale; default 1.0 */
+  const float* k_head_scales;  /* NULL (default) or num_kv_heads floats in HOST memory, even for a CUDA
+                                  cache: the scale of each kv head, replacing k_scale. Read during each
+                                  call that is handed the descriptor, never kept (CUDA kernels get the
+                                  values by value in their launch parameters, so a captured CUDA graph
+                                  keeps the values of capture time); on CUDA at most 128 kv heads */
+  const float* v_head_scales;  /* the same for V */
 } kvb_cache_desc;
 
 typedef enum kvb_cache_alloc_kind {
@@ -520,7 +773,7 @@ typedef enum kvb_cache_alloc_kind {
   KVB_ALLOC_HOST = 3         /* plain aligned host memory (no CUDA driver or not built with CUDA) */
 } kvb_cache_alloc_kind;
 
-/* Fill defaults (CPU, FP16, NULL pointers, zero shape, dense strides) and struct_size. */
+/* Fill defaults (CPU, FP16, NULL pointers, zero shape, dense strides, scales 1.0) and struct_size. */
 KVB_API void kvb_cache_desc_init(kvb_cache_desc* desc);
 /* Allocate K and V for the shape, device and dtype in *desc (strides must be 0: dense NHD); fills k, v,
    strides and alloc_kind. CUDA: device memory; CPU: page-locked when a CUDA device is usable. */
@@ -532,10 +785,12 @@ KVB_API kvb_status kvb_cache_free(kvb_cache_desc* desc);
 KVB_API kvb_status kvb_cuda_device_count(int32_t* count);
 
 /* New K and V of num_tokens tokens into the cache, token i at slot slot_mapping[i] (block*block_size +
-   offset; -1 = skip). All arrays in the cache's dtype and on its device; strides in elements, 0 = dense. */
+   offset; -1 = skip). key/value in the cache's dtype (an FP8 cache: in input_dtype, quantized as kvb_dtype
+   states) and on its device; strides in elements, 0 = dense. */
 typedef struct kvb_write_kv_args {
   uint32_t struct_size;
-  uint32_t reserved;
+  uint32_t input_dtype;         /* FP8 cache only: kvb_dtype of key/value, FP16 (default 0), BF16 or FP32;
+                                   ignored for other caches (was `reserved`, zeroed by every _init) */
   size_t   num_tokens;
   const void* key;              /* [num_tokens, num_kv_heads, head_dim] */
   const void* value;            /* [num_tokens, num_kv_heads, head_dim] */
@@ -554,7 +809,8 @@ KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
 KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_args* args, void* stream);
 
 /* Paged decode attention: one query token per sequence over its cached tokens. q and out in the cache's
-   dtype, everything on the cache's device; strides in elements (0 = dense). */
+   dtype (an FP8 cache: in q_dtype), everything on the cache's device; strides in elements (0 = dense).
+   FP8 caches: CPU only for now (a CUDA FP8 cache is refused with KVB_ERR_UNSUPPORTED). */
 typedef struct kvb_attention_args {
   uint32_t struct_size;
   uint32_t num_seqs;
@@ -574,6 +830,12 @@ typedef struct kvb_attention_args {
   uint32_t sink_tokens;         /* with a window: the first sink_tokens tokens are attended too */
   void*    workspace;           /* kvb_paged_attention_workspace_size() bytes on the device (may be NULL if 0) */
   size_t   workspace_size;
+  /* --- fields below were added with FP8 caches (KVB_0.2); older callers' struct_size omits them --- */
+  uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
+                                   (FP32: CPU only); ignored for other caches (q, out in the cache dtype) */
+  uint32_t reserved2;
+  const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
+                                             also KVB_0.2 */
 } kvb_attention_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap, no workspace) and
@@ -632,7 +894,9 @@ typedef struct kvb_prefill_args {
   uint32_t max_blocks_per_seq;  /* columns of block_tables */
   uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (given because
                                    the host cannot read a device query_start; checked as below) */
-  uint32_t reserved;
+  uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
+                                   (FP32: CPU only); ignored for other caches (was `reserved`, zeroed by
+                                   every _init). FP8 caches: CPU only for now (CUDA: KVB_ERR_UNSUPPORTED) */
   const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
   int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
   int64_t  q_head_stride;       /* 0 = head_dim */
@@ -649,6 +913,17 @@ typedef struct kvb_prefill_args {
   void*    workspace;           /* kvb_prefill_attention_workspace_size() bytes on the device, 16-byte
                                    aligned (may be NULL if 0) */
   size_t   workspace_size;
+  /* --- fields below were added after KVB_0.1 (kvb_prefill_args_init@KVB_0.2); older callers' struct_size
+     (128 bytes) omits them, and they take their default --- */
+  uint32_t allow_tf32;          /* nonzero: an fp32 cache on CUDA may use TF32 tensor cores (sm_80+): q, k, v
+                                   and the softmax weights are rounded to TF32 (8-bit exponent, 10-bit
+                                   mantissa: ~1e-3 relative error per element; results typically within
+                                   ~1e-3 relative of fp32) with fp32 accumulation, several times faster.
+                                   0 (default): exact fp32 arithmetic. Ignored for fp16 / bf16 caches and on
+                                   the CPU (always fp32). */
+  uint32_t reserved2;           /* 0 */
+  const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
+                                             also KVB_0.2 */
 } kvb_prefill_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */

@@ -1,6 +1,9 @@
 // C boundary of paged decode attention and its workspace query.
+#include <cstddef>
+
 #include "../libkvblock/capi_guard.h"
 #include "backends.h"
+#include "cascade.h"
 #include "validate.h"
 
 using namespace kvb;
@@ -24,6 +27,11 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
     Attention a = read_attention(c, args, true);
     require_backend(c, "cache");
     if (a.num_seqs == 0) return;
+    // Shared-prefix attention (kvb_prefix_groups): CPU only for now; CUDA runs the plain kernel (same results).
+    const kvb_prefix_groups* pg = args->struct_size >= offsetof(kvb_attention_args, prefix_groups) + sizeof(void*)
+                                      ? prefix_groups_to_use(args->prefix_groups)
+                                      : nullptr;
+    if (pg && !c.cuda && !c.fp8()) return cpu::cascade_attention(c, cascade_of(a), *pg);  // fp8: plain kernel
     if (c.cuda)
       cuda::paged_attention(c, a, stream);
     else

@@ -41,8 +41,57 @@ constexpr int kStaticSmem = 1024;  // bound on the kernel's static shared memory
 // Pipeline depth (stages of K + V: 16 / 32 / 64 KiB at D 64 / 128 / 256): 4 at D 64, 3 at D 128 (two
 // CTAs per H100 SM), at D 256 (one CTA per SM) 3 where a block may have that much shared memory
 // (max_block_smem: H100 227 KiB) and 2 otherwise (A100 163 KiB).
+// Bytes in flight per SM (a CTA computing stage i has stages i+1 .. i+ST-1 loading; one fewer while it
+// waits), against the ~24-32 KiB an H100 SM needs to hold its 1/132 of ~3 TB/s over ~1 us of latency:
+//   D 64:  66 KiB per CTA, 3 CTAs per SM (shared memory), 3 x 16 = 48 KiB each -> 144 KiB per SM
+//   D 128: 100 KiB, 2 CTAs per SM, 2 x 32 = 64 KiB each                        -> 128 KiB per SM
+//   D 256: 200 KiB, 1 CTA per SM, 2 x 64 = 128 KiB                              -> 128 KiB per SM
+//   (A100, D 256: 136 KiB, 2 stages: 64 KiB per SM, against ~19 KiB needed at 2 TB/s / 108 SMs)
+// So steady state is not bounded by bytes in flight; what the first H100 run lost (32 x 4096 at 73% of
+// the copy rate, D 256 at 68%) was each CTA's fixed cost, paid once per wave: see mma_partition_size.
 KVB_HD constexpr int stages(int head_dim, int max_block_smem) {
   return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : smem_bytes(head_dim, 3) + kStaticSmem <= max_block_smem ? 3 : 2;
+}
+
+// Partition size of a tensor-core decode launch (the host picks it; attention.cu).
+//
+// The plan's partition size (plan_partition, shape-only: it sized the caller's workspace) or a
+// power-of-two multiple of it (fewer partitions: the workspace still suffices), chosen by a cost model
+// fitted to the first H100 run of this kernel (2026-11-26, block 16, D 128, every split at 256-1024 keys
+// per CTA, 16 waves): time = waves x (kCtaOverheadKeys + P) in units of "one key of one CTA", i.e. each
+// CTA pays a fixed cost (Q load, the pipeline's first round trip through the block table and the cache,
+// the warps' merge and the workspace write) worth ~80-130 keys at D 128 with 2 CTAs per SM (~235 at
+// D 256, 1 CTA per SM, where no other CTA hides it), and a grid of ceil(CTAs / wave) waves pays it once
+// per wave. The old rule (the most partitions among equal last-wave fills) kept 256-1024 keys per CTA:
+// 32 x 4096 ran at 73% of the copy rate (P 256, 16 waves), 64 x 8192 at 91% (P 1024); with P 4096
+// both become one to four waves at ~97%. The reduce kernel (a second launch and the workspace
+// round trip) counts as one more overhead when there are several partitions.
+// Longer partitions leave a ragged batch (one long sequence among short ones) waiting for that
+// sequence's few CTAs, each streaming alone at (in-flight bytes / latency): P is capped at 32 pipeline
+// round trips of a lone CTA, max_partition_keys = 32 x (stages - 1) x 64 keys (4096 at D 64 to 256 on an
+// H100: 2 MiB per CTA at D 128, ~40-50 us alone; 2048 at D 256 on an A100).
+constexpr int64_t kCtaOverheadKeys = 128;
+KVB_HD int64_t max_partition_keys(int stages) { return int64_t(32) * (stages - 1) * kStageKeys; }
+// max_ctx: max_blocks_per_seq * block_size; ctas_per_partition: kv heads x head chunks x sequences;
+// wave: resident CTAs of the whole GPU (SMs x CTAs per SM); int_limit: P + max_ctx must stay below it
+// (token indices are int in the kernel).
+inline int64_t mma_partition_size(int64_t plan_partition, int64_t plan_partitions, int64_t max_ctx,
+                                  int64_t ctas_per_partition, int64_t wave, int stages, int64_t int_limit) {
+  if (plan_partitions <= 1) return plan_partition;
+  const int64_t cap = max_partition_keys(stages);
+  int64_t best = plan_partition;
+  double best_cost = -1.0;
+  for (int64_t P = plan_partition; P == plan_partition || (P <= cap && P + max_ctx < int_limit); P *= 2) {
+    const int64_t np = (max_ctx + P - 1) / P;
+    const int64_t waves = (np * ctas_per_partition + wave - 1) / wave;
+    const double cost = double(waves) * double(kCtaOverheadKeys + P) + (np > 1 ? double(kCtaOverheadKeys) : 0.0);
+    if (best_cost < 0.0 || cost < best_cost * (1.0 - 1e-9)) {  // at equal cost, the most partitions
+      best_cost = cost;
+      best = P;
+    }
+    if (np == 1) break;
+  }
+  return best;
 }
 
 // Query-head chunks of a GQA group and the heads of chunk c (balanced: sizes differ by at most one).

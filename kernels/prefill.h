@@ -35,7 +35,9 @@ struct Prefill {
   float scale = 0.f, soft_cap = 0.f;
   int64_t window = 0, sink = 0;
   void* workspace = nullptr;
+  bool allow_tf32 = false;  // fp32 caches on CUDA: TF32 tensor cores allowed
   PrefillPlan plan;
+  Dtype q_dtype = Dtype::f16;  // dtype of q and out: the cache's, or fp16/bf16/fp32 for an fp8 cache
 };
 
 // Workspace layout when split: m[row][head][split], l[...], acc[row][head][split][head_dim], where row
@@ -51,6 +53,10 @@ void prefill_attention(const Cache& c, const Prefill& a);
 }
 namespace cuda {
 void prefill_attention(const Cache& c, const Prefill& a, void* stream);  // unsupported without nvcc
+// Whether the fp32 prefill launch on this thread may use TF32 tensor cores: set by kvb_prefill_attention
+// around cuda::prefill_attention from Prefill::allow_tf32 (a thread-local, so that the launch code in
+// prefill.cu need not carry the flag; capi_prefill.cpp).
+bool fp32_tf32_allowed();
 }
 
 }  // namespace kern

@@ -46,6 +46,20 @@ KVB_HD int64_t local_tile(const int32_t* query_start, int seq, int group, int ro
                  : tile - tile_base(query_start[seq], seq, group, rows_per_tile);
 }
 
+// The (query tile, kv head) of CTA x of the grid, kv head fastest: the GPU starts CTAs roughly in
+// grid order, so with local_tile's reverse walk every kv head's longest tiles start in the first wave
+// (with the tile fastest, kv head 7's longest tiles of a single long prompt started in the last wave
+// and ran alone at the end).
+struct CtaTile {
+  int tile, kv_head;
+};
+KVB_HD CtaTile cta_tile(int x, int num_kv_heads) {
+  CtaTile c;
+  c.tile = x / num_kv_heads;
+  c.kv_head = x - c.tile * num_kv_heads;
+  return c;
+}
+
 // Does a query at position pos attend key position key?
 KVB_HD bool attends(int key, int pos, int window, int sink) {
   return key <= pos && (window <= 0 || key > pos - window || key < sink);
@@ -89,10 +103,28 @@ KVB_HD constexpr int mtiles_per_warp(int head_dim) { return head_dim == 256 ? 1 
 // The 16-row m-tile of the CTA that m-tile mi of warp w computes (rows 16 m .. 16 m + 15).
 KVB_HD int mtile_of(int warp, int mi, int mtiles) { return warp * mtiles + mi; }
 
-// K / V (and block offset) double buffers: key tile i of the walk lives in stage i & 1. Tile i + 1 is
-// issued at the top of iteration i, after the barrier that ended iteration i - 1 (the last reader of
-// stage (i + 1) & 1); block offsets of tile i + 2 are written after iteration i's compute barrier.
+// K / V (and block offset) double buffers: key tile i of the walk lives in stage i & 1. Iteration i
+// waits for all its copies, then one barrier (tile i visible; every warp done with tile i - 1, the
+// last reader of stage (i + 1) & 1), then issues tile i + 1 and computes tile i; block offsets of
+// tile i + 2 are written after that compute (their stage's last reader, load_kv(i), ran before the barrier).
 KVB_HD int kv_stage(int i) { return i & 1; }
+
+// Online softmax with a lazy row max. The reference max m (raw logits, before the scale qs in log2
+// units) moves to a tile's max mx only when qs (mx - m) exceeds kMaxSlackLog2 (or m is still -inf):
+// the exponents qs x - qs m then reach at most 2^8 = 256, harmless in the fp32 sums and in the
+// fp16 / bf16 P fed to the MMA (floating point, so no precision is lost), and the final O / l is the
+// same softmax for any reference. Once a row's first tiles have set m, later tiles almost never move
+// it, so the kernel's warp vote skips the row-max shuffles and the D / 2 multiplies per row pair that
+// rescale O (and the sum) on nearly every tile, not only once the exact max has settled. A NaN tile
+// max leaves m alone (the NaN still reaches the output through its exponent); all -inf (masked so
+// far) leaves -inf. The slack in raw units is computed once (qs > 0) and kept finite, so a first
+// finite max always moves m from -inf.
+constexpr float kMaxSlackLog2 = 8.f;
+KVB_HD float max_slack_raw(float qs) {
+  const float t = kMaxSlackLog2 / qs;
+  return t < 3.0e38f ? t : 3.0e38f;
+}
+KVB_HD bool row_max_moves(float m, float mx, float slack_raw) { return mx - m > slack_raw; }
 
 // Shared-memory tiles and mma.sync m16n8k16 fragments of one warp (16 query rows). Tiles are row-major
 // [rows][C chunks of 16 bytes] with chunk c of row r stored at chunk c ^ (r & 7). A ldmatrix.x4 takes
@@ -123,6 +155,22 @@ KVB_HD int c_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
 // at swz(C, r, c).
 KVB_HD uint32_t o_stage(int chunks_per_row, int mt, int lane, int half, int dt) {
   return swz(chunks_per_row, mt * 16 + c_row(lane, 2 * half), dt) + uint32_t(4 * (lane & 3));
+}
+
+// The same addresses as one per-lane base plus what the unrolled loops add: in a swizzled tile whose
+// rows are C >= 8 chunks (a power of two), chunk 2 j + b (b = 0, 1 from the lane) of row r sits at
+// (r C + (b ^ (r & 7))) 16 ^ 32 j, and 16 rows further is + 16 C 16. So each ldmatrix needs at most one
+// XOR of a per-lane register with a constant, the rest being the instruction's immediate offset
+// (valid when the tile starts at a multiple of 16 C bytes; the kernel aligns shared memory to 1 KiB).
+KVB_HD uint32_t q_base(int chunks_per_row, int mt, int lane) { return swz(chunks_per_row, q_row(mt, lane), q_chunk(0, lane)); }
+KVB_HD uint32_t q_addr(uint32_t base, int kk) { return base ^ uint32_t(32 * kk); }
+KVB_HD uint32_t k_base(int chunks_per_row, int lane) { return swz(chunks_per_row, k_row(0, lane), k_chunk(0, lane)); }
+KVB_HD uint32_t k_addr(int chunks_per_row, uint32_t base, int n2, int kk) {
+  return (base ^ uint32_t(32 * kk)) + uint32_t(n2 * 16 * chunks_per_row * 16);
+}
+KVB_HD uint32_t v_base(int chunks_per_row, int lane) { return swz(chunks_per_row, v_row(0, lane), v_chunk(0, lane)); }
+KVB_HD uint32_t v_addr(int chunks_per_row, uint32_t base, int kk, int d2) {
+  return (base ^ uint32_t(32 * d2)) + uint32_t(kk * 16 * chunks_per_row * 16);
 }
 
 }  // namespace frag

@@ -7,9 +7,10 @@
 namespace kvb {
 namespace kern {
 
-enum class Dtype : int { f16 = 0, bf16 = 1, f32 = 2 };
+enum class Dtype : int { f16 = 0, bf16 = 1, f32 = 2, e4m3 = 3, e5m2 = 4 };
 
-inline size_t dtype_size(Dtype d) { return d == Dtype::f32 ? 4 : 2; }
+constexpr bool is_fp8(Dtype d) { return d == Dtype::e4m3 || d == Dtype::e5m2; }
+inline size_t dtype_size(Dtype d) { return d == Dtype::f32 ? 4 : is_fp8(d) ? 1 : 2; }
 const char* dtype_name(Dtype d);
 
 // One layer's K/V caches; every stride in elements and positive.
@@ -22,6 +23,15 @@ struct Cache {
   int64_t num_blocks = 0, block_size = 0, num_kv_heads = 0, head_dim = 0;
   int64_t block_stride = 0, token_stride = 0, head_stride = 0;
   int block_shift = 0;  // log2(block_size)
+  // FP8 caches only (1.0 otherwise): stored = x / scale. The per-head arrays, when not NULL, are the
+  // caller's host memory, valid only during the call (checked finite and > 0), and replace k/v_scale.
+  float k_scale = 1.f, v_scale = 1.f;
+  const float* k_head_scales = nullptr;
+  const float* v_head_scales = nullptr;
+
+  bool fp8() const { return is_fp8(dtype); }
+  float k_scale_of(int64_t head) const { return k_head_scales ? k_head_scales[head] : k_scale; }
+  float v_scale_of(int64_t head) const { return v_head_scales ? v_head_scales[head] : v_scale; }
 
   size_t elem() const { return dtype_size(dtype); }
   // True when one block is a dense run of block_size*num_kv_heads*head_dim elements (NHD or HND order).
@@ -35,6 +45,7 @@ struct WriteKv {
   const void* value = nullptr;
   int64_t key_token_stride = 0, key_head_stride = 0, value_token_stride = 0, value_head_stride = 0;
   const int64_t* slots = nullptr;
+  Dtype input_dtype = Dtype::f16;  // dtype of key/value: the cache's, or fp16/bf16/fp32 for an fp8 cache
 };
 
 // Split-K plan: partitions of partition_size tokens; num_partitions == 1 means a single pass.
@@ -56,6 +67,7 @@ struct Attention {
   int64_t window = 0, sink = 0;
   void* workspace = nullptr;
   AttnPlan plan;
+  Dtype q_dtype = Dtype::f16;  // dtype of q and out: the cache's, or fp16/bf16/fp32 for an fp8 cache
 };
 
 // Workspace layout when split: m[seq][head][part], l[seq][head][part], acc[seq][head][part][head_dim].

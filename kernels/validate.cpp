@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -19,6 +20,8 @@ const char* dtype_name(Dtype d) {
     case Dtype::f16: return "fp16";
     case Dtype::bf16: return "bf16";
     case Dtype::f32: return "fp32";
+    case Dtype::e4m3: return "fp8_e4m3";
+    case Dtype::e5m2: return "fp8_e5m2";
   }
   return "?";
 }
@@ -45,7 +48,43 @@ T read_versioned(const T* in, void (*init)(T*), size_t min_size, const char* wha
   return out;
 }
 
+// An fp8 cache's scales: finite and > 0 (stored = x / scale), per-head arrays included.
+void read_fp8_scales(const kvb_cache_desc& d, const char* what, Cache& c) {
+  KVB_REQUIRE_ARG(std::isfinite(d.k_scale) && d.k_scale > 0.f, "%s: k_scale %g is not a finite value > 0", what,
+                  (double)d.k_scale);
+  KVB_REQUIRE_ARG(std::isfinite(d.v_scale) && d.v_scale > 0.f, "%s: v_scale %g is not a finite value > 0", what,
+                  (double)d.v_scale);
+  for (const float* arr : {d.k_head_scales, d.v_head_scales}) {
+    if (!arr) continue;
+    const char* name = arr == d.k_head_scales ? "k_head_scales" : "v_head_scales";
+    if (c.cuda)
+      KVB_REQUIRE_ARG(c.num_kv_heads <= kMaxHeadScales,
+                      "%s: %s on a CUDA cache need num_kv_heads <= %lld (they travel in the launch parameters), "
+                      "not %lld", what, name, (long long)kMaxHeadScales, (long long)c.num_kv_heads);
+    for (int64_t h = 0; h < c.num_kv_heads; ++h)
+      KVB_REQUIRE_ARG(std::isfinite(arr[h]) && arr[h] > 0.f, "%s: %s[%lld] = %g is not a finite value > 0", what, name,
+                      (long long)h, (double)arr[h]);
+  }
+  c.k_scale = d.k_scale;
+  c.v_scale = d.v_scale;
+  c.k_head_scales = d.k_head_scales;
+  c.v_head_scales = d.v_head_scales;
+}
+
 }  // namespace
+
+Dtype read_query_dtype(const Cache& c, uint32_t q_dtype, const char* field) {
+  if (!c.fp8()) return c.dtype;
+  KVB_REQUIRE_ARG(q_dtype <= KVB_DTYPE_FP32, "args: %s %u is not fp16 (0), bf16 (1) or fp32 (2) for the %s cache",
+                  field, q_dtype, dtype_name(c.dtype));
+  return static_cast<Dtype>(q_dtype);
+}
+
+void refuse_cuda_fp8_attention(const Cache& c) {
+  if (c.cuda && c.fp8())
+    fail(Code::unsupported, "fp8 KV cache: CUDA attention not yet supported (cache dtype %s; CPU caches, and "
+         "kvb_write_kv / kvb_copy_blocks / kvb_swap_blocks on CUDA, are)", dtype_name(c.dtype));
+}
 
 // True when [extent_i] x stride_i boxes nested in increasing stride order never overlap
 // (the innermost dimension is `inner` contiguous elements).
@@ -113,7 +152,7 @@ Cache read_cache(const kvb_cache_desc* desc, const char* what) {
   c.cuda = d.device_type == KVB_DEVICE_CUDA;
   KVB_REQUIRE_ARG(!c.cuda || d.device_index >= 0, "%s: device_index %d is negative", what, d.device_index);
   c.device_index = c.cuda ? d.device_index : 0;
-  KVB_REQUIRE_ARG(d.dtype <= KVB_DTYPE_FP32, "%s: unknown dtype %u", what, d.dtype);
+  KVB_REQUIRE_ARG(d.dtype <= KVB_DTYPE_FP8_E5M2, "%s: unknown dtype %u", what, d.dtype);
   c.dtype = static_cast<Dtype>(d.dtype);
   KVB_REQUIRE_ARG(d.k != nullptr, "%s: k is NULL", what);
   KVB_REQUIRE_ARG(d.v != nullptr, "%s: v is NULL", what);
@@ -132,6 +171,7 @@ Cache read_cache(const kvb_cache_desc* desc, const char* what) {
   c.head_stride = stride_or(d.head_stride, c.head_dim, 1, what, "head_stride");
   c.token_stride = stride_or(d.token_stride, c.num_kv_heads, c.head_stride, what, "token_stride");
   c.block_stride = stride_or(d.block_stride, c.block_size, c.token_stride, what, "block_stride");
+  if (c.fp8()) read_fp8_scales(d, what, c);
   for (const void* base : {c.k, c.v})
     check_extent(what, base, c.elem(), c.head_dim, {{"head_stride", c.head_stride, c.num_kv_heads},
                                                     {"token_stride", c.token_stride, c.block_size},
@@ -164,6 +204,8 @@ WriteKv read_write_kv(const Cache& c, const kvb_write_kv_args* args) {
   KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
   kvb_write_kv_args a = read_versioned(args, kvb_write_kv_args_init, sizeof(kvb_write_kv_args), "args");
   WriteKv w;
+  w.input_dtype = read_query_dtype(c, a.input_dtype, "input_dtype");
+  const size_t in_es = dtype_size(w.input_dtype);
   KVB_REQUIRE_ARG(a.num_tokens <= (size_t(1) << 40), "num_tokens %zu is too large", a.num_tokens);
   w.num_tokens = (int64_t)a.num_tokens;
   w.key_head_stride = stride_or(a.key_head_stride, c.head_dim, 1, "args", "key_head_stride");
@@ -171,10 +213,10 @@ WriteKv read_write_kv(const Cache& c, const kvb_write_kv_args* args) {
   w.value_head_stride = stride_or(a.value_head_stride, c.head_dim, 1, "args", "value_head_stride");
   w.value_token_stride =
       stride_or(a.value_token_stride, c.num_kv_heads, w.value_head_stride, "args", "value_token_stride");
-  check_extent("args: key", a.key, c.elem(), c.head_dim,
+  check_extent("args: key", a.key, in_es, c.head_dim,
                {{"key_head_stride", w.key_head_stride, c.num_kv_heads},
                 {"key_token_stride", w.key_token_stride, w.num_tokens}});
-  check_extent("args: value", a.value, c.elem(), c.head_dim,
+  check_extent("args: value", a.value, in_es, c.head_dim,
                {{"value_head_stride", w.value_head_stride, c.num_kv_heads},
                 {"value_token_stride", w.value_token_stride, w.num_tokens}});
   if (w.num_tokens == 0) return w;
@@ -216,8 +258,11 @@ AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_he
 
 Attention read_attention(const Cache& c, const kvb_attention_args* args, bool need_pointers) {
   KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
-  kvb_attention_args a = read_versioned(args, kvb_attention_args_init, sizeof(kvb_attention_args), "args");
+  kvb_attention_args a = read_versioned(args, kvb_attention_args_init, offsetof(kvb_attention_args, q_dtype), "args");
   Attention t;
+  refuse_cuda_fp8_attention(c);
+  t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
+  const size_t q_es = dtype_size(t.q_dtype);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
                   "attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);
   KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
@@ -246,9 +291,9 @@ Attention read_attention(const Cache& c, const kvb_attention_args* args, bool ne
   t.q_seq_stride = stride_or(a.q_seq_stride, t.num_q_heads, t.q_head_stride, "args", "q_seq_stride");
   t.out_head_stride = stride_or(a.out_head_stride, c.head_dim, 1, "args", "out_head_stride");
   t.out_seq_stride = stride_or(a.out_seq_stride, t.num_q_heads, t.out_head_stride, "args", "out_seq_stride");
-  check_extent("args: q", need_pointers ? a.q : nullptr, c.elem(), c.head_dim,
+  check_extent("args: q", need_pointers ? a.q : nullptr, q_es, c.head_dim,
                {{"q_head_stride", t.q_head_stride, t.num_q_heads}, {"q_seq_stride", t.q_seq_stride, t.num_seqs}});
-  check_extent("args: out", need_pointers ? a.out : nullptr, c.elem(), c.head_dim,
+  check_extent("args: out", need_pointers ? a.out : nullptr, q_es, c.head_dim,
                {{"out_head_stride", t.out_head_stride, t.num_q_heads},
                 {"out_seq_stride", t.out_seq_stride, t.num_seqs}});
   KVB_REQUIRE_ARG(non_overlapping(c.head_dim, {{t.out_head_stride, t.num_q_heads}, {t.out_seq_stride, t.num_seqs}}),

@@ -36,7 +36,16 @@ bool non_overlapping(int64_t inner, std::initializer_list<std::pair<int64_t, int
 // BUFFER_TOO_SMALL naming the size query `size_query`, or INVALID_ARGUMENT when NULL or not 16-byte aligned.
 void check_workspace(size_t needed, const void* ws, size_t size, const char* size_query);
 
+// The most kv heads a CUDA cache may give per-head fp8 scales for: they travel by value in the launch
+// parameters (2 x 128 floats = 1 KiB of the 4 KiB).
+constexpr int64_t kMaxHeadScales = 128;
+
 Cache read_cache(const kvb_cache_desc* desc, const char* what);
+// The dtype of q / out (or of write_kv's key / value): the cache's own, or for an fp8 cache the
+// caller's field (fp16, bf16 or fp32), named `field` in the message when refused.
+Dtype read_query_dtype(const Cache& c, uint32_t q_dtype, const char* field);
+// Phase 1 of fp8 caches: the CUDA attention kernels do not read fp8 yet (KVB_ERR_UNSUPPORTED).
+void refuse_cuda_fp8_attention(const Cache& c);
 // Checks that a CUDA cache can be used here (built with CUDA, device present), else unsupported/device.
 void require_backend(const Cache& c, const char* what);
 // Checks that a and b have the same dtype, block_size, num_kv_heads and head_dim.

@@ -3,6 +3,7 @@
 // Strides and extents go through validate.h's overflow-checked helpers, as every kernel argument does.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -45,12 +46,18 @@ PrefillPlan plan_prefill(const Cache& c, int64_t num_seqs, int64_t num_q_heads, 
 
 Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_pointers) {
   KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
-  KVB_REQUIRE_ARG(args->struct_size >= sizeof(kvb_prefill_args),
+  // The first layout ends at allow_tf32; a caller built against it gets the defaults of the later fields.
+  constexpr size_t kFirstSize = offsetof(kvb_prefill_args, allow_tf32);
+  KVB_REQUIRE_ARG(args->struct_size >= kFirstSize,
                   "args: struct_size %u is smaller than %zu (call kvb_prefill_args_init)", args->struct_size,
-                  sizeof(kvb_prefill_args));
+                  kFirstSize);
   kvb_prefill_args a;
-  std::memcpy(&a, args, sizeof a);
+  std::memset(&a, 0, sizeof a);
+  std::memcpy(&a, args, std::min<size_t>(args->struct_size, sizeof a));
   Prefill t;
+  refuse_cuda_fp8_attention(c);
+  t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
+  const size_t q_es = dtype_size(t.q_dtype);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
                   "prefill attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);
   KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
@@ -80,14 +87,15 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   t.soft_cap = a.logits_soft_cap;
   t.window = a.window_tokens;
   t.sink = a.sink_tokens;
+  t.allow_tf32 = a.allow_tf32 != 0;
   const int64_t H = t.num_q_heads, D = c.head_dim;
   t.q_head_stride = stride_or(a.q_head_stride, D, 1, "args", "q_head_stride");
   t.q_token_stride = stride_or(a.q_token_stride, H, t.q_head_stride, "args", "q_token_stride");
   t.out_head_stride = stride_or(a.out_head_stride, D, 1, "args", "out_head_stride");
   t.out_token_stride = stride_or(a.out_token_stride, H, t.out_head_stride, "args", "out_token_stride");
-  check_extent("args: q", need_pointers ? a.q : nullptr, c.elem(), D,
+  check_extent("args: q", need_pointers ? a.q : nullptr, q_es, D,
                {{"q_head_stride", t.q_head_stride, H}, {"q_token_stride", t.q_token_stride, t.total_q}});
-  check_extent("args: out", need_pointers ? a.out : nullptr, c.elem(), D,
+  check_extent("args: out", need_pointers ? a.out : nullptr, q_es, D,
                {{"out_head_stride", t.out_head_stride, H}, {"out_token_stride", t.out_token_stride, t.total_q}});
   KVB_REQUIRE_ARG(non_overlapping(D, {{t.out_head_stride, H}, {t.out_token_stride, t.total_q}}),
                   "args: out strides (token %lld, head %lld) make elements overlap", (long long)t.out_token_stride,

@@ -302,6 +302,17 @@ void kvb_stats_init(kvb_stats* stats) {
   stats->struct_size = sizeof *stats;
 }
 
+// kvb_stats grew the store-tier counters after KVB_0.1 (abi/ABI.md, "Symbol versions"): a binary linked
+// against KVB_0.1 binds this one, which writes only the 0.1 layout (up to cached_host_blocks). (A name
+// outside kvb_*, so that only its versioned alias is exported.)
+static constexpr size_t kStatsSize01 = offsetof(kvb_stats, store_hit_tokens);
+KVB_API void kvbv01_stats_init(kvb_stats* stats) {
+  if (!stats) return;
+  std::memset(static_cast<void*>(stats), 0, kStatsSize01);
+  stats->struct_size = uint32_t(kStatsSize01);
+}
+__asm__(".symver kvbv01_stats_init, kvb_stats_init@KVB_0.1");
+
 kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats) {
   return with_manager(m, [&](kvb::Manager& mg) {
     kvb::require_struct(stats, offsetof(kvb_stats, events_dropped) + sizeof(uint64_t), "kvb_stats");
@@ -330,6 +341,15 @@ kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats) {
     r.loaded_blocks = s.loaded_blocks;
     r.host_evictions = s.host_evictions;
     r.cached_host_blocks = s.cached_host_blocks;
+    r.store_hit_tokens = s.store_hit_tokens;
+    r.store_put_blocks = s.store_put_blocks;
+    r.store_put_bytes = s.store_put_bytes;
+    r.store_put_failures = s.store_put_failures;
+    r.store_get_blocks = s.store_get_blocks;
+    r.store_get_bytes = s.store_get_bytes;
+    r.store_get_failures = s.store_get_failures;
+    r.store_recomputed_tokens = s.store_recomputed_tokens;
+    r.store_filling_blocks = s.store_filling_blocks;
     kvb::write_versioned(stats, r);
   });
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "capi_manager.h"
+#include "capi_prefix_groups.h"
 #include "capi_struct.h"
 
 using kvb::Code;
@@ -134,14 +135,22 @@ kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_s
     out.num_slots = batch->num_slots;  // unchanged unless sizes were computed (success or too small)
     out.max_blocks_needed = batch->max_blocks_needed;
     if (KVB_COVERS(batch, kvb_batch, group)) out.group = batch->group;
+    kvb::PrefixGroupsOut groups;
+    kvb_prefix_groups* pg = KVB_COVERS(batch, kvb_batch, prefix_groups) ? batch->prefix_groups : nullptr;
+    if (pg) out.prefix_groups = kvb::read_prefix_groups_out(pg, groups);
     struct Report {  // sizes are reported also when the call fails for a buffer that is too small
       kvb_batch* b;
       kvb::BatchOut& o;
+      kvb_prefix_groups* pg;
       ~Report() {
         b->num_slots = o.num_slots;
         b->max_blocks_needed = o.max_blocks_needed;
+        if (pg) {
+          pg->num_groups = o.prefix_groups->num_groups;
+          pg->num_members = o.prefix_groups->num_members;
+        }
       }
-    } report{batch, out};
+    } report{batch, out, pg};
     mg.batch_export(seq_ids, num_seqs, out);
   });
 }

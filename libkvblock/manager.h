@@ -14,6 +14,7 @@
 #include "open_table.h"
 #include "prefix_index.h"
 #include "sequence.h"
+#include "store.h"
 
 namespace kvb {
 
@@ -75,12 +76,24 @@ struct Stats {
   uint64_t query_tokens, hit_tokens, computed_tokens, evictions;
   uint64_t cow_copies, swapped_out_blocks, swapped_in_blocks, free_host_blocks, events_dropped;
   uint64_t device_hit_tokens, host_hit_tokens, offloaded_blocks, loaded_blocks, host_evictions, cached_host_blocks;
+  uint64_t store_hit_tokens, store_put_blocks, store_put_bytes, store_put_failures, store_get_blocks, store_get_bytes;
+  uint64_t store_get_failures, store_recomputed_tokens, store_filling_blocks;
 };
 
 // A block's parent as events report it (kept only when events are on).
 struct ParentRef {
   uint64_t hash = 0;
   uint8_t kind = 0;
+};
+
+// kvb_prefix_groups of a batch export (manager_batch.cpp): caller buffers in, sizes out.
+struct PrefixGroupsOut {
+  uint32_t min_shared = 2;
+  uint32_t group_capacity = 0, member_capacity = 0;
+  int32_t* group_start = nullptr;
+  int32_t* members = nullptr;
+  int32_t* shared_blocks = nullptr;
+  uint32_t num_groups = 0, num_members = 0;  // out (also when a buffer is too small)
 };
 
 struct BatchOut {
@@ -93,6 +106,7 @@ struct BatchOut {
   size_t num_slots = 0;               // out
   uint32_t max_blocks_needed = 0;     // out
   uint32_t group = 0;                 // whose block tables and slots
+  PrefixGroupsOut* prefix_groups = nullptr;  // NULL = not wanted
 };
 
 using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
@@ -154,6 +168,11 @@ class Manager {
   EventQueue& events() { return events_; }
   void reset_prefix_cache();
 
+  // Store tier (manager_store.cpp; kvblock.h, "Store tier"). ops NULL removes the store.
+  void set_store(const kvb_store* ops, const Key128& ns, uint64_t block_bytes);
+  size_t store_poll();  // learns completions; returns the gets still in flight
+  void seq_store_state(int64_t id, size_t* num_computed, size_t* num_filling);
+
   // Full O(N) consistency check (manager_check.cpp); throws Error(internal) naming the broken rule.
   void check_invariants() const;
 
@@ -165,7 +184,8 @@ class Manager {
     uint32_t hits = 0;        // device and host hits
     uint32_t host_hits = 0;   // each needs a device block from the free queue
     uint32_t free_hits = 0;   // device hits on blocks in the free queue (they count as needed)
-    ChainLink chain;
+    uint32_t store_hits = 0;  // of hits, the last ones, found in the store (keys in store_.keys)
+    ChainLink chain;          // after the device and host hits (store hits are hashed when their gets end)
   };
 
   // Group g of sequence s (s itself for g == 0).
@@ -212,6 +232,10 @@ class Manager {
   Sequence& new_seq(int64_t id);         // throws sequence_exists; inserts into the table
   void drop_seq(Sequence& s);
   void check_batch_ids(const int64_t* ids, size_t n, const char* what);  // on device, no duplicates
+  // Prefix groups of the batch rows (manager_batch.cpp): sizes out.num_groups / num_members, fails with
+  // buffer_too_small before writing anything; write_prefix_groups then fills the caller's buffers.
+  void find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, PrefixGroupsOut& out);
+  void write_prefix_groups(PrefixGroupsOut& out);
 
   void validate_options(const SeqOptions& opts, size_t n) const;
   void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
@@ -258,6 +282,22 @@ class Manager {
   size_t host_available() const;          // host blocks a swap out may take
   size_t held_blocks(const Sequence& s, bool host) const;  // blocks held in every group (device or host tables)
   void check_host_invariants(const std::vector<uint8_t>& host_held) const;
+
+  // Store tier (manager_store.cpp).
+  // Continues a lookup that missed at block `from` (chain: the link before it) into the store.
+  uint32_t store_lookup(const int64_t* tokens, uint32_t from, uint32_t num_blocks, ChainLink chain,
+                        const SeqOptions& opts, uint32_t host_hits);
+  void store_put(int32_t h);  // cached host block h is evicted (its pending offload, if any, is not)
+  void store_through_offloaded();  // write-through: the pending offloads are being handed out
+  // Allocate's store hits: keys in store_.keys, device blocks table[first, first + count).
+  int32_t take_store_staging();  // a host block for a get (allocate made sure one is takeable)
+  void store_start_gets(Sequence& s, uint32_t first, uint32_t count);  // hosts in store_hosts_
+  void store_complete(size_t get, int32_t status);  // gets_[get] ended
+  void store_release_staging(int32_t h);  // a staging host block is done: empty again
+  void emit_store(int32_t h);
+  void check_store_invariants(std::vector<int32_t>& host_refs) const;
+  StoreTier store_;
+  std::vector<int32_t> store_hosts_;  // allocate's staging host blocks, one per store hit
 
   ManagerConfig cfg_;
   uint32_t bs_;

@@ -33,6 +33,106 @@ uint32_t next_generation(size_t num_slots) {
 
 }  // namespace
 
+// ---- prefix groups of a batch export (kvb_prefix_groups) ------------------------------------------
+
+namespace {
+
+// Per-thread scratch of find_prefix_groups, reused across calls: a warm decode loop allocates nothing.
+struct GroupScratch {
+  struct Candidate {
+    int32_t first, last;  // batch rows: first member, last member so far (members linked by next)
+    uint32_t count, shared;
+  };
+  std::vector<uint32_t> block_stamp;  // per block id: generation that saw it as a grouping key
+  std::vector<uint32_t> block_cand;   // ... and its candidate
+  uint32_t generation = 0;
+  std::vector<const int32_t*> table;  // per batch row
+  std::vector<int32_t> next;          // per batch row: next member of its candidate, -1 = last
+  std::vector<Candidate> cands;
+};
+thread_local GroupScratch gscratch;
+
+template <class T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(std::max(n, 2 * v.size()));
+}
+
+}  // namespace
+
+// Rows are keyed by the block at column k - 1 (k = min_shared), so that sequences sharing a short
+// common head (one system prompt block) but longer fork prefixes still group by the longer prefix;
+// each candidate's first k columns are checked against its first member, since one block id at one
+// column does not prove the columns before it equal. Every step reads each table entry at most a few
+// times: O(total blocks).
+void Manager::find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, PrefixGroupsOut& out) {
+  GroupScratch& g = gscratch;
+  const uint32_t k = out.min_shared;
+  grow(g.block_stamp, pool_.num_blocks());
+  grow(g.block_cand, pool_.num_blocks());
+  if (++g.generation == 0) {
+    std::fill(g.block_stamp.begin(), g.block_stamp.end(), 0);
+    g.generation = 1;
+  }
+  grow(g.table, n);
+  grow(g.next, n);
+  if (g.cands.capacity() < n) g.cands.reserve(std::max(n, 2 * g.cands.capacity()));
+  g.cands.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const Sequence& s = grp(*find_seq(ids[i]), group);
+    const int32_t* t = s.table.data();
+    g.table[i] = t;
+    g.next[i] = -1;
+    // Shareable: full blocks whose tokens are all computed, up to the first window-released entry.
+    uint32_t limit = static_cast<uint32_t>(std::min<uint64_t>(s.num_computed / bs_, s.table.size()));
+    uint32_t share = 0;
+    while (share < limit && t[share] >= 0) ++share;
+    if (share < k) continue;
+    const int32_t key = t[k - 1];
+    if (g.block_stamp[key] != g.generation) {
+      g.block_stamp[key] = g.generation;
+      g.block_cand[key] = static_cast<uint32_t>(g.cands.size());
+      g.cands.push_back({static_cast<int32_t>(i), static_cast<int32_t>(i), 1, share});
+      continue;
+    }
+    GroupScratch::Candidate& c = g.cands[g.block_cand[key]];
+    const int32_t* f = g.table[c.first];
+    if (!std::equal(t, t + k, f)) continue;  // the same block at column k - 1 after different heads
+    uint32_t common = k;
+    const uint32_t bound = std::min(c.shared, share);
+    while (common < bound && t[common] == f[common]) ++common;
+    c.shared = common;
+    g.next[c.last] = static_cast<int32_t>(i);
+    c.last = static_cast<int32_t>(i);
+    ++c.count;
+  }
+  uint32_t groups = 0, members = 0;
+  for (const GroupScratch::Candidate& c : g.cands)
+    if (c.count >= 2) {
+      ++groups;
+      members += c.count;
+    }
+  out.num_groups = groups;
+  out.num_members = members;
+  if (groups > out.group_capacity)
+    fail(Code::buffer_too_small, "prefix groups: %u group%s, group_capacity is %u", groups, plural_s(groups),
+         out.group_capacity);
+  if (members > out.member_capacity)
+    fail(Code::buffer_too_small, "prefix groups: %u member%s, member_capacity is %u", members, plural_s(members),
+         out.member_capacity);
+}
+
+void Manager::write_prefix_groups(PrefixGroupsOut& out) {
+  const GroupScratch& g = gscratch;
+  uint32_t gi = 0, mi = 0;
+  out.group_start[0] = 0;
+  for (const GroupScratch::Candidate& c : g.cands) {
+    if (c.count < 2) continue;
+    for (int32_t r = c.first; r >= 0; r = g.next[r]) out.members[mi++] = r;
+    out.shared_blocks[gi] = static_cast<int32_t>(c.shared);
+    out.group_start[++gi] = static_cast<int32_t>(mi);
+  }
+}
+
 void Manager::check_batch_ids(const int64_t* ids, size_t n, const char* what) {
   const uint32_t gen = next_generation(seqs_.size());
   for (size_t i = 0; i < n; ++i) {

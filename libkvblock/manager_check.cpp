@@ -89,7 +89,9 @@ void Manager::check_invariants() const {
     KVB_INVARIANT(s.num_tokens >= 1, "seq %" PRId64 " has no tokens", s.id);
     KVB_INVARIANT(s.table.size() == blocks_for(s.num_tokens, bs_), "seq %" PRId64 ": %zu table entries for %" PRIu64
                   " tokens", s.id, s.table.size(), s.num_tokens);
-    KVB_INVARIANT(s.num_hashed == s.num_computed / bs_, "seq %" PRId64 ": %u blocks hashed, %" PRIu64
+    // A sequence filling from the store hashes its store blocks when its last get ends.
+    KVB_INVARIANT(s.num_hashed == s.num_computed / bs_ || (s.store_filling && s.num_hashed < s.num_computed / bs_),
+                  "seq %" PRId64 ": %u blocks hashed, %" PRIu64
                   " full computed blocks", s.id, s.num_hashed, s.num_computed / bs_);
     // A swapped-out sequence (every group of it) holds host blocks in host_table instead, with the same
     // released slots and the same content: the chain check below reads whichever table holds the blocks.
@@ -272,10 +274,19 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
                   "host list %d: tail or count", list);
   }
   std::vector<int32_t> pins(H, 0);
+  const bool staging = !store_.staging.empty();
   for (const BlockPair& p : pending_loads_) {
     KVB_INVARIANT(p.first >= 0 && static_cast<uint32_t>(p.first) < H, "pending load from host block %d", p.first);
     ++pins[p.first];
-    KVB_INVARIANT(host_pool_.meta(p.first).indexed, "pending load %d -> %d: source not cached", p.first, p.second);
+    KVB_INVARIANT(host_pool_.meta(p.first).indexed || (staging && store_.staging[p.first] == 2),
+                  "pending load %d -> %d: source neither cached nor filled from the store", p.first, p.second);
+    if (staging && store_.staging[p.first] == 2)
+      KVB_INVARIANT(pins[p.first] == 1, "host block %d filled from the store is loaded twice", p.first);
+  }
+  if (staging) {  // the store's gets hold their staging blocks
+    std::vector<int32_t> gets(H, 0);
+    check_store_invariants(gets);
+    for (uint32_t h = 0; h < H; ++h) pins[h] += gets[h];
   }
   size_t held = 0, indexed = 0;
   for (uint32_t h = 0; h < H; ++h) {

@@ -284,7 +284,8 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
   out.chain = first;
   // Never the last block: at least one token is always computed, so the model has logits to sample.
   ExtraKeyCursor extras(opts);
-  for (uint32_t i = 0; i + 1 < out.num_blocks; ++i) {
+  uint32_t i = 0;
+  for (; i + 1 < out.num_blocks; ++i) {
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
     const ExtraKey extra = extras.at(i);
     if (!is_cacheable(blk, bs_, extra)) break;
@@ -310,6 +311,10 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     if (hits_out) hits_out->push_back(-2 - h);  // host hits are stored as -2 - h
     out.chain = link_after(host_pool_.meta(h));
   }
+  if (store_.on) {  // the third level: one batched lookup of the blocks after the miss
+    out.store_hits = store_lookup(tokens, i, out.num_blocks, out.chain, opts, out.host_hits);
+    out.hits += out.store_hits;
+  }
 }
 
 bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached) {
@@ -327,7 +332,7 @@ bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& op
   Lookup lk;
   lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
   *num_cached = static_cast<size_t>(lk.hits) * bs_;
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits;
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
   return pool_.num_free() >= needed + watermark_blocks_;
 }
 
@@ -343,7 +348,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   scratch_hits_.clear();
   Lookup lk;
   lookup(tokens, n, first, opts, &scratch_hits_, lk);
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits;
+  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
   if (pool_.num_free() < needed + watermark_blocks_)
     fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s (+%u watermark), %u %s free", id, needed,
          plural_s(needed), watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
@@ -355,6 +360,10 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
     if (opts.num_extra_keys) {
       s.extra_keys.reserve(opts.num_extra_keys);
       for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
+    }
+    if (lk.store_hits) {
+      store_.gets.reserve(store_.gets.size() + lk.store_hits);
+      store_hosts_.resize(lk.store_hits);
     }
   } catch (const std::bad_alloc&) {
     drop_seq(s);
@@ -369,6 +378,9 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
     if (b >= 0) acquire_cached(b);
     else pin_host(-2 - b);
   }
+  // Store hits' staging host blocks next, while lookup's count of takeable host blocks still holds (the
+  // device evictions below offload into host blocks too).
+  for (uint32_t j = 0; j < lk.store_hits; ++j) store_hosts_[j] = take_store_staging();
   ChainLink parent = first;
   for (int32_t b : scratch_hits_) {
     if (b < 0) b = load_from_host(-2 - b, parent);  // counts as cached: the load runs before the step
@@ -377,10 +389,12 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   }
   while (s.table.size() < lk.num_blocks) s.table.push_back(take_free_block());
   size_t cached = static_cast<size_t>(lk.hits) * bs_;
-  s.num_tokens = cached;
-  write_tokens(s, tokens + cached, n - cached);
+  // Store hits count as cached but are hashed (and indexed) only once their gets end good.
+  const uint32_t hashed = lk.hits - lk.store_hits;
+  s.num_tokens = static_cast<size_t>(hashed) * bs_;
+  write_tokens(s, tokens + s.num_tokens, n - s.num_tokens);
   s.num_computed = s.num_cached = cached;
-  s.num_hashed = lk.hits;
+  s.num_hashed = hashed;
   s.first_link = first;
   s.chain = lk.chain;
   s.window = opts.window;
@@ -390,6 +404,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   hit_tokens_ += cached;
   host_hit_tokens_ += static_cast<uint64_t>(lk.host_hits) * bs_;
   apply_window(s);
+  if (lk.store_hits) store_start_gets(s, hashed, lk.store_hits);
   return cached;
 }
 
@@ -574,6 +589,8 @@ void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
          block_index, kMaxSeqBlocks);
   if (block_index < s.num_hashed)
     fail(Code::bad_state, "seq %" PRId64 ": block %u is already committed and hashed", id, block_index);
+  if (s.store_filling)  // its store blocks' bytes were found under their extra keys as they are
+    fail(Code::bad_state, "seq %" PRId64 " is filling from the store; poll it first", id);
   auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),
                              [](const auto& a, const auto& b) { return a.first < b.first; });
   for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys.reserve(s.extra_keys.size() + 1);  // before any change
@@ -597,14 +614,23 @@ Stats Manager::stats() const {
   st.swapped_in_blocks = swapped_in_;
   st.free_host_blocks = host_empty_.size();
   st.events_dropped = events_.dropped_total();
-  st.device_hit_tokens = hit_tokens_ - host_hit_tokens_;
+  st.device_hit_tokens = hit_tokens_ - host_hit_tokens_ - store_.hit_tokens;
   st.host_hit_tokens = host_hit_tokens_;
   st.offloaded_blocks = offloaded_;
   st.loaded_blocks = loaded_;
   st.host_evictions = host_evictions_;
   // Host blocks are empty, held by swapped-out sequences, or cached: pinned ones (read by pending loads)
   // are cached too, in the host index and findable.
-  st.cached_host_blocks = cfg_.num_host_blocks - host_empty_.size() - host_held_;
+  st.cached_host_blocks = cfg_.num_host_blocks - host_empty_.size() - host_held_ - store_.staged;
+  st.store_hit_tokens = store_.hit_tokens;
+  st.store_put_blocks = store_.put_blocks;
+  st.store_put_bytes = store_.put_blocks * store_.block_bytes;
+  st.store_put_failures = store_.put_failures;
+  st.store_get_blocks = store_.get_blocks;
+  st.store_get_bytes = store_.get_blocks * store_.block_bytes;
+  st.store_get_failures = store_.get_failures;
+  st.store_recomputed_tokens = store_.recomputed_tokens;
+  st.store_filling_blocks = store_.gets.size();
   return st;
 }
 

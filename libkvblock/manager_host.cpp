@@ -65,6 +65,7 @@ int32_t Manager::take_host_block() {
   if (!host_empty_.empty()) {
     int32_t h = host_empty_.back();
     host_empty_.pop_back();
+    if (!store_.written.empty()) store_.written[h] = store_.through_pending[h] = 0;  // new content comes
     return h;
   }
   // A twin costs nothing to drop now (its content is on the device), but keeping it saves the offload
@@ -76,6 +77,13 @@ int32_t Manager::take_host_block() {
   else return -1;
   host_unqueue(h);
   BlockMeta& m = host_pool_.meta(h);
+  // Its pending offload (if any) would now overwrite the block's next content: dropped below. Without
+  // one, the block's bytes are in host memory: write-back to the store.
+  size_t pending = pending_offloads_.size();
+  for (size_t i = 0; i < pending_offloads_.size(); ++i)
+    if (pending_offloads_[i].second == h) pending = i;
+  if (store_.on && pending == pending_offloads_.size() && !store_.written[h]) store_put(h);
+  if (!store_.written.empty()) store_.written[h] = store_.through_pending[h] = 0;  // new content comes
   host_index_.erase_if_points_to(m.key, h);
   if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
   m.indexed = 0;
@@ -84,13 +92,10 @@ int32_t Manager::take_host_block() {
     emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
   host_twin_[h] = -1;
-  // Its pending offload (if any) would now overwrite the block's next content: drop it.
-  for (size_t i = 0; i < pending_offloads_.size(); ++i)
-    if (pending_offloads_[i].second == h) {
-      pending_offloads_.erase(pending_offloads_.begin() + static_cast<long>(i));
-      --offloaded_;
-      break;
-    }
+  if (pending < pending_offloads_.size()) {
+    pending_offloads_.erase(pending_offloads_.begin() + static_cast<long>(pending));
+    --offloaded_;
+  }
   return h;
 }
 
@@ -151,9 +156,13 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
 }
 
 void Manager::release_host_transfers() {
+  store_through_offloaded();
   pending_offloads_.clear();
   for (const BlockPair& p : pending_loads_) {
-    if (--host_pool_.meta(p.first).ref == 0) host_enqueue(p.first);
+    if (--host_pool_.meta(p.first).ref == 0) {
+      if (!store_.staging.empty() && store_.staging[p.first]) store_release_staging(p.first);  // a store get's
+      else host_enqueue(p.first);
+    }
     release_block(p.second);
   }
   pending_loads_.clear();

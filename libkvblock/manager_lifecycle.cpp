@@ -251,6 +251,9 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
     fail(Code::buffer_too_small, "slot mapping needs %zu entr%s, slot_capacity is %zu", slots, slots == 1 ? "y" : "ies",
          out.slot_capacity);
 
+  if (out.prefix_groups) find_prefix_groups(ids, n, out.group, *out.prefix_groups);
+
+  if (out.prefix_groups) write_prefix_groups(*out.prefix_groups);
   size_t k = 0;
   if (out.query_start) out.query_start[0] = 0;
   for (size_t i = 0; i < n; ++i) {

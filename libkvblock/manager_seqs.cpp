@@ -26,6 +26,9 @@ Sequence& Manager::seq(int64_t id) {
 Sequence& Manager::device_seq(int64_t id) {
   Sequence& s = seq(id);
   if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out; swap it in first", id);
+  if (s.store_filling)
+    fail(Code::bad_state, "seq %" PRId64 " is filling from the store (%u get%s in flight); kvb_store_poll until "
+         "kvb_seq_store_state reports none", id, s.store_filling, s.store_filling == 1 ? "" : "s");
   return s;
 }
 
@@ -62,6 +65,8 @@ Sequence& Manager::new_seq(int64_t id) {
     x.chain = x.first_link = ChainLink{};
     x.window = x.sink = x.window_next = 0;
     x.group = group;
+    x.store_filling = 0;
+    x.store_serial = 0;
   };
   Sequence& s = seqs_[slot];
   start_empty(s, 0);

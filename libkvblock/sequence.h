@@ -48,6 +48,10 @@ struct Sequence {
   // the manager has a single group, so that case runs exactly the single-table code.
   uint32_t group = 0;
   std::vector<Sequence> more;
+  // Store tier: gets in flight for this sequence (while > 0 it is "filling": nothing may run, commit,
+  // export, fork or swap it), and the allocation it belongs to (a freed id may come back).
+  uint32_t store_filling = 0;
+  uint64_t store_serial = 0;
 
   uint32_t num_blocks() const { return static_cast<uint32_t>(table.size()); }
   const ChainLink* released_link(uint32_t block_index) const {

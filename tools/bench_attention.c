@@ -1,6 +1,6 @@
 /* bench_attention.c - the decode-attention cases of `kvblock bench`: kvb_paged_attention over random
    block tables, every sequence at the full context, in GB/s of the K+V bytes read (fp16; on the CPU
-   also fp32), against the copy ceiling on the GPU and the streaming-read ceiling on the CPU. */
+   also fp32 and fp8 e4m3 with fp16 queries: the same shape as an fp16 row, so tokens/s compare), against the copy ceiling on the GPU and the streaming-read ceiling on the CPU. */
 #include <string.h>
 
 #include "bench_kernels_env.h"
@@ -48,6 +48,22 @@ static int kc_alloc_fp32(kenv* e, kcache* c, uint32_t nblocks) {
   return kc_upload(e, c);
 }
 
+/* An fp8 e4m3 cache (CPU only): the fp16 allocation relabelled (strides are in elements, so the bytes
+   used are the first half), filled with e4m3 codes of magnitude 1/8..1.875 (no NaN codes); scales 1. */
+static int kc_alloc_fp8(kenv* e, kcache* c, uint32_t nblocks) {
+  size_t i, n;
+  if (e->cuda || !kc_alloc(e, c, nblocks, BS, HKV, HD, 2048)) return 0;
+  c->dev.dtype = KVB_DTYPE_FP8_E4M3;
+  c->host = c->dev;
+  n = (size_t)nblocks * (size_t)c->dev.block_stride;
+  for (i = 0; i < n; i++) {
+    uint64_t x = next_rand(&e->seed);
+    ((unsigned char*)c->dev.k)[i] = (unsigned char)((x & 0x80u) | ((4u + (x >> 8) % 4u) << 3) | ((x >> 16) & 7u));
+    ((unsigned char*)c->dev.v)[i] = (unsigned char)(((x >> 24) & 0x80u) | ((4u + (x >> 32) % 4u) << 3) | ((x >> 40) & 7u));
+  }
+  return 1;
+}
+
 /* The same allocation (same bytes, same blocks) seen head-major (HND): each kv head's block_size x
    head_dim rows contiguous, heads one after the other within a block. The data is random either way. */
 static void relabel_hnd(kvb_cache_desc* d) {
@@ -60,8 +76,9 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
   size_t es = dtype == KVB_DTYPE_FP32 ? 4 : 2, qbytes = (size_t)batch * HQ * HD * es;
   kvb_status st;
   memset(c, 0, sizeof *c);
-  if (!(dtype == KVB_DTYPE_FP32 ? kc_alloc_fp32(e, &c->cache, nblocks)
-                                : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
+  if (!(dtype == KVB_DTYPE_FP32         ? kc_alloc_fp32(e, &c->cache, nblocks)
+        : dtype == KVB_DTYPE_FP8_E4M3 ? kc_alloc_fp8(e, &c->cache, nblocks)
+                                        : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
       !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
       !kc_buffer(e, &c->tables, (size_t)nblocks * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
     return 0;
@@ -94,32 +111,36 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
 }
 
 int bench_attention(kenv* e) {
-  /* (batch, context, fp32?, HND?), ended by {0, 0}. GPU: one sequence (latency), then the throughput
-     shapes of the PERFORMANCE.md goal ((64, 8192) and (16, 32768): long contexts, split-K); CPU: the
-     goal's shapes (fp16 and fp32 at 4096 tokens) and smaller, against the streaming-read ceiling
-     (attention reads K and V once, with every thread), each goal shape also on a head-major (HND)
-     cache of the same bytes: a head's rows of a block contiguous instead of head_dim slices
-     num_kv_heads x head_dim apart (NHD). */
+  /* (batch, context, cache dtype: 0 fp16, 1 fp32, 2 fp8 e4m3 with fp16 queries, HND?), ended by {0, 0}.
+     GPU: one sequence (latency), then the throughput shapes of the PERFORMANCE.md goal ((64, 8192) and
+     (16, 32768): long contexts, split-K); CPU: the goal's shapes (fp16, fp8 and fp32 at 4096 tokens) and
+     smaller, against the streaming-read ceiling (attention reads K and V once, with every thread), the
+     fp16 and fp32 goal shapes also on a head-major (HND) cache of the same bytes: a head's rows of a block
+     contiguous instead of head_dim slices num_kv_heads x head_dim apart (NHD). */
   static const uint32_t gpu[][4] = {{1, 4096, 0, 0}, {32, 4096, 0, 0}, {128, 2048, 0, 0}, {64, 8192, 0, 0},
                                     {16, 32768, 0, 0}, {0, 0, 0, 0}};
   static const uint32_t gpu_quick[][4] = {{8, 1024, 0, 0}, {32, 512, 0, 0}, {0, 0, 0, 0}};
-  static const uint32_t cpu[][4] = {{1, 4096, 0, 0}, {8, 4096, 0, 0}, {8, 4096, 0, 1}, {32, 1024, 0, 0},
-                                    {8, 4096, 1, 0}, {8, 4096, 1, 1}, {0, 0, 0, 0}};
-  static const uint32_t cpu_quick[][4] = {{4, 256, 0, 0}, {8, 256, 0, 0}, {8, 256, 0, 1}, {4, 256, 1, 0},
-                                          {4, 256, 1, 1}, {0, 0, 0, 0}};
+  static const uint32_t cpu[][4] = {{1, 4096, 0, 0}, {8, 4096, 0, 0}, {8, 4096, 0, 1}, {8, 4096, 2, 0},
+                                    {32, 1024, 0, 0}, {8, 4096, 1, 0}, {8, 4096, 1, 1}, {0, 0, 0, 0}};
+  static const uint32_t cpu_quick[][4] = {{4, 256, 0, 0}, {8, 256, 0, 0}, {8, 256, 0, 1}, {8, 256, 2, 0},
+                                          {4, 256, 1, 0}, {4, 256, 1, 1}, {0, 0, 0, 0}};
+  static const char* const prefix[] = {"", "fp32_", "fp8_"};
+  static const char* const name[] = {"", "fp32 ", "fp8_e4m3 "};
+  static const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_FP32, KVB_DTYPE_FP8_E4M3};
+  static const double elem_bytes[] = {2, 4, 1};
   const uint32_t(*shapes)[4] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
   for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];
-    uint32_t batch = shapes[s][0], ctx = shapes[s][1], fp32 = shapes[s][2], hnd = shapes[s][3];
-    snprintf(key, sizeof key, "attention_%s%ux%u%s", fp32 ? "fp32_" : "", batch, ctx, hnd ? "_hnd" : "");
-    if (fp32)
-      snprintf(label, sizeof label, "paged_attention fp32 %u seqs x %u%s", batch, ctx, hnd ? " HND" : "");
+    uint32_t batch = shapes[s][0], ctx = shapes[s][1], dt = shapes[s][2], hnd = shapes[s][3];
+    snprintf(key, sizeof key, "attention_%s%ux%u%s", prefix[dt], batch, ctx, hnd ? "_hnd" : "");
+    if (dt)
+      snprintf(label, sizeof label, "paged_attention %s%u seqs x %u%s", name[dt], batch, ctx, hnd ? " HND" : "");
     else
       snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens%s", batch, ctx, hnd ? " HND" : "");
-    ok = attn_setup(e, &c, fp32 ? KVB_DTYPE_FP32 : KVB_DTYPE_FP16, batch, ctx, (int)hnd) &&
-         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * (fp32 ? 4 : 2) * 2,
+    ok = attn_setup(e, &c, dtypes[dt], batch, ctx, (int)hnd) &&
+         bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * elem_bytes[dt] * 2,
                    e->cuda ? CEIL_COPY : CEIL_READ, 0);
     attn_free(&c);
   }

@@ -7,7 +7,7 @@
    write_kv the K/V input bytes read plus the cache bytes written; copy_blocks read + write of the block
    bytes; swap_blocks read + write on the CPU, the bytes once across PCIe on the GPU.
 
-   The files: bench_kernels_env.c (caches, fence, timing), bench_ceilings.c, bench_attention.c,
+   The files: bench_kernels_env.c (caches, fence, timing), bench_ceilings.c, bench_attention.c, bench_cascade.c,
    bench_prefill.c, bench_write_copy_swap.c. */
 #include "bench_kernels.h"
 #include "bench_kernels_env.h"
@@ -54,7 +54,7 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
             e.inner, e.inner > 1 ? "s" : "", "case", "median us", "min us", "max us", "spread", "GB/s", "of ceiling");
   }
   if (!r->json && e.quick) fputs("  (--quick: the working sets fit in the CPU caches; fractions above 100% are expected)\n", r->f);
-  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_prefill(&e) &&
+  ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e)) && bench_attention(&e) && bench_cascade(&e) && bench_prefill(&e) &&
        bench_write_kv(&e) && bench_blocks(&e);
   cache_free(&e.fence_dev);
   cache_free(&e.fence_host);

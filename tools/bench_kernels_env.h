@@ -98,6 +98,8 @@ int ceiling_gpu(kenv* e);
 void gpu_peaks(kenv* e);
 /* bench_attention.c: kvb_paged_attention (decode) cases in GB/s. */
 int bench_attention(kenv* e);
+/* bench_cascade.c: kvb_paged_attention without and with prefix groups, interleaved (CPU). */
+int bench_cascade(kenv* e);
 /* bench_prefill.c: kvb_prefill_attention cases in TFLOP/s (CPU: and of a measured FMA peak). */
 int bench_prefill(kenv* e);
 /* bench_write_copy_swap.c: kvb_write_kv, then kvb_copy_blocks and kvb_swap_blocks. */

@@ -19,7 +19,7 @@ void replay_help(FILE* f) {
       "SYNOPSIS\n"
       "    kvblock replay TRACE [--block-size N] [--num-blocks N] [--format auto|mooncake|tokens]\n"
       "                   [--host-cache --num-host-blocks N [--host-twin-percent N]\n"
-      "                    [--kv-bytes-per-block N]]\n"
+      "                    [--kv-bytes-per-block N] [--store-blocks N [--store-exclusive]]]\n"
       "                   [--groups full,window:W[:SINKS],...] [--json] [--quiet] [--check]\n"
       "    kvblock replay TRACE --mode timed [--speed X] [--max-seqs N] [--max-batch-tokens N]\n"
       "                   [--preempt recompute|swap] [--num-host-blocks N] [--watermark F]\n"
@@ -78,6 +78,13 @@ void replay_help(FILE* f) {
       "                       loaded back to the device: 0 = exclusive (most hits), more = fewer moves\n"
       "    --kv-bytes-per-block N  KV bytes per block for the bytes moved (default 131072 * block size:\n"
       "                       a Llama-3-8B-like layout, 32 layers x K,V x 8 heads x 128 dims x fp16)\n"
+      "    --store-blocks N   with --host-cache, sequential mode: a third level below the host cache, an\n"
+      "                       in-memory model store of N blocks (keys only, least recently used dropped\n"
+      "                       first) registered with kvb_manager_set_store: evicted host blocks are put\n"
+      "                       there, prefix hits may come from there. The report adds store hit tokens,\n"
+      "                       blocks put and got\n"
+      "    --store-exclusive  a get takes the block out of the model store (one engine's what-if: no\n"
+      "                       store copy of a block in use above); default: it stays (a shared store)\n"
       "    --groups G         KV cache groups of a hybrid model (both modes, with --host-cache and\n"
       "                       --preempt swap too): a comma-separated list of\n"
       "                       full and window:W[:SINKS] (W window tokens, SINKS attention-sink tokens), one\n"
@@ -230,6 +237,10 @@ int replay_main(int argc, char** argv) {
       if (!replay_parse_groups(val, &o)) return EXIT_USAGE;
     } else if (!strcmp(a, "--host-cache")) {
       o.host_cache = 1;
+    } else if (OPT("--store-blocks")) {
+      if (got < 0 || !parse_u64(a, val, 1, 1u << 30, &o.store_blocks)) return EXIT_USAGE;
+    } else if (!strcmp(a, "--store-exclusive")) {
+      o.store_exclusive = 1;
     } else if (OPT("--host-twin-percent")) {
       if (got < 0 || !parse_u64(a, val, 0, 100, &o.host_twin_percent)) return EXIT_USAGE;
     } else if (OPT("--kv-bytes-per-block")) {
@@ -269,6 +280,9 @@ int replay_main(int argc, char** argv) {
   if (!o.path) return usage("no TRACE given");
   if (!o.timed && host_blocks_given && !o.host_cache)
     return usage("--num-host-blocks applies to --mode timed or to --host-cache");
+  if (o.store_exclusive && !o.store_blocks) return usage("--store-exclusive needs --store-blocks");
+  if (o.store_blocks && (!o.host_cache || o.timed || o.num_groups))
+    return usage("--store-blocks needs --host-cache, in sequential mode, without --groups");
   if (o.host_cache && host_blocks_given && o.num_host_blocks == 0)
     return usage("--host-cache needs --num-host-blocks > 0");
   /* Llama-3-8B-like: 32 layers x (K, V) x 8 KV heads x 128 dims x 2 bytes = 128 KiB per token. */

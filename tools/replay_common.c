@@ -108,6 +108,7 @@ void replay_host_init(replay_host* h, const replay_opts* o, uint64_t num_blocks)
   h->off = (int32_t*)xmalloc((2 * h->off_cap + 2) * sizeof(int32_t));
   h->load = (int32_t*)xmalloc((2 * h->load_cap + 2) * sizeof(int32_t));
   h->moved = 0;
+  h->store = o->store_blocks != 0;
 }
 
 void replay_host_free(replay_host* h) {
@@ -119,6 +120,7 @@ kvb_status replay_host_drain(kvb_manager* m, replay_host* h) {
   size_t no = 0, nl = 0;
   kvb_status s;
   if (h->off_cap == 0) return KVB_OK;
+  if (h->store && (s = kvb_store_poll(m, NULL)) != KVB_OK) return s;
   s = kvb_drain_host_transfers(m, h->off, h->off_cap, &no, h->load, h->load_cap, &nl);
   if (s == KVB_OK) h->moved += no + nl;
   return s;
@@ -134,6 +136,14 @@ void replay_host_report(report* rep, const replay_opts* o, const kvb_stats* st) 
   report_u64(rep, "offloaded_blocks", "  offloaded blocks", st->offloaded_blocks, "(device -> host)");
   report_u64(rep, "loaded_blocks", "  loaded blocks", st->loaded_blocks, "(host -> device)");
   report_u64(rep, "host_evictions", "  host evictions", st->host_evictions, "blocks");
+  if (o->store_blocks) {
+    report_u64(rep, "store_blocks", "store blocks", o->store_blocks,
+               o->store_exclusive ? "(model store, keys only, exclusive)" : "(model store, keys only)");
+    report_u64(rep, "store_hit_tokens", "  store hit tokens", st->store_hit_tokens, NULL);
+    report_u64(rep, "store_put_blocks", "  put blocks", st->store_put_blocks, "(host -> store)");
+    report_u64(rep, "store_get_blocks", "  got blocks", st->store_get_blocks, "(store -> host)");
+    report_u64(rep, "store_get_failures", "  failed gets", st->store_get_failures, NULL);
+  }
   report_u64(rep, "kv_bytes_per_block", "  KV bytes per block", o->kv_bytes_per_block, NULL);
   report_f64(rep, "offloaded_gb", "  offloaded", (double)st->offloaded_blocks * gb, 1, "GB");
   report_f64(rep, "loaded_gb", "  loaded", (double)st->loaded_blocks * gb, 1, "GB");

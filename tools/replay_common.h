@@ -30,6 +30,8 @@ typedef struct replay_opts {
   uint64_t num_host_blocks;
   int host_cache;        /* --host-cache: host blocks are a second prefix-cache level */
   uint64_t host_twin_percent; /* --host-twin-percent: kvb_config.host_cache_twin_percent */
+  uint64_t store_blocks;      /* --store-blocks: the model store's size (0 = no store) */
+  int store_exclusive;        /* --store-exclusive: a get takes the block out of the model store */
   uint64_t kv_bytes_per_block; /* bytes moved per block by offloads and loads (report, timed cost) */
   double pcie_gbps;      /* timed mode: host <-> device rate charged for the moves, GB/s */
   double watermark;
@@ -67,10 +69,12 @@ typedef struct replay_host {
   int32_t *off, *load;
   size_t off_cap, load_cap;
   uint64_t moved;        /* blocks moved (offloads + loads) since the caller last cleared it */
+  int store;             /* a store is registered: poll it first */
 } replay_host;
 void replay_host_init(replay_host* h, const replay_opts* o, uint64_t num_blocks);
 void replay_host_free(replay_host* h);
-/* Drains the pending transfers (nothing to do without --host-cache). KVB_OK or the error. */
+/* Learns the store's completed gets (--store-blocks), then drains the pending transfers (nothing to do
+   without --host-cache). KVB_OK or the error. */
 kvb_status replay_host_drain(kvb_manager* m, replay_host* h);
 /* Report lines of the host cache: hits by tier, blocks and bytes moved each way, host evictions. */
 struct report;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "progress.h"
+#include "replay_store.h"
 #include "report.h"
 #include "util.h"
 
@@ -46,7 +47,12 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
   char title[512];
   int rc = EXIT_OK;
   replay_host host;
+  replay_store* store = NULL;
   if (!m) return EXIT_FAIL;
+  if (o->store_blocks && !(store = replay_store_attach(m, o->store_blocks, o->block_size, o->store_exclusive))) {
+    kvb_manager_destroy(m);
+    return EXIT_FAIL;
+  }
   replay_host_init(&host, o, num_blocks);
   for (r = 0; r < t->num_reqs; r++) {
     if (t->reqs[r].input_length > max_prompt) max_prompt = t->reqs[r].input_length;
@@ -139,6 +145,7 @@ int replay_sequential(const replay_opts* o, const trace* t, uint64_t num_blocks,
     lib_error("kvb_get_stats", s);
     rc = EXIT_FAIL;
   }
+  replay_store_free(store, m);
   kvb_manager_destroy(m);
   if (rc != EXIT_OK) return rc;
   if (st.hit_tokens != cached)

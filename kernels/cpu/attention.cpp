@@ -118,7 +118,7 @@ int64_t heads_per_item(int64_t Hkv, int64_t G, int64_t D) {
 struct Job {
   const Cache* c;
   const Attention* a;
-  int64_t G, P, NP, es;
+  int64_t G, P, NP, es, qes;  // es: bytes per cache element, qes: per q / out element
   float* ws_m;
   float* ws_l;
   float* ws_o;
@@ -164,9 +164,8 @@ ItemFn pick_item(int64_t D, Dtype dt, int64_t G) {
 
 // Reduce the partitions of one query head: weights l_p * 2^(m_p - M).
 void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
-  const Cache& c = *j.c;
   const Attention& a = *j.a;
-  const int64_t D = c.head_dim, NP = j.NP;
+  const int64_t D = j.c->head_dim, NP = j.NP;
   const int64_t len = a.seq_lens[s];
   const int64_t nparts = (len + j.P - 1) / j.P;
   const int64_t row0 = (s * a.num_q_heads + h) * NP;
@@ -183,8 +182,8 @@ void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
     for (int64_t d = 0; d < D; ++d) tmp[d] += wp * o[d];
   }
   const float inv = W > 0.f ? 1.f / W : 0.f;
-  char* op = static_cast<char*>(a.out) + (s * a.out_seq_stride + h * a.out_head_stride) * j.es;
-  for (int64_t d = 0; d < D; ++d) store_elem(op, c.dtype, d, tmp[d] * inv);
+  char* op = static_cast<char*>(a.out) + (s * a.out_seq_stride + h * a.out_head_stride) * j.qes;
+  for (int64_t d = 0; d < D; ++d) store_elem(op, a.q_dtype, d, tmp[d] * inv);
 }
 
 }  // namespace
@@ -199,6 +198,7 @@ void paged_attention(const Cache& c, const Attention& a) {
   j.P = a.plan.partition_size;
   j.NP = a.plan.num_partitions;
   j.es = int64_t(c.elem());
+  j.qes = int64_t(dtype_size(a.q_dtype));
   j.ws_m = static_cast<float*>(a.workspace);
   j.ws_l = j.ws_m ? j.ws_m + a.num_seqs * a.num_q_heads * j.NP : nullptr;
   j.ws_o = j.ws_l ? j.ws_l + a.num_seqs * a.num_q_heads * j.NP : nullptr;

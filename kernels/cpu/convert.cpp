@@ -15,6 +15,21 @@ const float* half_table() {
   return table.data();
 }
 
+const float* fp8_table(Dtype d) {
+  struct Tables {
+    float e4m3[256], e5m2[256];
+  };
+  static const Tables tables = [] {
+    Tables t;
+    for (uint32_t i = 0; i < 256; ++i) {
+      t.e4m3[i] = fp8::e4m3_to_float(uint8_t(i));
+      t.e5m2[i] = fp8::e5m2_to_float(uint8_t(i));
+    }
+    return t;
+  }();
+  return d == Dtype::e5m2 ? tables.e5m2 : tables.e4m3;
+}
+
 }  // namespace cpu
 }  // namespace kern
 }  // namespace kvb

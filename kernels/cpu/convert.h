@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../fp8.h"
 #include "../types.h"
 
 namespace kvb {
@@ -67,6 +68,8 @@ inline float load_elem(const void* p, Dtype d, int64_t i) {
   switch (d) {
     case Dtype::f16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
     case Dtype::bf16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case Dtype::e4m3: return fp8::e4m3_to_float(static_cast<const uint8_t*>(p)[i]);
+    case Dtype::e5m2: return fp8::e5m2_to_float(static_cast<const uint8_t*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
   }
 }
@@ -75,12 +78,16 @@ inline void store_elem(void* p, Dtype d, int64_t i, float x) {
   switch (d) {
     case Dtype::f16: static_cast<uint16_t*>(p)[i] = float_to_half(x); break;
     case Dtype::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(x); break;
+    case Dtype::e4m3: static_cast<uint8_t*>(p)[i] = fp8::float_to_e4m3(x); break;  // (scale 1)
+    case Dtype::e5m2: static_cast<uint8_t*>(p)[i] = fp8::float_to_e5m2(x); break;
     default: static_cast<float*>(p)[i] = x; break;
   }
 }
 
 // All 65536 fp16 values as floats (256 KiB, built once): the hot-loop conversion.
 const float* half_table();
+// The 256 values of an fp8 format (d = e4m3 or e5m2) as floats, built once.
+const float* fp8_table(Dtype d);
 
 // n contiguous elements of dtype d starting at p -> floats.
 inline void load_row(const void* p, Dtype d, int64_t n, float* out) {
@@ -94,6 +101,13 @@ inline void load_row(const void* p, Dtype d, int64_t n, float* out) {
     case Dtype::bf16: {
       const uint16_t* h = static_cast<const uint16_t*>(p);
       for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(h[i]);
+      break;
+    }
+    case Dtype::e4m3:
+    case Dtype::e5m2: {
+      const uint8_t* b = static_cast<const uint8_t*>(p);
+      const float* table = fp8_table(d);
+      for (int64_t i = 0; i < n; ++i) out[i] = table[b[i]];
       break;
     }
     default: std::memcpy(out, p, size_t(n) * 4); break;

@@ -40,7 +40,7 @@ struct Item {
 struct Job {
   const Cache* c;
   const Prefill* a;
-  int64_t G, es, tile_tokens;
+  int64_t G, es, qes, tile_tokens;  // es: bytes per cache element, qes: per q / out element
   float q_scale;  // scale, times log2(e) when there is no soft cap
 };
 
@@ -146,6 +146,7 @@ void prefill_attention(const Cache& c, const Prefill& a) {
   j.a = &a;
   j.G = G;
   j.es = int64_t(c.elem());
+  j.qes = int64_t(dtype_size(a.q_dtype));
   j.tile_tokens = std::max<int64_t>(1, kRowsTarget / G);
   j.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   ItemFn item = nullptr;

@@ -473,9 +473,15 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   const int64_t ctas_per_partition = c.num_kv_heads * chunks * a.num_seqs;
   const void* wave_fn = mma ? mma_kernel(c.dtype, int(c.head_dim), cap) : reinterpret_cast<const void*>(part_fn);
   const size_t smem = mma ? mma_smem(int(c.head_dim)) : 0;
-  const int64_t P = partition_for_waves(a.plan, a.max_blocks * c.block_size, ctas_per_partition,
-                                        wave_ctas(c.device_index, wave_fn, smem));
-  const int64_t np = (a.max_blocks * c.block_size + P - 1) / P;
+  const int64_t max_ctx = a.max_blocks * c.block_size;
+  const int64_t wave = wave_ctas(c.device_index, wave_fn, smem);
+  // The tensor-core kernel reads no block list into shared memory, so its partitions may exceed
+  // kMaxPartitionBlocks; they are sized by its cost model (decode_tiles.h).
+  const int64_t P = mma ? dtiles::mma_partition_size(a.plan.partition_size, a.plan.num_partitions, max_ctx,
+                                                     ctas_per_partition, wave, mma_stages(int(c.head_dim)),
+                                                     int64_t(INT_MAX) - 4096)
+                        : partition_for_waves(a.plan, max_ctx, ctas_per_partition, wave);
+  const int64_t np = (max_ctx + P - 1) / P;
   p.partition_size = int(P);
   p.num_partitions = int(np);
   p.soft_cap = a.soft_cap;

@@ -63,6 +63,7 @@ __device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
 // dtiles::num_chunks(group), num_seqs), mma_smem(head_dim) bytes of dynamic shared memory (the current
 // device's pipeline depth). mma_kernel gives the instantiation (for occupancy queries); launch_mma runs it.
 size_t mma_smem(int head_dim);
+int mma_stages(int head_dim);  // the current device's pipeline depth (dtiles::stages)
 const void* mma_kernel(Dtype dtype, int head_dim, bool cap);
 void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 grid, cudaStream_t s);
 

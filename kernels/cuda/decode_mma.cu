@@ -357,6 +357,8 @@ KernelFn kernel_fn(Dtype dtype, int head_dim, int stages, bool cap) {
 
 }  // namespace
 
+int mma_stages(int head_dim) { return stages_here(head_dim); }
+
 size_t mma_smem(int head_dim) { return size_t(dtiles::smem_bytes(head_dim, stages_here(head_dim))); }
 
 // Also raises the instantiation's dynamic shared memory limit (above the 48 KiB default), which the

@@ -12,12 +12,17 @@
 // chunk c ^ (r & 7): conflict-free for cp.async stores and ldmatrix loads). The online softmax lives
 // in registers (a thread holds 2 rows x 2 columns per 8-key n-tile per m-tile; row max / sum across
 // the 4 threads of a row by shuffles); P is repacked from the S accumulators into A fragments without
-// leaving registers. Keys are walked over the attended tiles only (sinks, then the window up to the
-// tile's last position); the causal / window mask is evaluated only on tiles some row does not fully
-// attend. Keys past the sequence or behind an invalid block id are zero-filled (cp.async src-size 0),
-// never read. The output is staged in the Q tile and leaves in 16-byte stores. With several splits
-// each CTA writes (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel
-// merges them. Index arithmetic lives in prefill_tiles.h, checked on the CPU by
+// leaving registers. The common tile (no soft cap, no mask) is straight-line code: logits stay raw
+// through the row max, the scale is folded into the FFMA before each ex2, the row max is lazy (moves
+// only when a tile's max exceeds it by 8 in log2 units, prefill_tiles.h), and when no thread's part of
+// a row exceeds it (nearly every tile) one vote skips the row-max shuffles and the rescale of O; one
+// barrier per key tile. Keys are walked over the attended tiles only (sinks, then the window up to
+// the tile's last position); the causal / window mask is evaluated only on tiles some row does not
+// fully attend. Keys past the sequence or behind an invalid block id are zero-filled (cp.async
+// ignore-src), never read. CTAs are ordered kv head fastest, a sequence's longest tiles first. The
+// output is staged in the Q tile and leaves in 16-byte stores. With several splits each CTA writes
+// (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel merges them. Index
+// arithmetic and the lazy-max rule live in prefill_tiles.h, checked on the CPU by
 // tests/cpp/kernels_prefill_tiles.cpp.
 #include <climits>
 #include <type_traits>
@@ -85,9 +90,21 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// 16 bytes global -> shared, or 16 zero bytes (src not read) when zero.
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool zero) {
+  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
+               ::"r"(dst), "l"(src), "r"(int(zero)));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// 2^x; the arguments are logits minus their row max (<= 0, -inf for masked keys): no range handling.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
 
@@ -96,25 +113,32 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   constexpr int kThreads = 32 * NW;
   static_assert(16 * MI * NW == BM, "warps x m-tiles x 16 must cover the tile");
   static_assert(BN <= kThreads, "one thread per key of a tile computes its block offset");
+  static_assert(BM <= kThreads, "one thread per row writes its position");
   constexpr int C = D / 8;   // 16-byte chunks per row
   constexpr int NT = BN / 8;  // 8-key n-tiles of S per m-tile
   constexpr int DT = D / 8;   // 8-dim n-tiles of O per m-tile
   extern __shared__ __align__(16) unsigned char smem[];
-  // [2][BN] element offsets of each key's row (K and V share them), -1 = zero-fill; then Q, K, V.
-  int64_t* s_off = reinterpret_cast<int64_t*>(smem);
-  const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem)) + 2 * BN * 8;  // [BM][D], later the output
+  // Byte offset (from k / v) of each key's row in s_off; valid ones are multiples of 16 (checked on the
+  // host), so an odd value can flag a row to zero-fill (past the sequence, or a bad block id).
+  constexpr int64_t kZeroFill = 1;
+  // Q, K, V from the first 1 KiB boundary (so that fragment addresses are a per-lane base XOR / plus
+  // constants: frag::q_addr), then [2][BN] byte offsets of each key's row (K and V share them).
+  const uint32_t smem0 = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t sQ = (smem0 + 1023u) & ~1023u;  // [BM][D], later the output
   const uint32_t sK = sQ + BM * D * 2;       // [2][BN][D]
   const uint32_t sV = sK + 2 * BN * D * 2;   // [2][BN][D]
   constexpr uint32_t kBuf = BN * D * 2;      // bytes of one K (or V) buffer
+  int64_t* s_off = reinterpret_cast<int64_t*>(smem + (sV + 2 * kBuf - smem0));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int kvh = blockIdx.y, split = blockIdx.z, G = p.group;
-  const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, int(blockIdx.x));
+  const tiles::CtaTile ct = tiles::cta_tile(int(blockIdx.x), p.num_q_heads / p.group);
+  const int kvh = ct.kv_head, split = blockIdx.z, G = p.group;
+  const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, ct.tile);
   const SeqView sv = seq_view(p, seq);
   if (dtiles::decode_path_owns(seq, p.num_seqs, p.query_start[seq], p.query_start[seq + 1], p.total_q, p.seq_lens[seq],
                                p.max_blocks << p.block_shift, G))
     return;  // a short query: launch_short_queries (decode_mma.cu) computes its rows
-  const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, int(blockIdx.x), sv.fault == KVB_FAULT_NONE);
+  const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, ct.tile, sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
   const int rows = min(BM, sv.q_len * G - pr0);  // packed rows of this tile
   if (sv.fault != KVB_FAULT_NONE && pr0 == 0 && kvh == 0 && split == 0 && tid == 0)  // once per sequence
@@ -144,14 +168,15 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   };
   auto key_offset = [&](int i, int id) -> int64_t {
     const int tok = kt.tile(i) * BN + tid;
-    if (i >= n_tiles || tid >= BN || tok >= sv.len) return -1;
-    if (id >= 0 && id < p.num_blocks) return int64_t(id) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off;
+    if (i >= n_tiles || tid >= BN || tok >= sv.len) return kZeroFill;
+    if (id >= 0 && id < p.num_blocks)
+      return (int64_t(id) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off) * int64_t(sizeof(T));
     // A token some row of this tile attends needs a valid block (what the CPU checks); other tokens
     // of the key tile may sit in blocks a window released (-1): zero-filled, masked.
     if (tok <= pos_last && (tok < sink || tok >= lo_first))
       if (atomicExch(&s_bad, 1) == 0 && kvh == 0)  // counted once per (query tile, split), not per kv head
         record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, seq, tok >> p.block_shift, id);
-    return -1;
+    return kZeroFill;
   };
   __syncthreads();  // s_bad = 0 before any key_offset
   if (tid < BN) {
@@ -161,7 +186,10 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
 
   // Q: packed row r -> (token (pr0 + r) / G, head kvh * G + (pr0 + r) % G); rows past the tile are zeros.
   // Consecutive threads take consecutive 16-byte chunks of a row: every load is a full, coalesced 16 B.
-  for (int i = tid; i < BM * C; i += kThreads) {
+  static_assert(BM * C % kThreads == 0 && BN * C % kThreads == 0, "whole chunks per thread");
+#pragma unroll 4
+  for (int it = 0; it < BM * C / kThreads; ++it) {
+    const int i = tid + it * kThreads;
     const int r = i / C, c = i - r * C;
     const int pr = pr0 + r;
     const bool ok = sv.fault == KVB_FAULT_NONE && r < rows;
@@ -170,48 +198,58 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
       src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
     cp_async16(sQ + swz(C, r, c), src, ok ? 16 : 0);
   }
-  __syncthreads();  // s_off of tiles 0 and 1 visible
+  // Position of each packed row, read only by the mask of a partial tile (kept out of the registers
+  // the main loop needs); padding rows copy the last.
+  __shared__ int s_pos[BM];
+  if (tid < BM) s_pos[tid] = base + (pr0 + min(tid, rows - 1)) / G;
+  __syncthreads();  // s_off of tiles 0 and 1, s_pos visible
+  // Thread tid copies chunk tid % C of rows tid / C + j kThreads / C: the same chunk, hence the same
+  // swizzle, in every row it copies, so each copy is one base plus an immediate.
+  static_assert(kThreads % C == 0 && (kThreads / C) % 8 == 0 && BN % (kThreads / C) == 0, "a thread copies one chunk column");
+  constexpr int kRowStep = kThreads / C;
+  const int cp_row = tid / C, cp_chunk = tid % C;
+  const uint32_t cp_dst = swz(C, cp_row, cp_chunk);
   auto load_kv = [&](int i) {
     const int st = tiles::kv_stage(i);
 #pragma unroll
-    for (int x = tid; x < BN * C; x += kThreads) {
-      const int r = x / C, c = x - r * C;
-      const int64_t off = s_off[st * BN + r];
-      const T* src = reinterpret_cast<const T*>(p.k) + (off >= 0 ? off + c * 8 : 0);
-      cp_async16(sK + st * kBuf + swz(C, r, c), src, off >= 0 ? 16 : 0);
-      src = reinterpret_cast<const T*>(p.v) + (off >= 0 ? off + c * 8 : 0);
-      cp_async16(sV + st * kBuf + swz(C, r, c), src, off >= 0 ? 16 : 0);
+    for (int it = 0; it < BN / kRowStep; ++it) {
+      const int64_t off = s_off[st * BN + cp_row + it * kRowStep];
+      const int64_t src = (off & ~int64_t(1)) + cp_chunk * 16;
+      const bool zero = (off & 1) != 0;
+      const uint32_t dst = st * kBuf + cp_dst + uint32_t(it * kRowStep * C * 16);
+      cp_async16_zfill(sK + dst, p.k + src, zero);
+      cp_async16_zfill(sV + dst, p.v + src, zero);
     }
   };
   if (n_tiles > 0) load_kv(0);
   cp_async_commit();
-
-  // This thread's rows: lane / 4 and lane / 4 + 8 of each of its m-tiles; padding rows copy the last.
-  int pos[MI][2];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = min(tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, 2 * h), rows - 1);
-      pos[mi][h] = base + (pr0 + r) / G;
-    }
 
   float o[MI][DT][4];
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int d = 0; d < DT; ++d) o[mi][d][0] = o[mi][d][1] = o[mi][d][2] = o[mi][d][3] = 0.f;
-  float m[MI][2], l[MI][2];
+  float m[MI][2], l[MI][2], u[MI][2];  // u = qs m, 0 while m is -inf (no -inf - -inf in the exponents)
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.f;
+  for (int mi = 0; mi < MI; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = u[mi][0] = u[mi][1] = 0.f;
+
+  // Logits stay raw (Q K^T) through the mask and the row max; the scale (in base 2) is folded into the
+  // one FFMA before each exp2, which the row max commutes with because scale > 0 (read_prefill).
+  // The soft cap maps a raw logit x to cap / scale * tanh(x * scale / cap), the same units.
+  const float qs = p.q_scale, slack = tiles::max_slack_raw(qs);  // lazy row max (row_max_moves)
+  // Per-lane ldmatrix bases (prefill_tiles.h): the unrolled loops add only constants to these.
+  uint32_t q_lane[MI];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) q_lane[mi] = sQ + tiles::frag::q_base(C, tiles::mtile_of(warp, mi, MI), lane);
+  const uint32_t k_lane = tiles::frag::k_base(C, lane), v_lane = tiles::frag::v_base(C, lane);
 
   for (int i = 0; i < n_tiles; ++i) {
     const uint32_t bK = sK + tiles::kv_stage(i) * kBuf, bV = sV + tiles::kv_stage(i) * kBuf;
+    cp_async_wait<0>();
+    __syncthreads();  // tile i landed for every thread, and every warp is done with tile i - 1's stage
     if (i + 1 < n_tiles) load_kv(i + 1);
     cp_async_commit();
     const int next_id = block_id(i + 2);  // consumed after the compute below
-    cp_async_wait<1>();
-    __syncthreads();
 
     // S = Q K^T for the warp's MI x 16 rows x BN keys: each K fragment feeds MI MMAs.
     float s[MI][NT][4];
@@ -219,16 +257,16 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int n = 0; n < NT; ++n) s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
+    const uint32_t kaddr = bK + k_lane;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[MI][4];
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-        ldsm_x4(a[mi], sQ + swz(C, tiles::frag::q_row(tiles::mtile_of(warp, mi, MI), lane), tiles::frag::q_chunk(kk, lane)));
+      for (int mi = 0; mi < MI; ++mi) ldsm_x4(a[mi], tiles::frag::q_addr(q_lane[mi], kk));
 #pragma unroll
       for (int n2 = 0; n2 < NT / 2; ++n2) {
         uint32_t b[4];
-        ldsm_x4(b, bK + swz(C, tiles::frag::k_row(n2, lane), tiles::frag::k_chunk(kk, lane)));
+        ldsm_x4(b, tiles::frag::k_addr(C, kaddr, n2, kk));
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
           Mma<T>::run(s[mi][2 * n2], a[mi], b[0], b[1]);
@@ -237,47 +275,82 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
       }
     }
 
-    // Logits in base 2, the mask only where some row does not see the whole tile, online softmax.
-    const int k0 = kt.tile(i) * BN;
-    const bool full = kt.full(kt.tile(i));
+    // Each optional step is one uniform branch per tile, so the common path (no cap, a full tile) is
+    // straight-line code: the soft cap, then the mask where some row does not see the whole tile.
+    if (p.soft_cap > 0.f) {
+      const float cap_in = p.scale / p.soft_cap, cap_out = p.soft_cap / p.scale;
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mi][n][e] = cap_out * tanhf(s[mi][n][e] * cap_in);
+    }
+    if (!kt.full(kt.tile(i))) {
+      const int k0 = kt.tile(i) * BN;
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!tiles::attends(k0 + n * 8 + tiles::frag::c_col(lane, e),
+                                s_pos[tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, e)], W, sink))
+              s[mi][n][e] = -INFINITY;
+    }
+    // Online softmax with the lazy row max (prefill_tiles.h row_max_moves). The 4 threads of a row
+    // share its reference max m, so when no thread's own part of the row exceeds m by the slack, no
+    // row of the warp moves: one vote skips the row-max shuffles, the new factors and the rescale of
+    // O (D / 2 multiplies per row pair) together, on nearly every tile. The decision is the same as
+    // the exact row max's: the row max exceeds m + slack iff some thread's part does.
+    bool local = false;
+    float mx[MI][2];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
-      float mx0 = -INFINITY, mx1 = -INFINITY;
+      float mx0 = m[mi][0], mx1 = m[mi][1];
 #pragma unroll
       for (int n = 0; n < NT; ++n)
+        mx0 = fmaxf(mx0, fmaxf(s[mi][n][0], s[mi][n][1])), mx1 = fmaxf(mx1, fmaxf(s[mi][n][2], s[mi][n][3]));
+      local |= tiles::row_max_moves(m[mi][0], mx0, slack) || tiles::row_max_moves(m[mi][1], mx1, slack);
+      mx[mi][0] = mx0, mx[mi][1] = mx1;
+    }
+    if (__any_sync(0xffffffffu, local)) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[mi][n][e];
-          x = p.soft_cap > 0.f ? p.soft_cap * tanhf(x * p.scale / p.soft_cap) * kLog2e : x * p.q_scale;
-          if (!full) {
-            const int key = k0 + n * 8 + tiles::frag::c_col(lane, e);
-            if (!tiles::attends(key, pos[mi][e >> 1], W, sink)) x = -INFINITY;
-          }
-          s[mi][n][e] = x;
-          if (e < 2) mx0 = fmaxf(mx0, x); else mx1 = fmaxf(mx1, x);
+      for (int mi = 0; mi < MI; ++mi) {
+        float mx0 = mx[mi][0], mx1 = mx[mi][1];
+#pragma unroll
+        for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
         }
+        const bool mv0 = tiles::row_max_moves(m[mi][0], mx0, slack), mv1 = tiles::row_max_moves(m[mi][1], mx1, slack);
+        const float n0 = mv0 ? mx0 : m[mi][0], n1 = mv1 ? mx1 : m[mi][1];
+        const float u0 = n0 == -INFINITY ? 0.f : n0 * qs, u1 = n1 == -INFINITY ? 0.f : n1 * qs;
+        // A kept max keeps exactly 1 (m qs - u, fused, would leave the product's rounding error).
+        const float al0 = mv0 ? ex2(m[mi][0] * qs - u0) : 1.f, al1 = mv1 ? ex2(m[mi][1] * qs - u1) : 1.f;
+        m[mi][0] = n0, m[mi][1] = n1, u[mi][0] = u0, u[mi][1] = u1;
+        l[mi][0] *= al0, l[mi][1] *= al1;
 #pragma unroll
-      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-      }
-      const float n0 = fmaxf(m[mi][0], mx0), n1 = fmaxf(m[mi][1], mx1);
-      const float u0 = n0 == -INFINITY ? 0.f : n0, u1 = n1 == -INFINITY ? 0.f : n1;  // no NaN from -inf - -inf
-      const float al0 = exp2f(m[mi][0] - u0), al1 = exp2f(m[mi][1] - u1);
-      m[mi][0] = n0, m[mi][1] = n1;
-      l[mi][0] *= al0, l[mi][1] *= al1;
-#pragma unroll
-      for (int d = 0; d < DT; ++d) o[mi][d][0] *= al0, o[mi][d][1] *= al0, o[mi][d][2] *= al1, o[mi][d][3] *= al1;
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        s[mi][n][0] = exp2f(s[mi][n][0] - u0), s[mi][n][1] = exp2f(s[mi][n][1] - u0);
-        s[mi][n][2] = exp2f(s[mi][n][2] - u1), s[mi][n][3] = exp2f(s[mi][n][3] - u1);
-        l[mi][0] += s[mi][n][0] + s[mi][n][1], l[mi][1] += s[mi][n][2] + s[mi][n][3];
+        for (int d = 0; d < DT; ++d) o[mi][d][0] *= al0, o[mi][d][1] *= al0, o[mi][d][2] *= al1, o[mi][d][3] *= al1;
       }
     }
+    // P = 2^(qs x - u), u = qs m (0 while the row has seen only masked keys: no -inf - -inf), P <= 2^8.
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      const float u0 = u[mi][0], u1 = u[mi][1];
+      float l0 = 0.f, l1 = 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        s[mi][n][0] = ex2(fmaf(s[mi][n][0], qs, -u0)), s[mi][n][1] = ex2(fmaf(s[mi][n][1], qs, -u0));
+        s[mi][n][2] = ex2(fmaf(s[mi][n][2], qs, -u1)), s[mi][n][3] = ex2(fmaf(s[mi][n][3], qs, -u1));
+        l0 += s[mi][n][0] + s[mi][n][1], l1 += s[mi][n][2] + s[mi][n][3];
+      }
+      l[mi][0] += l0, l[mi][1] += l1;
+    }
 
-    // O += P V: P (16 x BN per m-tile) from the S accumulators, V through ldmatrix.trans; each V
-    // fragment feeds MI MMAs.
+    // O += P V: P (16 x BN per m-tile) from the S registers, V through ldmatrix.trans; each V fragment
+    // feeds MI MMAs.
+    const uint32_t vaddr = bV + v_lane;
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       uint32_t a[MI][4];
@@ -291,7 +364,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
 #pragma unroll
       for (int d2 = 0; d2 < DT / 2; ++d2) {
         uint32_t b[4];
-        ldsm_x4_trans(b, bV + swz(C, tiles::frag::v_row(kk, lane), tiles::frag::v_chunk(d2, lane)));
+        ldsm_x4_trans(b, tiles::frag::v_addr(C, vaddr, kk, d2));
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
           Mma<T>::run(o[mi][2 * d2], a[mi], b[0], b[1]);
@@ -299,10 +372,10 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
         }
       }
     }
-    // Stage i & 1 of s_off was last read by load_kv(i) in iteration i - 1 (before the barrier above).
+    // Stage i & 1 of s_off was last read by load_kv(i) in iteration i - 1, before this iteration's
+    // barrier; load_kv(i + 2) reads it after the next one.
     const int64_t next_off = key_offset(i + 2, next_id);
     if (tid < BN && i + 2 < n_tiles) s_off[tiles::kv_stage(i + 2) * BN + tid] = next_off;
-    __syncthreads();  // everyone is done with stage i & 1 before the next iteration refills it
   }
   cp_async_wait<0>();
   __syncthreads();  // also: every warp is done reading Q, whose tile now stages the output
@@ -365,7 +438,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
         op[d * 8 + tiles::frag::c_col(lane, 1)] = o[mi][d][2 * half + 1] * inv;
       }
       if ((lane & 3) == 0) {
-        p.ws_m[wrow] = m[mi][half];
+        p.ws_m[wrow] = m[mi][half] * qs;  // raw max -> log2 units
         p.ws_l[wrow] = bad ? nan_f() : l[mi][half];  // the reduce kernel passes a NaN weight on
       }
     }
@@ -395,9 +468,9 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
   op[d] = Vec<T>::from_float(poisoned ? nan_f() : Wt > 0.f ? A / Wt : 0.f);
 }
 
-// Offsets [2][BN] + Q [BM][D] + K, V [2][BN][D] bytes: D 64 49 KB, D 128 65 KB (registers allow 2
-// CTAs / SM), D 256 129 KB (1 CTA of 8 warps); D 256 with 16-key tiles 97 KB.
-constexpr int prefill_smem(int D, int BN) { return 2 * BN * 8 + BM * D * 2 + 4 * BN * D * 2; }
+// Q [BM][D] + K, V [2][BN][D] + offsets [2][BN] bytes + 1 KiB of alignment: D 64 50 KB, D 128 66 KB (registers allow 2
+// CTAs / SM), D 256 130 KB (1 CTA of 8 warps); D 256 with 16-key tiles 98 KB.
+constexpr int prefill_smem(int D, int BN) { return 2 * BN * 8 + BM * D * 2 + 4 * BN * D * 2 + 1024; }
 
 template <typename T, int D, int BN>
 void launch_tile(const PrefillParams& p, dim3 grid, cudaStream_t s) {
@@ -470,7 +543,7 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
     fail(Code::invalid_argument, "num_q_heads %lld / num_kv_heads %lld too large for CUDA prefill attention",
          (long long)a.num_q_heads, (long long)c.num_kv_heads);
   // Packed rows (token x query head of the group) and tile indices are int in the kernels.
-  if (a.total_q * (a.num_q_heads / c.num_kv_heads) > int64_t(INT_MAX) - BM || a.plan.num_tiles > INT_MAX)
+  if (a.total_q * (a.num_q_heads / c.num_kv_heads) > int64_t(INT_MAX) - BM || a.plan.num_tiles * c.num_kv_heads > INT_MAX)
     fail(Code::invalid_argument, "args: total_q_tokens %lld x %lld query heads per kv head is too many rows for CUDA "
          "prefill attention", (long long)a.total_q, (long long)(a.num_q_heads / c.num_kv_heads));
 
@@ -522,7 +595,8 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   p.fault = fault_record(c.device_index);
 
   cudaStream_t s = as_stream(stream);
-  const dim3 grid(unsigned(a.plan.num_tiles), unsigned(c.num_kv_heads), unsigned(a.plan.num_splits));
+  // x: (query tile, kv head) pairs, kv head fastest (prefill_tiles.h cta_tile).
+  const dim3 grid(unsigned(a.plan.num_tiles * c.num_kv_heads), 1u, unsigned(a.plan.num_splits));
   switch (c.dtype) {
     case Dtype::f16: launch_type<__half>(p, int(c.head_dim), grid, c.device_index, s); break;
     case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), grid, c.device_index, s); break;

@@ -4,6 +4,8 @@
  * defaults, whatever bytes lie there) and write nothing beyond it. Each struct sits at the start of a
  * buffer poisoned with 0xcd beyond the old size: poison that is read would change the behaviour (a
  * garbage group count or group index is refused), poison that is written would show. */
+#define _GNU_SOURCE /* dlvsym */
+#include <dlfcn.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -110,6 +112,22 @@ static void test_batch_before_group(void) {
   kvb_manager_destroy(m);
 }
 
+/* The kvb_batch before prefix groups (64 bytes, its struct_size) ends where prefix_groups begins; the
+   poisoned pointer past it is not read (no groups), and nothing is written past the old size. */
+static void test_batch_before_prefix_groups(void) {
+  const size_t old = offsetof(kvb_batch, prefix_groups);
+  kvb_manager* m = two_sequences();
+  const int64_t ids[2] = {1, 2};
+  int32_t lens[2];
+  buffer b;
+  old_init(&b, old);
+  b.batch.seq_lens = lens;
+  CHECK_OK(kvb_batch_export(m, ids, 2, &b.batch));
+  CHECK(untouched_from(&b, old));
+  CHECK(lens[0] == 10 && lens[1] == 3);
+  kvb_manager_destroy(m);
+}
+
 /* The earlier kvb_batch was 64 bytes too (group sits in its tail padding), so an old caller's struct_size
    covers group: its old kvb_batch_init zeroed the padding (group 0, the default); garbage there, from a
    caller that did not zero the struct, is refused on a manager without groups (ABI.md). */
@@ -118,8 +136,8 @@ static void test_batch_old_padding(void) {
   const int64_t ids[2] = {1, 2};
   int32_t lens[2];
   buffer b;
-  CHECK(offsetof(kvb_batch, group) + sizeof(uint32_t) == sizeof(kvb_batch)); /* what the case is about */
-  old_init(&b, sizeof(kvb_batch));
+  CHECK(offsetof(kvb_batch, group) + sizeof(uint32_t) == offsetof(kvb_batch, prefix_groups)); /* the case */
+  old_init(&b, offsetof(kvb_batch, prefix_groups));
   b.batch.seq_lens = lens;
   CHECK_OK(kvb_batch_export(m, ids, 2, &b.batch)); /* zeroed padding: group 0 */
   CHECK(lens[0] == 10 && lens[1] == 3);
@@ -158,10 +176,121 @@ static void test_init_writes_its_own_sizeof(void) {
   CHECK(b.stats.struct_size == sizeof(kvb_stats) && untouched_from(&b, sizeof(kvb_stats)));
 }
 
+/* kvb_cache_desc and kvb_attention_args grew with FP8 caches (KVB_0.2): a binary linked before binds
+   kvb_xxx_init@KVB_0.1, which writes only the 0.1 size (80 / 112 bytes), and the default version writes
+   the whole new struct with scales 1.0. (Looked up with dlvsym, as the loader would bind them.) */
+static void test_fp8_grown_init_versions(void) {
+  typedef void (*desc_init_fn)(kvb_cache_desc*);
+  typedef void (*args_init_fn)(kvb_attention_args*);
+  union {
+    kvb_cache_desc d;
+    kvb_attention_args a;
+    unsigned char bytes[sizeof(kvb_cache_desc) + sizeof(kvb_attention_args) + 32];
+  } b;
+  size_t i;
+  desc_init_fn d01, d02;
+  args_init_fn a01, a02;
+  void* sym[4];
+  sym[0] = dlvsym(RTLD_DEFAULT, "kvb_cache_desc_init", "KVB_0.1");
+  sym[1] = dlvsym(RTLD_DEFAULT, "kvb_cache_desc_init", "KVB_0.2");
+  sym[2] = dlvsym(RTLD_DEFAULT, "kvb_attention_args_init", "KVB_0.1");
+  sym[3] = dlvsym(RTLD_DEFAULT, "kvb_attention_args_init", "KVB_0.2");
+  memcpy(&d01, &sym[0], sizeof d01); /* (POSIX: a data pointer that holds a function's address) */
+  memcpy(&d02, &sym[1], sizeof d02);
+  memcpy(&a01, &sym[2], sizeof a01);
+  memcpy(&a02, &sym[3], sizeof a02);
+  CHECK(d01 && d02 && a01 && a02 && d01 != d02 && a01 != a02);
+  if (!(d01 && d02 && a01 && a02)) return;
+  CHECK(offsetof(kvb_cache_desc, k_scale) == 80 && offsetof(kvb_attention_args, q_dtype) == 112);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  d01(&b.d);
+  CHECK(b.d.struct_size == 80 && b.d.dtype == KVB_DTYPE_FP16);
+  for (i = 80; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  d02(&b.d);
+  CHECK(b.d.struct_size == sizeof(kvb_cache_desc) && b.d.k_scale == 1.0f && b.d.v_scale == 1.0f &&
+        b.d.k_head_scales == NULL && b.d.v_head_scales == NULL);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  a01(&b.a);
+  CHECK(b.a.struct_size == 112);
+  for (i = 112; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  a02(&b.a);
+  CHECK(b.a.struct_size == sizeof(kvb_attention_args) && b.a.q_dtype == KVB_DTYPE_FP16);
+}
+
+/* kvb_prefill_args grew allow_tf32 / reserved2 after KVB_0.1: kvb_prefill_args_init@KVB_0.1 writes only
+   the 128-byte 0.1 layout (q_dtype, in the former reserved slot, inside it), the default version the whole
+   struct with allow_tf32 0 (exact fp32). */
+static void test_prefill_grown_init_versions(void) {
+  typedef void (*init_fn)(kvb_prefill_args*);
+  union {
+    kvb_prefill_args a;
+    unsigned char bytes[sizeof(kvb_prefill_args) + 32];
+  } b;
+  size_t i;
+  init_fn p01, p02;
+  void* sym[2];
+  sym[0] = dlvsym(RTLD_DEFAULT, "kvb_prefill_args_init", "KVB_0.1");
+  sym[1] = dlvsym(RTLD_DEFAULT, "kvb_prefill_args_init", "KVB_0.2");
+  memcpy(&p01, &sym[0], sizeof p01);
+  memcpy(&p02, &sym[1], sizeof p02);
+  CHECK(p01 && p02 && p01 != p02);
+  if (!(p01 && p02)) return;
+  CHECK(offsetof(kvb_prefill_args, allow_tf32) == 128 && offsetof(kvb_prefill_args, q_dtype) < 128);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  p01(&b.a);
+  CHECK(b.a.struct_size == 128 && b.a.q_dtype == 0 && b.a.workspace_size == 0);
+  for (i = 128; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  memset(b.bytes, POISON, sizeof b.bytes);
+  p02(&b.a);
+  CHECK(b.a.struct_size == sizeof(kvb_prefill_args) && b.a.allow_tf32 == 0 && b.a.reserved2 == 0);
+  for (i = sizeof(kvb_prefill_args); i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+}
+
+/* kvb_stats grew the store-tier counters after KVB_0.1: kvb_stats_init@KVB_0.1 writes only the 0.1
+   layout (up to cached_host_blocks), the default version the whole struct; kvb_get_stats fills each
+   caller's size and nothing beyond. */
+static void test_stats_grown_init_versions(void) {
+  typedef void (*init_fn)(kvb_stats*);
+  union {
+    kvb_stats a;
+    unsigned char bytes[sizeof(kvb_stats) + 32];
+  } b;
+  const size_t old = offsetof(kvb_stats, store_hit_tokens);
+  size_t i;
+  init_fn s01, s02;
+  void* sym[2];
+  kvb_manager* m = kvbt_make(4, 8);
+  sym[0] = dlvsym(RTLD_DEFAULT, "kvb_stats_init", "KVB_0.1");
+  sym[1] = dlvsym(RTLD_DEFAULT, "kvb_stats_init", "KVB_0.2");
+  memcpy(&s01, &sym[0], sizeof s01);
+  memcpy(&s02, &sym[1], sizeof s02);
+  CHECK(s01 && s02 && s01 != s02);
+  if (s01 && s02) {
+    memset(b.bytes, POISON, sizeof b.bytes);
+    s01(&b.a);
+    CHECK(b.a.struct_size == old && b.a.cached_host_blocks == 0);
+    for (i = old; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+    CHECK_OK(kvb_get_stats(m, &b.a));
+    CHECK(b.a.struct_size == old && b.a.num_blocks == 8);
+    for (i = old; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+    memset(b.bytes, POISON, sizeof b.bytes);
+    s02(&b.a);
+    CHECK(b.a.struct_size == sizeof(kvb_stats) && b.a.store_filling_blocks == 0);
+    for (i = sizeof(kvb_stats); i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+  }
+  kvb_manager_destroy(m);
+}
+
 int main(void) {
+  RUN_TEST(test_fp8_grown_init_versions);
+  RUN_TEST(test_stats_grown_init_versions);
+  RUN_TEST(test_prefill_grown_init_versions);
   RUN_TEST(test_config_before_groups);
   RUN_TEST(test_batch_before_group);
   RUN_TEST(test_batch_old_padding);
+  RUN_TEST(test_batch_before_prefix_groups);
   RUN_TEST(test_stats_before_host_cache);
   RUN_TEST(test_init_writes_its_own_sizeof);
   TEST_SUMMARY();

@@ -3,6 +3,8 @@
  * ours, and q aliasing out. Every refusal must leave out untouched (poisoned) and name the argument;
  * nothing may crash or trip a sanitizer. The exhaustive valid/invalid table of the prefill author is in
  * tests/cpp/kernels_prefill.cpp; this file covers what that table does not. */
+#include <stddef.h>
+
 #include "kvbt_common.h"
 
 #define BS 16
@@ -145,12 +147,24 @@ static void test_struct_size(void) {
   fill();
   a.struct_size = 0;
   REFUSED(&c, &a, KVB_ERR_INVALID_ARGUMENT, "struct_size");
-  a.struct_size = (uint32_t)sizeof a - 8;
+  a.struct_size = (uint32_t)offsetof(kvb_prefill_args, allow_tf32) - 8;  /* below the first layout */
   REFUSED(&c, &a, KVB_ERR_INVALID_ARGUMENT, "struct_size");
   poison();
   a = args();
   CHECK_OK(kvb_prefill_attention(&c, &a, NULL));
   memcpy(ref, obuf, sizeof ref);
+  /* The first layout (before allow_tf32): the bytes beyond it are not read (here: garbage). */
+  a = args();
+  a.struct_size = (uint32_t)offsetof(kvb_prefill_args, allow_tf32);
+  a.allow_tf32 = 0xdeadbeefu;
+  a.reserved2 = 0xdeadbeefu;
+  poison();
+  CHECK_OK(kvb_prefill_attention(&c, &a, NULL));
+  for (i = 0; i < 9 * HQ * D; ++i)
+    if (obuf[i] != ref[i]) {
+      CHECK(0);
+      break;
+    }
   memset(&big, 0, sizeof big);
   big.a = args();
   big.a.struct_size = (uint32_t)sizeof big;

@@ -6,6 +6,8 @@
 // an H100 / A100 SM; the prefill call's short sequences go to this kernel exactly when well-formed and
 // short, and each of their query rows scores exactly the keys its position attends; and the kernel's ldmatrix / mma fragment addressing computes Q K^T and P V for each
 // warp's 16 keys of a stage on an emulated warp.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -85,9 +87,9 @@ void test_grid_scores_every_attended_key_once() {
   int bad = 0;
   const int cases = quick() ? 300 : 3000;
   for (int n = 0; n < cases; ++n) {
-    const int len = int(rng() % 5000);
+    const int len = int(rng() % 9000);
     const int block_shift = 3 + int(rng() % 4);                  // blocks of 8 .. 64
-    const int partition = std::max(256, 1 << block_shift) << (rng() % 4);  // as the plan: >= 256, powers of 2
+    const int partition = std::max(256, 1 << block_shift) << (rng() % 6);  // plan (>= 256) x 2^k, as the launch
     const int window = rng() % 3 == 0 ? 0 : int(rng() % 3000);
     const int sink = int(rng() % 40);
     bad += simulate(len, block_shift, partition, window, sink);
@@ -300,11 +302,57 @@ void test_fragment_addressing_on_an_emulated_warp() {
 
 }  // namespace
 
+// The launch's partition size (dtiles::mma_partition_size): a power-of-two multiple of the plan's (so the
+// workspace the plan sized suffices), within the lone-CTA cap and the int token range, the plan's own
+// when it has one partition; and on an H100 (132 SMs; 2 CTAs per SM at D 128, 1 at D 256, 3 stages)
+// the shapes of the first GPU run get the partitions the cost model was fitted for. Uses the library's
+// shape-only plan rule, written out again (validate.cpp plan_attention).
+int64_t plan_partition(int64_t seqs, int64_t kv_heads, int64_t max_ctx, int64_t block) {
+  int64_t P = std::max<int64_t>(256, block);
+  while (P < 2048 && seqs * kv_heads * ((max_ctx + 2 * P - 1) / (2 * P)) >= 4096) P *= 2;
+  return P;
+}
+
+void test_partition_size_for_waves() {
+  int bad = 0;
+  struct Shape { int64_t seqs, kv_heads, ctx, wave, want; };
+  // 16 x 32768, 64 x 8192 (Hq 32 or 64 over 8 kv heads), 32 x 4096, 128 x 2048, 256 x 1024, group 8 over 4
+  // kv heads, D 256 (one CTA per SM), 1 x 4096 (one partial wave: the plan's 256).
+  const Shape shapes[] = {{16, 8, 32768, 264, 4096}, {64, 8, 8192, 264, 4096}, {32, 8, 4096, 264, 4096},
+                          {128, 8, 2048, 264, 2048}, {256, 8, 1024, 264, 1024}, {64, 4, 8192, 264, 4096},
+                          {32, 8, 8192, 132, 4096},  {1, 8, 4096, 264, 256}};
+  for (const Shape& s : shapes) {
+    const int64_t pp = plan_partition(s.seqs, s.kv_heads, s.ctx, 16), pn = (s.ctx + pp - 1) / pp;
+    const int64_t P = dtiles::mma_partition_size(pp, pn, s.ctx, s.seqs * s.kv_heads, s.wave, 3, INT32_MAX - 4096);
+    if (P != s.want && bad++ < 5)
+      fprintf(stderr, "  %lld x %lld (kv heads %lld, wave %lld): P %lld, want %lld\n", (long long)s.seqs,
+              (long long)s.ctx, (long long)s.kv_heads, (long long)s.wave, (long long)P, (long long)s.want);
+  }
+  std::mt19937 rng(29);
+  for (int i = 0; i < (quick() ? 2000 : 20000); ++i) {
+    const int64_t block = int64_t(1) << (rng() % 7), max_ctx = block * (1 + int64_t(rng() % 70000));
+    const int64_t seqs = 1 + rng() % 300, kv = 1 + rng() % 16, wave = 1 + rng() % 600;
+    const int stages = 2 + int(rng() % 3);
+    const int64_t pp = plan_partition(seqs, kv, max_ctx, block), pn = std::max<int64_t>(1, (max_ctx + pp - 1) / pp);
+    const int64_t limit = rng() % 8 == 0 ? max_ctx + 2 * pp + int64_t(rng() % 10000) : INT32_MAX - 4096;
+    const int64_t P = dtiles::mma_partition_size(pp, pn, max_ctx, seqs * kv, wave, stages, limit);
+    const int64_t np = (max_ctx + P - 1) / P;
+    bool ok = P >= pp && P % pp == 0 && ((P / pp) & (P / pp - 1)) == 0 && np <= pn && np >= 1;
+    if (pn <= 1) ok = ok && P == pp;
+    if (P != pp) ok = ok && P <= dtiles::max_partition_keys(stages) && P + max_ctx < limit;
+    if (!ok && bad++ < 5)
+      fprintf(stderr, "  ctx %lld block %lld plan %lld x %lld: P %lld\n", (long long)max_ctx, (long long)block,
+              (long long)pp, (long long)pn, (long long)P);
+  }
+  CHECK(bad == 0);
+}
+
 int main() {
   RUN_TEST(test_chunks_cover_every_head_once);
   RUN_TEST(test_grid_scores_every_attended_key_once);
   RUN_TEST(test_short_queries_owned_and_covered);
   RUN_TEST(test_shared_memory_fits);
+  RUN_TEST(test_partition_size_for_waves);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
   TEST_SUMMARY();
 }

@@ -44,6 +44,8 @@ struct Problem {
   Tensor q, out;
   int64_t q_hs = 0, q_ts = 0, o_hs = 0, o_ts = 0;
   std::vector<double> ref;  // [row][head][d]
+  bool tf32 = false;  // fp32 on CUDA: allow_tf32 (TF32 has fp16's 11-bit significand: fp16's tolerance)
+  uint32_t tol_dtype() const { return tf32 ? uint32_t(KVB_DTYPE_FP16) : cf.dtype; }
 
   Problem(const Config& c, std::vector<SeqSpec> specs)
       : cf(c), cache(c.dtype, 1, c.block_size, c.num_kv_heads, c.head_dim), seqs(std::move(specs)) {
@@ -153,6 +155,7 @@ struct Problem {
     a.sink_tokens = cf.sink;
     a.workspace = ws;
     a.workspace_size = ws_size;
+    a.allow_tf32 = tf32 ? 1u : 0u;
     return a;
   }
   kvb_prefill_args host_args() { return args(q.data(), out.data(), qstart.data(), lens.data(), tables.data(), nullptr, 0); }
@@ -168,9 +171,9 @@ struct Problem {
           const size_t i = size_t(r * o_ts + h * o_hs + d);
           logical[i] = true;
           const double w = want(r, h, d), g = got.get(i);
-          if (!close(g, w, cf.dtype) && bad++ < 3)
-            fprintf(stderr, "  %s %s D=%u bs=%u G=%u win=%u sink=%u cap=%g: row %d head %u d %u: got %g want %g\n", what,
-                    dname(cf.dtype), cf.head_dim, cf.block_size, cf.group, cf.window, cf.sink, (double)cf.soft_cap, r, h,
+          if (!close(g, w, tol_dtype()) && bad++ < 3)
+            fprintf(stderr, "  %s %s%s D=%u bs=%u G=%u win=%u sink=%u cap=%g: row %d head %u d %u: got %g want %g\n", what,
+                    dname(cf.dtype), tf32 ? " (tf32)" : "", cf.head_dim, cf.block_size, cf.group, cf.window, cf.sink, (double)cf.soft_cap, r, h,
                     d, g, w);
         }
     return padding_overwritten(got, logical, what, bad);
@@ -456,6 +459,15 @@ void test_cuda_against_cpu() {
   Config w{KVB_DTYPE_BF16, 64, 16, 1, 8, 1000, 4, 0.f, false, 91};
   Problem pw(w, {{2, 6000}, {17, 3000}});
   bad += run_cuda_case(pw, true);
+  // fp32 caches on TF32 tensor cores (allow_tf32): every fp32 config, against the exact CPU kernel with
+  // a TF32 tolerance.
+  for (const Config& f : configs()) {
+    if (f.dtype != KVB_DTYPE_FP32) continue;
+    std::mt19937 rng(f.seed);
+    Problem pt(f, ragged(f.block_size, rng, quick()));
+    pt.tf32 = true;
+    bad += run_cuda_case(pt, (i++ % 7) == 3);
+  }
   CHECK(bad == 0);
 }
 
@@ -465,9 +477,11 @@ void test_cuda_faults() {
   kvb_kernel_fault f;
   kvb_kernel_fault_init(&f);
   kvb_cuda_take_fault(0, nullptr, &f);  // start clean whatever earlier tests left
-  for (uint32_t dtype : {KVB_DTYPE_FP16, KVB_DTYPE_FP32}) {
+  for (int variant = 0; variant < 3; ++variant) {  // fp16, fp32, fp32 on TF32 tensor cores
+    const uint32_t dtype = variant == 0 ? KVB_DTYPE_FP16 : KVB_DTYPE_FP32;
     Config c{dtype, 64, 16, 2, 4, 0, 0, 0.f, false, 95};
     Problem p(c, {{5, 20}, {3, 40}, {30, 0}});
+    p.tf32 = variant == 2;
     run_cpu(p);
     const Tensor cpu_out = p.out;
     HostCache dev_cache = p.cache;
@@ -491,7 +505,7 @@ void test_cuda_faults() {
         for (uint32_t i = 0; i < p.num_q_heads * 64; ++i) {
           const float g = out.get(size_t(r * p.o_ts) + i);
           if (std::isnan(g) != nan) return false;
-          if (!nan && !close(g, cpu_out.get(size_t(r * p.o_ts) + i), dtype)) return false;
+          if (!nan && !close(g, cpu_out.get(size_t(r * p.o_ts) + i), p.tol_dtype())) return false;
         }
       return true;
     };

@@ -4,7 +4,7 @@
 // packed query row exactly once and every (row, attended key) pair exactly once, and a tile it treats
 // as unmasked ("full") holds only keys every row of the CTA attends; the kernel's ldmatrix / mma
 // fragment addressing and output staging on an emulated warp, for every m-tile of the 128-row CTA;
-// and the double-buffer schedule of block offsets and K / V.
+// the double-buffer schedule of block offsets and K / V; and the online softmax with a lazy row max.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -121,6 +121,24 @@ void test_grid_covers_every_row_and_key_once() {
   CHECK(batches > 0);
 }
 
+// The grid's x enumerates every (query tile, kv head) once, kv head fastest: the first CTAs the GPU
+// starts are tile 0 (with the reverse walk, a sequence's longest) of every kv head.
+void test_cta_order_covers_every_tile_and_head_once_kv_head_fastest() {
+  int bad = 0;
+  for (int heads : {1, 2, 8, 5})
+    for (int tiles_n : {1, 3, 129}) {
+      std::vector<int> seen(size_t(tiles_n * heads), 0);
+      for (int x = 0; x < tiles_n * heads; ++x) {
+        const tiles::CtaTile c = tiles::cta_tile(x, heads);
+        if (c.tile < 0 || c.tile >= tiles_n || c.kv_head < 0 || c.kv_head >= heads) { ++bad; continue; }
+        ++seen[size_t(c.tile * heads + c.kv_head)];
+        if (x < heads && (c.tile != 0 || c.kv_head != x)) ++bad;
+      }
+      for (int v : seen) bad += v != 1;
+    }
+  CHECK(bad == 0);
+}
+
 // An emulated warp: shared memory as one value per 16-bit element, ldmatrix.x4 (plain and .trans) and
 // mma m16n8k16 per the PTX ISA fragment layouts; the kernel's addressing (tiles::frag) must produce
 // S = Q K^T and O = P V exactly (small integers: every sum is exact in float).
@@ -181,16 +199,18 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
       put(v0, r, d, V[size_t(r * D + d)] = float(int(rng() % 5) - 2));
     }
   int bad = 0;
+  // The kernel's tiles start at multiples of 1 KiB, so base ^ constant addresses the tile's own chunks.
+  if (k0 % 1024 != 0 || v0 % 1024 != 0) ++bad;
   // S = Q K^T, as the kernel's loop over kk and pairs of n-tiles.
   std::vector<float> s(size_t(NT) * 32 * 4, 0.f);
   auto S = [&](int n) { return reinterpret_cast<float(*)[4]>(&s[size_t(n) * 128]); };
   for (int kk = 0; kk < D / 16; ++kk) {
     uint32_t addr[32];
     Warp::Regs a, b;
-    for (int l = 0; l < 32; ++l) addr[l] = q0 + fr::swz(C, fr::q_row(warp, l), fr::q_chunk(kk, l));
+    for (int l = 0; l < 32; ++l) addr[l] = fr::q_addr(q0 + fr::q_base(C, warp, l), kk);  // as the kernel
     w.ldsm(addr, false, a);
     for (int n2 = 0; n2 < NT / 2; ++n2) {
-      for (int l = 0; l < 32; ++l) addr[l] = k0 + fr::swz(C, fr::k_row(n2, l), fr::k_chunk(kk, l));
+      for (int l = 0; l < 32; ++l) addr[l] = fr::k_addr(C, k0 + fr::k_base(C, l), n2, kk);
       w.ldsm(addr, false, b);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2)), a, b, 0, 1);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(S(2 * n2 + 1)), a, b, 2, 3);
@@ -217,7 +237,7 @@ int emulate(int D, int BN, int warp, std::mt19937& rng) {
       }
     for (int d2 = 0; d2 < DT / 2; ++d2) {
       uint32_t addr[32];
-      for (int l = 0; l < 32; ++l) addr[l] = v0 + fr::swz(C, fr::v_row(kk, l), fr::v_chunk(d2, l));
+      for (int l = 0; l < 32; ++l) addr[l] = fr::v_addr(C, v0 + fr::v_base(C, l), kk, d2);
       w.ldsm(addr, true, b);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2) * 128]), a, b, 0, 1);
       Warp::mma(*reinterpret_cast<float(*)[32][4]>(&o[size_t(2 * d2 + 1) * 128]), a, b, 2, 3);
@@ -304,9 +324,10 @@ void test_fragment_addressing_on_an_emulated_warp() {
 // The kernel's pipeline, event by event, for walks of 0..7 key tiles: block offsets of tile t are
 // written to stage kv_stage(t) (tiles 0, 1 before the first barrier, tile i + 2 after iteration i's
 // compute), load_kv(t) reads them and starts the asynchronous K / V copy into stage kv_stage(t) (tile
-// 0 before the loop, tile i + 1 at the top of iteration i), which lands at iteration t's wait +
-// barrier, where the MMAs read it. Between two barriers (an epoch) no stage may be both written and
-// read; an in-flight copy may not overlap a read of its stage; every read must find its own tile.
+// 0 before the loop, tile i + 1 after the one barrier of iteration i), which lands at iteration t's
+// wait (all copies) + barrier, where the MMAs read it. Between two barriers (an epoch) no stage may be
+// both written and read; an in-flight copy may not overlap a read of its stage; every read must find
+// its own tile.
 void test_pipeline_stages_are_never_overwritten_before_use() {
   int bad = 0;
   for (int n = 0; n <= 7; ++n) {
@@ -334,17 +355,99 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
     ++epoch;  // barrier
     if (n > 0) load_kv(0);
     for (int i = 0; i < n; ++i) {
+      wait_all_but_newest(-1);  // cp.async.wait_group 0
+      ++epoch;  // the iteration's one barrier
       if (i + 1 < n) load_kv(i + 1);
-      wait_all_but_newest(i + 1 < n ? tiles::kv_stage(i + 1) : -1);
-      ++epoch;  // barrier
       const int st = tiles::kv_stage(i);
       if (kv_tile[st] != i || kv_inflight_from[st] >= 0) ++bad;  // MMAs read K / V of tile i
       kv_r_epoch[st] = epoch;
       if (i + 2 < n) off_write(i + 2);
-      ++epoch;  // barrier
     }
     if (bad) fprintf(stderr, "  pipeline of %d tiles: %d violations\n", n, bad);
   }
+  CHECK(bad == 0);
+}
+
+// The kernel's online softmax with the lazy row max (prefill_tiles.h row_max_moves), replayed on one
+// row in float over key tiles of 32: the output must be the exact softmax-weighted sum (a double
+// reference), every exponent qs x - u must stay <= kMaxSlackLog2 (P <= 256 fits fp16 / bf16 and the
+// fp32 sums), and the reference max must move rarely: once for random logits at the scale of D 128;
+// the kernel's vote on each thread's part of a row must decide as the row max would. Rows masked so
+// far (-inf) and fully masked rows too.
+void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int bad = 0;
+  const int BN = 32;
+  for (int kind = 0; kind < 5; ++kind)
+    for (float qs : {0.1275f, 1.f, 1e-3f, 30.f}) {
+      const int n = 4096;
+      std::vector<float> x(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) {
+        v[size_t(k)] = nd(rng);
+        switch (kind) {
+          case 0: x[size_t(k)] = 11.3f * nd(rng); break;                    // raw logits of D 128 unit q, k
+          case 1: x[size_t(k)] = float(k) * 0.25f / qs; break;             // rising: the max moves every tile
+          case 2: x[size_t(k)] = k < 1000 ? -INFINITY : 11.3f * nd(rng); break;  // masked prefix
+          case 3: x[size_t(k)] = -INFINITY; break;                          // a fully masked row
+          default: x[size_t(k)] = (k % 97 == 5 ? 200.f : 1.f) * nd(rng); break;  // rare large logits
+        }
+      }
+      const float slack = tiles::max_slack_raw(qs);
+      float m = -INFINITY, l = 0.f, o = 0.f, max_arg = -INFINITY;
+      int moves = 0;
+      for (int t = 0; t < n / BN; ++t) {
+        float mx = m;
+        for (int k = t * BN; k < (t + 1) * BN; ++k) mx = std::fmax(mx, x[size_t(k)]);
+        const bool mv = tiles::row_max_moves(m, mx, slack);
+        // The kernel votes on each thread's part of the row (thread c of the row's 4 holds columns 2c,
+        // 2c + 1 of every 8-key n-tile) and shuffles the row max only when some part moves.
+        bool part_moves = false;
+        for (int c = 0; c < 4; ++c) {
+          float part = m;
+          for (int k = t * BN; k < (t + 1) * BN; ++k)
+            if (tiles::frag::c_col(c, 0) / 2 == (k % 8) / 2) part = std::fmax(part, x[size_t(k)]);
+          part_moves |= tiles::row_max_moves(m, part, slack);
+        }
+        if (part_moves != mv && ++bad <= 5)
+          fprintf(stderr, "  kind %d tile %d: a part moves %d, the row %d\n", kind, t, int(part_moves), int(mv));
+        const float mn = mv ? mx : m;
+        const float u = mn == -INFINITY ? 0.f : mn * qs;
+        const float al = mv ? std::exp2(m * qs - u) : 1.f;
+        moves += mv;
+        float lt = 0.f, ot = 0.f;
+        for (int k = t * BN; k < (t + 1) * BN; ++k) {
+          const float arg = std::fma(x[size_t(k)], qs, -u);
+          max_arg = std::fmax(max_arg, arg);
+          const float pk = std::exp2(arg);
+          lt += pk, ot += pk * v[size_t(k)];
+        }
+        l = l * al + lt, o = o * al + ot, m = mn;
+      }
+      double M = -INFINITY, L = 0, O = 0;
+      for (int k = 0; k < n; ++k) M = std::max(M, double(x[size_t(k)]));
+      if (M > -INFINITY)
+        for (int k = 0; k < n; ++k) {
+          const double w = std::exp2((double(x[size_t(k)]) - M) * qs);
+          L += w, O += w * v[size_t(k)];
+        }
+      const double want = L > 0 ? O / L : 0.0, got = l > 0.f ? double(o) / l : 0.0;
+      // Random logits at a real scale (qs of D 128: the slack is 5.5 standard deviations) move it once,
+      // on the first tile; others at most once a tile.
+      const int max_moves = kind == 3 ? 0 : kind == 0 && qs < 0.2f ? 1 : n / BN;
+      if (!(std::fabs(got - want) <= 1e-4 * (1 + std::fabs(want))) || !(max_arg <= tiles::kMaxSlackLog2 * 1.0001f) ||
+          moves > max_moves || (kind != 3 && moves == 0)) {
+        if (++bad <= 5)
+          fprintf(stderr, "  kind %d qs %g: got %g want %g, max exponent %g, %d moves\n", kind, double(qs), got, want,
+                  double(max_arg), moves);
+      }
+    }
+  // The rule itself: -inf moves to any finite max, never to -inf or NaN; a kept max stays bit-exact.
+  const float sl = tiles::max_slack_raw(1.f);
+  CHECK(tiles::row_max_moves(-INFINITY, -1e30f, sl) && !tiles::row_max_moves(-INFINITY, -INFINITY, sl));
+  CHECK(!tiles::row_max_moves(3.f, NAN, sl) && !tiles::row_max_moves(3.f, 3.f + tiles::kMaxSlackLog2, sl));
+  CHECK(tiles::row_max_moves(3.f, 3.f + 2 * tiles::kMaxSlackLog2, sl));
+  CHECK(tiles::row_max_moves(-INFINITY, -1e30f, tiles::max_slack_raw(1e-40f)));  // a tiny scale: slack stays finite
   CHECK(bad == 0);
 }
 
@@ -353,7 +456,9 @@ void test_pipeline_stages_are_never_overwritten_before_use() {
 int main() {
   RUN_TEST(test_grid_covers_every_row_and_key_once);
   RUN_TEST(test_key_tiles_near_int_max);
+  RUN_TEST(test_cta_order_covers_every_tile_and_head_once_kv_head_fastest);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);
   RUN_TEST(test_pipeline_stages_are_never_overwritten_before_use);
+  RUN_TEST(test_lazy_row_max_softmax_is_exact_and_rarely_rescales);
   TEST_SUMMARY();
 }

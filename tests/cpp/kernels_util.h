@@ -23,8 +23,16 @@ using kvb::kern::Dtype;
 namespace cpuk = kvb::kern::cpu;
 
 inline Dtype to_dtype(uint32_t d) { return static_cast<Dtype>(d); }
-inline size_t esize(uint32_t d) { return d == KVB_DTYPE_FP32 ? 4 : 2; }
-inline const char* dname(uint32_t d) { return d == KVB_DTYPE_FP16 ? "fp16" : d == KVB_DTYPE_BF16 ? "bf16" : "fp32"; }
+inline size_t esize(uint32_t d) { return kvb::kern::dtype_size(to_dtype(d)); }
+inline const char* dname(uint32_t d) {
+  switch (d) {
+    case KVB_DTYPE_FP16: return "fp16";
+    case KVB_DTYPE_BF16: return "bf16";
+    case KVB_DTYPE_FP32: return "fp32";
+    case KVB_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    default: return "fp8_e5m2";
+  }
+}
 
 // A host buffer of n elements of dtype d (16-byte aligned).
 struct Tensor {

@@ -6,7 +6,7 @@
 check "bench --quick --json: exit 0" [ $? -eq 0 ]
 check "bench json: valid" valid_json "$TMP/b.json"
 for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config kernels cpu \
-         ceiling_memcpy attention_4x256 attention_8x256 write_kv copy_blocks swap_out swap_in; do
+         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 write_kv copy_blocks swap_out swap_in; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done
 check "bench json: copy_blocks_runs" grep -q '"copy_blocks_runs": {' "$TMP/b.json"

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import List, Optional
 
-TOL = {"float16": 3e-3, "bfloat16": 2e-2, "float32": 1e-4}
+TOL = {"float16": 3e-3, "bfloat16": 2e-2, "float32": 1e-4, "tf32": 3e-3}  # tf32: fp16's 11-bit significand
 L2_ROTATE_BYTES = 200 << 20   # decode working sets below this are rotated over copies (H100 L2: 50 MB)
 
 
@@ -38,6 +38,7 @@ class Shape:
     decodes: int = 0            # prefill: decode rows added to the call (mixed batch)
     decode_ctx: int = 0
     quick: bool = True          # part of --quick
+    tf32: bool = False          # fp32 prefill with allow_tf32 (TF32 tensor cores)
 
 
 SHAPES: List[Shape] = [
@@ -60,6 +61,7 @@ SHAPES: List[Shape] = [
     Shape("  its decode part 60@2048", "decode", 60, 2049),
     Shape("prefill 1x4096 bf16", "prefill", 1, 4096, dtype="bfloat16", quick=False),
     Shape("prefill 2x1000 over 37 fp32", "prefill", 2, 1000, cached=37, dtype="float32"),
+    Shape("prefill 2x1000 over 37 tf32", "prefill", 2, 1000, cached=37, dtype="float32", tf32=True),
 ]
 
 
@@ -75,6 +77,7 @@ SMOKE_SHAPES: List[Shape] = [
     Shape("mixed 2x16 + 5 dec@50", "prefill", 2, 16, decodes=5, decode_ctx=50),
     Shape("prefill 1x48 bf16", "prefill", 1, 48, dtype="bfloat16"),
     Shape("prefill 2x20 over 37 fp32", "prefill", 2, 20, cached=37, dtype="float32"),
+    Shape("prefill 2x20 over 37 tf32", "prefill", 2, 20, cached=37, dtype="float32", tf32=True),
 ]
 
 
@@ -126,7 +129,7 @@ def main() -> int:
             continue
         row = Row(s)
         try:
-            torch_cases.run_shape(kvblock, s, row, TOL[s.dtype], 0 if a.cpu_smoke else L2_ROTATE_BYTES)
+            torch_cases.run_shape(kvblock, s, row, TOL["tf32" if s.tf32 else s.dtype], 0 if a.cpu_smoke else L2_ROTATE_BYTES)
         except Exception as e:  # noqa: BLE001 - one shape's failure is reported, the others still run
             row.note = f"{type(e).__name__}: {e}"[:160]
             row.ok = False

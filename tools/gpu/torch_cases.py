@@ -171,7 +171,8 @@ def _prefill_kvb(kvb: Any, s: Any, row: Any, tol: float) -> None:
     flops = sum((n * (L - n) + n * (n + 1) / 2) * s.hq * s.d * 4 for n, L in zip(seq_q, lens))
 
     out.fill_(float("nan"))
-    kvb.prefill_attention(pc.cache, 0, q, query_start, pc.seq_lens, pc.tables[0], out,
+    tf32 = getattr(s, "tf32", False)
+    kvb.prefill_attention(pc.cache, 0, q, query_start, pc.seq_lens, pc.tables[0], out, allow_tf32=tf32,
                           stream=_stream())
     _take_fault(kvb, pc.cache)
     errs = []
@@ -184,7 +185,7 @@ def _prefill_kvb(kvb: Any, s: Any, row: Any, tol: float) -> None:
     row.ok = row.err < tol
 
     def call() -> None:
-        kvb.prefill_attention(pc.cache, 0, q, query_start, pc.seq_lens, pc.tables[0], out,
+        kvb.prefill_attention(pc.cache, 0, q, query_start, pc.seq_lens, pc.tables[0], out, allow_tf32=tf32,
                               stream=_stream())
 
     t, how = time_gpu(call)

@@ -26,6 +26,7 @@ from .kernels import (
     write_kv,
 )
 from .manager import Availability, Batch, BatchBuffers, Event, Manager, Medium, SeqInfo, hash_tokens
+from .prefix_groups import GroupedBatch, PrefixGroups
 
 
 def library_version() -> str:
@@ -40,4 +41,5 @@ def library_path() -> str:
 __all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind",
            "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "hash_tokens",
            "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "swap_blocks", "take_fault",
-           "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load", "__version__"]
+           "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load", "__version__",
+           "PrefixGroups", "GroupedBatch"]

@@ -17,7 +17,12 @@ from ._tensor import CPU, CUDA, View, device_name, require, view
 from .errors import KernelFault, KvbArgumentError, KvbError, check
 
 ffi = _lib.ffi
-_KVB_DTYPE = {"float16": "KVB_DTYPE_FP16", "bfloat16": "KVB_DTYPE_BF16", "float32": "KVB_DTYPE_FP32"}
+_KVB_DTYPE = {"float16": "KVB_DTYPE_FP16", "bfloat16": "KVB_DTYPE_BF16", "float32": "KVB_DTYPE_FP32",
+              "float8_e4m3": "KVB_DTYPE_FP8_E4M3", "float8_e5m2": "KVB_DTYPE_FP8_E5M2"}
+# FP8 caches: torch's element types, and the dtypes their q / out / new K and V may have.
+_FP8_TORCH = {"float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
+_FP8_OF_STORAGE = {"float8_e4m3fn": "float8_e4m3", "float8_e5m2": "float8_e5m2"}
+_FP8_INPUTS = ("float16", "bfloat16", "float32")
 
 
 def has_prefill_kernel() -> bool:
@@ -93,23 +98,32 @@ def _device(device: Any) -> str:
 
 
 def _alloc(shape: tuple, dtype: str, device: str) -> Any:
+    if dtype not in _KVB_DTYPE:
+        raise KvbArgumentError(f"dtype must be one of {', '.join(_KVB_DTYPE)}, got {dtype!r}")
     if device == "cpu":
         if dtype == "bfloat16":
             raise KvbArgumentError("dtype bfloat16 on the CPU needs torch tensors (numpy has no bfloat16)")
-        return np.zeros(shape, dtype)
+        return np.zeros(shape, np.uint8 if dtype in _FP8_TORCH else dtype)  # fp8: the bytes, dtype named
     import torch  # CUDA caches: torch is the allocator
-    return torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
+    return torch.zeros(shape, dtype=getattr(torch, _FP8_TORCH.get(dtype, dtype)), device=device)
 
 
 class KVCache(OwnsHandle):
     """K and V caches of every layer, [num_blocks, block_size, num_kv_heads, head_dim] each (NHD), with their
     descriptors built once. Either allocated here (numpy on "cpu", torch on "cuda[:i]") or wrapping the
     caller's arrays / tensors (KVCache.wrap), which must stay alive as long as the cache. Not copyable:
-    its descriptors hold raw pointers to those arrays (a deep copy would write into the original's)."""
+    its descriptors hold raw pointers to those arrays (a deep copy would write into the original's).
+
+    FP8 caches (dtype "float8_e4m3" or "float8_e5m2"): torch float8_e4m3fn / float8_e5m2 tensors, or numpy
+    uint8 arrays holding the bytes (the dtype then named). Stored = x / scale rounded to nearest even and
+    saturated (abi/kvblock.h states the rule); k_scale / v_scale per layer (a float, or one per layer), and
+    optionally per-kv-head scales (num_kv_heads floats, or [num_layers, num_kv_heads]) replacing them. q,
+    out and the new K/V of an fp8 cache are float16, bfloat16 or float32 (float32 attention: CPU only)."""
     _what_is_owned = "kvb_cache_desc descriptors holding raw pointers to its K/V memory"
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: str = "float32", device: str = "cpu") -> None:
+                 dtype: str = "float32", device: str = "cpu", *, k_scale: Any = 1.0, v_scale: Any = 1.0,
+                 k_head_scales: Any = None, v_head_scales: Any = None) -> None:
         shape = tuple(u32(v, name) for v, name in ((num_blocks, "num_blocks"), (block_size, "block_size"),
                                                    (num_kv_heads, "num_kv_heads"), (head_dim, "head_dim")))
         num_layers = u32(num_layers, "num_layers")
@@ -118,16 +132,51 @@ class KVCache(OwnsHandle):
         device = _device(device)
         ks = [_alloc(shape, dtype, device) for _ in range(num_layers)]
         vs = [_alloc(shape, dtype, device) for _ in range(num_layers)]
-        self._init(ks, vs)
+        self._init(ks, vs, dtype if dtype in _FP8_TORCH else None, (k_scale, v_scale, k_head_scales, v_head_scales))
 
     @classmethod
-    def wrap(cls, k_layers: Sequence[Any], v_layers: Sequence[Any]) -> "KVCache":
-        """A cache over existing per-layer K and V arrays (any strides with a contiguous head_dim)."""
+    def wrap(cls, k_layers: Sequence[Any], v_layers: Sequence[Any], dtype: Optional[str] = None, *,
+             k_scale: Any = 1.0, v_scale: Any = 1.0, k_head_scales: Any = None,
+             v_head_scales: Any = None) -> "KVCache":
+        """A cache over existing per-layer K and V arrays (any strides with a contiguous head_dim). dtype names
+        the fp8 format of uint8 arrays ("float8_e4m3" / "float8_e5m2"); otherwise it comes from the arrays."""
         self = cls.__new__(cls)
-        self._init(list(k_layers), list(v_layers))
+        self._init(list(k_layers), list(v_layers), dtype, (k_scale, v_scale, k_head_scales, v_head_scales))
         return self
 
-    def _init(self, ks: List[Any], vs: List[Any]) -> None:
+    def _fp8_scales(self, scales: tuple) -> None:
+        """Per-layer scales into the descriptors; per-head arrays kept alive here (the library reads them
+        during each call that is handed the descriptor, never keeps them)."""
+        self._head_scales = []
+        n, h = self.num_layers, self.num_kv_heads
+        per_layer = []
+        for name, x in zip(("k_scale", "v_scale"), scales[:2]):
+            arr = np.broadcast_to(np.asarray(x, np.float64), (n,)) if np.ndim(x) <= 1 else None
+            if arr is None or arr.shape != (n,):
+                raise KvbArgumentError(f"{name}: a float or one per layer ({n}), got shape {np.shape(x)}")
+            per_layer.append(arr)
+        heads: List[Optional[np.ndarray]] = []
+        for name, x in zip(("k_head_scales", "v_head_scales"), scales[2:]):
+            if x is None:
+                heads.append(None)
+                continue
+            a = np.asarray(x, np.float32)
+            if a.shape == (h,):
+                a = np.broadcast_to(a, (n, h))
+            if a.shape != (n, h):
+                raise KvbArgumentError(f"{name}: {h} floats or [{n}, {h}], got shape {a.shape}")
+            heads.append(a)
+        for layer in range(n):
+            d = self.descs + layer
+            d.k_scale, d.v_scale = float(per_layer[0][layer]), float(per_layer[1][layer])
+            for which, per_head in zip(("k_head_scales", "v_head_scales"), heads):
+                if per_head is not None:
+                    buf = ffi.new("float[]", [float(x) for x in per_head[layer]])
+                    self._head_scales.append(buf)
+                    setattr(d, which, buf)
+
+    def _init(self, ks: List[Any], vs: List[Any], fp8: Optional[str] = None,
+              scales: tuple = (1.0, 1.0, None, None)) -> None:
         if not ks or len(ks) != len(vs):
             raise KvbArgumentError("k_layers and v_layers must be non-empty and equally long, got "
                                    f"{len(ks)} and {len(vs)}")
@@ -135,18 +184,30 @@ class KVCache(OwnsHandle):
         self.num_layers = len(ks)
         first = view(ks[0], "k_layers[0]")
         require(first, "k_layers[0]", ndim=4, inner_contiguous=True, writable=True)
-        if first.dtype not in _KVB_DTYPE:
-            raise KvbArgumentError(f"k_layers[0]: dtype must be float16, bfloat16 or float32, got {first.dtype}")
+        if fp8 is not None and (not isinstance(fp8, str) or fp8 not in _FP8_TORCH):
+            raise KvbArgumentError(f"dtype: {fp8!r} is not float8_e4m3 or float8_e5m2")
+        if first.dtype in _FP8_OF_STORAGE:
+            if fp8 not in (None, _FP8_OF_STORAGE[first.dtype]):
+                raise KvbArgumentError(f"dtype {fp8} differs from the tensors' {first.dtype}")
+            fp8 = _FP8_OF_STORAGE[first.dtype]
+        elif fp8 is not None and first.dtype != "uint8":
+            raise KvbArgumentError(f"k_layers[0]: an {fp8} cache needs uint8 arrays or torch float8 tensors, "
+                                   f"got {first.dtype}")
+        elif fp8 is None and first.dtype not in _KVB_DTYPE:
+            raise KvbArgumentError(f"k_layers[0]: dtype must be float16, bfloat16 or float32 (or uint8 with an fp8 "
+                                   f"dtype named), got {first.dtype}")
         for name, n in zip(("num_blocks", "block_size", "num_kv_heads", "head_dim"), first.shape):
             u32(n, f"k_layers[0]: dimension {name}")  # the descriptor holds each as uint32_t
         self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim = first.shape
-        self.dtype, self.device = first.dtype, first.device
+        self.dtype, self.device = (fp8 or first.dtype), first.device
+        self.storage_dtype = first.dtype  # the arrays' element type (uint8 / torch float8 for fp8 caches)
+        self.fp8 = fp8 is not None
         self.descs = ffi.new("kvb_cache_desc[]", self.num_layers)
         lib = _lib.lib
         for layer in range(self.num_layers):
             kv = [view(ks[layer], f"k_layers[{layer}]"), view(vs[layer], f"v_layers[{layer}]")]
             for name, v in zip(("k_layers", "v_layers"), kv):
-                require(v, f"{name}[{layer}]", dtype=first.dtype, shape=first.shape, device=first.device,
+                require(v, f"{name}[{layer}]", dtype=self.storage_dtype, shape=first.shape, device=first.device,
                         inner_contiguous=True, writable=True)
                 if v.strides != kv[0].strides:
                     raise KvbArgumentError(f"{name}[{layer}]: strides {v.strides} differ from K's {kv[0].strides}")
@@ -154,11 +215,15 @@ class KVCache(OwnsHandle):
             lib.kvb_cache_desc_init(d)
             d.device_type = lib.KVB_DEVICE_CUDA if first.device[0] == CUDA else lib.KVB_DEVICE_CPU
             d.device_index = first.device[1]
-            d.dtype = getattr(lib, _KVB_DTYPE[first.dtype])
+            d.dtype = getattr(lib, _KVB_DTYPE[self.dtype])
             d.k, d.v = ffi.cast("void*", kv[0].ptr), ffi.cast("void*", kv[1].ptr)
             d.num_blocks, d.block_size, d.num_kv_heads, d.head_dim = first.shape
             d.block_stride, d.token_stride, d.head_stride = (i64(st, f"k_layers[{layer}]: stride")
                                                              for st in kv[0].strides[:3])
+        if self.fp8:
+            self._fp8_scales(scales)
+        elif scales != (1.0, 1.0, None, None):
+            raise KvbArgumentError(f"k_scale / v_scale / head scales are for fp8 caches, not {self.dtype}")
         self._workspaces = threading.local()
 
     def desc(self, layer: int) -> Any:
@@ -193,9 +258,17 @@ def _int_array(x: Any, what: str, dtype: str, ndim: int, cache: KVCache, shape: 
     return v
 
 
-def _rows(x: Any, what: str, cache: KVCache, heads: int, *, writable: bool = False) -> View:
+def _rows(x: Any, what: str, cache: KVCache, heads: int, *, writable: bool = False,
+          dtype: Optional[str] = None) -> View:
+    """[rows, heads, head_dim] in the cache's dtype, or for an fp8 cache in `dtype` (checked to be one of
+    float16, bfloat16, float32; None: whichever of those x has)."""
     v = view(x, what)
-    require(v, what, dtype=cache.dtype, ndim=3, shape=(None, heads, cache.head_dim), device=cache.device,
+    if cache.fp8:
+        dtype = dtype or v.dtype
+        if dtype not in _FP8_INPUTS:
+            raise KvbArgumentError(f"{what}: dtype must be float16, bfloat16 or float32 for an {cache.dtype} cache, "
+                                   f"got {v.dtype}")
+    require(v, what, dtype=dtype or cache.dtype, ndim=3, shape=(None, heads, cache.head_dim), device=cache.device,
             inner_contiguous=True, writable=writable)
     return v
 
@@ -203,13 +276,15 @@ def _rows(x: Any, what: str, cache: KVCache, heads: int, *, writable: bool = Fal
 def write_kv(cache: KVCache, layer: int, key: Any, value: Any, slot_mapping: Any, stream: Any = None) -> None:
     """reshape_and_cache: key/value [num_tokens, num_kv_heads, head_dim] into slots slot_mapping[i] (-1 skips)."""
     k = _rows(key, "key", cache, cache.num_kv_heads)
-    v = _rows(value, "value", cache, cache.num_kv_heads)
+    v = _rows(value, "value", cache, cache.num_kv_heads, dtype=k.dtype if cache.fp8 else None)
     n = k.shape[0]
     if v.shape[0] != n:
         raise KvbArgumentError(f"value: {v.shape[0]} tokens, key has {n}")
     s = _int_array(slot_mapping, "slot_mapping", "int64", 1, cache, (n,))
     a = ffi.new("kvb_write_kv_args*")
     _lib.lib.kvb_write_kv_args_init(a)
+    if cache.fp8:
+        a.input_dtype = getattr(_lib.lib, _KVB_DTYPE[k.dtype])
     a.num_tokens = n
     a.key, a.value = ffi.cast("void*", k.ptr), ffi.cast("void*", v.ptr)
     a.key_token_stride, a.key_head_stride = k.strides[0], k.strides[1]
@@ -221,12 +296,15 @@ def write_kv(cache: KVCache, layer: int, key: Any, value: Any, slot_mapping: Any
 def _attention_common(cache: KVCache, q: Any, out: Any, block_tables: Any, seq_lens: Any,
                       num_seqs: int) -> tuple[View, View, View, View, int]:
     qv = view(q, "q")
-    require(qv, "q", dtype=cache.dtype, ndim=3, shape=(None, None, cache.head_dim), device=cache.device,
-            inner_contiguous=True)
+    if cache.fp8 and qv.dtype not in _FP8_INPUTS:
+        raise KvbArgumentError(f"q: dtype must be float16, bfloat16 or float32 for an {cache.dtype} cache, "
+                               f"got {qv.dtype}")
+    require(qv, "q", dtype=qv.dtype if cache.fp8 else cache.dtype, ndim=3, shape=(None, None, cache.head_dim),
+            device=cache.device, inner_contiguous=True)
     heads = qv.shape[1]
     if heads % cache.num_kv_heads:
         raise KvbArgumentError(f"q: {heads} query heads is not a multiple of {cache.num_kv_heads} kv heads")
-    ov = _rows(out, "out", cache, heads, writable=True)
+    ov = _rows(out, "out", cache, heads, writable=True, dtype=qv.dtype if cache.fp8 else None)
     if ov.shape[0] != qv.shape[0]:
         raise KvbArgumentError(f"out: {ov.shape[0]} rows, q has {qv.shape[0]}")
     bt = _int_array(block_tables, "block_tables", "int32", 2, cache, (num_seqs, None))
@@ -236,15 +314,18 @@ def _attention_common(cache: KVCache, q: Any, out: Any, block_tables: Any, seq_l
 
 def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_lens: Any, out: Any, *,
                     scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
-                    stream: Any = None) -> Any:
+                    stream: Any = None, prefix_groups: Any = None) -> Any:
     """Decode attention: q, out [num_seqs, num_q_heads, head_dim]; block_tables [num_seqs, max_blocks] int32;
-    seq_lens [num_seqs] int32. Returns out."""
+    seq_lens [num_seqs] int32. prefix_groups: a kvblock.PrefixGroups of the same batch (batch_export(...,
+    prefix_groups=True)) to read shared blocks once per group. Returns out."""
     qv0 = view(q, "q")
     num_seqs = qv0.shape[0] if qv0.shape else 0
     qv, ov, bt, sl, heads = _attention_common(cache, q, out, block_tables, seq_lens, num_seqs)
     lib = _lib.lib
     a = ffi.new("kvb_attention_args*")
     lib.kvb_attention_args_init(a)
+    if cache.fp8:
+        a.q_dtype = getattr(lib, _KVB_DTYPE[qv.dtype])
     a.num_seqs, a.num_q_heads, a.max_blocks_per_seq = num_seqs, heads, bt.shape[1]
     a.q, a.q_seq_stride, a.q_head_stride = ffi.cast("void*", qv.ptr), qv.strides[0], qv.strides[1]
     a.out, a.out_seq_stride, a.out_head_stride = ffi.cast("void*", ov.ptr), ov.strides[0], ov.strides[1]
@@ -255,15 +336,19 @@ def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_l
     d = cache.desc(layer)
     check(lib.kvb_paged_attention_workspace_size(d, a, size))
     a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
+    if prefix_groups is not None:
+        a.prefix_groups = _prefix_groups_arg(prefix_groups)
     check(lib.kvb_paged_attention(d, a, _stream(stream)))
     return out
 
 
 def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_lens: Any, block_tables: Any,
                       out: Any, *, scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
-                      stream: Any = None) -> Any:
+                      allow_tf32: bool = False, stream: Any = None, prefix_groups: Any = None) -> Any:
     """Prefill / extend attention over a ragged batch (query_start as batch_export writes it; seq_lens include
-    the new tokens, whose K/V are already written). q, out [total_q_tokens, num_q_heads, head_dim]."""
+    the new tokens, whose K/V are already written). q, out [total_q_tokens, num_q_heads, head_dim].
+    allow_tf32: an fp32 cache on CUDA may use TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32
+    accumulation: ~1e-3 relative error, several times faster); default False: exact fp32."""
     qs = _int_array(query_start, "query_start", "int32", 1, cache)
     num_seqs = qs.shape[0] - 1
     if num_seqs < 0:
@@ -274,6 +359,8 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
         raise KvbError(lib.KVB_ERR_UNSUPPORTED, f"{_lib.LIBRARY_PATH} predates kvb_prefill_attention")
     a = ffi.new("kvb_prefill_args*")
     lib.kvb_prefill_args_init(a)
+    if cache.fp8:
+        a.q_dtype = getattr(lib, _KVB_DTYPE[qv.dtype])
     a.num_seqs, a.num_q_heads, a.max_blocks_per_seq, a.total_q_tokens = num_seqs, heads, bt.shape[1], qv.shape[0]
     a.q, a.q_token_stride, a.q_head_stride = ffi.cast("void*", qv.ptr), qv.strides[0], qv.strides[1]
     a.out, a.out_token_stride, a.out_head_stride = ffi.cast("void*", ov.ptr), ov.strides[0], ov.strides[1]
@@ -281,12 +368,25 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
     a.block_tables = ffi.cast("int32_t*", bt.ptr)
     a.scale, a.logits_soft_cap = real(scale, "scale"), real(soft_cap, "soft_cap")
     a.window_tokens, a.sink_tokens = u32(window, "window"), u32(sink, "sink")
+    a.allow_tf32 = 1 if allow_tf32 else 0
     size = ffi.new("size_t*")
     d = cache.desc(layer)
     check(lib.kvb_prefill_attention_workspace_size(d, a, size))
     a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
+    if prefix_groups is not None:
+        a.prefix_groups = _prefix_groups_arg(prefix_groups)
     check(lib.kvb_prefill_attention(d, a, _stream(stream)))
     return out
+
+
+def _prefix_groups_arg(pg: Any) -> Any:
+    """The kvb_prefix_groups* of a kvblock.PrefixGroups (or of a batch that carries one)."""
+    pg = getattr(pg, "prefix_groups", pg)
+    c = getattr(pg, "c", None)
+    if c is None or ffi.typeof(c) is not ffi.typeof("kvb_prefix_groups*"):
+        raise KvbArgumentError(f"prefix_groups must be a kvblock.PrefixGroups (batch_export(..., prefix_groups=True)), "
+                               f"got {type(pg).__name__}")
+    return c
 
 
 def _pairs(pairs: Any) -> tuple:

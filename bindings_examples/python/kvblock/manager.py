@@ -23,6 +23,7 @@ from .errors import KvbArgumentError, KvbClosedError, check, header_enum_members
 
 if TYPE_CHECKING:
     from .errors import HeaderEnumMeta
+    from .prefix_groups import PrefixGroups
 
 ffi = _lib.ffi
 
@@ -83,6 +84,7 @@ class BatchBuffers(OwnsHandle):
     Grows (rarely) when a step needs more rows, columns or slots than it has. Not copyable (its kvb_batch
     points into its own arrays)."""
     _what_is_owned = "a kvb_batch whose C pointers point into its own arrays"
+    _pg: Optional[PrefixGroups] = None  # the prefix groups of the last grouped export (batch_export)
 
     def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0) -> None:
         """Sizes are uint32 (kvb_batch's); 0 rows or columns mean 1, slot_capacity 0 means max_seqs."""
@@ -453,9 +455,17 @@ class Manager(OwnsHandle):
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
         self._run(self._lib.kvb_batch_commit, ids, ffi.from_buffer("size_t[]", counts), n)
 
-    def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None, group: int = 0) -> Batch:
+    def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None, group: int = 0,
+                     prefix_groups: bool = False, min_shared_blocks: int = 2) -> Batch:
         """Kernel inputs for the sequences (kvb_batch_export) of KV cache group `group`, written into
-        `buffers` (grown if too small; a fresh one if None). Returns views into the buffers."""
+        `buffers` (grown if too small; a fresh one if None). Returns views into the buffers. With
+        prefix_groups=True the result also carries .prefix_groups (a kvblock.PrefixGroups: the sequences
+        that share leading blocks, for the kernels' prefix_groups argument)."""
+        if prefix_groups:
+            return self._batch_export_grouped(seq_ids, buffers, group, min_shared_blocks)
+        if buffers is not None and getattr(buffers, "_pg", None) is not None:
+            buffers.c.prefix_groups = ffi.NULL  # a previous grouped export set it
+            buffers._pg = None
         ids, n = int64_ptr(seq_ids, "seq_ids")
         if buffers is None:
             buffers = BatchBuffers(n, 1, 1)
@@ -484,6 +494,33 @@ class Manager(OwnsHandle):
             views = buffers._views_for(n, k)
         # tuple.__new__ skips the NamedTuple's Python-level __new__ (a third of this method's own cost)
         return _new_tuple(Batch, (views[2], views[3], views[4], views[5], k, b.max_blocks_needed))
+
+    def _batch_export_grouped(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers], group: int,
+                              min_shared_blocks: int) -> Batch:
+        from .prefix_groups import GroupedBatch, PrefixGroups
+        n = len(seq_ids) if hasattr(seq_ids, "__len__") else 0
+        if buffers is None:
+            buffers = BatchBuffers(max(n, 1), 1, 1)
+        min_shared_blocks = scalar(min_shared_blocks, "min_shared_blocks", 0, U32_MAX, "uint32_t")
+        pg = getattr(buffers, "_pg", None)
+        if pg is None or pg.capacity < n:
+            pg = PrefixGroups(max(n, buffers._rows), min_shared_blocks)
+        pg.c.min_shared_blocks = min_shared_blocks
+        buffers._pg = pg
+        buffers._pg = None  # the plain path below must leave buffers.c.prefix_groups as set here
+        try:
+            for _ in range(2):  # a BatchBuffers that grew has a new struct: export again with the groups
+                c_before = buffers.c
+                c_before.prefix_groups = pg.c
+                batch = self.batch_export(seq_ids, buffers, group)
+                if buffers.c is c_before:
+                    break
+        finally:
+            buffers._pg = pg
+            buffers.c.prefix_groups = pg.c
+        out = GroupedBatch(*batch)
+        out.prefix_groups = pg
+        return out
 
     # -- pool, stats, events, control ---------------------------------------------------------------
     @property

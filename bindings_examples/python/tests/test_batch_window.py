@@ -151,3 +151,18 @@ def test_prefill_reads_no_released_block_and_checks_query_start():
         with pytest.raises(kvblock.KvbError, match="query_start"):
             kvblock.prefill_attention(cache, 0, q, np.array(bad, np.int32), lens, full, out, window=window)
         assert (out == 7.0).all()
+
+
+def test_prefill_allow_tf32_is_exact_on_the_cpu():
+    """allow_tf32 reaches kvb_prefill_args; the CPU kernel ignores it (always fp32): the same bytes."""
+    bs, kvh, qh, d = 4, 1, 2, 64
+    rng = np.random.default_rng(5)
+    cache = kvblock.KVCache(1, 8, bs, kvh, d)
+    cache.k[0][:] = rng.standard_normal(cache.k[0].shape)
+    cache.v[0][:] = rng.standard_normal(cache.v[0].shape)
+    table = np.array([[0, 1, 2, 3]], np.int32)
+    q = rng.standard_normal((3, qh, d)).astype(np.float32)
+    qs, lens = np.array([0, 3], np.int32), np.array([16], np.int32)
+    want = kvblock.prefill_attention(cache, 0, q, qs, lens, table, np.empty_like(q))
+    got = kvblock.prefill_attention(cache, 0, q, qs, lens, table, np.empty_like(q), allow_tf32=True)
+    np.testing.assert_array_equal(got, want)

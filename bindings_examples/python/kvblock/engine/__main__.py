@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from .. import library_version
 from . import blas, serve
 from .engine import Engine, EngineConfig
+from .kv_quant import FP8_MAX, calibrate_kv_scales, compare_logits
 from .model import Model, ModelConfig
 from .sequence import Request
 
@@ -36,6 +38,9 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-dtype", choices=["fp32", "fp16", "fp8_e4m3", "fp8_e5m2"], default="fp32",
+                   help="paged K/V cache dtype; fp8: per-layer scales from a calibration prefill (max |x| / 448 "
+                        "for e4m3), and the run is repeated with fp16 K/V to report how far the logits move")
     p.add_argument("--kv-events", metavar="ENDPOINT", help="publish KV events in vLLM's format (e.g. tcp://*:5557)")
     p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay socket for them (e.g. tcp://*:5558)")
     p.add_argument("--kv-events-topic", default="", metavar="TOPIC",
@@ -52,37 +57,57 @@ def main() -> None:
     serve.add_arguments(p)
     a = p.parse_args()
     if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
+        if a.kv_dtype != "fp32":
+            p.error(f"--kv-dtype {a.kv_dtype}: only the numpy engine takes it; the torch engine keeps K/V in the "
+                    "model's dtype (CUDA attention on fp8 caches is not implemented yet)")
         return serve.main(a)
     blas_how, blas_n = blas.limit_threads(a.blas_threads) if a.blas_threads > 0 else ("BLAS default", None)
     if a.host_cache and a.host_blocks <= 0:
         p.error("--host-cache needs --host-blocks N > 0")
 
     model = Model(ModelConfig(num_layers=a.layers, window=a.window, sink=a.sink, seed=a.seed))
-    eng = Engine(model, EngineConfig(num_blocks=a.num_blocks, block_size=a.block_size, num_host_blocks=a.host_blocks,
-                                     host_cache=a.host_cache,
-                                     max_num_seqs=a.max_seqs, max_batched_tokens=a.budget, preemption=a.preemption,
-                                     prefix_caching=not a.no_prefix_caching, kv_events_endpoint=a.kv_events,
-                                     kv_events_replay_endpoint=a.kv_events_replay,
-                                     kv_events_topic=a.kv_events_topic, kv_events_encoding=a.kv_events_encoding,
-                                     kv_events_replay_frames=a.kv_events_replay_frames))
-    if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
-        p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
-    rng = np.random.default_rng(a.seed)
+    kv_dtype = {"fp32": "float32", "fp16": "float16", "fp8_e4m3": "float8_e4m3",
+                "fp8_e5m2": "float8_e5m2"}[a.kv_dtype]
+    fp8 = kv_dtype.startswith("float8")
+
+    def engine_config(dtype: str, scales: Optional[Tuple[List[float], List[float]]] = None,
+                      events: bool = True) -> EngineConfig:
+        return EngineConfig(num_blocks=a.num_blocks, block_size=a.block_size, num_host_blocks=a.host_blocks,
+                            host_cache=a.host_cache,
+                            max_num_seqs=a.max_seqs, max_batched_tokens=a.budget, preemption=a.preemption,
+                            prefix_caching=not a.no_prefix_caching,
+                            kv_events_endpoint=a.kv_events if events else None,
+                            kv_events_replay_endpoint=a.kv_events_replay,
+                            kv_events_topic=a.kv_events_topic, kv_events_encoding=a.kv_events_encoding,
+                            kv_events_replay_frames=a.kv_events_replay_frames, kv_dtype=dtype, kv_scales=scales,
+                            record_logits=fp8)
+
+    def requests() -> Iterator[Request]:
+        rng = np.random.default_rng(a.seed)
+        shared = [rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist() for _ in range(a.prefix_families)]
+        for r in range(a.requests):
+            suffix = rng.integers(0, model.cfg.vocab, a.prompt).tolist()
+            yield Request(r, shared[r % a.prefix_families] + suffix, a.max_tokens, n=a.n,
+                          temperature=a.temperature, seed=a.seed)
+
     if a.prefix_families < 1:
         p.error("--prefix-families must be >= 1")
-    shared = [rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist() for _ in range(a.prefix_families)]
-    for r in range(a.requests):
-        suffix = rng.integers(0, model.cfg.vocab, a.prompt).tolist()
-        eng.add_request(Request(r, shared[r % a.prefix_families] + suffix, a.max_tokens, n=a.n,
-                                temperature=a.temperature, seed=a.seed))
-    eng.run()
+    scales: Optional[Tuple[List[float], List[float]]] = None
+    if fp8:
+        scales = calibrate_kv_scales(model, next(iter(requests())).prompt, kv_dtype)
+    eng = Engine(model, engine_config(kv_dtype, scales))
+    if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
+        p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
+    for req in requests():
+        eng.add_request(req)
+    finished = eng.run()
     ev = eng.publisher.stats() if eng.publisher is not None else None
     eng.close()
     m, st = eng.metrics, eng.mgr.stats()
     other = m.total_s - m.manager_s - m.kernel_s
     print(f"kvblock engine on libkvblock {library_version()}: {model.cfg.num_layers} layers, "
-          f"{model.cfg.num_q_heads}/{model.cfg.num_kv_heads} q/kv heads, head_dim {model.cfg.head_dim}, fp32 numpy "
-          f"(BLAS threads: {blas_n if blas_n is not None else 'default'}, {blas_how})")
+          f"{model.cfg.num_q_heads}/{model.cfg.num_kv_heads} q/kv heads, head_dim {model.cfg.head_dim}, fp32 numpy, "
+          f"{a.kv_dtype} K/V cache (BLAS threads: {blas_n if blas_n is not None else 'default'}, {blas_how})")
     print(f"requests:          {a.requests} x (prefix {a.shared_prefix} + prompt {a.prompt}) -> {a.max_tokens} tokens, "
           f"n={a.n}")
     print(f"steps:             {m.steps}")
@@ -98,6 +123,17 @@ def main() -> None:
     print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, "
           f"kernels {100 * m.kernel_s / m.total_s:.1f}%, "
           f"model matmuls + scheduler {100 * other / m.total_s:.1f}%")
+    if scales is not None:  # an fp8 run
+        ref = Engine(model, engine_config("float16", events=False))
+        for req in requests():
+            ref.add_request(req)
+        cmp = compare_logits(ref.run(), finished)
+        ref.close()
+        print(f"fp8 K/V:           scales from a calibration prefill of request 0 (max |x| / "
+              f"{FP8_MAX[kv_dtype]:g} per layer): k {', '.join(f'{x:.4g}' for x in scales[0])}; "
+              f"v {', '.join(f'{x:.4g}' for x in scales[1])}")
+        print(f"vs fp16 K/V run:   top-1 agreement {cmp['top1_agreement']:.4f} over {cmp['positions']} generated "
+              f"positions; max |logit diff| {cmp['max_abs_diff']:.4g} (positions before the tokens first differ)")
     if ev is not None:
         print(f"kv events:         {ev['events']} in {ev['batches']} batches on {a.kv_events} "
               f"({a.kv_events_encoding}), "

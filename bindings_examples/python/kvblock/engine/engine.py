@@ -72,9 +72,14 @@ class Engine(OwnsHandle):
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
         """The device pool's KV cache and the host blocks' one (None without host blocks)."""
         mc, cfg = self.model.cfg, self.cfg
-        cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
-        host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, "float32")
-                if cfg.num_host_blocks else None)
+        k_scale: Any = 1.0  # KVCache's defaults; fp8 caches take the calibrated per-layer scales
+        v_scale: Any = 1.0
+        if cfg.kv_dtype.startswith("float8") and cfg.kv_scales is not None:
+            k_scale, v_scale = np.asarray(cfg.kv_scales[0]), np.asarray(cfg.kv_scales[1])
+        cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, cfg.kv_dtype,
+                        k_scale=k_scale, v_scale=v_scale)
+        host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
+                        cfg.kv_dtype, k_scale=k_scale, v_scale=v_scale) if cfg.num_host_blocks else None)
         return cache, host
 
     def _make_runner(self) -> StepRunner:
@@ -82,7 +87,7 @@ class Engine(OwnsHandle):
         if not isinstance(self.model, Model):
             raise TypeError(f"Engine runs the numpy kvblock.engine.Model, got {type(self.model).__name__} "
                             "(a TorchModel runs in torch_engine.TorchEngine)")
-        return NumpyRunner(self.model, self.cache, self._kernel_clock)
+        return NumpyRunner(self.model, self.cache, self._kernel_clock, self.cfg.kv_dtype)
 
     # -- requests ------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:

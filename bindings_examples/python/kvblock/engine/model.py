@@ -99,13 +99,17 @@ class Model:
         return rms_norm(x, self.final_norm) @ self.lm_head
 
     # -- the dense reference ------------------------------------------------------------------------
-    def dense_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        """Logits of the last position, recomputing causal attention over the whole sequence (no cache)."""
+    def dense_logits(self, tokens: Sequence[int],
+                     observe: Optional[Callable[[int, np.ndarray, np.ndarray], None]] = None) -> np.ndarray:
+        """Logits of the last position, recomputing causal attention over the whole sequence (no cache).
+        observe(layer, k, v), when given, sees every layer's K and V (fp8 scale calibration)."""
         t = np.asarray(tokens, np.int64)
         pos = np.arange(t.shape[0])
         cfg = self.cfg
 
         def full_attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+            if observe is not None:
+                observe(layer, k, v)
             group = cfg.num_q_heads // cfg.num_kv_heads
             kk = np.repeat(k.astype(np.float64), group, axis=1)
             vv = np.repeat(v.astype(np.float64), group, axis=1)

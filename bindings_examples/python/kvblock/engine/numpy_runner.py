@@ -13,8 +13,12 @@ from .step import StepBatch
 
 
 class NumpyRunner:
-    def __init__(self, model: Model, cache: KVCache, kernel_clock: ContextManager[Any]) -> None:
+    def __init__(self, model: Model, cache: KVCache, kernel_clock: ContextManager[Any],
+                 kv_dtype: str = "float32") -> None:
         self.model, self.cache, self.kernel_clock = model, cache, kernel_clock
+        # q / out / new K/V dtype of the numpy forward: the cache's for fp32 and fp16 caches, fp32 for fp8
+        # (the CPU kernels read fp32 q and quantize fp32 new K/V)
+        self.act_dtype = np.float16 if kv_dtype == "float16" else np.float32
 
     def run(self, b: StepBatch) -> Tuple[np.ndarray, Optional[List[int]]]:
         """(logits [len(b.rows), vocab], None: the engine samples them)."""
@@ -22,6 +26,8 @@ class NumpyRunner:
         nd = len(b.decodes)
 
         def attention(layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+            if self.act_dtype != np.float32:
+                q, k, v = (x.astype(self.act_dtype) for x in (q, k, v))
             out = np.empty_like(q)
             window, sink = mc.layer_window(layer)
             slots, bt_d, bt_p = b.per_group[1 if mc.hybrid and window == 0 else 0]
@@ -33,6 +39,6 @@ class NumpyRunner:
                 if b.prefills:
                     prefill_attention(self.cache, layer, q[nd:], b.query_start_p, b.seq_lens_p, bt_p, out[nd:],
                                       window=window, sink=sink)
-            return out
+            return out.astype(np.float32, copy=False)
 
         return self.model.forward(b.tokens, b.positions, attention, logit_rows=b.rows), None

@@ -47,6 +47,11 @@ class TorchEngine(Engine):
 
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
         mc, cfg, m = self.model.cfg, self.cfg, self.model
+        if cfg.kv_dtype.startswith("float8"):
+            raise ValueError(f"EngineConfig.kv_dtype {cfg.kv_dtype!r}: the torch engine keeps K/V in the model's dtype "
+                             f"({m.dtype}); fp8 K/V caches need CUDA attention on fp8 caches, which libkvblock does "
+                             "not implement yet (KVB_ERR_UNSUPPORTED), use the numpy engine (python -m kvblock.engine "
+                             "--kv-dtype fp8_e4m3)")
         shape = (cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim)
 
         def layers() -> List[torch.Tensor]:
@@ -57,8 +62,11 @@ class TorchEngine(Engine):
         if cfg.num_host_blocks:
             host_shape = (cfg.num_host_blocks,) + shape[1:]
             pin = m.device.type == "cuda"  # page-locked host blocks: swaps run as async copies
-            host = KVCache.wrap(*[[torch.zeros(host_shape, dtype=m.dtype, pin_memory=pin)
-                                   for _ in range(mc.num_layers)] for _ in range(2)])
+
+            def host_layers() -> List[torch.Tensor]:
+                return [torch.zeros(host_shape, dtype=m.dtype, pin_memory=pin) for _ in range(mc.num_layers)]
+
+            host = KVCache.wrap(host_layers(), host_layers())
         return cache, host
 
     def add_request(self, req: Request) -> None:

@@ -1,0 +1,66 @@
+"""Prefix groups of a batch (kvb_prefix_groups): which sequences of a step share their leading blocks.
+
+    batch = m.batch_export(ids, bufs, prefix_groups=True)   # batch.prefix_groups: a PrefixGroups
+    paged_attention(cache, layer, q, batch.block_tables, batch.seq_lens, out, prefix_groups=batch.prefix_groups)
+
+The kernels then read each group's shared blocks once for all its members (CPU; the CUDA kernels run the
+plain computation for now). The rule (full computed blocks only, -1 ends the sharing, min_shared_blocks)
+is kvblock.h's, at kvb_prefix_groups."""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import numpy as np
+
+from . import _lib
+from ._lib import ffi
+from .manager import Batch
+
+
+class PrefixGroups:
+    """Caller buffers of kvb_prefix_groups for batches of up to max_seqs sequences (always enough: a group
+    has >= 2 members), and the cffi struct the export fills and the kernels read. Valid until the next
+    export into the same BatchBuffers."""
+
+    def __init__(self, max_seqs: int, min_shared_blocks: int = 2) -> None:
+        cap = max(1, int(max_seqs))
+        self.group_start_all = np.zeros(cap + 1, np.int32)
+        self.members_all = np.zeros(cap, np.int32)
+        self.shared_blocks_all = np.zeros(cap, np.int32)
+        c = ffi.new("kvb_prefix_groups*")
+        _lib.lib.kvb_prefix_groups_init(c)
+        c.min_shared_blocks = int(min_shared_blocks)
+        c.group_capacity = c.member_capacity = cap
+        c.group_start = ffi.from_buffer("int32_t[]", self.group_start_all)
+        c.members = ffi.from_buffer("int32_t[]", self.members_all)
+        c.shared_blocks = ffi.from_buffer("int32_t[]", self.shared_blocks_all)
+        self._keep = (c.group_start, c.members, c.shared_blocks)
+        self.c = c
+        self.capacity = cap
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.c.num_groups)
+
+    @property
+    def group_start(self) -> np.ndarray:
+        return self.group_start_all[: self.num_groups + 1]
+
+    @property
+    def members(self) -> np.ndarray:
+        return self.members_all[: int(self.c.num_members)]
+
+    @property
+    def shared_blocks(self) -> np.ndarray:
+        return self.shared_blocks_all[: self.num_groups]
+
+    def groups(self) -> List[Tuple[np.ndarray, int]]:
+        """[(member rows, shared blocks)] per group."""
+        gs = self.group_start
+        return [(self.members_all[gs[g]:gs[g + 1]].copy(), int(self.shared_blocks_all[g]))
+                for g in range(self.num_groups)]
+
+
+class GroupedBatch(Batch):
+    """A Batch (the same six fields) that also carries its prefix groups (attribute prefix_groups)."""
+    prefix_groups: PrefixGroups

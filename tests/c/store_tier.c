@@ -1,0 +1,586 @@
+/* The store tier (issue 26): a directory store below the host cache, with real bytes in simulated device
+ * and host buffers. Every block's bytes are a function of its whole prefix (what its K/V would be), so the
+ * "attend" check before each step finds any wrong byte a hit brought in. A wrapper store around the
+ * directory store injects every failure the store can have: a slow get, a get whose file vanished, was
+ * truncated or corrupted after the lookup, refused puts, and a store whose callbacks all start failing.
+ * After each, the manager is consistent (kvb_check_invariants) and the bytes attended are right. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include "kvbt_common.h"
+
+#define BS 4
+#define DEV 12
+#define HOST 8
+#define BB 64 /* bytes of one block in the single region */
+
+static unsigned char dev_mem[DEV][BB], host_mem[HOST][BB];
+static char dir_path[256];
+
+/* The bytes block b of prompt t holds once computed: a function of tokens [0, (b + 1) * BS). */
+static void block_bytes(const int64_t* t, size_t b, unsigned char* out) {
+  uint64_t h = 1469598103934665603ULL;
+  size_t i;
+  for (i = 0; i < (b + 1) * BS; ++i) h = (h ^ (uint64_t)t[i]) * 1099511628211ULL;
+  for (i = 0; i < BB; ++i) out[i] = (unsigned char)((h >> ((i % 8) * 8)) + i);
+}
+
+/* ---- a wrapper store: the directory store plus injected failures ---------------------------------- */
+
+typedef struct queued_get {
+  kvb_store_key key;
+  int32_t host;
+  uint64_t ticket;
+  int polls_left;
+} queued_get;
+
+typedef struct test_store {
+  kvb_store inner;
+  int delay;      /* polls a get waits before it reads its file */
+  int fail_puts;  /* puts refused */
+  int vanished;   /* every callback fails */
+  int lie;        /* lookup reports every key present */
+  queued_get q[64];
+  size_t nq;
+  kvb_store_key started[64]; /* keys of the gets started, in order */
+  size_t nstarted;
+} test_store;
+
+static int ts_lookup(void* u, const kvb_store_key* keys, size_t n, size_t* found) {
+  test_store* s = (test_store*)u;
+  if (s->vanished) return -1;
+  if (s->lie) {
+    *found = n;
+    return 0;
+  }
+  return s->inner.lookup(s->inner.user, keys, n, found);
+}
+
+static int ts_put(void* u, const kvb_store_key* key, int32_t host) {
+  test_store* s = (test_store*)u;
+  if (s->vanished || s->fail_puts) return -1;
+  return s->inner.put(s->inner.user, key, host);
+}
+
+static int ts_get(void* u, const kvb_store_key* key, int32_t host, uint64_t ticket) {
+  test_store* s = (test_store*)u;
+  if (s->vanished || s->nq == 64) return -1;
+  s->q[s->nq].key = *key;
+  s->q[s->nq].host = host;
+  s->q[s->nq].ticket = ticket;
+  s->q[s->nq].polls_left = s->delay;
+  s->nq++;
+  s->started[s->nstarted++ % 64] = *key;
+  return 0;
+}
+
+static int ts_poll(void* u, kvb_store_completion* done, size_t cap, size_t* num) {
+  test_store* s = (test_store*)u;
+  size_t i = 0;
+  if (s->vanished) return -1;
+  while (i < s->nq) { /* due gets read their files now */
+    if (s->q[i].polls_left-- > 0) {
+      ++i;
+      continue;
+    }
+    if (s->inner.get(s->inner.user, &s->q[i].key, s->q[i].host, s->q[i].ticket) != 0) return -1;
+    s->q[i] = s->q[--s->nq];
+  }
+  return s->inner.poll(s->inner.user, done, cap, num);
+}
+
+static kvb_store_dir* dir;
+static test_store ts;
+
+static void store_open(void) {
+  kvb_store_dir_config dc;
+  void* regions[1];
+  regions[0] = host_mem;
+  kvb_store_dir_config_init(&dc);
+  dc.path = dir_path;
+  dc.regions = regions;
+  dc.num_regions = 1;
+  dc.region_block_bytes = BB;
+  dc.num_host_blocks = HOST;
+  memset(&ts, 0, sizeof ts);
+  kvb_store_init(&ts.inner);
+  CHECK_OK(kvb_store_dir_create(&dc, &dir, &ts.inner));
+}
+
+static uint32_t store_flags; /* kvb_store.flags of the next make() */
+
+static kvb_manager* make(uint64_t model_id, uint32_t flags) {
+  kvb_manager* m = kvbt_make_ex(BS, DEV, HOST, 0.0f, KVB_CONFIG_HOST_CACHE | flags, 0);
+  kvb_store st;
+  kvb_store_namespace ns;
+  kvb_store_init(&st);
+  st.user = &ts;
+  st.lookup = ts_lookup;
+  st.put = ts_put;
+  st.get = ts_get;
+  st.poll = ts_poll;
+  st.flags = store_flags;
+  kvb_store_namespace_init(&ns);
+  ns.dtype = KVB_DTYPE_FP16;
+  ns.block_size = BS;
+  ns.num_layers = 1;
+  ns.num_kv_heads = 1;
+  ns.head_dim = BB / (2 * 2 * BS);
+  ns.model_id = model_id;
+  CHECK_OK(kvb_manager_set_store(m, &st, &ns));
+  memset(dev_mem, 0xEE, sizeof dev_mem); /* a fresh process: nothing on the device or host */
+  memset(host_mem, 0xDD, sizeof host_mem);
+  return m;
+}
+
+static void run_transfers(kvb_manager* m) {
+  int32_t off[2 * HOST], load[2 * DEV];
+  size_t noff = 0, nload = 0, i;
+  CHECK_OK(kvb_drain_host_transfers(m, off, HOST, &noff, load, DEV, &nload));
+  for (i = 0; i < noff; ++i) memcpy(host_mem[off[2 * i + 1]], dev_mem[off[2 * i]], BB);
+  for (i = 0; i < nload; ++i) memcpy(dev_mem[load[2 * i + 1]], host_mem[load[2 * i]], BB);
+}
+
+static char tmpl[] = "/tmp/kvb_store_test_XXXXXX";
+static int dir_serial;
+#define FRESH_DIR() snprintf(dir_path, sizeof dir_path, "%s/d%d", tmpl, ++dir_serial)
+
+static int attended_wrong; /* blocks attended with wrong bytes, over the whole test */
+
+/* One prompt through an engine's steps: allocate; poll until it may run; transfers; check that every
+ * computed block holds its bytes (what attention would read); compute the rest; commit; free.
+ * Returns the tokens the step took as computed. */
+static size_t run_prompt(kvb_manager* m, int64_t id, const int64_t* t, size_t n, size_t* cached_at_alloc,
+                         int free_it) {
+  size_t cached = 0, computed = 0, filling = 0, b;
+  int32_t tab[KVBT_MAX_BLOCKS];
+  unsigned char want[BB];
+  int polls = 0;
+  CHECK_OK(kvb_seq_allocate(m, id, t, n, &cached));
+  if (cached_at_alloc) *cached_at_alloc = cached;
+  for (;;) {
+    CHECK_OK(kvb_store_poll(m, NULL));
+    CHECK_OK(kvb_seq_store_state(m, id, &computed, &filling));
+    CHECK_OK(kvb_check_invariants(m));
+    if (!filling) break;
+    CHECK_STATUS(kvb_seq_commit(m, id, 1), KVB_ERR_BAD_STATE); /* a filling sequence never runs */
+    if (++polls > 100) {
+      CHECK(0);
+      return 0;
+    }
+  }
+  run_transfers(m);
+  CHECK(kvbt_table(m, id, tab) == (long)((n + BS - 1) / BS));
+  for (b = 0; b < computed / BS; ++b) {
+    block_bytes(t, b, want);
+    if (memcmp(dev_mem[tab[b]], want, BB) != 0) attended_wrong++;
+  }
+  for (b = computed / BS; b < n / BS; ++b) block_bytes(t, b, dev_mem[tab[b]]); /* write_kv of the step */
+  CHECK_OK(kvb_seq_commit(m, id, n - computed));
+  CHECK_OK(kvb_check_invariants(m));
+  if (free_it) CHECK_OK(kvb_seq_free(m, id));
+  return computed;
+}
+
+static void prompt(int64_t* t, size_t n, int64_t base) { kvbt_iota(t, n, base); }
+
+/* P (22 tokens: 5 full blocks + 2) computed, then pushed out of the device and the host into the store
+ * by unrelated prompts. */
+static int64_t P[22];
+static void populate(kvb_manager* m) {
+  int64_t other[22];
+  int k;
+  prompt(P, 22, 1000);
+  run_prompt(m, 1, P, 22, NULL, 1);
+  for (k = 0; k < 6; ++k) {
+    prompt(other, 22, 5000 + 100 * k);
+    run_prompt(m, 10 + k, other, 22, NULL, 1);
+  }
+}
+
+/* Files in the store directory: whole block files (32 hex digits + ".kvb", header + payload bytes) and
+   anything else (a leftover temporary file would be a failed atomic write). */
+static void count_files(size_t* blocks, size_t* others) {
+  DIR* d = opendir(dir_path);
+  struct dirent* e;
+  char path[600];
+  *blocks = *others = 0;
+  if (!d) return;
+  while ((e = readdir(d)) != NULL) {
+    FILE* f;
+    long size = -1;
+    if (e->d_name[0] == '.' && (e->d_name[1] == '\0' || (e->d_name[1] == '.' && e->d_name[2] == '\0'))) continue;
+    snprintf(path, sizeof path, "%s/%s", dir_path, e->d_name);
+    if ((f = fopen(path, "rb")) != NULL) {
+      fseek(f, 0, SEEK_END);
+      size = ftell(f);
+      fclose(f);
+    }
+    if (strlen(e->d_name) == 36 && strcmp(e->d_name + 32, ".kvb") == 0 && size == 64 + BB) ++*blocks;
+    else ++*others;
+  }
+  closedir(d);
+}
+
+static void test_restart_finds_prefix(void) {
+  kvb_manager* a;
+  kvb_manager* b;
+  size_t cached = 0, computed;
+  kvb_stats st;
+  kvb_event ev[256];
+  int64_t toks[256 * BS];
+  size_t nev = 0, i;
+  int store_events = 0;
+  store_open();
+  a = make(7, KVB_CONFIG_EVENTS);
+  populate(a);
+  st = kvbt_stats(a);
+  CHECK(st.store_put_blocks > 0 && st.store_put_failures == 0);
+  CHECK(st.store_put_bytes == st.store_put_blocks * BB);
+  CHECK_OK(kvb_drain_events(a, ev, 256, toks, sizeof toks / sizeof toks[0], &nev, NULL));
+  for (i = 0; i < nev; ++i) store_events += ev[i].medium == KVB_MEDIUM_STORE && ev[i].type == KVB_EVENT_BLOCK_STORED;
+  CHECK(store_events == (int)st.store_put_blocks);
+  {
+    size_t files, others;
+    count_files(&files, &others);
+    CHECK(files == st.store_put_blocks && others == 0); /* one whole file per block, no temporaries */
+  }
+  kvb_manager_destroy(a);
+
+  b = make(7, 0); /* a restarted engine: empty device and host */
+  computed = run_prompt(b, 1, P, 22, &cached, 1);
+  CHECK(cached == 20 && computed == 20);
+  st = kvbt_stats(b);
+  CHECK(st.store_hit_tokens == 20 && st.store_get_blocks == 5 && st.store_get_failures == 0);
+  CHECK(st.store_get_bytes == 5 * BB && st.hit_tokens == 20 && st.device_hit_tokens == 0);
+  /* The blocks are on the device now, indexed: a second request hits them there. */
+  computed = run_prompt(b, 2, P, 22, &cached, 1);
+  CHECK(cached == 20 && computed == 20 && kvbt_stats(b).device_hit_tokens == 20);
+  kvb_manager_destroy(b);
+
+  b = make(8, 0); /* another model id: the same directory, no match */
+  computed = run_prompt(b, 1, P, 22, &cached, 1);
+  CHECK(cached == 0 && computed == 0);
+  kvb_manager_destroy(b);
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+static void test_slow_get(void) {
+  kvb_manager* b;
+  size_t cached = 0, computed, filling = 9;
+  store_open();
+  b = make(1, 0);
+  populate(b);
+  kvb_manager_destroy(b);
+  b = make(1, 0);
+  ts.delay = 3;
+  CHECK_OK(kvb_seq_allocate(b, 5, P, 22, &cached));
+  CHECK(cached == 20);
+  CHECK_OK(kvb_store_poll(b, &filling));
+  CHECK(filling == 5 && kvbt_stats(b).store_filling_blocks == 5);
+  CHECK_STATUS(kvb_seq_append(b, 5, P, 1), KVB_ERR_BAD_STATE);
+  {
+    int64_t ids[1] = {5};
+    int32_t tables[8];
+    int32_t lens[1];
+    kvb_batch batch;
+    kvb_batch_init(&batch);
+    batch.block_tables = tables;
+    batch.max_blocks_per_seq = 8;
+    batch.seq_lens = lens;
+    CHECK_STATUS(kvb_batch_export(b, ids, 1, &batch), KVB_ERR_BAD_STATE); /* never attended while filling */
+    CHECK_STATUS(kvb_seq_fork(b, 5, 6), KVB_ERR_BAD_STATE);
+    CHECK_STATUS(kvb_seq_set_extra_key(b, 5, 3, 42), KVB_ERR_BAD_STATE);
+  }
+  CHECK_OK(kvb_seq_free(b, 5));
+  CHECK_OK(kvb_check_invariants(b));
+  /* The same id again, while the old gets are in flight: they hold 5 of the 8 host blocks, so only 3
+     store hits can be staged now. */
+  computed = run_prompt(b, 5, P, 22, &cached, 1);
+  CHECK(cached == 3 * BS && computed == 3 * BS);
+  CHECK_OK(kvb_store_poll(b, &filling));
+  CHECK(filling == 0);
+  CHECK_OK(kvb_check_invariants(b));
+  CHECK(kvbt_stats(b).free_host_blocks == HOST);
+  kvb_manager_destroy(b);
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+/* The file of the second-started get (block 1) is damaged between lookup and get. */
+typedef enum damage { DELETE, TRUNCATE, CORRUPT } damage;
+
+static void damage_block(size_t j, damage how) {
+  char path[400];
+  kvb_store_key k = ts.started[j];
+  FILE* f;
+  snprintf(path, sizeof path, "%s/%016llx%016llx.kvb", dir_path, (unsigned long long)k.hi, (unsigned long long)k.lo);
+  if (how == DELETE) {
+    CHECK(unlink(path) == 0);
+    return;
+  }
+  if (how == TRUNCATE) {
+    CHECK(truncate(path, 64 + BB / 2) == 0);
+    return;
+  }
+  f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  if (!f) return;
+  {
+    int c;
+    fseek(f, 64 + 5, SEEK_SET);
+    c = fgetc(f);
+    fseek(f, 64 + 5, SEEK_SET);
+    fputc(c ^ 0xFF, f); /* one byte flipped: the checksum must catch it */
+  }
+  fclose(f);
+}
+
+static void one_damage(damage how) {
+  kvb_manager* b;
+  size_t cached = 0, computed = 0, filling = 0;
+  int32_t tab[KVBT_MAX_BLOCKS];
+  unsigned char want[BB];
+  size_t i;
+  store_open();
+  b = make(1, 0);
+  populate(b);
+  kvb_manager_destroy(b);
+  b = make(1, 0);
+  ts.delay = 1;
+  CHECK_OK(kvb_seq_allocate(b, 3, P, 22, &cached));
+  CHECK(cached == 20 && ts.nstarted == 5);
+  damage_block(2, how);
+  for (i = 0; i < 5; ++i) {
+    CHECK_OK(kvb_store_poll(b, &filling));
+    CHECK_OK(kvb_check_invariants(b));
+  }
+  CHECK(filling == 0);
+  CHECK_OK(kvb_seq_store_state(b, 3, &computed, &filling));
+  CHECK(computed == 2 * BS && filling == 0);
+  CHECK(kvbt_stats(b).store_get_failures == 1 && kvbt_stats(b).store_recomputed_tokens == 3 * BS);
+  run_transfers(b);
+  CHECK(kvbt_table(b, 3, tab) == 6);
+  for (i = 0; i < 2; ++i) {
+    block_bytes(P, i, want);
+    if (memcmp(dev_mem[tab[i]], want, BB) != 0) attended_wrong++;
+  }
+  for (i = 2; i < 5; ++i) block_bytes(P, i, dev_mem[tab[i]]);
+  CHECK_OK(kvb_seq_commit(b, 3, 22 - computed));
+  CHECK_OK(kvb_seq_free(b, 3));
+  CHECK_OK(kvb_check_invariants(b));
+  /* Recomputed blocks enter the index: the next request hits them on the device with the right bytes. */
+  computed = run_prompt(b, 4, P, 22, &cached, 1);
+  CHECK(computed == 20);
+  kvb_manager_destroy(b);
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+static void test_get_missing_after_lookup(void) { one_damage(DELETE); }
+static void test_get_partial_file(void) { one_damage(TRUNCATE); }
+static void test_get_corrupted_bytes(void) { one_damage(CORRUPT); }
+
+static void test_lookup_lies(void) {
+  /* A store that says every key exists: the gets fail and the whole prompt is recomputed. */
+  kvb_manager* b;
+  size_t cached = 0, computed;
+  int64_t q[22];
+  store_open();
+  b = make(1, 0);
+  ts.lie = 1;
+  prompt(q, 22, 77);
+  computed = run_prompt(b, 1, q, 22, &cached, 1);
+  CHECK(cached == 20 && computed == 0);
+  CHECK(kvbt_stats(b).store_get_failures == 5);
+  kvb_manager_destroy(b);
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+static void test_refused_puts(void) {
+  kvb_manager* b;
+  size_t cached = 0;
+  store_open();
+  b = make(1, 0);
+  ts.fail_puts = 1;
+  populate(b);
+  CHECK(kvbt_stats(b).store_put_failures > 0 && kvbt_stats(b).store_put_blocks == 0);
+  kvb_manager_destroy(b);
+  b = make(1, 0);
+  CHECK(run_prompt(b, 1, P, 22, &cached, 1) == 0 && cached == 0);
+  kvb_manager_destroy(b);
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+static void test_store_vanishes(void) {
+  kvb_manager* b;
+  size_t cached = 0, computed = 0, filling = 0;
+  int64_t other[22];
+  store_open();
+  b = make(1, 0);
+  populate(b);
+  kvb_manager_destroy(b);
+  b = make(1, 0);
+  ts.delay = 2;
+  CHECK_OK(kvb_seq_allocate(b, 1, P, 22, &cached));
+  CHECK(cached == 20);
+  ts.vanished = 1; /* from now on every callback fails */
+  CHECK_OK(kvb_store_poll(b, &filling));
+  CHECK(filling == 0); /* a failing poll ends every get in flight */
+  CHECK_OK(kvb_seq_store_state(b, 1, &computed, &filling));
+  CHECK(computed == 0 && filling == 0);
+  CHECK_OK(kvb_check_invariants(b));
+  {
+    int32_t tab[KVBT_MAX_BLOCKS];
+    size_t i;
+    run_transfers(b);
+    CHECK(kvbt_table(b, 1, tab) == 6);
+    for (i = 0; i < 5; ++i) block_bytes(P, i, dev_mem[tab[i]]);
+  }
+  CHECK_OK(kvb_seq_commit(b, 1, 22));
+  CHECK_OK(kvb_seq_free(b, 1));
+  prompt(other, 22, 9000);
+  CHECK(run_prompt(b, 2, P, 22, &cached, 1) == 20 && cached == 20); /* device hits still work */
+  CHECK(run_prompt(b, 3, other, 22, &cached, 1) == 0);
+  kvb_manager_destroy(b);
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+/* P reaches the host tier (two other prompts push it off the device) but the host tier never drops it:
+   only write-through puts it in the store, at the poll after its offloads were drained. */
+static void write_through_case(uint32_t flags, uint64_t want_puts, size_t want_cached) {
+  kvb_manager* b;
+  int64_t other[22];
+  size_t cached = 0;
+  kvb_stats st;
+  store_open();
+  store_flags = flags;
+  b = make(1, 0);
+  prompt(P, 22, 1000);
+  run_prompt(b, 1, P, 22, NULL, 1);
+  prompt(other, 22, 5000);
+  run_prompt(b, 2, other, 22, NULL, 1);
+  prompt(other, 22, 6000);
+  run_prompt(b, 3, other, 22, NULL, 1);
+  CHECK_OK(kvb_store_poll(b, NULL));
+  CHECK_OK(kvb_check_invariants(b));
+  st = kvbt_stats(b);
+  CHECK(st.host_evictions == 0 && st.offloaded_blocks >= 5);
+  CHECK(st.store_put_blocks == want_puts && st.store_put_failures == 0);
+  if (flags & KVB_STORE_WRITE_THROUGH) { /* evictions from the host put nothing already put */
+    int k;
+    for (k = 0; k < 5; ++k) {
+      prompt(other, 22, 7000 + 100 * k);
+      run_prompt(b, 4 + k, other, 22, NULL, 1);
+    }
+    CHECK_OK(kvb_store_poll(b, NULL));
+    st = kvbt_stats(b);
+    CHECK(st.host_evictions > 0 && st.store_put_blocks <= st.offloaded_blocks);
+  }
+  kvb_manager_destroy(b);
+  b = make(1, 0);
+  CHECK(run_prompt(b, 1, P, 22, &cached, 1) == want_cached && cached == want_cached);
+  kvb_manager_destroy(b);
+  store_flags = 0;
+  kvb_store_dir_destroy(dir);
+  CHECK(attended_wrong == 0);
+}
+
+static void test_write_through(void) {
+  write_through_case(0, 0, 0);                      /* write-back only: nothing evicted from the host */
+  FRESH_DIR();
+  write_through_case(KVB_STORE_WRITE_THROUGH, 5, 20); /* P's five full blocks, put once each */
+}
+
+static void test_refusals(void) {
+  kvb_manager* m = kvbt_make_ex(BS, DEV, 0, 0.0f, 0, 0);
+  kvb_store st;
+  kvb_store_namespace ns;
+  kvb_store_key k1, k2;
+  kvb_store_init(&st);
+  kvb_store_namespace_init(&ns);
+  ns.block_size = BS;
+  ns.num_layers = ns.num_kv_heads = ns.head_dim = 1;
+  st.lookup = ts_lookup;
+  st.put = ts_put;
+  st.get = ts_get;
+  CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_INVALID_ARGUMENT); /* poll missing */
+  CHECK(strstr(kvb_last_error(), "poll") != NULL);
+  st.poll = ts_poll;
+  st.flags = 8;
+  CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(kvb_last_error(), "flags") != NULL);
+  st.flags = 0;
+  CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_BAD_STATE); /* no host cache */
+  ns.block_size = 8;
+  CHECK_STATUS(kvb_manager_set_store(m, &st, &ns), KVB_ERR_INVALID_ARGUMENT);
+  CHECK_OK(kvb_manager_set_store(m, NULL, NULL));
+  kvb_manager_destroy(m);
+  ns.block_size = BS;
+  CHECK_OK(kvb_store_key_fold(&ns, 1, 2, &k1));
+  ns.model_id = 1;
+  CHECK_OK(kvb_store_key_fold(&ns, 1, 2, &k2));
+  CHECK(k1.lo != k2.lo || k1.hi != k2.hi);
+  ns.dtype = 9;
+  CHECK_STATUS(kvb_store_key_fold(&ns, 1, 2, &k2), KVB_ERR_INVALID_ARGUMENT);
+  {
+    kvb_store_dir_config dc;
+    kvb_store_dir* d = NULL;
+    kvb_store t;
+    void* regions[1];
+    regions[0] = host_mem;
+    kvb_store_dir_config_init(&dc);
+    kvb_store_init(&t);
+    dc.regions = regions;
+    dc.num_regions = 1;
+    dc.region_block_bytes = BB;
+    dc.num_host_blocks = HOST;
+    CHECK_STATUS(kvb_store_dir_create(&dc, &d, &t), KVB_ERR_INVALID_ARGUMENT); /* no path */
+    CHECK(strstr(kvb_last_error(), "path") != NULL);
+    dc.path = "/proc/version/not_a_dir";
+    CHECK_STATUS(kvb_store_dir_create(&dc, &d, &t), KVB_ERR_INVALID_ARGUMENT);
+    dc.path = "/tmp";
+    dc.region_block_stride = BB / 2;
+    CHECK_STATUS(kvb_store_dir_create(&dc, &d, &t), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(kvb_last_error(), "region_block_stride") != NULL);
+    CHECK(d == NULL && t.lookup == NULL);
+  }
+}
+
+int main(void) {
+  char cmd[300];
+  RUN_TEST(test_refusals);
+  if (!mkdtemp(tmpl)) {
+    perror("mkdtemp");
+    return 2;
+  }
+  FRESH_DIR();
+  RUN_TEST(test_restart_finds_prefix);
+  FRESH_DIR();
+  RUN_TEST(test_slow_get);
+  FRESH_DIR();
+  RUN_TEST(test_get_missing_after_lookup);
+  FRESH_DIR();
+  RUN_TEST(test_get_partial_file);
+  FRESH_DIR();
+  RUN_TEST(test_get_corrupted_bytes);
+  FRESH_DIR();
+  RUN_TEST(test_lookup_lies);
+  FRESH_DIR();
+  RUN_TEST(test_refused_puts);
+  FRESH_DIR();
+  RUN_TEST(test_store_vanishes);
+  FRESH_DIR();
+  RUN_TEST(test_write_through);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
+  TEST_SUMMARY();
+}

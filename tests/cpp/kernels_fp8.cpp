@@ -1,0 +1,665 @@
+// FP8 KV caches (issue 23, phase 1): the shared conversion (kernels/fp8.h) checked exhaustively against an
+// independent reference; write_kv's bytes; decode and prefill on fp8 caches against a float64 reference
+// on the DEQUANTIZED cache (tight: the kernels add no error beyond quantization) and on the unquantized
+// values (the documented quantization tolerance); every q dtype, both formats, per-head scales, every
+// CPU vector path; copy_blocks moving bytes; old-struct callers; refused scales and dtypes; and CUDA
+// write_kv bit-identical to the CPU where a GPU is there (SKIP otherwise).
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+
+#include "../../kernels/cpu/simd.h"
+#include "../../kernels/fp8.h"
+#include "kernels_util.h"
+
+using namespace kt;
+namespace fp8 = kvb::kern::fp8;
+namespace simd = kvb::kern::cpu::simd;
+
+namespace {
+
+// ---- independent reference: the formats from their definitions, in double ----
+
+struct Format {
+  bool e5m2;
+  int man_bits, bias;
+  uint8_t max_code;  // largest finite magnitude code
+};
+const Format kE4m3{false, 3, 7, 0x7e};
+const Format kE5m2{true, 2, 15, 0x7b};
+
+bool ref_is_nan(const Format& f, uint8_t c) {
+  const uint8_t m = c & 0x7f;
+  return f.e5m2 ? m > 0x7c : m == 0x7f;
+}
+
+// Value of a code from sign / exponent / mantissa fields; NaN codes give NaN, e5m2 0x7c gives inf.
+double ref_decode(const Format& f, uint8_t c) {
+  if (ref_is_nan(f, c)) return std::numeric_limits<double>::quiet_NaN();
+  const double sign = (c & 0x80) ? -1.0 : 1.0;
+  const int m = c & ((1 << f.man_bits) - 1), e = (c & 0x7f) >> f.man_bits;
+  if (f.e5m2 && e == 31) return sign * std::numeric_limits<double>::infinity();
+  const double frac = double(m) / double(1 << f.man_bits);
+  if (e == 0) return sign * std::ldexp(frac, 1 - f.bias);
+  return sign * std::ldexp(1.0 + frac, e - f.bias);
+}
+
+// The stored code for x by the header's rule: nearest finite code (ties to the even code), saturated.
+uint8_t ref_encode(const Format& f, float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  if (std::isnan(x)) return uint8_t(sign | 0x7f);
+  const double a = std::fabs(double(x));
+  if (a >= ref_decode(f, f.max_code)) return uint8_t(sign | f.max_code);
+  uint8_t lo = 0;  // largest code with value <= a
+  while (lo < f.max_code && ref_decode(f, uint8_t(lo + 1)) <= a) ++lo;
+  if (ref_decode(f, lo) == a) return uint8_t(sign | lo);
+  const double dlo = a - ref_decode(f, lo), dhi = ref_decode(f, uint8_t(lo + 1)) - a;
+  const uint8_t pick = dlo < dhi ? lo : dhi < dlo ? uint8_t(lo + 1) : ((lo & 1) ? uint8_t(lo + 1) : lo);
+  return uint8_t(sign | pick);
+}
+
+uint8_t lib_encode(const Format& f, float x) { return f.e5m2 ? fp8::float_to_e5m2(x) : fp8::float_to_e4m3(x); }
+float lib_decode(const Format& f, uint8_t c) { return f.e5m2 ? fp8::e5m2_to_float(c) : fp8::e4m3_to_float(c); }
+
+void test_decode_every_code() {
+  for (const Format* f : {&kE4m3, &kE5m2})
+    for (int c = 0; c < 256; ++c) {
+      const double want = ref_decode(*f, uint8_t(c));
+      const float got = lib_decode(*f, uint8_t(c));
+      if (std::isnan(want)) {
+        CHECK(std::isnan(got));
+        CHECK(std::signbit(got) == bool(c & 0x80));
+      } else {
+        CHECK(double(got) == want);
+        CHECK(std::signbit(got) == bool(c & 0x80));  // -0 included
+      }
+    }
+  CHECK(fp8::e4m3_to_float(0x7e) == 448.f);
+  CHECK(fp8::e5m2_to_float(0x7b) == 57344.f);
+  CHECK(fp8::e4m3_to_float(0x01) == std::ldexp(1.f, -9));
+  CHECK(fp8::e5m2_to_float(0x01) == std::ldexp(1.f, -16));
+}
+
+// Every code, the midpoints between neighbours (ties: to the even code) and one float either side of
+// them, values past the range, inf, NaN, -0, fp32 subnormals, and random bit patterns.
+void test_encode_against_reference() {
+  for (const Format* f : {&kE4m3, &kE5m2}) {
+    std::vector<float> xs;
+    for (int c = 0; c <= f->max_code; ++c) {
+      const float v = float(ref_decode(*f, uint8_t(c)));
+      xs.push_back(v);
+      if (c < f->max_code) {
+        const float mid = float((double(v) + ref_decode(*f, uint8_t(c + 1))) / 2);  // exact in fp32
+        xs.push_back(mid);
+        xs.push_back(std::nextafter(mid, 0.f));
+        xs.push_back(std::nextafter(mid, INFINITY));
+      }
+    }
+    const float mx = float(ref_decode(*f, f->max_code));
+    for (float v : {mx * 1.01f, mx * 1.0625f, mx * 1.125f, mx * 2.f, 1e30f, FLT_MAX, INFINITY, FLT_MIN, FLT_MIN / 8,
+                    FLT_TRUE_MIN, 0.f, std::numeric_limits<float>::quiet_NaN()})
+      xs.push_back(v);
+    const float smallest = float(ref_decode(*f, 1));
+    for (float v : {smallest / 2, std::nextafter(smallest / 2, 1.f), std::nextafter(smallest / 2, 0.f), smallest / 4,
+                    smallest * 1.5f, smallest * 2.5f})
+      xs.push_back(v);
+    std::mt19937 rng(7);
+    for (int i = 0; i < 200000; ++i) {
+      uint32_t u = rng();
+      float v;
+      std::memcpy(&v, &u, 4);
+      xs.push_back(v);
+      xs.push_back(std::ldexp(float(int32_t(rng() % 2000001) - 1000000) / 1e6f, int(rng() % 40) - 24));
+    }
+    int bad = 0;
+    for (float x : xs)
+      for (float y : {x, -x}) {
+        const uint8_t want = ref_encode(*f, y), got = lib_encode(*f, y);
+        if (want != got && bad++ < 5)
+          fprintf(stderr, "  %s encode %a: got 0x%02x want 0x%02x\n", f->e5m2 ? "e5m2" : "e4m3", double(y), got, want);
+      }
+    CHECK(bad == 0);
+  }
+  // The rule's landmarks, spelled out.
+  CHECK(fp8::float_to_e4m3(464.f) == 0x7e);  // tie between 448 and (nonexistent) 480: saturates
+  CHECK(fp8::float_to_e4m3(INFINITY) == 0x7e && fp8::float_to_e4m3(-INFINITY) == 0xfe);
+  CHECK(fp8::float_to_e5m2(INFINITY) == 0x7b && fp8::float_to_e5m2(-1e9f) == 0xfb);
+  CHECK(fp8::float_to_e4m3(-0.f) == 0x80 && fp8::float_to_e5m2(-0.f) == 0x80);
+  CHECK((fp8::float_to_e4m3(-NAN) & 0x7f) == 0x7f && (fp8::float_to_e5m2(NAN) & 0x7f) == 0x7f);
+  CHECK(fp8::float_to_e4m3(std::ldexp(1.f, -10)) == 0x00);  // half the smallest subnormal: to even (0)
+  CHECK(fp8::float_to_e4m3(std::ldexp(3.f, -10)) == 0x02);  // 1.5 subnormal steps: to even (2)
+}
+
+// ---- write_kv ----
+
+uint32_t input_dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+
+void test_write_kv_bytes() {
+  for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
+    for (uint32_t in : input_dtypes)
+      for (int per_head = 0; per_head < 2; ++per_head) {
+        const Format& f = cd == KVB_DTYPE_FP8_E5M2 ? kE5m2 : kE4m3;
+        const uint32_t H = 3, D = 64, N = 40;
+        HostCache c(cd, 8, 8, H, D, /*head_pad=*/3);
+        c.k.poison();
+        c.v.poison();
+        std::vector<float> khs = {0.5f, 2.f, 0.03125f}, vhs = {1.5f, 0.25f, 3.f};
+        c.desc.k_scale = 0.75f;
+        c.desc.v_scale = 1.25f;
+        if (per_head) {
+          c.desc.k_head_scales = khs.data();
+          c.desc.v_head_scales = vhs.data();
+        }
+        std::mt19937 rng(11 + in);
+        Tensor key(in, size_t(N) * H * D), value(in, size_t(N) * H * D);
+        key.fill_random(rng, -600.f, 600.f);
+        value.fill_random(rng, -4.f, 4.f);
+        const float edges[] = {INFINITY, -INFINITY, NAN, -0.f, 0.f, 1e-9f, 448.f, 464.f, 70000.f, -70000.f, 1e-3f};
+        for (size_t i = 0; i < sizeof edges / sizeof edges[0]; ++i) {
+          key.set(i * 7, edges[i]);
+          value.set(i * 5 + 1, edges[i]);
+        }
+        std::vector<int64_t> slots(N);
+        for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 5) % 64;  // distinct slots
+        slots[3] = -1;
+        kvb_write_kv_args a;
+        kvb_write_kv_args_init(&a);
+        a.input_dtype = in;
+        a.num_tokens = N;
+        a.key = key.data();
+        a.value = value.data();
+        a.slot_mapping = slots.data();
+        CHECK_OK(kvb_write_kv(&c.desc, &a, nullptr));
+        int bad = 0;
+        const uint8_t* kb = static_cast<const uint8_t*>(c.k.data());
+        const uint8_t* vb = static_cast<const uint8_t*>(c.v.data());
+        for (uint32_t i = 0; i < N; ++i) {
+          if (slots[i] < 0) continue;
+          for (uint32_t h = 0; h < H; ++h)
+            for (uint32_t d = 0; d < D; ++d) {
+              const size_t src = (size_t(i) * H + h) * D + d;
+              const size_t dst = c.offset(slots[i] / 8, slots[i] % 8, h, d);
+              const float ks = per_head ? khs[h] : c.desc.k_scale, vs = per_head ? vhs[h] : c.desc.v_scale;
+              const uint8_t wk = ref_encode(f, key.get(src) / ks), wv = ref_encode(f, value.get(src) / vs);
+              if ((kb[dst] != wk || vb[dst] != wv) && bad++ < 3)
+                fprintf(stderr, "  %s<-%s token %u head %u d %u: k 0x%02x want 0x%02x, v 0x%02x want 0x%02x\n",
+                        dname(cd), dname(in), i, h, d, kb[dst], wk, vb[dst], wv);
+            }
+        }
+        // slot_mapping -1 and the head padding: untouched (0xff poison)
+        const size_t head_pad_at = c.offset(slots[0] / 8, slots[0] % 8, 0, D);
+        CHECK(kb[head_pad_at] == 0xff);
+        CHECK(bad == 0);
+      }
+}
+
+// ---- attention on fp8 caches ----
+
+struct Seq {
+  int32_t len, q_len;
+};
+
+// One problem: a paged fp8 cache written by kvb_write_kv from fp32 values, the dequantized values read
+// back through the reference decoder, and q in q_dtype.
+struct Fp8Problem {
+  uint32_t cd, qd, H, G, D, bs;
+  bool per_head;
+  std::vector<Seq> seqs;
+  HostCache cache;
+  std::vector<float> kh, vh;  // per-head scales
+  std::vector<int32_t> tables, lens, qstart;
+  uint32_t max_blocks = 0, total_q = 0;
+  std::vector<std::vector<float>> kraw, vraw;  // [seq][t*H*D]
+  Tensor q;
+
+  Fp8Problem(uint32_t cdt, uint32_t qdt, uint32_t heads, uint32_t group, uint32_t head_dim, bool ph,
+             std::vector<Seq> ss, unsigned seed)
+      : cd(cdt), qd(qdt), H(heads), G(group), D(head_dim), bs(16), per_head(ph), seqs(std::move(ss)),
+        cache(cdt, 1, 16, heads, head_dim) {
+    std::mt19937 rng(seed);
+    uint32_t blocks = 0;
+    for (const Seq& s : seqs) {
+      max_blocks = std::max(max_blocks, uint32_t((s.len + bs - 1) / bs));
+      blocks += uint32_t((s.len + bs - 1) / bs);
+    }
+    max_blocks = std::max(max_blocks, 1u);
+    cache = HostCache(cd, blocks + 3, bs, H, D);
+    cache.desc.k_scale = 0.02f;  // |x| <= 4 -> |x / scale| up to 200: inside e4m3's range
+    cache.desc.v_scale = 0.05f;
+    for (uint32_t h = 0; h < H; ++h) {
+      kh.push_back(0.01f * float(h + 1));
+      vh.push_back(0.03f / float(h + 1));
+    }
+    if (per_head) {
+      cache.desc.k_head_scales = kh.data();
+      cache.desc.v_head_scales = vh.data();
+    }
+    std::vector<int32_t> ids(blocks + 3);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    tables.assign(seqs.size() * max_blocks, -1);
+    size_t next = 0;
+    qstart.push_back(0);
+    std::uniform_real_distribution<float> u(-2.f, 2.f);
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const Seq& sq = seqs[s];
+      for (int32_t b = 0; b * int32_t(bs) < sq.len; ++b) tables[s * max_blocks + b] = ids[next++];
+      lens.push_back(sq.len);
+      qstart.push_back(qstart.back() + sq.q_len);
+      std::vector<float> kv(size_t(sq.len) * H * D), vv(kv.size());
+      for (float& x : kv) x = u(rng);
+      for (float& x : vv) x = u(rng) * 1.5f;
+      std::vector<int64_t> slots(size_t(sq.len));
+      for (int32_t t = 0; t < sq.len; ++t) slots[t] = int64_t(tables[s * max_blocks + t / bs]) * bs + t % bs;
+      if (sq.len > 0) {
+        kvb_write_kv_args a;
+        kvb_write_kv_args_init(&a);
+        a.input_dtype = KVB_DTYPE_FP32;
+        a.num_tokens = size_t(sq.len);
+        a.key = kv.data();
+        a.value = vv.data();
+        a.slot_mapping = slots.data();
+        CHECK_OK(kvb_write_kv(&cache.desc, &a, nullptr));
+      }
+      kraw.push_back(std::move(kv));
+      vraw.push_back(std::move(vv));
+    }
+    total_q = uint32_t(qstart.back());
+    q = Tensor(qd, size_t(std::max(total_q, 1u)) * H * G * D);
+    q.fill_random(rng, -1.f, 1.f);
+  }
+
+  // Cache value of (seq, t, head, d): dequantized (the kernel's input) or the unquantized original.
+  double kval(size_t s, int32_t t, uint32_t h, uint32_t d, bool dequant) const { return val(cache.k, s, t, h, d, dequant, true); }
+  double vval(size_t s, int32_t t, uint32_t h, uint32_t d, bool dequant) const { return val(cache.v, s, t, h, d, dequant, false); }
+  double val(const Tensor& tn, size_t s, int32_t t, uint32_t h, uint32_t d, bool dequant, bool is_k) const {
+    if (!dequant) return (is_k ? kraw : vraw)[s][(size_t(t) * H + h) * D + d];
+    const Format& f = cd == KVB_DTYPE_FP8_E5M2 ? kE5m2 : kE4m3;
+    const uint8_t code = static_cast<const uint8_t*>(tn.data())[cache.offset(tables[s * max_blocks + t / bs], t % bs, h, d)];
+    const double scale = per_head ? (is_k ? kh : vh)[h] : (is_k ? cache.desc.k_scale : cache.desc.v_scale);
+    return ref_decode(f, code) * scale;
+  }
+
+  // Reference output row for query row r of sequence s (position pos), query head qh.
+  void ref_row(size_t s, int64_t row, int32_t pos, uint32_t qh, float scale, float cap, uint32_t window, uint32_t sink,
+               bool dequant, double* out) const {
+    const uint32_t h = qh / G;
+    std::vector<double> logits;
+    std::vector<int32_t> ts;
+    for (int32_t t = 0; t <= pos; ++t) {
+      if (window > 0 && t <= pos - int32_t(window) && t >= int32_t(sink)) continue;
+      double dot = 0;
+      for (uint32_t d = 0; d < D; ++d) dot += double(q.get((size_t(row) * H * G + qh) * D + d)) * kval(s, t, h, d, dequant);
+      double x = dot * scale;
+      if (cap > 0) x = cap * std::tanh(x / cap);
+      logits.push_back(x);
+      ts.push_back(t);
+    }
+    double mx = -INFINITY, sum = 0;
+    for (double x : logits) mx = std::max(mx, x);
+    for (uint32_t d = 0; d < D; ++d) out[d] = 0;
+    for (size_t i = 0; i < logits.size(); ++i) sum += std::exp(logits[i] - mx);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const double p = std::exp(logits[i] - mx) / sum;
+      for (uint32_t d = 0; d < D; ++d) out[d] += p * vval(s, ts[i], h, d, dequant);
+    }
+  }
+};
+
+// Max |got - want| over the outputs (out: rows x H*G x D in q dtype), checking the dequantized reference
+// within the q dtype's tolerance; returns the largest difference from the unquantized reference.
+double check_rows(const Fp8Problem& p, const Tensor& out, const std::vector<std::pair<size_t, int32_t>>& rows,
+                  float scale, float cap, uint32_t window, uint32_t sink, int* bad) {
+  double worst_raw = 0;
+  std::vector<double> ref(p.D), raw(p.D);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (uint32_t qh = 0; qh < p.H * p.G; ++qh) {
+      const size_t s = rows[r].first;
+      const int32_t pos = rows[r].second;
+      if (pos < 0) {  // empty sequence: zeros
+        for (uint32_t d = 0; d < p.D; ++d) ref[d] = raw[d] = 0;
+      } else {
+        p.ref_row(s, int64_t(r), pos, qh, scale, cap, window, sink, true, ref.data());
+        p.ref_row(s, int64_t(r), pos, qh, scale, cap, window, sink, false, raw.data());
+      }
+      for (uint32_t d = 0; d < p.D; ++d) {
+        const double got = out.get((r * p.H * p.G + qh) * p.D + d);
+        if (!close(got, ref[d], p.qd) && (*bad)++ < 3)
+          fprintf(stderr, "  %s q %s row %zu head %u d %u: got %.6f want %.6f (dequantized)\n", dname(p.cd), dname(p.qd),
+                  r, qh, d, got, ref[d]);
+        worst_raw = std::max(worst_raw, std::fabs(got - raw[d]));
+      }
+    }
+  }
+  return worst_raw;
+}
+
+// Documented tolerance against the unquantized values (|K| <= 2, |V| <= 3): rounding moves an element by
+// at most half a step, 2^-4 (e4m3) or 2^-3 (e5m2) of its magnitude, so an output row (a convex mix of V
+// rows; a row at position 0 is V[0] itself) moves by up to 3 * 2^-4 = 0.19 (e4m3) / 0.38 (e5m2), plus
+// what the K error does to the weights. Measured worst: 0.146 (e4m3), 0.27 (e5m2).
+double raw_tolerance(uint32_t cd) { return cd == KVB_DTYPE_FP8_E5M2 ? 0.5 : 0.25; }
+
+struct AttnCase {
+  uint32_t cd, qd, H, G, D;
+  bool per_head;
+  uint32_t window, sink;
+  float cap;
+};
+
+const AttnCase kCases[] = {
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP32, 2, 1, 64, false, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 4, 128, true, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 1, 8, 64, false, 40, 4, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP32, 2, 2, 256, true, 0, 0, 5.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP32, 2, 3, 64, true, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 1, 1, 128, false, 33, 2, 8.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 4, 64, false, 0, 0, 0.f},
+};
+
+void test_decode_fp8() {
+  const simd::Isa initial = simd::isa();
+  for (int i = 0; i < simd::kNumIsas; ++i) {
+    if (!simd::force_isa(simd::Isa(i))) continue;
+    for (const AttnCase& cs : kCases) {
+      // ragged, one long enough to split (partitions of 256 tokens)
+      Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}}, 3 + cs.D + cs.G);
+      kvb_attention_args a;
+      kvb_attention_args_init(&a);
+      a.q_dtype = cs.qd;
+      a.num_seqs = uint32_t(p.seqs.size());
+      a.num_q_heads = cs.H * cs.G;
+      a.max_blocks_per_seq = p.max_blocks;
+      a.q = p.q.data();
+      Tensor out(cs.qd, p.q.n);
+      out.poison();
+      a.out = out.data();
+      a.block_tables = p.tables.data();
+      a.seq_lens = p.lens.data();
+      a.logits_soft_cap = cs.cap;
+      a.window_tokens = cs.window;
+      a.sink_tokens = cs.sink;
+      size_t ws = 0;
+      CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
+      CHECK(ws > 0);  // the 600-token sequence splits
+      std::vector<float> wsb(ws / 4 + 4);
+      a.workspace = wsb.data();
+      a.workspace_size = ws;
+      CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+      std::vector<std::pair<size_t, int32_t>> rows;
+      for (size_t s = 0; s < p.seqs.size(); ++s) rows.push_back({s, p.seqs[s].len - 1});
+      int bad = 0;
+      const double raw = check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink, &bad);
+      CHECK(bad == 0);
+      if (raw > raw_tolerance(cs.cd)) {
+        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(simd::Isa(i)), dname(cs.cd), raw);
+        CHECK(raw <= raw_tolerance(cs.cd));
+      }
+    }
+  }
+  simd::force_isa(initial);
+}
+
+void test_prefill_fp8() {
+  const simd::Isa initial = simd::isa();
+  for (int i = 0; i < simd::kNumIsas; ++i) {
+    if (!simd::force_isa(simd::Isa(i))) continue;
+    for (const AttnCase& cs : kCases) {
+      // a prompt, a chunk over a cached prefix, a decode token, an empty sequence
+      Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{50, 50}, {130, 20}, {0, 0}, {77, 1}}, 5 + cs.D + cs.G);
+      kvb_prefill_args a;
+      kvb_prefill_args_init(&a);
+      a.q_dtype = cs.qd;
+      a.num_seqs = uint32_t(p.seqs.size());
+      a.num_q_heads = cs.H * cs.G;
+      a.max_blocks_per_seq = p.max_blocks;
+      a.total_q_tokens = p.total_q;
+      a.q = p.q.data();
+      Tensor out(cs.qd, p.q.n);
+      out.poison();
+      a.out = out.data();
+      a.query_start = p.qstart.data();
+      a.seq_lens = p.lens.data();
+      a.block_tables = p.tables.data();
+      a.logits_soft_cap = cs.cap;
+      a.window_tokens = cs.window;
+      a.sink_tokens = cs.sink;
+      CHECK_OK(kvb_prefill_attention(&p.cache.desc, &a, nullptr));
+      std::vector<std::pair<size_t, int32_t>> rows;
+      for (size_t s = 0; s < p.seqs.size(); ++s)
+        for (int32_t j = 0; j < p.seqs[s].q_len; ++j) rows.push_back({s, p.seqs[s].len - p.seqs[s].q_len + j});
+      int bad = 0;
+      const double raw = check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink, &bad);
+      CHECK(bad == 0);
+      if (raw > raw_tolerance(cs.cd)) {
+        fprintf(stderr, "  prefill %s: %.4f from the unquantized reference\n", dname(cs.cd), raw);
+        CHECK(raw <= raw_tolerance(cs.cd));
+      }
+    }
+  }
+  simd::force_isa(initial);
+}
+
+// ---- copy, allocation, validation, old callers ----
+
+void test_copy_blocks_moves_bytes() {
+  kvb_cache_desc d;
+  kvb_cache_desc_init(&d);
+  d.dtype = KVB_DTYPE_FP8_E4M3;
+  d.num_blocks = 6;
+  d.block_size = 16;
+  d.num_kv_heads = 2;
+  d.head_dim = 64;
+  CHECK_OK(kvb_cache_alloc(&d));
+  CHECK(d.block_stride == 16 * 2 * 64);  // elements = bytes: half an fp16 cache
+  const size_t bytes = size_t(d.num_blocks) * size_t(d.block_stride);
+  uint8_t* k = static_cast<uint8_t*>(d.k);
+  uint8_t* v = static_cast<uint8_t*>(d.v);
+  for (size_t i = 0; i < bytes; ++i) k[i] = uint8_t(i * 7), v[i] = uint8_t(i * 13 + 1);  // NaN codes included
+  const int32_t pairs[] = {0, 3, 5, 1};
+  CHECK_OK(kvb_copy_blocks(&d, 1, pairs, 2, nullptr));
+  const size_t blk = size_t(d.block_stride);
+  CHECK(std::memcmp(k + 3 * blk, k + 0 * blk, blk) == 0 && std::memcmp(v + 1 * blk, v + 5 * blk, blk) == 0);
+  for (size_t i = 0; i < blk; ++i) CHECK(k[2 * blk + i] == uint8_t((2 * blk + i) * 7));
+  CHECK_OK(kvb_cache_free(&d));
+}
+
+void test_bad_scales_and_dtypes_refused() {
+  HostCache c(KVB_DTYPE_FP8_E4M3, 4, 16, 2, 64);
+  float q[2 * 64] = {0}, out[2 * 64];
+  int32_t table[1] = {0}, lens[1] = {1};
+  kvb_attention_args a;
+  kvb_attention_args_init(&a);
+  a.q_dtype = KVB_DTYPE_FP32;
+  a.num_seqs = 1;
+  a.num_q_heads = 2;
+  a.max_blocks_per_seq = 1;
+  a.q = q;
+  a.out = out;
+  a.block_tables = table;
+  a.seq_lens = lens;
+  CHECK_OK(kvb_paged_attention(&c.desc, &a, nullptr));
+  for (float bad : {0.f, -1.f, NAN, INFINITY}) {
+    kvb_cache_desc d = c.desc;
+    d.k_scale = bad;
+    CHECK_STATUS(kvb_paged_attention(&d, &a, nullptr), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(kvb_last_error(), "k_scale") != nullptr);
+    d = c.desc;
+    d.v_scale = bad;
+    CHECK_STATUS(kvb_paged_attention(&d, &a, nullptr), KVB_ERR_INVALID_ARGUMENT);
+    float heads[2] = {1.f, bad};
+    d = c.desc;
+    d.v_head_scales = heads;
+    CHECK_STATUS(kvb_paged_attention(&d, &a, nullptr), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(kvb_last_error(), "v_head_scales[1]") != nullptr);
+  }
+  // scales are not read for other dtypes
+  HostCache h(KVB_DTYPE_FP32, 4, 16, 2, 64);
+  h.desc.k_scale = -1.f;
+  kvb_attention_args a32 = a;
+  a32.q_dtype = 0;
+  CHECK_OK(kvb_paged_attention(&h.desc, &a32, nullptr));
+  // q dtype of an fp8 cache: fp16, bf16 or fp32 only
+  kvb_attention_args b = a;
+  b.q_dtype = KVB_DTYPE_FP8_E4M3;
+  CHECK_STATUS(kvb_paged_attention(&c.desc, &b, nullptr), KVB_ERR_INVALID_ARGUMENT);
+  CHECK(std::strstr(kvb_last_error(), "q_dtype") != nullptr);
+  kvb_write_kv_args w;
+  kvb_write_kv_args_init(&w);
+  w.input_dtype = 9;
+  w.num_tokens = 1;
+  int64_t slot = 0;
+  w.key = q;
+  w.value = q;
+  w.slot_mapping = &slot;
+  CHECK_STATUS(kvb_write_kv(&c.desc, &w, nullptr), KVB_ERR_INVALID_ARGUMENT);
+  kvb_cache_desc u = c.desc;
+  u.dtype = 5;
+  CHECK_STATUS(kvb_write_kv(&u, &w, nullptr), KVB_ERR_INVALID_ARGUMENT);
+  // CUDA attention on an fp8 cache: phase 2 (refused before any device is touched)
+  kvb_cache_desc g = c.desc;
+  g.device_type = KVB_DEVICE_CUDA;
+  CHECK_STATUS(kvb_paged_attention(&g, &a, nullptr), KVB_ERR_UNSUPPORTED);
+  CHECK(std::strstr(kvb_last_error(), "fp8 KV cache: CUDA attention not yet supported") != nullptr);
+  kvb_prefill_args pa;
+  kvb_prefill_args_init(&pa);
+  pa.num_seqs = 1;
+  pa.num_q_heads = 2;
+  pa.max_blocks_per_seq = 1;
+  size_t ws = 0;
+  CHECK_STATUS(kvb_prefill_attention_workspace_size(&g, &pa, &ws), KVB_ERR_UNSUPPORTED);
+  CHECK(std::strstr(kvb_last_error(), "fp8 KV cache: CUDA attention not yet supported") != nullptr);
+}
+
+// A caller built against the KVB_0.1 header: kvb_cache_desc of 80 bytes, kvb_attention_args of 112, the
+// rest of the buffer poison. An fp8 cache (a newer caller may still pass the old size) then has scales
+// 1.0 and q in fp16; nothing past the old size is read (poison would be refused) or written.
+void test_old_struct_callers() {
+  constexpr size_t kOldDesc = 80, kOldArgs = 112;
+  CHECK(offsetof(kvb_cache_desc, k_scale) == kOldDesc);
+  CHECK(offsetof(kvb_attention_args, q_dtype) == kOldArgs);
+  HostCache c(KVB_DTYPE_FP8_E4M3, 4, 16, 1, 64);
+  alignas(8) unsigned char dbuf[sizeof(kvb_cache_desc) + 32], abuf[sizeof(kvb_attention_args) + 32];
+  std::memset(dbuf, 0xcd, sizeof dbuf);
+  std::memcpy(dbuf, &c.desc, kOldDesc);
+  reinterpret_cast<kvb_cache_desc*>(dbuf)->struct_size = kOldDesc;
+  // write one token of ones (fp16 input, the default): scale 1 stores 1.0 = 0x38
+  uint16_t ones[64];
+  for (uint16_t& x : ones) x = 0x3c00;
+  int64_t slot = 0;
+  kvb_write_kv_args w;
+  kvb_write_kv_args_init(&w);
+  w.num_tokens = 1;
+  w.key = ones;
+  w.value = ones;
+  w.slot_mapping = &slot;
+  CHECK_OK(kvb_write_kv(reinterpret_cast<kvb_cache_desc*>(dbuf), &w, nullptr));
+  CHECK(static_cast<uint8_t*>(c.k.data())[0] == 0x38 && static_cast<uint8_t*>(c.v.data())[63] == 0x38);
+  kvb_attention_args a;
+  kvb_attention_args_init(&a);
+  uint16_t q[64], out[64 + 16];
+  for (uint16_t& x : q) x = 0x3c00;
+  std::memset(out, 0xff, sizeof out);
+  int32_t table[1] = {0}, lens[1] = {1};
+  a.num_seqs = 1;
+  a.num_q_heads = 1;
+  a.max_blocks_per_seq = 1;
+  a.q = q;
+  a.out = out;
+  a.block_tables = table;
+  a.seq_lens = lens;
+  std::memset(abuf, 0xcd, sizeof abuf);
+  std::memcpy(abuf, &a, kOldArgs);
+  reinterpret_cast<kvb_attention_args*>(abuf)->struct_size = kOldArgs;
+  CHECK_OK(kvb_paged_attention(reinterpret_cast<kvb_cache_desc*>(dbuf), reinterpret_cast<kvb_attention_args*>(abuf), nullptr));
+  for (int d = 0; d < 64; ++d) CHECK(out[d] == 0x3c00);  // one token of V = 1.0, written as fp16
+  CHECK(out[64] == 0xffff);
+  for (size_t i = kOldDesc; i < sizeof dbuf; ++i) CHECK(dbuf[i] == 0xcd);
+  for (size_t i = kOldArgs; i < sizeof abuf; ++i) CHECK(abuf[i] == 0xcd);
+  // kvb_cache_alloc / free with the old size
+  std::memset(dbuf, 0xcd, sizeof dbuf);
+  kvb_cache_desc fresh;
+  kvb_cache_desc_init(&fresh);
+  fresh.dtype = KVB_DTYPE_FP8_E5M2;
+  fresh.num_blocks = 2;
+  fresh.block_size = 16;
+  fresh.num_kv_heads = 1;
+  fresh.head_dim = 64;
+  std::memcpy(dbuf, &fresh, kOldDesc);
+  reinterpret_cast<kvb_cache_desc*>(dbuf)->struct_size = kOldDesc;
+  CHECK_OK(kvb_cache_alloc(reinterpret_cast<kvb_cache_desc*>(dbuf)));
+  CHECK_OK(kvb_cache_free(reinterpret_cast<kvb_cache_desc*>(dbuf)));
+  for (size_t i = kOldDesc; i < sizeof dbuf; ++i) CHECK(dbuf[i] == 0xcd);
+}
+
+#if KVB_WITH_CUDA
+// CUDA write_kv against the CPU's bytes, random and edge inputs, every input dtype and format.
+void test_cuda_write_kv_bit_identical() {
+  for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
+    for (uint32_t in : input_dtypes) {
+      const uint32_t H = 4, D = 128, N = 64, NB = 8, BS = 16;
+      HostCache host(cd, NB, BS, H, D);
+      std::vector<float> khs = {0.5f, 2.f, 0.03125f, 7.f};
+      host.desc.k_head_scales = khs.data();
+      host.desc.v_scale = 0.37f;
+      std::mt19937 rng(17 + in + cd);
+      Tensor key(in, size_t(N) * H * D), value(in, size_t(N) * H * D);
+      key.fill_random(rng, -900.f, 900.f);
+      value.fill_random(rng, -60000.f, 60000.f);
+      const float edges[] = {INFINITY, -INFINITY, NAN, -0.f, 1e-7f, 448.f, 464.f, 57344.f, 61440.f, 1e-3f};
+      for (size_t i = 0; i < sizeof edges / sizeof edges[0]; ++i) key.set(i * 3, edges[i]), value.set(i * 3, edges[i]);
+      std::vector<int64_t> slots(N);
+      for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 3) % (NB * BS);
+      kvb_write_kv_args a;
+      kvb_write_kv_args_init(&a);
+      a.input_dtype = in;
+      a.num_tokens = N;
+      a.key = key.data();
+      a.value = value.data();
+      a.slot_mapping = slots.data();
+      CHECK_OK(kvb_write_kv(&host.desc, &a, nullptr));
+      DeviceBuffer dk(host.k.bytes()), dv(host.v.bytes()), dkey(key.data(), key.bytes()), dval(value.data(), value.bytes()),
+          dslots(slots.data(), slots.size() * 8);
+      kvb_cache_desc g = host.desc;
+      g.device_type = KVB_DEVICE_CUDA;
+      g.k = dk.p;
+      g.v = dv.p;
+      a.key = dkey.p;
+      a.value = dval.p;
+      a.slot_mapping = static_cast<const int64_t*>(dslots.p);
+      CHECK_OK(kvb_write_kv(&g, &a, nullptr));
+      std::vector<uint8_t> gk(host.k.bytes()), gv(host.v.bytes());
+      dk.to_host(gk.data());
+      dv.to_host(gv.data());
+      CHECK(std::memcmp(gk.data(), host.k.data(), gk.size()) == 0);
+      CHECK(std::memcmp(gv.data(), host.v.data(), gv.size()) == 0);
+    }
+}
+#endif
+
+}  // namespace
+
+int main() {
+  RUN_TEST(test_decode_every_code);
+  RUN_TEST(test_encode_against_reference);
+  RUN_TEST(test_write_kv_bytes);
+  RUN_TEST(test_decode_fp8);
+  RUN_TEST(test_prefill_fp8);
+  RUN_TEST(test_copy_blocks_moves_bytes);
+  RUN_TEST(test_bad_scales_and_dtypes_refused);
+  RUN_TEST(test_old_struct_callers);
+#if KVB_WITH_CUDA
+  if (cuda_devices() > 0)
+    RUN_TEST(test_cuda_write_kv_bit_identical);
+  else
+    SKIP_TEST(test_cuda_write_kv_bit_identical, "no CUDA device");
+#else
+  SKIP_TEST(test_cuda_write_kv_bit_identical, "built without CUDA");
+#endif
+  TEST_SUMMARY();
+}

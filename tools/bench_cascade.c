@@ -1,0 +1,145 @@
+/* bench_cascade.c - the shared-prefix cases of `kvblock bench` (CPU; CUDA consumes the description in
+   phase 2): kvb_paged_attention on the same batch without and with its kvb_prefix_groups, the two calls
+   interleaved sample by sample (so that load from other processes hits both alike), medians reported.
+   Shapes (fp16, Hq 32, Hkv 8, D 128, block 16): 64 sequences sharing 4,096 tokens with 128 own tokens
+   each (one group of 64), and 64 sequences of 4,224 tokens sharing nothing (a description with no
+   groups). The ceiling is the plain call of the same run (its K+V bytes against the read ceiling). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_kernels_env.h"
+#include "util.h"
+
+typedef struct cascade_ctx {
+  kcache cache, q, out, tables, lens, ws;
+  kvb_attention_args a;
+  kvb_prefix_groups g;
+  int32_t group_start[2], members[64], shared_blocks[1];
+} cascade_ctx;
+
+static int cmp_dbl(const void* x, const void* y) {
+  double a = *(const double*)x, b = *(const double*)y;
+  return a < b ? -1 : a > b;
+}
+
+static double median(double* v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_dbl);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void cascade_free(cascade_ctx* c) {
+  kc_free(&c->cache);
+  kc_free(&c->q);
+  kc_free(&c->out);
+  kc_free(&c->tables);
+  kc_free(&c->lens);
+  kc_free(&c->ws);
+}
+
+/* batch sequences of shared + own tokens; shared > 0: the first shared / BS columns of every row are
+   the same blocks (one group), the rest each row's own. */
+static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t shared, uint32_t own) {
+  uint32_t i, b, sb = shared / BS, ob = own / BS, maxb = sb + ob, nblocks = sb + batch * ob;
+  size_t qbytes = (size_t)batch * HQ * HD * 2;
+  int32_t *t, *perm;
+  kvb_status st;
+  memset(c, 0, sizeof *c);
+  if (!kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) || !kc_fill_random(e, &c->cache) ||
+      !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
+      !kc_buffer(e, &c->tables, (size_t)batch * maxb * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
+    return 0;
+  fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
+  perm = (int32_t*)xcalloc(nblocks, sizeof *perm);
+  random_tables(perm, nblocks, &e->seed);
+  t = (int32_t*)c->tables.host.k;
+  for (i = 0; i < batch; i++) {
+    for (b = 0; b < sb; b++) t[i * maxb + b] = perm[b];
+    for (b = 0; b < ob; b++) t[i * maxb + sb + b] = perm[sb + i * ob + b];
+    ((int32_t*)c->lens.host.k)[i] = (int32_t)(shared + own);
+    if (i < 64) c->members[i] = (int32_t)i;
+  }
+  free(perm);
+  kvb_attention_args_init(&c->a);
+  c->a.num_seqs = batch;
+  c->a.num_q_heads = HQ;
+  c->a.max_blocks_per_seq = maxb;
+  if ((st = kvb_paged_attention_workspace_size(&c->cache.dev, &c->a, &c->a.workspace_size)) != KVB_OK) {
+    lib_error("kvb_paged_attention_workspace_size", st);
+    return 0;
+  }
+  if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
+  c->a.q = c->q.dev.k;
+  c->a.out = c->out.dev.k;
+  c->a.block_tables = (const int32_t*)c->tables.dev.k;
+  c->a.seq_lens = (const int32_t*)c->lens.dev.k;
+  c->a.workspace = c->a.workspace_size ? c->ws.dev.k : NULL;
+  kvb_prefix_groups_init(&c->g);
+  c->group_start[0] = 0;
+  c->group_start[1] = (int32_t)(batch < 64 ? batch : 64);
+  c->shared_blocks[0] = (int32_t)sb;
+  c->g.group_start = c->group_start;
+  c->g.members = c->members;
+  c->g.shared_blocks = c->shared_blocks;
+  c->g.num_groups = sb > 0 ? 1 : 0;
+  c->g.num_members = sb > 0 ? (uint32_t)c->group_start[1] : 0;
+  return 1;
+}
+
+static int call(cascade_ctx* c, int with_groups, double* seconds) {
+  kvb_status st;
+  double t0 = now_s();
+  c->a.prefix_groups = with_groups ? &c->g : NULL;
+  if ((st = kvb_paged_attention(&c->cache.dev, &c->a, NULL)) != KVB_OK) {
+    lib_error("kvb_paged_attention", st);
+    return 0;
+  }
+  *seconds = now_s() - t0;
+  return 1;
+}
+
+/* Plain and cascade calls alternate (plain first on even samples, cascade first on odd ones). */
+static int run_case(kenv* e, const char* key, const char* label, uint32_t batch, uint32_t shared, uint32_t own) {
+  cascade_ctx c;
+  double plain[KMAX_REPS], casc[KMAX_REPS], mp, mc, bytes, t;
+  uint64_t rep;
+  int ok = cascade_setup(e, &c, batch, shared, own);
+  report* r = e->r;
+  ok = ok && call(&c, 0, &t) && call(&c, 1, &t); /* warm-up */
+  for (rep = 0; ok && rep < e->reps && rep < KMAX_REPS; rep++) {
+    int first = (int)(rep % 2);
+    ok = call(&c, first, first ? &casc[rep] : &plain[rep]) && call(&c, !first, first ? &plain[rep] : &casc[rep]);
+  }
+  if (ok) {
+    size_t n = (size_t)(e->reps < KMAX_REPS ? e->reps : KMAX_REPS);
+    mp = median(plain, n);
+    mc = median(casc, n);
+    bytes = (double)batch * (shared + own) * HKV * HD * 2 * 2;
+    if (r->json) {
+      report_group_begin(r, key, label);
+      report_f64(r, "plain_median_us", "plain median", mp * 1e6, 2, NULL);
+      report_f64(r, "cascade_median_us", "cascade median", mc * 1e6, 2, NULL);
+      report_f64(r, "speedup", "speed-up", mc > 0 ? mp / mc : 0.0, 3, NULL);
+      report_f64(r, "plain_gbps", "plain GB/s", bytes / mp / 1e9, 3, NULL);
+      if (e->ceil[CEIL_READ] > 0) report_f64(r, "plain_of_ceiling", "plain of read ceiling", bytes / mp / 1e9 / e->ceil[CEIL_READ], 4, NULL);
+      report_group_end(r);
+    } else {
+      fprintf(r->f, "  %-38s %10.1f %10.1f  x%.2f (plain %.2f GB/s, %.1f%% of %s; medians, interleaved)\n", label,
+              mp * 1e6, mc * 1e6, mc > 0 ? mp / mc : 0.0, bytes / mp / 1e9,
+              e->ceil[CEIL_READ] > 0 ? 100.0 * bytes / mp / 1e9 / e->ceil[CEIL_READ] : 0.0, e->ceil_name[CEIL_READ]);
+      fflush(r->f);
+    }
+  }
+  cascade_free(&c);
+  return ok;
+}
+
+int bench_cascade(kenv* e) {
+  if (e->cuda) return 1; /* phase 2: the CUDA kernels ignore the description */
+  if (!e->r->json)
+    fprintf(e->r->f, "  %-38s %10s %10s  %s\n", "shared prefix (decode)", "plain us", "cascade us", "speed-up");
+  if (e->quick)
+    return run_case(e, "cascade_16x512+64", "16 seqs share 512 + 64 own tokens", 16, 512, 64) &&
+           run_case(e, "cascade_none_16x576", "16 seqs x 576 tokens, none shared", 16, 0, 576);
+  return run_case(e, "cascade_64x4096+128", "64 seqs share 4096 + 128 own tokens", 64, 4096, 128) &&
+         run_case(e, "cascade_none_64x4224", "64 seqs x 4224 tokens, none shared", 64, 0, 4224);
+}

@@ -168,7 +168,7 @@ int dir_poll(void* user, kvb_store_completion* done, size_t capacity, size_t* nu
   auto* d = static_cast<kvb_store_dir*>(user);
   std::lock_guard<std::mutex> lock(d->mu);
   size_t n = std::min(capacity, d->done.size());
-  std::memcpy(done, d->done.data(), n * sizeof(kvb_store_completion));
+  if (n) std::memcpy(done, d->done.data(), n * sizeof(kvb_store_completion));  // data() may be NULL when empty
   d->done.erase(d->done.begin(), d->done.begin() + static_cast<long>(n));
   *num_done = n;
   return 0;

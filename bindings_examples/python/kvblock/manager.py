@@ -506,7 +506,6 @@ class Manager(OwnsHandle):
         if pg is None or pg.capacity < n:
             pg = PrefixGroups(max(n, buffers._rows), min_shared_blocks)
         pg.c.min_shared_blocks = min_shared_blocks
-        buffers._pg = pg
         buffers._pg = None  # the plain path below must leave buffers.c.prefix_groups as set here
         try:
             for _ in range(2):  # a BatchBuffers that grew has a new struct: export again with the groups

@@ -27,11 +27,11 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
     Attention a = read_attention(c, args, true);
     require_backend(c, "cache");
     if (a.num_seqs == 0) return;
-    // Shared-prefix attention (kvb_prefix_groups): CPU only for now; CUDA runs the plain kernel (same results).
+    // Shared-prefix attention (kvb_prefix_groups) where prefix_groups_to_use says it applies.
     const kvb_prefix_groups* pg = args->struct_size >= offsetof(kvb_attention_args, prefix_groups) + sizeof(void*)
-                                      ? prefix_groups_to_use(args->prefix_groups)
+                                      ? prefix_groups_to_use(c, args->prefix_groups)
                                       : nullptr;
-    if (pg && !c.cuda && !c.fp8()) return cpu::cascade_attention(c, cascade_of(a), *pg);  // fp8: plain kernel
+    if (pg) return cpu::cascade_attention(c, cascade_of(a), *pg);
     if (c.cuda)
       cuda::paged_attention(c, a, stream);
     else

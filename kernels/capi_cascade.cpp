@@ -51,12 +51,12 @@ CascadeCall cascade_of(const Prefill& a) {
   return k;
 }
 
-const kvb_prefix_groups* prefix_groups_to_use(const kvb_prefix_groups* pg) {
+const kvb_prefix_groups* prefix_groups_to_use(const Cache& c, const kvb_prefix_groups* pg) {
   if (!pg) return nullptr;
   KVB_REQUIRE_ARG(pg->struct_size >= offsetof(kvb_prefix_groups, num_members) + sizeof(uint32_t),
                   "prefix_groups: struct_size %u is smaller than its first version (call kvb_prefix_groups_init)",
                   pg->struct_size);
-  return pg->num_groups > 0 ? pg : nullptr;
+  return pg->num_groups > 0 && !c.cuda && !c.fp8() ? pg : nullptr;
 }
 
 }  // namespace kern

@@ -38,9 +38,10 @@ struct CascadeCall {
 
 CascadeCall cascade_of(const Attention& a);
 CascadeCall cascade_of(const Prefill& a);
-// The description to use: NULL when `pg` is NULL or has no groups (plain kernel); else pg, after checking
-// its struct_size.
-const kvb_prefix_groups* prefix_groups_to_use(const kvb_prefix_groups* pg);
+// The description to use: NULL (plain kernel) when `pg` is NULL or has no groups, or when the cache is a
+// CUDA or FP8 cache (no shared-prefix kernel there yet: the plain kernel gives the same results); else pg.
+// pg's struct_size is checked in every case.
+const kvb_prefix_groups* prefix_groups_to_use(const Cache& c, const kvb_prefix_groups* pg);
 
 namespace cpu {
 // Checks the inputs (as the plain kernels do) and the description against the batch, then computes

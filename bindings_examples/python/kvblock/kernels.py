@@ -247,10 +247,25 @@ class KVCache(OwnsHandle):
                 ptr = buf.__array_interface__["data"][0]
             else:
                 import torch
+                if getattr(ws, "buf", None) is not None:
+                    _retire_cuda_workspace(ws, torch)
                 buf = torch.empty(size + 16, dtype=torch.uint8, device=device_name(self.device))
                 ptr = buf.data_ptr()
             ws.buf, ws.ptr, ws.nbytes = buf, ffi.cast("void*", (ptr + 15) & ~15), size
         return ws.ptr
+
+def _retire_cuda_workspace(ws: Any, torch: Any) -> None:
+    """The outgrown workspace may still be read by kernels queued on a stream the caller passed (torch's
+    allocator only knows the stream it was allocated on), so it must not go back to the allocator before
+    they finish: wait for the device; while a CUDA graph is being captured (no waiting allowed), keep it
+    alive with the cache instead (growth doubles, so the kept ones stay under the live one's size)."""
+    if torch.cuda.is_current_stream_capturing():
+        ws.retired = getattr(ws, "retired", []) + [ws.buf]
+    else:
+        torch.cuda.synchronize(ws.buf.device)
+        ws.retired = []
+    ws.buf = None
+
 
 def _int_array(x: Any, what: str, dtype: str, ndim: int, cache: KVCache, shape: Optional[tuple] = None) -> View:
     v = view(x, what)

@@ -52,37 +52,11 @@ void* counted_alloc(std::size_t n, std::size_t align) noexcept {
   return posix_memalign(&p, align, n) == 0 ? p : nullptr;
 }
 
-void* throwing_alloc(std::size_t n, std::size_t align) {
-  void* p = counted_alloc(n, align);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
 }  // namespace
 
-void* operator new(std::size_t n) { return throwing_alloc(n, 0); }
-void* operator new[](std::size_t n) { return throwing_alloc(n, 0); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return throwing_alloc(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return throwing_alloc(n, static_cast<std::size_t>(a)); }
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return counted_alloc(n, static_cast<std::size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return counted_alloc(n, static_cast<std::size_t>(a));
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void* test_alloc(std::size_t n, std::size_t align) noexcept { return counted_alloc(n, align); }
+void test_free(void* p) noexcept { std::free(p); }
+#include "replace_new.h"
 
 // ---- the operation sequence ------------------------------------------------------------------------
 

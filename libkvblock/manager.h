@@ -80,6 +80,15 @@ struct Stats {
   uint64_t store_get_failures, store_recomputed_tokens, store_filling_blocks;
 };
 
+// What the manager counted since its creation, as kvb_get_stats reports it (the gauges, such as free
+// blocks, are read from the pools instead; the store tier counts its own in StoreTier). One struct, so
+// that a new counter is one field here and one line in Manager::stats.
+struct Counters {
+  uint64_t query_tokens = 0, hit_tokens = 0, host_hit_tokens = 0, computed_tokens = 0;
+  uint64_t evictions = 0, cow_copies = 0, swapped_out = 0, swapped_in = 0;
+  uint64_t offloaded = 0, loaded = 0, host_evictions = 0;
+};
+
 // A block's parent as events report it (kept only when events are on).
 struct ParentRef {
   uint64_t hash = 0;
@@ -359,9 +368,7 @@ class Manager {
   std::vector<GroupHit> group_hits_by_group_;  // the same, by group then prompt order (allocate_groups)
 
   uint64_t cached_free_ = 0;
-  uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;
-  uint64_t cow_copies_ = 0, swapped_out_ = 0, swapped_in_ = 0;
-  uint64_t host_hit_tokens_ = 0, offloaded_ = 0, loaded_ = 0, host_evictions_ = 0;
+  Counters counters_;
 };
 
 }  // namespace kvb

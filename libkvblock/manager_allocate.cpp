@@ -170,9 +170,9 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   s.window = opts.window;
   s.sink = opts.sink;
   s.window_next = blocks_for(opts.sink, bs_);
-  query_tokens_ += n;
-  hit_tokens_ += cached;
-  host_hit_tokens_ += static_cast<uint64_t>(lk.host_hits) * bs_;
+  counters_.query_tokens += n;
+  counters_.hit_tokens += cached;
+  counters_.host_hit_tokens += static_cast<uint64_t>(lk.host_hits) * bs_;
   apply_window(s);
   if (lk.store_hits) store_start_gets(s, hashed, lk.store_hits);
   return cached;

@@ -53,7 +53,7 @@ void Manager::commit(int64_t id, size_t n) {
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
          plural_s(n), uncomputed, plural_s(uncomputed));
   for (uint32_t g = 0; g < groups_; ++g) reserve_window_link(grp(s, g), grp(s, g).window);
-  computed_tokens_ += n;
+  counters_.computed_tokens += n;
   for (uint32_t g = 0; g < groups_; ++g) {
     Sequence& gs = grp(s, g);
     gs.num_computed += n;
@@ -124,7 +124,7 @@ void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
       release_block(src);    // still held by the sequences it is shared with
     }
     pending_copies_.emplace_back(from, dst);
-    ++cow_copies_;
+    ++counters_.cow_copies;
     s.table.back() = dst;
   } else if (s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).has_hash) {
     // A committed full block that this sequence shares only partially (fork_at or rollback into a block

@@ -19,7 +19,7 @@ int32_t Manager::take_free_block() {
   if (m.indexed) {
     unindex_block(b);
     --cached_free_;
-    ++evictions_;
+    ++counters_.evictions;
     if (cfg_.host_cache) offload(b);  // write-back: the content moves to the host level
   }
   m.has_hash = 0;

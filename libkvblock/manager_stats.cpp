@@ -9,20 +9,20 @@ Stats Manager::stats() const {
   st.used_blocks = pool_.num_blocks() - pool_.num_free();
   st.cached_free_blocks = cached_free_;
   st.num_seqs = live_seqs_;
-  st.query_tokens = query_tokens_;
-  st.hit_tokens = hit_tokens_;
-  st.computed_tokens = computed_tokens_;
-  st.evictions = evictions_;
-  st.cow_copies = cow_copies_;
-  st.swapped_out_blocks = swapped_out_;
-  st.swapped_in_blocks = swapped_in_;
+  st.query_tokens = counters_.query_tokens;
+  st.hit_tokens = counters_.hit_tokens;
+  st.computed_tokens = counters_.computed_tokens;
+  st.evictions = counters_.evictions;
+  st.cow_copies = counters_.cow_copies;
+  st.swapped_out_blocks = counters_.swapped_out;
+  st.swapped_in_blocks = counters_.swapped_in;
   st.free_host_blocks = host_empty_.size();
   st.events_dropped = events_.dropped_total();
-  st.device_hit_tokens = hit_tokens_ - host_hit_tokens_ - store_.hit_tokens;
-  st.host_hit_tokens = host_hit_tokens_;
-  st.offloaded_blocks = offloaded_;
-  st.loaded_blocks = loaded_;
-  st.host_evictions = host_evictions_;
+  st.device_hit_tokens = counters_.hit_tokens - counters_.host_hit_tokens - store_.hit_tokens;
+  st.host_hit_tokens = counters_.host_hit_tokens;
+  st.offloaded_blocks = counters_.offloaded;
+  st.loaded_blocks = counters_.loaded;
+  st.host_evictions = counters_.host_evictions;
   // Host blocks are empty, held by swapped-out sequences, or cached: pinned ones (read by pending loads)
   // are cached too, in the host index and findable.
   st.cached_host_blocks = cfg_.num_host_blocks - host_empty_.size() - host_held_ - store_.staged;

@@ -80,6 +80,15 @@ struct Stats {
   uint64_t store_get_failures, store_recomputed_tokens, store_filling_blocks;
 };
 
+// What the manager counted since its creation, as kvb_get_stats reports it (the gauges, such as free
+// blocks, are read from the pools instead; the store tier counts its own in StoreTier). One struct, so
+// that a new counter is one field here and one line in Manager::stats.
+struct Counters {
+  uint64_t query_tokens = 0, hit_tokens = 0, host_hit_tokens = 0, computed_tokens = 0;
+  uint64_t evictions = 0, cow_copies = 0, swapped_out = 0, swapped_in = 0;
+  uint64_t offloaded = 0, loaded = 0, host_evictions = 0;
+};
+
 // A block's parent as events report it (kept only when events are on).
 struct ParentRef {
   uint64_t hash = 0;
@@ -112,6 +121,9 @@ struct BatchOut {
 using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
 
 constexpr uint32_t kMaxForkGroups = 64;  // most KV cache groups a manager may have
+constexpr uint32_t kMaxBlocks = 1u << 30;  // block ids are int32; slots (id*bs) must fit int64
+// No sequence has more blocks than this (its table alone would take 4 GiB): bounds extra-key indices.
+constexpr uint32_t kMaxSeqBlocks = 1u << 30;
 
 // Blocks that `tokens` tokens fill, rounded up. In 64 bits without adding block_size - 1 first, so that
 // a count near 2^32 (sink tokens up to UINT32_MAX) cannot wrap to 0 blocks. Every caller's count is
@@ -126,7 +138,7 @@ class Manager {
 
   const ManagerConfig& config() const { return cfg_; }
 
-  // Core flow (manager_core.cpp).
+  // Core flow (manager_allocate.cpp, manager_append.cpp, manager_seqs.cpp, manager_blocks.cpp).
   bool can_allocate(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached);
   size_t allocate(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
   void commit(int64_t id, size_t n);
@@ -140,7 +152,8 @@ class Manager {
   void set_extra_key(int64_t id, uint32_t block_index, uint64_t key);
   const Sequence& sequence(int64_t id) { return seq(id); }
 
-  // Beyond the core (manager_lifecycle.cpp).
+  // Beyond the core: fork, copy-on-write, rollback (manager_fork.cpp), host tier and swapping
+  // (manager_host.cpp), window (manager_window.cpp), batch (manager_batch.cpp).
   void fork(int64_t parent, int64_t child, size_t num_tokens);
   // Copy-on-write pairs not yet drained; each holds a reference on its source block.
   const std::vector<BlockPair>& pending_copies() const { return pending_copies_; }
@@ -163,7 +176,7 @@ class Manager {
   void batch_append(const int64_t* ids, const int64_t* tokens, size_t n);
   void batch_commit(const int64_t* ids, const size_t* counts, size_t n);
 
-  // Stats, events, control (manager_core.cpp / manager_lifecycle.cpp).
+  // Stats (manager_stats.cpp), events (manager_events.cpp), control (manager_blocks.cpp).
   Stats stats() const;
   EventQueue& events() { return events_; }
   void reset_prefix_cache();
@@ -355,9 +368,7 @@ class Manager {
   std::vector<GroupHit> group_hits_by_group_;  // the same, by group then prompt order (allocate_groups)
 
   uint64_t cached_free_ = 0;
-  uint64_t query_tokens_ = 0, hit_tokens_ = 0, computed_tokens_ = 0, evictions_ = 0;
-  uint64_t cow_copies_ = 0, swapped_out_ = 0, swapped_in_ = 0;
-  uint64_t host_hit_tokens_ = 0, offloaded_ = 0, loaded_ = 0, host_evictions_ = 0;
+  Counters counters_;
 };
 
 }  // namespace kvb

@@ -4,6 +4,7 @@
 // so they are all-or-nothing like their per-sequence counterparts.
 #include <algorithm>
 #include <cinttypes>
+#include <climits>
 #include <vector>
 
 #include "error.h"
@@ -202,6 +203,63 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
     const Sequence& s = *find_seq(ids[i]);
     commit(ids[i], counts ? counts[i] : static_cast<size_t>(s.num_tokens - s.num_computed));
   }
+}
+
+// ---- batch export -------------------------------------------------------------------------------
+
+void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
+  if (out.group >= groups_)
+    fail(Code::invalid_argument, "batch group %u is out of range: the manager has %u group%s", out.group, groups_,
+         plural_s(groups_));
+  // First pass: validate and size everything, so that a failure writes nothing.
+  size_t slots = 0;
+  uint32_t max_blocks = 0;
+  const uint64_t epoch = ++export_epoch_;
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& s = device_seq(ids[i]);
+    // A sequence listed twice would get its slots twice: two writes of one token's K/V in one step.
+    if (s.export_epoch == epoch)
+      fail(Code::invalid_argument, "seq_ids[%zu] = %" PRId64 " repeats seq_ids[%zu]", i, ids[i], s.export_index);
+    s.export_epoch = epoch;
+    s.export_index = i;
+    if (s.num_tokens > static_cast<uint64_t>(INT32_MAX))
+      fail(Code::invalid_argument, "seq %" PRId64 ": %" PRIu64 " tokens do not fit int32 seq_lens", s.id, s.num_tokens);
+    slots += s.num_tokens - s.num_computed;
+    max_blocks = std::max(max_blocks, s.num_blocks());
+  }
+  out.num_slots = slots;
+  out.max_blocks_needed = max_blocks;
+  if (out.query_start && slots > static_cast<size_t>(INT32_MAX))
+    fail(Code::invalid_argument, "batch of %zu new tokens does not fit int32 query_start", slots);
+  if (out.block_tables && max_blocks > out.max_blocks_per_seq)
+    fail(Code::buffer_too_small, "block tables need %u column%s, max_blocks_per_seq is %u", max_blocks,
+         plural_s(max_blocks),
+         out.max_blocks_per_seq);
+  if (out.slot_mapping && slots > out.slot_capacity)
+    fail(Code::buffer_too_small, "slot mapping needs %zu entr%s, slot_capacity is %zu", slots, slots == 1 ? "y" : "ies",
+         out.slot_capacity);
+
+  if (out.prefix_groups) find_prefix_groups(ids, n, out.group, *out.prefix_groups);
+
+  if (out.prefix_groups) write_prefix_groups(*out.prefix_groups);
+  size_t k = 0;
+  if (out.query_start) out.query_start[0] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Sequence& s = grp(*find_seq(ids[i]), out.group);
+    if (out.block_tables) {
+      int32_t* row = out.block_tables + i * out.max_blocks_per_seq;
+      std::copy(s.table.begin(), s.table.end(), row);
+      std::fill(row + s.table.size(), row + out.max_blocks_per_seq, -1);
+    }
+    if (out.seq_lens) out.seq_lens[i] = static_cast<int32_t>(s.num_tokens);
+    if (out.slot_mapping)
+      for (uint64_t pos = s.num_computed; pos < s.num_tokens; ++pos)
+        out.slot_mapping[k++] = static_cast<int64_t>(s.table[pos / bs_]) * bs_ + static_cast<int64_t>(pos % bs_);
+    else
+      k += s.num_tokens - s.num_computed;
+    if (out.query_start) out.query_start[i + 1] = static_cast<int32_t>(k);
+  }
+  if (out.slot_mapping) std::fill(out.slot_mapping + k, out.slot_mapping + out.slot_capacity, int64_t{-1});
 }
 
 }  // namespace kvb

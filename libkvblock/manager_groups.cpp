@@ -235,9 +235,9 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     gs.window_next = blocks_for(gs.sink, bs_);
     apply_window(gs);
   }
-  query_tokens_ += n;
-  hit_tokens_ += cached;
-  host_hit_tokens_ += static_cast<uint64_t>(gl.host_hits) * bs_;
+  counters_.query_tokens += n;
+  counters_.hit_tokens += cached;
+  counters_.host_hit_tokens += static_cast<uint64_t>(gl.host_hits) * bs_;
   return cached;
 }
 

@@ -87,14 +87,14 @@ int32_t Manager::take_host_block() {
   host_index_.erase_if_points_to(m.key, h);
   if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
   m.indexed = 0;
-  ++host_evictions_;
+  ++counters_.host_evictions;
   if (events_.enabled() && host_hashes_->remove(host_group(h), m.hash))
     emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
   host_twin_[h] = -1;
   if (pending < pending_offloads_.size()) {
     pending_offloads_.erase(pending_offloads_.begin() + static_cast<long>(pending));
-    --offloaded_;
+    --counters_.offloaded;
   }
   return h;
 }
@@ -114,7 +114,7 @@ void Manager::offload(int32_t b) {
   hm.ref = 0;
   host_enqueue(h);
   pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
-  ++offloaded_;
+  ++counters_.offloaded;
   if (events_.enabled()) {
     host_parents_[h] = parents_[b];
     if (host_hashes_->add(host_group(h), hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
@@ -150,7 +150,7 @@ int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
   std::memcpy(pool_.tokens(d), host_pool_.tokens(h), bs_ * sizeof(int64_t));
   ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
   pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
-  ++loaded_;
+  ++counters_.loaded;
   index_block(d, parent, host_group(h), h);
   return d;
 }
@@ -180,7 +180,7 @@ void Manager::clear_host_cache() {
   }
   host_index_.clear();
   if (host_hashes_) host_hashes_->clear();
-  offloaded_ -= pending_offloads_.size();
+  counters_.offloaded -= pending_offloads_.size();
   pending_offloads_.clear();
 }
 
@@ -270,7 +270,7 @@ void Manager::swap_out(int64_t id, int32_t* pairs) {
       }
     gs.swapped = true;
   }
-  swapped_out_ += k;
+  counters_.swapped_out += k;
 }
 
 void Manager::release_swapped(Sequence& s) {
@@ -325,7 +325,7 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
     grp(s, g).host_table.clear();
     grp(s, g).swapped = false;
   }
-  swapped_in_ += k;
+  counters_.swapped_in += k;
 }
 
 }  // namespace kvb

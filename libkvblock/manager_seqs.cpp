@@ -83,4 +83,47 @@ void Manager::drop_seq(Sequence& s) {
   --live_seqs_;
 }
 
+// ---- free, queries ------------------------------------------------------------------------------
+
+void Manager::free_seq(int64_t id) {
+  Sequence& s = seq(id);
+  if (s.swapped) {
+    release_swapped(s);
+    for (uint32_t g = 0; g < groups_; ++g)  // its parked blocks (if any) age from now on
+      for (size_t i = grp(s, g).released_blocks.size(); i-- > 0;) requeue_released(grp(s, g).released_blocks[i], id);
+  } else if (!cfg_.groups.empty()) {
+    free_group_blocks(s);  // every group's blocks age together (manager_groups.cpp)
+  } else {
+    for (size_t i = s.table.size(); i-- > 0;)
+      if (s.table[i] >= 0) release_block(s.table[i]);
+  }
+  drop_seq(s);
+}
+
+const std::vector<int32_t>& Manager::block_table(int64_t id, uint32_t group) {
+  Sequence& s = seq(id);
+  if (group >= groups_)
+    fail(Code::invalid_argument, "group %u is out of range: the manager has %u group%s", group, groups_,
+         plural_s(groups_));
+  if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out: it has no device block table", id);
+  return grp(s, group).table;
+}
+
+void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
+  Sequence& s = seq(id);
+  if (block_index >= kMaxSeqBlocks)
+    fail(Code::invalid_argument, "seq %" PRId64 ": block index %u: no sequence has more than %u blocks", id,
+         block_index, kMaxSeqBlocks);
+  if (block_index < s.num_hashed)
+    fail(Code::bad_state, "seq %" PRId64 ": block %u is already committed and hashed", id, block_index);
+  if (s.store_filling)  // its store blocks' bytes were found under their extra keys as they are
+    fail(Code::bad_state, "seq %" PRId64 " is filling from the store; poll it first", id);
+  auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),
+                             [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys.reserve(s.extra_keys.size() + 1);  // before any change
+  if (it != s.extra_keys.end() && it->first == block_index) it->second = key;
+  else s.extra_keys.insert(it, std::make_pair(block_index, key));
+  for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys = s.extra_keys;  // fits: no allocation
+}
+
 }  // namespace kvb

@@ -145,7 +145,7 @@ void Manager::store_complete(size_t k, int32_t status) {
     store_.staging[g.host] = 2;
     ++pool_.meta(g.device).ref;  // held by the load until drained, like a host load's destination
     pending_loads_.push_back(BlockPair{g.host, g.device});  // capacity num_blocks: destinations are unique
-    ++loaded_;
+    ++counters_.loaded;
   } else {
     store_release_staging(g.host);
   }

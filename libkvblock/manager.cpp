@@ -1,0 +1,99 @@
+// Construction of a manager: the configuration's validation, then the pools, indexes and the per-block
+// arrays the configuration uses.
+#include <algorithm>
+#include <cmath>
+#include <new>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+static constexpr uint32_t kMaxBlockSize = 1u << 16;
+static constexpr uint32_t kMaxGroups = kMaxForkGroups;
+
+Manager::Manager(const ManagerConfig& cfg)
+    : cfg_((validate_config(cfg), cfg)),
+      bs_(cfg.block_size),
+      watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
+      hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
+      pool_(cfg.num_blocks, cfg.block_size, "the device block pool"),
+      index_(pool_, "the device prefix index"),
+      groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())),
+      non_cacheable_(cfg.non_cacheable),
+      seq_table_(64, SeqTraits{}, "the sequence table"),
+      host_pool_(cfg.num_host_blocks, cfg.block_size, "the host block pool"),
+      host_index_(host_pool_, "the host prefix index") {
+  std::sort(non_cacheable_.begin(), non_cacheable_.end());
+  non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
+  if (cfg.events) {
+    events_.enable(cfg.event_capacity, bs_);
+    stored_hashes_.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
+    if (cfg.host_cache) host_hashes_.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
+  }
+  try {
+    allocate_block_arrays();
+  } catch (const std::bad_alloc&) {
+    const bool many = groups_ > 1, host = cfg.host_cache, ev = cfg.events;
+    const unsigned long long device = (ev ? sizeof(ParentRef) : 0) + (host ? sizeof(BlockPair) : 0) + many +
+                                      (cfg.groups.empty() ? 0 : sizeof(int64_t));
+    const unsigned long long host_each = 2 * sizeof(int32_t) + (host ? sizeof(BlockPair) : 0) + (many && host) +
+                                         (ev && host ? sizeof(ParentRef) : 0);
+    fail_alloc("the manager's per-block arrays", device * cfg.num_blocks + host_each * cfg.num_host_blocks,
+               "%llu bytes for each of %u device blocks and %llu for each of %u host blocks", device, cfg.num_blocks,
+               host_each, cfg.num_host_blocks);
+  }
+}
+
+// Per-block arrays beside the pools: only those the configuration uses.
+void Manager::allocate_block_arrays() {
+  const ManagerConfig& cfg = cfg_;
+  if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
+  if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
+  if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
+  if (!cfg.groups.empty()) group_cached_.assign(groups_, 0);
+  // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
+  host_empty_.reserve(cfg.num_host_blocks);
+  while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
+  std::reverse(host_empty_.begin(), host_empty_.end());
+  host_twin_.assign(cfg.num_host_blocks, -1);
+  twin_budget_ = static_cast<uint32_t>(static_cast<uint64_t>(cfg.num_host_blocks) * cfg.host_twin_percent / 100);
+  if (cfg.host_cache) {  // pending transfers have unique destinations: these bounds are never passed
+    pending_offloads_.reserve(cfg.num_host_blocks);
+    pending_loads_.reserve(cfg.num_blocks);
+  }
+  if (cfg.events) {
+    parents_.resize(cfg.num_blocks);
+    if (cfg.host_cache) host_parents_.resize(cfg.num_host_blocks);
+  }
+}
+
+// Validation of a configuration happens before any memory is reserved (see capi).
+void validate_config(const ManagerConfig& cfg) {
+  if (cfg.block_size == 0 || cfg.block_size > kMaxBlockSize)
+    fail(Code::invalid_argument, "block_size %u is out of range [1, %u]", cfg.block_size, kMaxBlockSize);
+  if (cfg.num_blocks == 0 || cfg.num_blocks > kMaxBlocks)
+    fail(Code::invalid_argument, "num_blocks %u is out of range [1, %u]", cfg.num_blocks, kMaxBlocks);
+  if (cfg.num_host_blocks > kMaxBlocks)
+    fail(Code::invalid_argument, "num_host_blocks %u exceeds %u", cfg.num_host_blocks, kMaxBlocks);
+  if (!(cfg.watermark >= 0.0f && cfg.watermark < 1.0f))
+    fail(Code::invalid_argument, "watermark %g is not in [0, 1)", static_cast<double>(cfg.watermark));
+  if (cfg.host_twin_percent > 100)
+    fail(Code::invalid_argument, "host_cache_twin_percent %u exceeds 100", cfg.host_twin_percent);
+  if (cfg.host_cache && cfg.num_host_blocks == 0)
+    fail(Code::invalid_argument, "KVB_CONFIG_HOST_CACHE needs num_host_blocks > 0");
+  if (cfg.events && cfg.event_capacity == 0)
+    fail(Code::invalid_argument, "event_capacity must be > 0 when events are enabled");
+  if (cfg.groups.size() > kMaxGroups)
+    fail(Code::invalid_argument, "num_groups %zu exceeds %u", cfg.groups.size(), kMaxGroups);
+  for (size_t g = 0; g < cfg.groups.size(); ++g) {
+    const GroupSpec& gs = cfg.groups[g];
+    if (gs.window && gs.window_tokens == 0)
+      fail(Code::invalid_argument, "groups[%zu]: a window group needs window_tokens > 0", g);
+    if (!gs.window && (gs.window_tokens || gs.sink_tokens))
+      fail(Code::invalid_argument, "groups[%zu]: a full-attention group takes no window_tokens (%u) or sink_tokens (%u)",
+           g, gs.window_tokens, gs.sink_tokens);
+  }
+}
+
+}  // namespace kvb

@@ -1,0 +1,155 @@
+// Fork, copy-on-write and rollback (docs/ARCHITECTURE.md, "Fork, rollback, sliding window"): a child
+// shares its parent's blocks, a shared partial block is copied (the pairs drained by kvb_drain_copies),
+// and a rollback drops tokens and the index entries they made.
+#include <algorithm>
+#include <cinttypes>
+
+#include "error.h"
+#include "manager.h"
+
+namespace kvb {
+
+// The chain link that block `num_hashed` of s would hash against, recomputed after num_hashed moved
+// back (fork at an earlier position, rollback). The block before may have been released by the
+// window: its link was kept then (released_links) while its next block is held.
+static ChainLink chain_at(const Sequence& s, uint32_t num_hashed, const BlockPool& pool, const char* what) {
+  if (num_hashed == s.num_hashed) return s.chain;
+  if (num_hashed == 0) return s.first_link;
+  int32_t b = s.table[num_hashed - 1];
+  if (b < 0) {
+    if (const ChainLink* l = s.released_link(num_hashed - 1)) return *l;
+    fail(Code::bad_state, "seq %" PRId64 ": %s needs the hash of block %u, which the sliding window released", s.id,
+         what, num_hashed - 1);
+  }
+  const BlockMeta& m = pool.meta(b);
+  ChainLink l;
+  if (m.has_hash) {  // otherwise the chain is already broken by a non-cacheable block: l is unused
+    l.kind = ChainLink::parent;
+    l.hash = m.hash;
+    l.key = m.key;
+  }
+  return l;
+}
+
+// ---- fork ---------------------------------------------------------------------------------------
+
+void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
+  Sequence& p = device_seq(parent_id);
+  if (parent_id == child_id) fail(Code::sequence_exists, "fork of seq %" PRId64 " onto itself", parent_id);
+  if (find_seq(child_id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", child_id);
+  if (pos == 0 || pos > p.num_tokens)
+    fail(Code::invalid_argument, "seq %" PRId64 ": fork position %zu is not in [1, %" PRIu64 "]", parent_id, pos,
+         p.num_tokens);
+  if (pos > p.num_computed)
+    fail(Code::bad_state, "seq %" PRId64 ": fork of %zu token%s but only %" PRIu64 " %s committed", parent_id, pos,
+         plural_s(pos), p.num_computed, is_are(p.num_computed));
+  const uint32_t nb = blocks_for(pos, bs_);
+  const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
+  ChainLink chains[kMaxForkGroups];
+  for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
+    const Sequence& pg = grp(p, g);
+    const uint32_t released = first_released_needed(pg, pos, nb);
+    if (released != kNoBlockIndex)
+      fail(Code::bad_state, "seq %" PRId64 ": a fork at %zu token%s needs block %u (the window of its next query), which "
+           "the sliding window released%s", parent_id, pos, plural_s(pos), released,
+           groups_ > 1 ? " (in a window group)" : "");
+    chains[g] = chain_at(pg, hashed, pool_, "fork position");
+  }
+
+  const size_t parent_index = static_cast<size_t>(&p - seqs_.data());  // new_seq may move seqs_
+  Sequence& c = new_seq(child_id);
+  Sequence& par = seqs_[parent_index];
+  try {
+    for (uint32_t g = 0; g < groups_; ++g) {
+      Sequence& cg = grp(c, g);
+      const Sequence& pg = grp(par, g);
+      cg.table.assign(pg.table.begin(), pg.table.begin() + nb);
+      cg.extra_keys = pg.extra_keys;
+      for (const auto& e : pg.released_links)
+        if (e.first + 1 < nb) cg.released_links.push_back(e);
+      for (const auto& e : pg.released_blocks)  // the shared prefix ages with the child too
+        if (e.index < nb) cg.released_blocks.push_back(e);
+      reserve_window_link(cg, pg.window);
+    }
+  } catch (...) {
+    drop_seq(c);
+    throw;
+  }
+  // Group 0 last: the order in which apply_window's releases reach the free queue.
+  for (uint32_t k = 1; k <= groups_; ++k) {
+    const uint32_t g = k % groups_;
+    Sequence& cg = grp(c, g);
+    const Sequence& pg = grp(par, g);
+    for (int32_t b : cg.table)
+      if (b >= 0) acquire_cached(b);
+    cg.num_tokens = cg.num_computed = pos;
+    cg.num_cached = std::min<uint64_t>(pg.num_cached, pos);
+    cg.num_hashed = hashed;
+    cg.uncacheable_from = pg.uncacheable_from < hashed ? pg.uncacheable_from : kNoBlockIndex;
+    cg.chain = chains[g];
+    cg.first_link = pg.first_link;
+    cg.window = pg.window;
+    cg.sink = pg.sink;
+    cg.window_next = std::min(pg.window_next, nb);
+    apply_window(cg);
+  }
+}
+
+// ---- rollback -----------------------------------------------------------------------------------
+
+void Manager::rollback(int64_t id, size_t n) {
+  Sequence& s = device_seq(id);
+  if (n == 0) return;
+  if (n >= s.num_tokens)
+    fail(Code::invalid_argument, "seq %" PRId64 ": rollback of %zu token%s must leave at least 1 of %" PRIu64, id, n,
+         plural_s(n),
+         s.num_tokens);
+  const uint64_t len = s.num_tokens - n;
+  const uint32_t nb = blocks_for(len, bs_);
+  const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
+  ChainLink chains[kMaxForkGroups];
+  for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
+    const Sequence& sg = grp(s, g);
+    const uint32_t released = first_released_needed(sg, std::min(s.num_computed, len), nb);
+    if (released != kNoBlockIndex)
+      fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s needs block %u (its last block or the "
+           "window of its next query), which the sliding window released (only committed tokens can lie there)%s",
+           id, len, plural_s(len), released, groups_ > 1 ? " (in a window group)" : "");
+    chains[g] = chain_at(sg, hashed, pool_, "rollback");
+  }
+  for (uint32_t g = groups_; g-- > 0;) rollback_apply(grp(s, g), len, nb, hashed, chains[g]);
+}
+
+void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain) {
+  for (size_t i = s.table.size(); i-- > nb;)
+    if (s.table[i] >= 0) release_block(s.table[i]);
+  s.table.resize(nb);
+  while (!s.released_links.empty() && s.released_links.back().first + 1 >= nb) s.released_links.pop_back();
+  for (; !s.released_blocks.empty() && s.released_blocks.back().index >= nb; s.released_blocks.pop_back())
+    requeue_released(s.released_blocks.back(), s.id);
+  // A committed full block that is about to be overwritten leaves the index, unless another sequence
+  // still holds it as it is (the next append here then copies it first).
+  if (len % bs_ != 0) {
+    int32_t last = s.table.back();
+    if (pool_.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
+  }
+  s.num_tokens = len;
+  s.num_computed = std::min(s.num_computed, len);
+  s.num_cached = std::min(s.num_cached, len);
+  s.num_hashed = hashed;
+  s.chain = chain;
+  if (s.uncacheable_from >= hashed) s.uncacheable_from = kNoBlockIndex;
+  s.window_next = std::min(s.window_next, nb);
+}
+
+
+// ---- copy-on-write drain -----------------------------------------------------------------------
+
+void Manager::release_pending_copies() {
+  // The caller has the pairs and runs them before the next forward step: sources may be reused after.
+  // No source is also a destination (append folds such chains), so these releases drop no pair.
+  for (const BlockPair& p : pending_copies_) release_block(p.first);
+  pending_copies_.clear();
+}
+
+}  // namespace kvb

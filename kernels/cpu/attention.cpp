@@ -17,6 +17,7 @@
 
 #include "../../libkvblock/error.h"
 #include "../backends.h"
+#include "../paged.h"
 #include "convert.h"
 #include "parallel.h"
 #include "simd.h"

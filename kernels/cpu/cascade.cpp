@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../../libkvblock/error.h"
+#include "../paged.h"
 #include "convert.h"
 #include "parallel.h"
 #include "simd.h"

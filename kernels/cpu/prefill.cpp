@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../../libkvblock/error.h"
+#include "../paged.h"
 #include "../prefill.h"
 #include "convert.h"
 #include "parallel.h"

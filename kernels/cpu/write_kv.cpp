@@ -3,6 +3,7 @@
 
 #include "../../libkvblock/error.h"
 #include "../backends.h"
+#include "../paged.h"
 #include "convert.h"
 
 namespace kvb {
@@ -19,7 +20,7 @@ void write_kv_fp8(const Cache& c, const WriteKv& a) {
   for (int64_t i = 0; i < a.num_tokens; ++i) {
     const int64_t s = a.slots[i];
     if (s < 0) continue;
-    const int64_t base = (s >> c.block_shift) * c.block_stride + (s & (c.block_size - 1)) * c.token_stride;
+    const int64_t base = slot_offset(c, s);
     for (int64_t h = 0; h < c.num_kv_heads; ++h) {
       uint8_t* kd = static_cast<uint8_t*>(c.k) + base + h * c.head_stride;
       uint8_t* vd = static_cast<uint8_t*>(c.v) + base + h * c.head_stride;
@@ -50,7 +51,7 @@ void write_kv(const Cache& c, const WriteKv& a) {
   for (int64_t i = 0; i < a.num_tokens; ++i) {
     const int64_t s = a.slots[i];
     if (s < 0) continue;
-    const int64_t base = (s >> c.block_shift) * c.block_stride + (s & (c.block_size - 1)) * c.token_stride;
+    const int64_t base = slot_offset(c, s);
     for (int64_t h = 0; h < c.num_kv_heads; ++h) {
       const int64_t dst = (base + h * c.head_stride) * int64_t(es);
       std::memcpy(static_cast<char*>(c.k) + dst,

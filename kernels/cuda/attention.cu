@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
       const int blk = ok[u] ? s_blocks[(t >> p.block_shift) - first_blk] : -1;
       ok[u] = blk >= 0;
       if (ok[u]) {
-        const int64_t off = int64_t(blk) * p.block_stride + int64_t(t & mask) * p.token_stride + head_off;
+        const int64_t off = paged_offset(blk, t, mask, p.block_stride, p.token_stride) + head_off;
         const uint4* kp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.k) + off);
         const uint4* vp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.v) + off);
 #pragma unroll

@@ -9,6 +9,7 @@
 #include <initializer_list>
 
 #include "../../libkvblock/error.h"
+#include "../paged.h"
 #include "../types.h"
 
 namespace kvb {

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
           bad_col = t >> p.block_shift, bad_id = id;
       }
       const int64_t off =
-          blk >= 0 ? int64_t(blk) * p.block_stride + int64_t(t & kmask) * p.token_stride + head_off + c * 8 : 0;
+          blk >= 0 ? paged_offset(blk, t, kmask, p.block_stride, p.token_stride) + head_off + c * 8 : 0;
       cp_async16(sK + buf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
       cp_async16(sV + buf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
     }

@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     const int tok = kt.tile(i) * BN + tid;
     if (i >= n_tiles || tid >= BN || tok >= sv.len) return kZeroFill;
     if (id >= 0 && id < p.num_blocks)
-      return (int64_t(id) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off) * int64_t(sizeof(T));
+      return (paged_offset(id, tok, kmask, p.block_stride, p.token_stride) + head_off) * int64_t(sizeof(T));
     // A token some row of this tile attends needs a valid block (what the CPU checks); other tokens
     // of the key tile may sit in blocks a window released (-1): zero-filled, masked.
     if (tok <= pos_last && (tok < sink || tok >= lo_first))

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
         if (key_needed(t, pos_first, pos_last, p.window, p.sink)) {
           const int id = table[t >> p.block_shift];
           if (id >= 0 && id < p.num_blocks) {
-            off = int64_t(id) * p.block_stride + int64_t(t & kmask) * p.token_stride + head_off + c * 4;
+            off = paged_offset(id, t, kmask, p.block_stride, p.token_stride) + head_off + c * 4;
           } else if (atomicExch(&s_bad, 1) == 0) {  // recorded once per (segment, CTA)
             record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, sv.seq, t >> p.block_shift, id);
           }

@@ -43,7 +43,7 @@ __global__ void write_kv_kernel(const WriteParams p) {
     if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
     return;
   }
-  const int64_t base = (slot >> p.block_shift) * p.block_stride + (slot & p.block_mask) * p.token_stride;
+  const int64_t base = paged_offset(slot >> p.block_shift, slot, p.block_mask, p.block_stride, p.token_stride);
   const int total = p.heads * p.chunks_per_row;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
     const int h = i / p.chunks_per_row, c = i - h * p.chunks_per_row;
@@ -84,7 +84,7 @@ __global__ void write_kv_fp8_kernel(const WriteParams p, const Fp8Scales sc, int
     if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
     return;
   }
-  const int64_t base = (slot >> p.block_shift) * p.block_stride + (slot & p.block_mask) * p.token_stride;
+  const int64_t base = paged_offset(slot >> p.block_shift, slot, p.block_mask, p.block_stride, p.token_stride);
   const int total = p.heads * head_dim;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
     const int h = i / head_dim, d = i - h * head_dim;

@@ -810,7 +810,8 @@ KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_
 
 /* Paged decode attention: one query token per sequence over its cached tokens. q and out in the cache's
    dtype (an FP8 cache: in q_dtype), everything on the cache's device; strides in elements (0 = dense).
-   FP8 caches: CPU only for now (a CUDA FP8 cache is refused with KVB_ERR_UNSUPPORTED). */
+   FP8 caches on CUDA: q_dtype FP16 or BF16 (FP32: KVB_ERR_UNSUPPORTED); K/V are read as bytes (half the
+   bytes of fp16) and converted exactly (the cvt instruction on sm_89+, integer operations on sm_80). */
 typedef struct kvb_attention_args {
   uint32_t struct_size;
   uint32_t num_seqs;
@@ -896,7 +897,8 @@ typedef struct kvb_prefill_args {
                                    the host cannot read a device query_start; checked as below) */
   uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
                                    (FP32: CPU only); ignored for other caches (was `reserved`, zeroed by
-                                   every _init). FP8 caches: CPU only for now (CUDA: KVB_ERR_UNSUPPORTED) */
+                                   every _init). FP8 caches: CPU only for now (CUDA: KVB_ERR_UNSUPPORTED;
+                                   kvb_paged_attention reads CUDA FP8 caches) */
   const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
   int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
   int64_t  q_head_stride;       /* 0 = head_dim */

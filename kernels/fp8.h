@@ -112,6 +112,27 @@ KVB_FP8_HD float e5m2_to_float(uint8_t b) {
   return f32_from_bits(sign | ((e + 112u) << 23) | (m << 21));
 }
 
+// Four fp8 codes (byte i of x, i = 0..3) as two fp16x2 words in software, integer operations only
+// (the sm_80 path of the CUDA kernels; sm_89+ use the cvt instruction): *lo holds codes 0 (low half) and
+// 1, *hi codes 2 and 3. e5m2: the fp16 bits are the code << 8, exact (inf, NaN included). e4m3: the fp16
+// is the value / 2^8 (kE4m3ViaHalfFactor; the caller folds the 256 into its scale), exact, subnormals
+// included, and the NaN codes 0x7f / 0xff become fp16 NaNs (0x7f80 / 0xff80) that stay NaN after the x256.
+KVB_FP8_HD void e5m2x4_to_half2x2(uint32_t x, uint32_t* lo, uint32_t* hi) {
+  *lo = ((x & 0xffu) << 8) | ((x & 0xff00u) << 16);
+  *hi = ((x >> 8) & 0xff00u) | (x & 0xff000000u);
+}
+KVB_FP8_HD uint32_t e4m3x2_spread_to_half2(uint32_t s) {  // s = codes at bits 0-7 and 16-23
+  uint32_t h = ((s & 0x00800080u) << 8) | ((s & 0x007f007fu) << 7);
+  // A NaN code has magnitude bits 0x3f80, every other code at most 0x3f00 (multiples of 0x80): adding
+  // 0x80 sets bit 14 only for NaN; (that bit >> 4) * 0x1f is 0x7c00, the all-ones fp16 exponent.
+  const uint32_t nan_bit = ((h & 0x7fff7fffu) + 0x00800080u) & 0x40004000u;
+  return h | (nan_bit >> 4) * 0x1fu;
+}
+KVB_FP8_HD void e4m3x4_to_half2x2(uint32_t x, uint32_t* lo, uint32_t* hi) {
+  *lo = e4m3x2_spread_to_half2((x & 0xffu) | ((x & 0xff00u) << 8));
+  *hi = e4m3x2_spread_to_half2(((x >> 16) & 0xffu) | ((x >> 8) & 0xff0000u));
+}
+
 // Quantize x with scale (> 0, finite): the stored byte.
 KVB_FP8_HD uint8_t quantize(float x, float scale, bool e5m2) {
   const float y = x / scale;

@@ -80,10 +80,14 @@ Dtype read_query_dtype(const Cache& c, uint32_t q_dtype, const char* field) {
   return static_cast<Dtype>(q_dtype);
 }
 
-void refuse_cuda_fp8_attention(const Cache& c) {
-  if (c.cuda && c.fp8())
-    fail(Code::unsupported, "fp8 KV cache: CUDA attention not yet supported (cache dtype %s; CPU caches, and "
-         "kvb_write_kv / kvb_copy_blocks / kvb_swap_blocks on CUDA, are)", dtype_name(c.dtype));
+void refuse_cuda_fp8_attention(const Cache& c, Dtype q_dtype, bool prefill) {
+  if (!c.cuda || !c.fp8()) return;
+  if (prefill)
+    fail(Code::unsupported, "fp8 KV cache: CUDA prefill attention not yet supported (cache dtype %s; CUDA decode, "
+         "CPU caches, and kvb_write_kv / kvb_copy_blocks / kvb_swap_blocks on CUDA, are)", dtype_name(c.dtype));
+  if (q_dtype == Dtype::f32)
+    fail(Code::unsupported, "fp8 KV cache: CUDA attention takes q_dtype fp16 or bf16, not fp32 (cache dtype %s)",
+         dtype_name(c.dtype));
 }
 
 // True when [extent_i] x stride_i boxes nested in increasing stride order never overlap
@@ -260,8 +264,8 @@ Attention read_attention(const Cache& c, const kvb_attention_args* args, bool ne
   KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
   kvb_attention_args a = read_versioned(args, kvb_attention_args_init, offsetof(kvb_attention_args, q_dtype), "args");
   Attention t;
-  refuse_cuda_fp8_attention(c);
   t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
+  refuse_cuda_fp8_attention(c, t.q_dtype, false);
   const size_t q_es = dtype_size(t.q_dtype);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
                   "attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);

@@ -44,8 +44,9 @@ Cache read_cache(const kvb_cache_desc* desc, const char* what);
 // The dtype of q / out (or of write_kv's key / value): the cache's own, or for an fp8 cache the
 // caller's field (fp16, bf16 or fp32), named `field` in the message when refused.
 Dtype read_query_dtype(const Cache& c, uint32_t q_dtype, const char* field);
-// Phase 1 of fp8 caches: the CUDA attention kernels do not read fp8 yet (KVB_ERR_UNSUPPORTED).
-void refuse_cuda_fp8_attention(const Cache& c);
+// CUDA attention on fp8 caches (KVB_ERR_UNSUPPORTED): decode reads them with fp16 / bf16 queries (not
+// fp32); prefill (prefill = true) does not read them yet.
+void refuse_cuda_fp8_attention(const Cache& c, Dtype q_dtype, bool prefill);
 // Checks that a CUDA cache can be used here (built with CUDA, device present), else unsupported/device.
 void require_backend(const Cache& c, const char* what);
 // Checks that a and b have the same dtype, block_size, num_kv_heads and head_dim.

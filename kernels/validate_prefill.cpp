@@ -55,8 +55,8 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   std::memset(&a, 0, sizeof a);
   std::memcpy(&a, args, std::min<size_t>(args->struct_size, sizeof a));
   Prefill t;
-  refuse_cuda_fp8_attention(c);
   t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
+  refuse_cuda_fp8_attention(c, t.q_dtype, true);
   const size_t q_es = dtype_size(t.q_dtype);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
                   "prefill attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);

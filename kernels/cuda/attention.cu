@@ -17,11 +17,13 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "../../abi/kvblock.h"
 #include "../backends.h"
 #include "../decode_tiles.h"
 #include "attention_common.cuh"
+#include "fp8_vec.cuh"
 
 namespace kvb {
 namespace kern {
@@ -42,9 +44,14 @@ constexpr int kMinCtasPerSm = 4;    // __launch_bounds__: 65536 / (4 * 128 threa
 
 // CAP: logits soft cap on (a template parameter: a run-time test inside the unrolled score loop split it
 // into one basic block per dot product and serialised the shuffle reductions).
-template <typename T, int D, int GC, bool CAP>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel(const AttnParams p) {
-  constexpr int VEC = Vec<T>::N;                        // elements per 16-byte load
+// KV: the cache element type, T for fp16 / bf16 / fp32 caches, Fp8E4m3 / Fp8E5m2 for fp8 caches (q and
+// out in T; k_scale, v_scale: this CTA's kv head's scales times KvVec<KV>::fold(), folded into q and into
+// the output).
+template <typename T, typename KV, int D, int GC, bool CAP>
+__device__ __forceinline__ void attn_partition(const AttnParams& p, float k_scale, float v_scale) {
+  using Raw = typename KvVec<KV>::Raw;                  // 16 bytes (8 for fp8 codes)
+  constexpr bool kFp8 = kIsFp8Tag<KV>;
+  constexpr int VEC = KvVec<KV>::N;                     // elements per load
   constexpr int L = (D / VEC) < 32 ? (D / VEC) : 32;    // lanes per token
   constexpr int NV = D / (L * VEC);                     // 16-byte loads per lane per row
   constexpr int E = NV * VEC;                           // elements per lane
@@ -107,6 +114,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
   }
 
   // This lane's slice of every query head of the chunk, pre-scaled.
+  const float fp8_q_scale = kFp8 ? p.q_scale * k_scale : 0.f;  // (16-bit caches read p.q_scale in place)
   float q[GC][E];
 #pragma unroll
   for (int g = 0; g < GC; ++g) {
@@ -115,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
     for (int j = 0; j < NV; ++j)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        q[g][j * VEC + e] = g < gcount ? Vec<T>::load(qp + (j * L + lig) * VEC + e) * p.q_scale : 0.f;
+        q[g][j * VEC + e] = g < gcount ? Vec<T>::load(qp + (j * L + lig) * VEC + e) * (kFp8 ? fp8_q_scale : p.q_scale) : 0.f;
   }
 
   float m[GC], l[GC], acc[GC][E];
@@ -142,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
   const int64_t head_off = int64_t(kvh) * p.head_stride;
   const int mask = (1 << p.block_shift) - 1;
   // K and V rows of the kUnroll tokens of a step (zero where masked), and whether each is attended.
-  auto load_step = [&](int base, uint4 (&kr)[kUnroll][NV], uint4 (&vr)[kUnroll][NV], bool (&ok)[kUnroll]) {
+  auto load_step = [&](int base, Raw (&kr)[kUnroll][NV], Raw (&vr)[kUnroll][NV], bool (&ok)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int t = base + u * TG + grp;
@@ -151,8 +159,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
       ok[u] = blk >= 0;
       if (ok[u]) {
         const int64_t off = paged_offset(blk, t, mask, p.block_stride, p.token_stride) + head_off;
-        const uint4* kp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.k) + off);
-        const uint4* vp = reinterpret_cast<const uint4*>(reinterpret_cast<const T*>(p.v) + off);
+        const Raw* kp = reinterpret_cast<const Raw*>(reinterpret_cast<const KV*>(p.k) + off);
+        const Raw* vp = reinterpret_cast<const Raw*>(reinterpret_cast<const KV*>(p.v) + off);
 #pragma unroll
         for (int j = 0; j < NV; ++j) {
           kr[u][j] = __ldg(kp + j * L + lig);
@@ -160,18 +168,18 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < NV; ++j) kr[u][j] = vr[u][j] = make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < NV; ++j) kr[u][j] = vr[u][j] = Raw{};
       }
     }
   };
   if (any) {
     // Double-buffered: the next step's rows are loaded before this step's are used.
-    uint4 kr[kUnroll][NV], vr[kUnroll][NV];
+    Raw kr[kUnroll][NV], vr[kUnroll][NV];
     bool ok[kUnroll];
     int base = t_begin + warp * TG * kUnroll;
     load_step(base, kr, vr, ok);
     for (; base < t_end; base += STEP) {
-      uint4 nkr[kUnroll][NV], nvr[kUnroll][NV];
+      Raw nkr[kUnroll][NV], nvr[kUnroll][NV];
       bool nok[kUnroll];
       load_step(base + STEP, nkr, nvr, nok);  // all masked past t_end: no loads
       // Scores of the unrolled tokens for every head (base-2 logits).
@@ -180,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
       for (int u = 0; u < kUnroll; ++u) {
         float kf[E];
 #pragma unroll
-        for (int j = 0; j < NV; ++j) Vec<T>::to_float(kr[u][j], kf + j * VEC);
+        for (int j = 0; j < NV; ++j) KvVec<KV>::raw_to_float(kr[u][j], kf + j * VEC);
 #pragma unroll
         for (int g = 0; g < GC; ++g) {
           float s = 0.f;
@@ -220,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
       for (int u = 0; u < kUnroll; ++u) {
         float vf[E];
 #pragma unroll
-        for (int j = 0; j < NV; ++j) Vec<T>::to_float(vr[u][j], vf + j * VEC);
+        for (int j = 0; j < NV; ++j) KvVec<KV>::raw_to_float(vr[u][j], vf + j * VEC);
 #pragma unroll
         for (int g = 0; g < GC; ++g)
 #pragma unroll
@@ -288,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
         A += s_o[w][g][d] * a;
       }
     }
-    const float o = W > 0.f ? A / W : 0.f;
+    float o = W > 0.f ? A / W : 0.f;
+    if constexpr (kFp8) o *= v_scale;
     const int h = h0 + g;
     if (!split) {
       T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
@@ -302,6 +311,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel
       }
     }
   }
+}
+
+template <typename T, int D, int GC, bool CAP>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_kernel(const AttnParams p) {
+  attn_partition<T, T, D, GC, CAP>(p, 1.f, 1.f);
+}
+
+// fp8 caches: the kv head's scales come with the launch.
+template <typename T, typename KV, int D, int GC, bool CAP>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) attn_partition_fp8_kernel(const AttnParams p,
+                                                                                    const Fp8HeadScales sc) {
+  const int kvh = blockIdx.y / p.num_chunks;
+  attn_partition<T, KV, D, GC, CAP>(p, sc.k_of(kvh) * KvVec<KV>::fold(), sc.v_of(kvh) * KvVec<KV>::fold());
 }
 
 // One CTA of D threads per (query head, sequence): merge the partitions with weights l_p * 2^(m_p - M).
@@ -359,6 +381,36 @@ void kernels_for_type(int head_dim, int gc, bool cap, KernelFn* part, KernelFn* 
   }
 }
 
+using Fp8KernelFn = void (*)(AttnParams, Fp8HeadScales);
+
+template <typename T, typename KV, int D>
+Fp8KernelFn fp8_partition_kernel_for(int gc, bool cap) {
+  constexpr int MH = max_heads_per_cta(2, D);  // 8 codes per lane: the register shape of a 16-bit cache
+  if (cap)
+    return gc == 1 ? attn_partition_fp8_kernel<T, KV, D, 1, true>
+                   : gc == 2 ? attn_partition_fp8_kernel<T, KV, D, 2, true> : attn_partition_fp8_kernel<T, KV, D, MH, true>;
+  return gc == 1 ? attn_partition_fp8_kernel<T, KV, D, 1, false>
+                 : gc == 2 ? attn_partition_fp8_kernel<T, KV, D, 2, false> : attn_partition_fp8_kernel<T, KV, D, MH, false>;
+}
+
+template <typename T, typename KV>
+void fp8_kernels_for_type(int head_dim, int gc, bool cap, Fp8KernelFn* part, KernelFn* reduce) {
+  switch (head_dim) {
+    case 64: *part = fp8_partition_kernel_for<T, KV, 64>(gc, cap), *reduce = attn_reduce_kernel<T, 64>; break;
+    case 128: *part = fp8_partition_kernel_for<T, KV, 128>(gc, cap), *reduce = attn_reduce_kernel<T, 128>; break;
+    default: *part = fp8_partition_kernel_for<T, KV, 256>(gc, cap), *reduce = attn_reduce_kernel<T, 256>; break;
+  }
+}
+
+// fp8 cache (c.dtype) with q / out in q_dtype (fp16 or bf16; validate.cpp refuses fp32 on CUDA).
+template <typename T>
+void fp8_kernels_for_query(Dtype cache, int head_dim, int gc, bool cap, Fp8KernelFn* part, KernelFn* reduce) {
+  if (cache == Dtype::e5m2)
+    fp8_kernels_for_type<T, Fp8E5m2>(head_dim, gc, cap, part, reduce);
+  else
+    fp8_kernels_for_type<T, Fp8E4m3>(head_dim, gc, cap, part, reduce);
+}
+
 // SMs x resident CTAs per SM of `fn` on `device`: one wave. Cached (two attribute queries per kernel
 // and device, once).
 int64_t wave_ctas(int device, const void* fn, size_t smem) {
@@ -410,8 +462,9 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
          "head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
   // q and out are accessed one element at a time, block_tables and seq_lens as int32: a misaligned
   // device access would be a sticky error that ruins the caller's CUDA context, so refuse it here.
-  if (uintptr_t(a.q) % uintptr_t(es) != 0 || uintptr_t(a.out) % uintptr_t(es) != 0)
-    fail(Code::invalid_argument, "args: q and out must be aligned to the %lld-byte element size", (long long)es);
+  const int64_t q_es = int64_t(dtype_size(a.q_dtype));  // the cache's element size, except for fp8 caches
+  if (uintptr_t(a.q) % uintptr_t(q_es) != 0 || uintptr_t(a.out) % uintptr_t(q_es) != 0)
+    fail(Code::invalid_argument, "args: q and out must be aligned to the %lld-byte element size", (long long)q_es);
   if (uintptr_t(a.block_tables) % 4 != 0 || uintptr_t(a.seq_lens) % 4 != 0)
     fail(Code::invalid_argument, "args: block_tables and seq_lens must be 4-byte aligned");
   if (c.num_blocks > INT_MAX || a.max_blocks > INT_MAX) fail(Code::invalid_argument, "cache too large");
@@ -464,14 +517,23 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   p.window = a.window > INT_MAX ? INT_MAX : int(a.window);
   p.sink = a.sink > INT_MAX ? INT_MAX : int(a.sink);
   KernelFn part_fn = nullptr, reduce_fn = nullptr;
+  Fp8KernelFn fp8_fn = nullptr;
   const bool cap = a.soft_cap > 0.f;
-  switch (c.dtype) {
-    case Dtype::f16: kernels_for_type<__half>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
-    case Dtype::bf16: kernels_for_type<__nv_bfloat16>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
-    default: kernels_for_type<float>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
+  if (c.fp8()) {
+    if (a.q_dtype == Dtype::bf16)
+      fp8_kernels_for_query<__nv_bfloat16>(c.dtype, int(c.head_dim), gc, cap, &fp8_fn, &reduce_fn);
+    else
+      fp8_kernels_for_query<__half>(c.dtype, int(c.head_dim), gc, cap, &fp8_fn, &reduce_fn);
+  } else {
+    switch (c.dtype) {
+      case Dtype::f16: kernels_for_type<__half>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
+      case Dtype::bf16: kernels_for_type<__nv_bfloat16>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
+      default: kernels_for_type<float>(int(c.head_dim), gc, cap, &part_fn, &reduce_fn); break;
+    }
   }
   const int64_t ctas_per_partition = c.num_kv_heads * chunks * a.num_seqs;
-  const void* wave_fn = mma ? mma_kernel(c.dtype, int(c.head_dim), cap) : reinterpret_cast<const void*>(part_fn);
+  const void* wave_fn = mma ? mma_kernel(c.dtype, int(c.head_dim), cap)
+                      : fp8_fn ? reinterpret_cast<const void*>(fp8_fn) : reinterpret_cast<const void*>(part_fn);
   const size_t smem = mma ? mma_smem(int(c.head_dim)) : 0;
   const int64_t max_ctx = a.max_blocks * c.block_size;
   const int64_t wave = wave_ctas(c.device_index, wave_fn, smem);
@@ -501,9 +563,21 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
 
   const dim3 grid(unsigned(np), unsigned(c.num_kv_heads * chunks), unsigned(a.num_seqs));
   const cudaStream_t s = as_stream(stream);
-  if (mma)
+  if (mma) {
     launch_mma(p, c.dtype, int(c.head_dim), cap, grid, s);
-  else
+  } else if (fp8_fn) {
+    std::vector<Fp8HeadScales> holder(1);  // 1 KiB, passed by value
+    Fp8HeadScales& sc = holder[0];
+    sc.k_all = c.k_scale;
+    sc.v_all = c.v_scale;
+    sc.per_head_k = c.k_head_scales != nullptr;
+    sc.per_head_v = c.v_head_scales != nullptr;
+    for (int64_t h = 0; h < kMaxHeadScales; ++h) {  // validate.cpp: per-head scales only up to this
+      sc.k[h] = h < c.num_kv_heads ? c.k_scale_of(h) : c.k_scale;
+      sc.v[h] = h < c.num_kv_heads ? c.v_scale_of(h) : c.v_scale;
+    }
+    launch(fp8_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p, sc);
+  } else
     launch(part_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p);
   if (np > 1)
     launch(reduce_fn, dim3(unsigned(a.num_q_heads), unsigned(a.num_seqs)), dim3(unsigned(c.head_dim)), 0, s,

@@ -1,0 +1,201 @@
+// FP8 KV caches on CUDA (issue 23, phase 2). On every build: the software fp8 -> fp16 conversion the
+// CUDA kernels use on sm_80 (kernels/fp8.h, the same __host__ __device__ function) checked for all 256
+// codes of both formats in every byte position against the reference decoder, NaN codes included.
+// With a GPU: CUDA decode attention on fp8 caches against the float64 reference on the dequantized
+// cache (the q dtype's tolerance: the kernel adds no error beyond quantization), against the CPU
+// kernel on the same cache bytes, and within the documented tolerance of the unquantized values;
+// both formats, fp16 / bf16 queries, per-tensor and per-head scales, GQA groups (1 to 8), soft cap,
+// window + sinks, split and single-partition launches, empty sequences. SKIP without a device.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "../../kernels/fp8.h"
+#include "fp8_problem.h"
+#include "kernels_util.h"
+
+using namespace kt;
+using namespace fp8t;
+namespace fp8 = kvb::kern::fp8;
+
+namespace {
+
+// fp16 bits -> double, from the format's definition.
+double half_value(uint16_t h) {
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  if (e == 0) return sign * std::ldexp(double(m), -24);
+  return sign * std::ldexp(1.0 + double(m) / 1024.0, e - 15);
+}
+
+// Codes b0..b3 through the software conversion; each fp16 (times 256 for e4m3) must equal the code's
+// value exactly (same sign for zeros), or be NaN exactly when the code is; counts failures in *bad.
+void check_four(const Format& f, const uint8_t (&b)[4], int* bad) {
+  const uint32_t x = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+  uint32_t lo = 0, hi = 0;
+  if (f.e5m2)
+    fp8::e5m2x4_to_half2x2(x, &lo, &hi);
+  else
+    fp8::e4m3x4_to_half2x2(x, &lo, &hi);
+  const uint16_t h[4] = {uint16_t(lo), uint16_t(lo >> 16), uint16_t(hi), uint16_t(hi >> 16)};
+  for (int i = 0; i < 4; ++i) {
+    const double got = half_value(h[i]) * (f.e5m2 ? 1.0 : double(fp8::kE4m3ViaHalfFactor));
+    const double want = ref_decode(f, b[i]);
+    const float lib = f.e5m2 ? fp8::e5m2_to_float(b[i]) : fp8::e4m3_to_float(b[i]);
+    const bool ok = std::isnan(want) ? std::isnan(got) && std::isnan(lib)
+                                     : got == want && double(lib) == want && std::signbit(got) == std::signbit(want);
+    if (!ok && (*bad)++ < 3)
+      fprintf(stderr, "  %s code 0x%02x (byte %d): fp16 0x%04x = %g, want %g\n", f.e5m2 ? "e5m2" : "e4m3", b[i], i,
+              h[i], got, want);
+  }
+}
+
+void test_half_trick_every_code() {
+  for (const Format* f : {&kE4m3, &kE5m2}) {
+    int bad = 0;
+    for (int c = 0; c < 256; ++c)
+      for (int pos = 0; pos < 4; ++pos) {
+        // the code in one byte, neighbours that set every other bit pattern around it
+        uint8_t b[4] = {uint8_t(c * 7 + 1), uint8_t(c * 13 + 0x7f), uint8_t(255 - c), uint8_t(c ^ 0x80)};
+        b[pos] = uint8_t(c);
+        check_four(*f, b, &bad);
+      }
+    CHECK(bad == 0);
+  }
+}
+
+#if KVB_WITH_CUDA
+struct CudaCase {
+  uint32_t cd, qd, H, G, D;
+  bool per_head;
+  uint32_t window, sink;
+  float cap;
+};
+
+const CudaCase kCudaCases[] = {
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 1, 64, false, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 4, 128, true, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 1, 8, 64, false, 40, 4, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 2, 2, 256, true, 0, 0, 5.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 4, 6, 128, false, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 2, 3, 64, true, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 1, 1, 128, false, 33, 2, 8.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 4, 64, false, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 1, 8, 256, true, 0, 0, 0.f},
+};
+
+void test_cuda_decode_fp8() {
+  for (const CudaCase& cs : kCudaCases) {
+    // ragged; 600 and 3000 tokens split into partitions; an empty sequence writes zeros
+    Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}, {3000, 1}},
+                 11 + cs.D + cs.G);
+    kvb_attention_args a;
+    kvb_attention_args_init(&a);
+    a.q_dtype = cs.qd;
+    a.num_seqs = uint32_t(p.seqs.size());
+    a.num_q_heads = cs.H * cs.G;
+    a.max_blocks_per_seq = p.max_blocks;
+    a.logits_soft_cap = cs.cap;
+    a.window_tokens = cs.window;
+    a.sink_tokens = cs.sink;
+    // CPU on the host cache
+    Tensor cpu_out(cs.qd, p.q.n);
+    cpu_out.poison();
+    a.q = p.q.data();
+    a.out = cpu_out.data();
+    a.block_tables = p.tables.data();
+    a.seq_lens = p.lens.data();
+    size_t ws = 0;
+    CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
+    std::vector<float> host_ws(ws / 4 + 4);
+    a.workspace = host_ws.data();
+    a.workspace_size = ws;
+    CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+    // CUDA on a device copy of the same bytes
+    DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
+    kvb_cache_desc g = p.cache.desc;
+    g.device_type = KVB_DEVICE_CUDA;
+    g.k = k.p;
+    g.v = v.p;
+    Tensor out(cs.qd, p.q.n);
+    out.poison();
+    DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
+    DeviceBuffer tab(p.tables.data(), p.tables.size() * 4), len(p.lens.data(), p.lens.size() * 4);
+    a.q = q.p;
+    a.out = o.p;
+    a.block_tables = static_cast<const int32_t*>(tab.p);
+    a.seq_lens = static_cast<const int32_t*>(len.p);
+    CHECK_OK(kvb_paged_attention_workspace_size(&g, &a, &ws));
+    CHECK(ws > 0);
+    DeviceBuffer work(ws);
+    a.workspace = work.p;
+    a.workspace_size = ws;
+    CHECK_OK(kvb_paged_attention(&g, &a, nullptr));
+    o.to_host(out.data());  // cudaMemcpy on the legacy default stream: after the kernels
+    std::vector<std::pair<size_t, int32_t>> rows;
+    for (size_t s = 0; s < p.seqs.size(); ++s) rows.push_back({s, p.seqs[s].len - 1});
+    int bad = 0;
+    const double raw =
+        check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink, &bad);
+    for (size_t i = 0; i < out.n; ++i)
+      if (!close(out.get(i), cpu_out.get(i), cs.qd) && bad++ < 3)
+        fprintf(stderr, "  %s q %s element %zu: CUDA %.6f CPU %.6f\n", dname(cs.cd), dname(cs.qd), i, out.get(i),
+                cpu_out.get(i));
+    CHECK(bad == 0);
+    if (raw > raw_tolerance(cs.cd)) {
+      fprintf(stderr, "  CUDA %s: %.4f from the unquantized reference\n", dname(cs.cd), raw);
+      CHECK(raw <= raw_tolerance(cs.cd));
+    }
+  }
+}
+
+// Scalar scales with more kv heads than the per-head array holds: every head reads k_scale / v_scale.
+void test_cuda_decode_many_heads() {
+  Fp8Problem p(KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 160, 1, 64, false, {{40, 1}, {5, 1}}, 99);
+  kvb_attention_args a;
+  kvb_attention_args_init(&a);
+  a.q_dtype = KVB_DTYPE_FP16;
+  a.num_seqs = uint32_t(p.seqs.size());
+  a.num_q_heads = 160;
+  a.max_blocks_per_seq = p.max_blocks;
+  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
+  kvb_cache_desc g = p.cache.desc;
+  g.device_type = KVB_DEVICE_CUDA;
+  g.k = k.p;
+  g.v = v.p;
+  Tensor out(KVB_DTYPE_FP16, p.q.n);
+  out.poison();
+  DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
+  DeviceBuffer tab(p.tables.data(), p.tables.size() * 4), len(p.lens.data(), p.lens.size() * 4);
+  a.q = q.p;
+  a.out = o.p;
+  a.block_tables = static_cast<const int32_t*>(tab.p);
+  a.seq_lens = static_cast<const int32_t*>(len.p);
+  CHECK_OK(kvb_paged_attention(&g, &a, nullptr));
+  o.to_host(out.data());
+  std::vector<std::pair<size_t, int32_t>> rows = {{0, 39}, {1, 4}};
+  int bad = 0;
+  check_rows(p, out, rows, 0.125f, 0.f, 0, 0, &bad);
+  CHECK(bad == 0);
+}
+#endif
+
+}  // namespace
+
+int main() {
+  RUN_TEST(test_half_trick_every_code);
+#if KVB_WITH_CUDA
+  if (cuda_devices() > 0) {
+    RUN_TEST(test_cuda_decode_fp8);
+    RUN_TEST(test_cuda_decode_many_heads);
+  } else {
+    SKIP_TEST(test_cuda_decode_fp8, "no CUDA device");
+    SKIP_TEST(test_cuda_decode_many_heads, "no CUDA device");
+  }
+#else
+  SKIP_TEST(test_cuda_decode_fp8, "built without CUDA");
+  SKIP_TEST(test_cuda_decode_many_heads, "built without CUDA");
+#endif
+  TEST_SUMMARY();
+}

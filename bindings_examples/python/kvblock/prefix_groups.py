@@ -64,3 +64,32 @@ class PrefixGroups:
 class GroupedBatch(Batch):
     """A Batch (the same six fields) that also carries its prefix groups (attribute prefix_groups)."""
     prefix_groups: PrefixGroups
+
+
+def restrict_rows(pg: "PrefixGroups | None", lo: int, hi: int) -> "PrefixGroups | None":
+    """The groups of `pg` seen by a kernel call over batch rows [lo, hi) only (the engine's decode rows,
+    then its prompt-chunk rows, run as two calls): members outside the range dropped, the rest renumbered
+    from 0, groups left with fewer than 2 members dropped. None when no group remains (the plain kernel).
+    Returns pg itself when every group already lies in [0, hi)."""
+    if pg is None or pg.num_groups == 0:
+        return None
+    members = pg.members
+    if lo == 0 and (len(members) == 0 or int(members.max()) < hi):
+        return pg
+    out = PrefixGroups(max(1, hi - lo), int(pg.c.min_shared_blocks))
+    ng = nm = 0
+    gs = pg.group_start
+    for g in range(pg.num_groups):
+        m = members[gs[g]:gs[g + 1]]
+        m = m[(m >= lo) & (m < hi)]
+        if len(m) < 2:
+            continue
+        out.members_all[nm:nm + len(m)] = m - lo
+        out.shared_blocks_all[ng] = pg.shared_blocks_all[g]
+        nm += len(m)
+        ng += 1
+        out.group_start_all[ng] = nm
+    if ng == 0:
+        return None
+    out.c.num_groups, out.c.num_members = ng, nm
+    return out

@@ -32,7 +32,7 @@ def run_and_check(model, reqs, cfg, on_export=None):
     eng = Engine(model, cfg)
     if on_export:  # look at every step's kernel inputs
         export = eng.mgr.batch_export
-        eng.mgr.batch_export = lambda ids, bufs: on_export(export(ids, bufs))
+        eng.mgr.batch_export = lambda *a, **kw: on_export(export(*a, **kw))
     for r in reqs:
         eng.add_request(r)
     finished = eng.run()
@@ -113,8 +113,8 @@ def test_hybrid_window_and_full_layers_as_kv_cache_groups():
         eng = Engine(model, cfg)
         export = eng.mgr.batch_export
 
-        def spy(ids, bufs, group=0):
-            b = export(ids, bufs, group=group)
+        def spy(ids, bufs, group=0, **kw):
+            b = export(ids, bufs, group=group, **kw)
             if group == 0:  # the window group: slots it released read -1 before a sequence's last block
                 for row, n in zip(b.block_tables, b.seq_lens):
                     nb = -(-int(n) // cfg.block_size)

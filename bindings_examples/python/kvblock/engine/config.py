@@ -17,6 +17,7 @@ class EngineConfig:
     preemption: str = "recompute"    # or "swap"
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
+    prefix_groups: bool = True       # attention reads blocks shared by several sequences once per step (cascade)
     kv_dtype: str = "float32"        # or "float16", "float8_e4m3", "float8_e5m2" (the paged K/V caches)
     kv_scales: Optional[Tuple[List[float], List[float]]] = None  # fp8: per-layer (k, v) scales (kv_quant)
     max_steps: int = 100000          # guard against a scheduler that stops making progress
@@ -36,6 +37,8 @@ class Metrics:
     swaps_out: int = 0
     swaps_in: int = 0
     cow_copies: int = 0
+    group_decode_rows: int = 0       # decode rows attended in a prefix group (shared blocks read once), summed
+    group_prefill_seqs: int = 0      # over steps and KV cache groups; prompt chunks likewise
     offloaded_blocks: int = 0        # host cache: device -> host copies run
     loaded_blocks: int = 0           # host cache: host -> device copies run
     manager_s: float = 0.0           # time in libkvblock manager calls

@@ -21,6 +21,7 @@ from .._nocopy import OwnsHandle
 from ..cache_salts import CacheSalts
 from ..kernels import KVCache
 from ..manager import BatchBuffers, Manager
+from ..prefix_groups import restrict_rows
 from .block_mover import BlockMover
 from .config import Clock, EngineConfig, Metrics
 from .model import Model, sample
@@ -143,8 +144,12 @@ class Engine(OwnsHandle):
         nd = len(decodes)
         ids = np.fromiter((s.seq_id for s in seqs), np.int64, len(seqs))
         with self._mgr_clock:
-            batch = self.mgr.batch_export(ids, self.bufs)  # group 0 (the only one without groups)
-            batches = [batch] + [self.mgr.batch_export(ids, b, group=g + 1) for g, b in enumerate(self.group_bufs)]
+            # Prefix groups (forks of n > 1 requests, prompts hitting the same cached prefix): the kernels read
+            # the blocks a group shares once for all its members.
+            pg = self.cfg.prefix_groups
+            batch = self.mgr.batch_export(ids, self.bufs, prefix_groups=pg)  # group 0 (the only one without groups)
+            batches = [batch] + [self.mgr.batch_export(ids, b, group=g + 1, prefix_groups=pg)
+                                 for g, b in enumerate(self.group_bufs)]
         # Decode rows are the first nd export rows (one uncomputed token each); a prompt chunk takes the
         # first `chunk` of its sequence's uncomputed rows.
         chunks = np.array([c for _, c in prefills], np.int64)
@@ -169,8 +174,14 @@ class Engine(OwnsHandle):
         finishing = [(s, nd + int(qs_p[j + 1]) - 1) for j, (s, c) in enumerate(prefills)
                      if s.num_computed + c == len(s.tokens)]
         rows = np.concatenate([np.arange(nd), np.array([r for _, r in finishing], np.int64)]).astype(np.int64)
+        # The decode rows and the prompt-chunk rows go to two kernel calls: each gets its rows' groups.
+        groups = [getattr(b, "prefix_groups", None) for b in batches]
+        prefix_groups = [(restrict_rows(g, 0, nd), restrict_rows(g, nd, len(seqs))) for g in groups]
+        for pg_d, pg_p in prefix_groups:
+            self.metrics.group_decode_rows += int(pg_d.c.num_members) if pg_d is not None else 0
+            self.metrics.group_prefill_seqs += int(pg_p.c.num_members) if pg_p is not None else 0
         return StepBatch(seqs, ids, decodes, prefills, tokens, positions, per_group, batch.seq_lens[:nd], qs_p, sl_p,
-                         finishing, rows, np.concatenate([np.ones(nd, np.int64), chunks]))
+                         finishing, rows, np.concatenate([np.ones(nd, np.int64), chunks]), prefix_groups)
 
     def _finish(self, b: StepBatch, logits: Any, tokens: Optional[List[int]] = None) -> None:
         """Commits the step's tokens and emits one token per logits row (sampled here unless `tokens` gives

@@ -30,15 +30,17 @@ class NumpyRunner:
                 q, k, v = (x.astype(self.act_dtype) for x in (q, k, v))
             out = np.empty_like(q)
             window, sink = mc.layer_window(layer)
-            slots, bt_d, bt_p = b.per_group[1 if mc.hybrid and window == 0 else 0]
+            group = 1 if mc.hybrid and window == 0 else 0
+            slots, bt_d, bt_p = b.per_group[group]
+            pg_d, pg_p = b.prefix_groups[group] if b.prefix_groups else (None, None)
             with self.kernel_clock:
                 write_kv(self.cache, layer, k, v, slots)
                 if nd:
                     paged_attention(self.cache, layer, q[:nd], bt_d, b.seq_lens_d, out[:nd], window=window,
-                                    sink=sink)
+                                    sink=sink, prefix_groups=pg_d)
                 if b.prefills:
                     prefill_attention(self.cache, layer, q[nd:], b.query_start_p, b.seq_lens_p, bt_p, out[nd:],
-                                      window=window, sink=sink)
+                                      window=window, sink=sink, prefix_groups=pg_p)
             return out.astype(np.float32, copy=False)
 
         return self.model.forward(b.tokens, b.positions, attention, logit_rows=b.rows), None

@@ -56,23 +56,28 @@ class ModelRunner:
         return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
 
     def _attention(self, cache: KVCache, nd: int, groups: List[tuple], seq_lens_d: Optional[torch.Tensor],
-                   query_start_p: Optional[torch.Tensor], seq_lens_p: Optional[torch.Tensor]) -> Callable:
-        """The model's attention callback for one step: decode rows [0, nd), prompt-chunk rows after them."""
+                   query_start_p: Optional[torch.Tensor], seq_lens_p: Optional[torch.Tensor],
+                   prefix_groups: Optional[List[tuple]] = None) -> Callable:
+        """The model's attention callback for one step: decode rows [0, nd), prompt-chunk rows after them.
+        prefix_groups: per KV cache group, the (decode, prefill) kvblock.PrefixGroups of StepBatch (host
+        arrays, read by the kernel call itself); None = plain (the captured graphs)."""
         mc = self.model.cfg
         stream = self._stream()
 
         def attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             out = torch.empty_like(q)
             window, sink = mc.layer_window(layer)
-            slots, bt_d, bt_p = groups[1 if mc.hybrid and window == 0 else 0]
+            group = 1 if mc.hybrid and window == 0 else 0
+            slots, bt_d, bt_p = groups[group]
+            pg_d, pg_p = prefix_groups[group] if prefix_groups else (None, None)
             with self.kernel_clock:
                 write_kv(cache, layer, k, v, slots, stream=stream)
                 if nd:
                     paged_attention(cache, layer, q[:nd], bt_d, seq_lens_d, out[:nd], window=window, sink=sink,
-                                    stream=stream)
+                                    stream=stream, prefix_groups=pg_d)
                 if query_start_p is not None:
                     prefill_attention(cache, layer, q[nd:], query_start_p, seq_lens_p, bt_p, out[nd:],
-                                      window=window, sink=sink, stream=stream)
+                                      window=window, sink=sink, stream=stream, prefix_groups=pg_p)
             return out
 
         return attention
@@ -103,7 +108,8 @@ class ModelRunner:
         qs_p = sl_p = None
         if b.prefills:
             qs_p, sl_p = self._dev(b.query_start_p), self._dev(b.seq_lens_p)
-        attn = self._attention(self.cache, nd, groups, self._dev(b.seq_lens_d) if nd else None, qs_p, sl_p)
+        attn = self._attention(self.cache, nd, groups, self._dev(b.seq_lens_d) if nd else None, qs_p, sl_p,
+                               b.prefix_groups)
         hidden = self.model.forward(self._dev(b.tokens), self._dev(b.positions), attn)
         return self.model.logits(hidden[self._dev(b.rows)])
 

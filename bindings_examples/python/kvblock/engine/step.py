@@ -3,7 +3,7 @@ scheduler.py decides what runs, a runner runs the model: numpy_runner.py, or run
 shape the engine reads, one step's batch on the host, and what a runner does with it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Optional, Protocol, Tuple
 
 import numpy as np
@@ -62,6 +62,9 @@ class StepBatch:
     finishing: List[Tuple[Seq, int]]  # prompts completed this step and the row of their last token
     rows: np.ndarray                  # rows whose logits are needed: decodes, then finishing prompts
     counts: np.ndarray                # tokens computed per sequence (for batch_commit)
+    # per KV cache group: the prefix groups of the decode rows and of the prompt-chunk rows (renumbered
+    # from 0 for each of the two kernel calls), None where no rows share blocks (kvblock.PrefixGroups)
+    prefix_groups: List[Tuple[Any, Any]] = field(default_factory=list)
 
 
 class StepRunner(Protocol):

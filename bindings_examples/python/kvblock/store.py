@@ -7,8 +7,9 @@ registers one of:
   CallbackStore(backend, host_cache)    a store written in Python: the manager's callbacks (cffi callbacks,
                                         ABI mode) move each block's bytes between the host cache and a
                                         byte-level back end: MemoryBackend (a dict) or
-                                        kvblock.store_redis.RedisBackend (Redis, Valkey)
-  open_store("dir:PATH" | "redis://host:port/db" | "memory:", host_cache)
+                                        kvblock.store_redis.RedisBackend (Redis, Valkey) or
+                                        kvblock.store_mooncake.MooncakeBackend (Mooncake Store)
+  open_store("dir:PATH" | "redis://host:port/db" | "mooncake://host:port?..." | "memory:", host_cache)
 
 The manager never moves bytes itself: a put reads a block of the host cache (`host_cache`, the KVCache of
 the host blocks), a get fills one, and the host <-> device moves stay those of drain_host_transfers. Keys
@@ -325,7 +326,8 @@ class CallbackStore(_Registered):
 
 def open_store(spec: str, host_cache: KVCache, *, model_id: int = 0, write_through: bool = False) -> Any:
     """A store from its spec: "dir:PATH" (DirStore), "redis://host:port/db" (a CallbackStore on Redis),
-    "memory:" (a CallbackStore on a MemoryBackend: one process only)."""
+    "mooncake://master:port?metadata=..." (on Mooncake Store: kvblock/store_mooncake.py), "memory:" (a
+    CallbackStore on a MemoryBackend: one process only)."""
     if not isinstance(spec, str):
         raise KvbArgumentError(f"store spec must be a string, got {type(spec).__name__}")
     if spec.startswith("dir:") and len(spec) > 4:
@@ -333,6 +335,10 @@ def open_store(spec: str, host_cache: KVCache, *, model_id: int = 0, write_throu
     if spec.startswith(("redis://", "rediss://", "unix://")):
         from .store_redis import RedisBackend
         return CallbackStore(RedisBackend(spec), host_cache, model_id=model_id, write_through=write_through)
+    if spec.startswith("mooncake://"):
+        from .store_mooncake import MooncakeBackend
+        return CallbackStore(MooncakeBackend(spec), host_cache, model_id=model_id, write_through=write_through)
     if spec == "memory:":
         return CallbackStore(MemoryBackend(), host_cache, model_id=model_id, write_through=write_through)
-    raise KvbArgumentError(f"store spec {spec!r}: use dir:PATH, redis://host:port/db or memory:")
+    raise KvbArgumentError(f"store spec {spec!r}: use dir:PATH, redis://host:port/db, mooncake://host:port?... "
+                           "or memory:")

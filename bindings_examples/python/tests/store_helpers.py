@@ -155,3 +155,66 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait()
         self.client.close()
+
+
+# -- a Mooncake Store cluster on loopback: its master (with its HTTP metadata server) and one client process
+# that lends the memory the objects live in ------------------------------------------------------------
+def mooncake_unavailable() -> Optional[str]:
+    """Why the Mooncake store tests cannot run here, or None."""
+    try:
+        import mooncake
+        from mooncake.store import MooncakeDistributedStore  # noqa: F401
+    except ImportError as e:
+        return (f"no usable mooncake module ({e}); pip install mooncake-transfer-engine-non-cuda (needs "
+                "libibverbs1), .ci/run installs both")
+    from pathlib import Path
+    here = Path(mooncake.__file__).parent
+    missing = [b for b in ("mooncake_master", "mooncake_client") if not (here / b).exists()]
+    return f"the mooncake wheel lacks {', '.join(missing)}" if missing else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MooncakeCluster:
+    def __init__(self, segment_mb: int = 64) -> None:
+        from pathlib import Path
+
+        import mooncake
+        here = Path(mooncake.__file__).parent
+        rpc, http, metrics, client = free_port(), free_port(), free_port(), free_port()
+        self.metadata = f"http://127.0.0.1:{http}/metadata"
+        self.procs = [subprocess.Popen([str(here / "mooncake_master"), f"--rpc_port={rpc}",
+                                        "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+                                        f"--http_metadata_server_port={http}", f"--metrics_port={metrics}"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        self._wait_port(http)
+        self._wait_port(rpc)
+        self.procs.append(subprocess.Popen([str(here / "mooncake_client"), "--host=127.0.0.1",
+                                            f"--global_segment_size={segment_mb} MB", "--local_buffer_size=16 MB",
+                                            f"--master_server_address=127.0.0.1:{rpc}",
+                                            f"--metadata_server={self.metadata}", f"--port={client}",
+                                            "--protocol=tcp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self._wait_port(client)
+        self.url = f"mooncake://127.0.0.1:{rpc}?metadata={self.metadata}&buffer={16 << 20}"
+
+    def _wait_port(self, port: int) -> None:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                if any(p.poll() is not None for p in self.procs) or time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"the Mooncake cluster did not open port {port}") from None
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -6,6 +6,7 @@
 
 See Manager (the block manager), KVCache and the kernel functions (write_kv, paged_attention,
 prefill_attention, copy_blocks, swap_blocks; take_fault for CUDA input faults), and
+the store tier (kvblock.store: blocks that outlive the process, in a directory or Redis), and
 `python -m kvblock.engine` (a mini serving engine).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .kernels import (
 )
 from .manager import Availability, Batch, BatchBuffers, Event, Manager, Medium, SeqInfo, hash_tokens
 from .prefix_groups import GroupedBatch, PrefixGroups
+from .store import CallbackStore, DirStore, MemoryBackend, open_store
 
 
 def library_version() -> str:
@@ -42,4 +44,4 @@ __all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelF
            "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "hash_tokens",
            "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "swap_blocks", "take_fault",
            "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load", "__version__",
-           "PrefixGroups", "GroupedBatch"]
+           "PrefixGroups", "GroupedBatch", "DirStore", "CallbackStore", "MemoryBackend", "open_store"]

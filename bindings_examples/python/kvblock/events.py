@@ -13,7 +13,7 @@ Wire format (one message per batch, ZMQ multipart, PUB semantics):
            (always positional: Dynamo 1.6.1 rejects a map-shaped batch, "expected a tuple of size 3")
 Events, "map" encoding (vLLM's default: each event a tagged map; Dynamo and llm-d's router read it):
   {"type": "BlockStored", "block_hashes": [u64, ...], "parent_block_hash": u64 | nil,
-   "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU" | "CPU", "lora_name": nil
+   "token_ids": [u32, ...], "block_size": B, "lora_id": nil, "medium": "GPU" | "CPU" | "STORE", "lora_name": nil
    [, "extra_keys": [entry | nil per block]]}
   {"type": "BlockRemoved", "block_hashes": [u64, ...], "medium": "GPU" | "CPU"}
   {"type": "AllBlocksCleared"}
@@ -25,7 +25,10 @@ Events, "map" encoding (vLLM's default: each event a tagged map; Dynamo and llm-
    [, group_idx, kv_cache_spec_kind[, kv_cache_spec_sliding_window]]]]
   ["BlockRemoved", hashes, medium[, group_idx]]      ["AllBlocksCleared"]
 Each event's medium is where its block lives, from the manager's own event (kvb_event.medium), as vLLM
-names its tiers: device blocks "GPU", blocks of the host prefix cache (Manager(host_cache=True)) "CPU".
+names its tiers: device blocks "GPU", blocks of the host prefix cache (Manager(host_cache=True)) "CPU",
+blocks put to the store tier (Manager.set_store; kvblock.store) "STORE": vLLM names no tier below the host,
+so the name is ours (KvEventPublisher(media=...) renames it); a store's blocks outlive the engine, so a
+BlockStored "STORE" is never followed by a BlockRemoved "STORE".
 The manager's events describe each level's index separately, so an offloaded block goes out as a
 BlockRemoved "GPU" (when no device block keeps the hash) and a BlockStored "CPU", and a load back as a
 BlockStored "GPU". Consecutive blocks of one medium stored as one chain (each block's parent is the
@@ -89,7 +92,7 @@ _DROP_LOG_EVERY_S = 10.0
 
 #: wire names of the media (kvblock.Medium), as vLLM's events name its tiers; KvEventPublisher(media=...)
 #: overrides them for a consumer that names tiers otherwise
-MEDIA: Dict[Medium, str] = {Medium.DEVICE: "GPU", Medium.HOST: "CPU"}
+MEDIA: Dict[Medium, str] = {Medium.DEVICE: "GPU", Medium.HOST: "CPU", Medium.STORE: "STORE"}
 
 
 class TokenIdRangeError(ValueError):
@@ -167,7 +170,7 @@ def group_events(raw: Iterable[Event], block_size: int, media: Optional[Mapping[
                  lora_name: Optional[str] = None, groups: Sequence[Tuple[Any, ...]] = (),
                  salt_names: Optional[Mapping[int, Any]] = None) -> List[WireEvent]:
     """kvblock.Event values (drain order) -> wire events as dicts in the "map" form (encoded later).
-    media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU"). groups: the manager's
+    media: {kvblock.Medium: wire name}, default MEDIA (device "GPU", host "CPU", store "STORE"). groups: the manager's
     KV cache groups (Manager.groups): with groups every BlockStored carries its group_idx and
     kv_cache_spec_kind ("full_attention" / "sliding_window", + kv_cache_spec_sliding_window) and every
     BlockRemoved its group_idx, as vLLM's events of hybrid models do; without, neither (unchanged wire).

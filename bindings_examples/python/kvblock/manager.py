@@ -428,6 +428,38 @@ class Manager(OwnsHandle):
             check(status)
             return offloads[: n_off[0]], loads[: n_load[0]]
 
+    # -- store tier --------------------------------------------------------------------------------
+    _store: Any = None
+
+    def set_store(self, store: Any) -> None:
+        """Registers a store (kvblock.store: DirStore, CallbackStore, open_store) as the third prefix-cache
+        level below the host cache (needs host_cache=True); None removes it. The Manager keeps the store
+        alive while registered. Each step: allocate, then store_poll(), then skip the sequences whose
+        store_state(seq)[1] (gets in flight) is not 0 and run the others from store_state(seq)[0]."""
+        if store is None:
+            self._run(self._lib.kvb_manager_set_store, ffi.NULL, ffi.NULL)
+        else:
+            if not hasattr(store, "table") or not hasattr(store, "namespace"):
+                raise KvbArgumentError(f"store must be a kvblock.store store (DirStore, CallbackStore), got "
+                                       f"{type(store).__name__}")
+            self._run(self._lib.kvb_manager_set_store, store.table, store.namespace.to_c())
+            store._attached(self)
+        old, self._store = self._store, store
+        if old is not None and old is not store:
+            old._detached(self)
+
+    def store_poll(self) -> int:
+        """Learns the store's completed gets (failed ones cut their sequences); the number still in flight."""
+        n = ffi.new("size_t*")
+        self._run(self._lib.kvb_store_poll, n)
+        return int(n[0])
+
+    def store_state(self, seq_id: int) -> Tuple[int, int]:
+        """(computed tokens, gets in flight) of the sequence: run it from the first once the second is 0."""
+        computed, filling = ffi.new("size_t*"), ffi.new("size_t*")
+        self._run(self._lib.kvb_seq_store_state, i64(seq_id, "seq_id"), computed, filling)
+        return int(computed[0]), int(filling[0])
+
     # -- the batched decode step -------------------------------------------------------------------
     def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
         """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as

@@ -203,8 +203,8 @@ def test_grouping_matches_a_simple_model():
     order (so blocks of different media are never merged into one event)."""
     rng = random.Random(5)
     Event = S.kvblock.Event
-    # the media that have a wire name (KVB_MEDIUM_STORE has none yet: the Python Manager has no store tier,
-    # and an unnamed medium is refused, as test_media_override_and_unknown_medium checks)
+    # the media that have a wire name (an unnamed medium is refused, as test_media_override_and_unknown_medium
+    # checks)
     named_media = sorted(ev.MEDIA)
     for _ in range(200):
         raw, parent = [], None
@@ -329,4 +329,4 @@ def test_media_override_and_unknown_medium(mgr):
     with pytest.raises(ValueError, match="media"):
         ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", media={Medium.DEVICE: 1})
     with ev.KvEventPublisher(mgr, endpoint="tcp://127.0.0.1:*", media={Medium.HOST: "CPU_PINNED"}) as pub:
-        assert pub.media == {Medium.DEVICE: "GPU", Medium.HOST: "CPU_PINNED"}
+        assert pub.media == {Medium.DEVICE: "GPU", Medium.HOST: "CPU_PINNED", Medium.STORE: "STORE"}

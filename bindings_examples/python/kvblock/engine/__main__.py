@@ -29,6 +29,12 @@ def main() -> None:
     p.add_argument("--host-blocks", type=int, default=0)
     p.add_argument("--host-cache", action="store_true",
                    help="host blocks are a second prefix-cache level (needs --host-blocks)")
+    p.add_argument("--store", metavar="SPEC",
+                   help="a store tier below the host cache (needs --host-cache): dir:PATH or redis://host:port/db; "
+                        "blocks are put as they reach the host tier and, at exit, every block still cached on the "
+                        "device, so engines sharing the store (or this one restarted) find the prefixes")
+    p.add_argument("--store-model-id", type=int, metavar="N",
+                   help="the store's key namespace besides the K/V layout (default: a hash of the model config)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-seqs", type=int, default=64)
     p.add_argument("--budget", type=int, default=512, help="tokens per step (decode + prefill chunks)")
@@ -64,6 +70,8 @@ def main() -> None:
     blas_how, blas_n = blas.limit_threads(a.blas_threads) if a.blas_threads > 0 else ("BLAS default", None)
     if a.host_cache and a.host_blocks <= 0:
         p.error("--host-cache needs --host-blocks N > 0")
+    if a.store and not a.host_cache:
+        p.error(f"--store {a.store}: the store tier needs the host cache (--host-cache --host-blocks N)")
 
     model = Model(ModelConfig(num_layers=a.layers, window=a.window, sink=a.sink, seed=a.seed))
     kv_dtype = {"fp32": "float32", "fp16": "float16", "fp8_e4m3": "float8_e4m3",
@@ -80,7 +88,8 @@ def main() -> None:
                             kv_events_replay_endpoint=a.kv_events_replay,
                             kv_events_topic=a.kv_events_topic, kv_events_encoding=a.kv_events_encoding,
                             kv_events_replay_frames=a.kv_events_replay_frames, kv_dtype=dtype, kv_scales=scales,
-                            record_logits=fp8)
+                            record_logits=fp8, store=a.store if events else None,
+                            store_model_id=a.store_model_id)
 
     def requests() -> Iterator[Request]:
         rng = np.random.default_rng(a.seed)
@@ -102,8 +111,10 @@ def main() -> None:
         eng.add_request(req)
     finished = eng.run()
     ev = eng.publisher.stats() if eng.publisher is not None else None
+    m, st = eng.metrics, eng.mgr.stats()  # before the flush, whose placeholder allocations are no prompts
+    flushed = eng.flush_to_store()
+    st["store_put_blocks"] = eng.mgr.stats()["store_put_blocks"]
     eng.close()
-    m, st = eng.metrics, eng.mgr.stats()
     other = m.total_s - m.manager_s - m.kernel_s
     print(f"kvblock engine on libkvblock {library_version()}: {model.cfg.num_layers} layers, "
           f"{model.cfg.num_q_heads}/{model.cfg.num_kv_heads} q/kv heads, head_dim {model.cfg.head_dim}, fp32 numpy, "
@@ -118,6 +129,10 @@ def main() -> None:
     if a.host_cache:
         print(f"host cache:        {st['device_hit_tokens']} hit tokens on device, {st['host_hit_tokens']} on host; "
               f"{m.offloaded_blocks} blocks offloaded, {m.loaded_blocks} loaded")
+    if a.store:
+        print(f"store:             {a.store}: {st['store_hit_tokens']} hit tokens ({st['store_get_blocks']} blocks "
+              f"got, {st['store_get_failures']} failed, {st['store_recomputed_tokens']} tokens recomputed); "
+              f"{st['store_put_blocks']} blocks put ({flushed} at exit), {st['store_put_failures']} refused")
     print(f"preemptions:       {m.preemptions} by recompute, {m.swaps_out} swapped out, {m.swaps_in} swapped in; "
           f"{m.cow_copies} copy-on-write blocks")
     print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, "

@@ -27,6 +27,9 @@ class EngineConfig:
     kv_events_topic: str = ""                        # llm-d routes by "kv@<pod>@<model>" (events.llmd_topic)
     kv_events_encoding: str = "map"                  # or "array" (llm-d-kv-cache of 2026-06 needs it)
     kv_events_replay_frames: str = "topic"           # or "legacy" (replay answers without the topic frame)
+    # The store tier (engine/store_tier.py; needs host_cache): "dir:PATH", "redis://host:port/db" or "memory:"
+    store: Optional[str] = None
+    store_model_id: Optional[int] = None             # key namespace; None = a hash of the model's config
 
 
 @dataclass

@@ -2,7 +2,9 @@
 a token budget per step with chunked prefill, prefix caching through allocate, decode through batched append
 and commit, preemption by recompute or by swap (host tier + swap_blocks), parallel sampling through fork with
 copy-on-write pairs run by copy_blocks, an optional sliding window, an optional host prefix cache
-(host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit), and hybrid models
+(host_cache: evicted prefix blocks are offloaded to host blocks and loaded back on a hit), an optional
+store tier below it (store: blocks shared with other engines and kept across restarts; store_tier.py),
+and hybrid models
 (window and full layers as two KV cache groups of one manager, each layer reading its group's block table),
 with swap and the host cache too (a sequence swaps all its groups as one).
 
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .._nocopy import OwnsHandle
+from .._tensor import CPU
 from ..cache_salts import CacheSalts
 from ..kernels import KVCache
 from ..manager import BatchBuffers, Manager
@@ -29,6 +32,7 @@ from .numpy_runner import NumpyRunner
 from .scheduler import Scheduler
 from .sequence import Request, Seq, Status
 from .step import EngineModel, StepBatch, StepRunner
+from .store_tier import StoreTier
 
 __all__ = ["Engine", "EngineConfig", "Metrics", "StepBatch"]
 
@@ -69,6 +73,11 @@ class Engine(OwnsHandle):
         self.mover = BlockMover(self.mgr, self.cache, self.host, self.metrics, self._mgr_clock, self._kernel_clock)
         self.scheduler = Scheduler(cfg, self.mgr, self.mover, self.metrics, self._mgr_clock, self._salt)
         self.runner: StepRunner = self._make_runner()
+        self.store: Optional[StoreTier] = None
+        if cfg.store:
+            self.store = StoreTier(cfg, self.mgr, self.host, mc, self.mover.host_transfers, self._mgr_clock,
+                                   self._device_sync())
+            self.scheduler.store_poll = self.store.poll
 
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
         """The device pool's KV cache and the host blocks' one (None without host blocks)."""
@@ -82,6 +91,13 @@ class Engine(OwnsHandle):
         host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
                         cfg.kv_dtype, k_scale=k_scale, v_scale=v_scale) if cfg.num_host_blocks else None)
         return cache, host
+
+    def _device_sync(self) -> Optional[Callable[[], None]]:
+        """Waits for the device's queued copies (None: the numpy engine's copies are synchronous)."""
+        if self.cache.device[0] == CPU:
+            return None
+        import torch
+        return torch.cuda.synchronize
 
     def _make_runner(self) -> StepRunner:
         """The numpy model's runner (TorchEngine makes a torch one)."""
@@ -121,8 +137,17 @@ class Engine(OwnsHandle):
         if self.publisher is not None:
             self.publisher.flush()
 
+    def flush_to_store(self) -> int:
+        """Puts every block cached only on the device to the store (between runs): see StoreTier.flush. The
+        blocks put; 0 without a store."""
+        return self.store.flush() if self.store is not None else 0
+
     def close(self) -> None:
-        """Stops the event publisher (after sending what it holds)."""
+        """Unregisters the store (its blocks stay in it) and stops the event publisher (after sending what
+        it holds)."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
         if self.publisher is not None:
             self.publisher.close()
             self.publisher = None

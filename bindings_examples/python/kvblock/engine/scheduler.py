@@ -25,6 +25,7 @@ class Scheduler:
                  mgr_clock: ContextManager[Any], salt: Callable[[Seq], Optional[int]]) -> None:
         self.cfg, self.mgr, self.mover, self.metrics = cfg, mgr, mover, metrics
         self.mgr_clock, self.salt = mgr_clock, salt
+        self.store_poll: Optional[Callable[[], None]] = None  # set by the engine when it has a store tier
         self.waiting: Deque[Seq] = collections.deque()
         self.running: List[Seq] = []
         self.swapped: Deque[Seq] = collections.deque()
@@ -53,15 +54,38 @@ class Scheduler:
             return
         with self.mgr_clock:
             self.mgr.free(victim.seq_id)
-        victim.num_computed, victim.pending, victim.status = 0, False, Status.WAITING
+        victim.num_computed, victim.pending, victim.filling, victim.status = 0, False, False, Status.WAITING
         self.waiting.appendleft(victim)
         self.metrics.preemptions += 1
+
+    def _store_filling(self, s: Seq) -> bool:
+        """After an allocation: poll the store (a synchronous one completes the gets at once), then take
+        the sequence's computed count (failed gets cut it) and whether it still waits for gets."""
+        assert self.store_poll is not None
+        self.store_poll()
+        with self.mgr_clock:
+            s.num_computed, filling = self.mgr.store_state(s.seq_id)
+        s.filling = filling != 0
+        return s.filling
+
+    def _store_arrivals(self) -> None:
+        """Polls the store (completed gets; the write-through puts of the last step's offloads): sequences
+        whose gets were in flight may run once all of theirs ended."""
+        assert self.store_poll is not None
+        self.store_poll()
+        for s in self.running:
+            if s.filling:
+                with self.mgr_clock:
+                    s.num_computed, filling = self.mgr.store_state(s.seq_id)
+                s.filling = filling != 0
 
     def schedule(self) -> Tuple[List[Seq], List[Tuple[Seq, int]]]:
         """This step's (decodes, prefills): the sequences that decode one token, and (sequence, chunk)
         prompt chunks; their blocks are allocated (and appended to) in the manager."""
         cfg, mgr = self.cfg, self.mgr
         budget = cfg.max_batched_tokens
+        if self.store_poll is not None:
+            self._store_arrivals()
         # Swapped sequences come back first, when the pool can take them and still grow every running one.
         while self.swapped and len(self.running) < cfg.max_num_seqs:
             s = self.swapped[0]
@@ -104,7 +128,7 @@ class Scheduler:
         for s in self.running:
             if budget <= 0:
                 break
-            if s.seq_id not in decoding and s.num_computed < len(s.tokens):
+            if s.seq_id not in decoding and not s.filling and s.num_computed < len(s.tokens):
                 chunk = min(len(s.tokens) - s.num_computed, budget)
                 prefills.append((s, chunk))
                 budget -= chunk
@@ -120,6 +144,8 @@ class Scheduler:
             self.waiting.popleft()
             s.num_computed, s.status = cached, Status.RUNNING
             self.running.append(s)
+            if self.store_poll is not None and self._store_filling(s):
+                continue  # its prompt runs once its store blocks are in (a later step)
             chunk = min(len(s.tokens) - cached, budget)
             prefills.append((s, chunk))
             budget -= chunk

@@ -37,6 +37,7 @@ class Seq:
     tokens: List[int]
     num_computed: int = 0
     pending: bool = False
+    filling: bool = False      # store gets in flight: it waits (kvblock.h, "Store tier")
     status: Status = Status.WAITING
     output: List[int] = field(default_factory=list)
     logits: List[np.ndarray] = field(default_factory=list)  # per generated token, when recorded

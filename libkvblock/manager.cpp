@@ -17,19 +17,17 @@ Manager::Manager(const ManagerConfig& cfg)
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
       hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
-      pool_(cfg.num_blocks, cfg.block_size, "the device block pool"),
-      index_(pool_, "the device prefix index"),
+      device_(cfg.num_blocks, cfg.block_size, "the device block pool", "the device prefix index"),
       groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())),
       non_cacheable_(cfg.non_cacheable),
       seq_table_(64, SeqTraits{}, "the sequence table"),
-      host_pool_(cfg.num_host_blocks, cfg.block_size, "the host block pool"),
-      host_index_(host_pool_, "the host prefix index") {
+      host_(cfg.num_host_blocks, cfg.block_size, "the host block pool", "the host prefix index") {
   std::sort(non_cacheable_.begin(), non_cacheable_.end());
   non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
-    stored_hashes_.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
-    if (cfg.host_cache) host_hashes_.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
+    device_.hashes.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
+    if (cfg.host_cache) host_.hashes.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
   }
   try {
     allocate_block_arrays();
@@ -48,13 +46,13 @@ Manager::Manager(const ManagerConfig& cfg)
 // Per-block arrays beside the pools: only those the configuration uses.
 void Manager::allocate_block_arrays() {
   const ManagerConfig& cfg = cfg_;
-  if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
-  if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
+  if (groups_ > 1) device_.group.assign(cfg.num_blocks, 0);
+  if (groups_ > 1 && cfg.host_cache) host_.group.assign(cfg.num_host_blocks, 0);
   if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
   if (!cfg.groups.empty()) group_cached_.assign(groups_, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_empty_.reserve(cfg.num_host_blocks);
-  while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
+  while (host_.pool.num_free() > 0) host_empty_.push_back(host_.pool.pop_head());
   std::reverse(host_empty_.begin(), host_empty_.end());
   host_twin_.assign(cfg.num_host_blocks, -1);
   twin_budget_ = static_cast<uint32_t>(static_cast<uint64_t>(cfg.num_host_blocks) * cfg.host_twin_percent / 100);
@@ -63,8 +61,8 @@ void Manager::allocate_block_arrays() {
     pending_loads_.reserve(cfg.num_blocks);
   }
   if (cfg.events) {
-    parents_.resize(cfg.num_blocks);
-    if (cfg.host_cache) host_parents_.resize(cfg.num_host_blocks);
+    device_.parents.resize(cfg.num_blocks);
+    if (cfg.host_cache) host_.parents.resize(cfg.num_host_blocks);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "prefix_index.h"
 #include "sequence.h"
 #include "store.h"
+#include "tier.h"
 
 namespace kvb {
 
@@ -89,12 +90,6 @@ struct Counters {
   uint64_t offloaded = 0, loaded = 0, host_evictions = 0;
 };
 
-// A block's parent as events report it (kept only when events are on).
-struct ParentRef {
-  uint64_t hash = 0;
-  uint8_t kind = 0;
-};
-
 // kvb_prefix_groups of a batch export (manager_batch.cpp): caller buffers in, sizes out.
 struct PrefixGroupsOut {
   uint32_t min_shared = 2;
@@ -148,7 +143,7 @@ class Manager {
   const std::vector<int32_t>& block_table(int64_t id, uint32_t group = 0);
   uint32_t num_groups() const { return groups_; }
   uint64_t block_hash(int32_t block) const;
-  size_t num_free() const { return pool_.num_free(); }
+  size_t num_free() const { return device_.pool.num_free(); }
   void set_extra_key(int64_t id, uint32_t block_index, uint64_t key);
   const Sequence& sequence(int64_t id) { return seq(id); }
 
@@ -204,8 +199,6 @@ class Manager {
   // Group g of sequence s (s itself for g == 0).
   static Sequence& grp(Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   static const Sequence& grp(const Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
-  uint32_t block_group(int32_t b) const { return block_group_.empty() ? 0 : block_group_[b]; }
-  uint32_t host_group(int32_t h) const { return host_group_.empty() ? 0 : host_group_[h]; }
   // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
@@ -223,7 +216,7 @@ class Manager {
     int32_t block;
     uint32_t link;  // kLinkOfPrevious, or a position in group_links_
   };
-  const BlockMeta& hit_meta(int32_t block) const { return block >= 0 ? pool_.meta(block) : host_pool_.meta(-2 - block); }
+  const BlockMeta& hit_meta(int32_t block) const { return block >= 0 ? device_.pool.meta(block) : host_.pool.meta(-2 - block); }
   // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
   // the first uncached token's window and sinks need (the blocks apply_window would keep).
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
@@ -278,8 +271,9 @@ class Manager {
   void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
   size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
-  void emit(uint32_t type, int32_t b, const ChainLink* parent);
-  void emit_host(uint32_t type, int32_t h, bool stored);
+  // Block b of tier t (medium 0 device, 1 host) entered the index (stored) or left it (manager_events.cpp).
+  void emit_block(const Tier& t, uint32_t medium, uint32_t type, int32_t b, bool stored);
+  void emit_cleared();
 
   // Host tier (manager_host.cpp).
   int32_t take_host_block();              // empty, else evict the first cached block; -1 if none
@@ -316,13 +310,9 @@ class Manager {
   uint32_t bs_;
   uint32_t watermark_blocks_;
   BlockHasher hasher_;  // index keys: seed 0, or the secret seed of a keyed index
-  BlockPool pool_;
-  PrefixIndex index_;
+  Tier device_;  // device blocks; the pool's queue is the free queue
   EventQueue events_;
   uint32_t groups_ = 1;       // KV cache groups (1 when none are configured)
-  // (group, public hash) counts of indexed blocks, when events are on (one table for every group).
-  std::unique_ptr<HashCounts> stored_hashes_;
-  std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
   std::vector<int64_t> parked_for_;        // with groups: the sequence each parked block is parked for
   // With groups: blocks indexed under each group, device and host together. A prefix lookup hits a block
   // at most once (its key holds its group and whole history), so group g hits at most this many.
@@ -341,9 +331,8 @@ class Manager {
   std::vector<uint32_t> free_seq_slots_;
   size_t live_seqs_ = 0;
 
-  // Host tier (see manager_host.cpp): host_pool_'s queue holds the cached host blocks in eviction order.
-  BlockPool host_pool_;
-  PrefixIndex host_index_;
+  // Host tier (see manager_host.cpp): host_.pool's queue holds the cached host blocks in eviction order.
+  Tier host_;
   std::vector<int32_t> host_empty_;  // stack of host blocks that hold nothing
   std::vector<int32_t> host_twin_;   // device block indexed under the same key, or -1
   struct TwinList {                  // cached host blocks with a device twin (in_free == 2), oldest first
@@ -353,9 +342,6 @@ class Manager {
   uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
   size_t host_held_ = 0;             // blocks held by swapped-out sequences
   std::vector<BlockPair> pending_offloads_, pending_loads_;
-  std::unique_ptr<HashCounts> host_hashes_;  // ... of the host index, when events and the host cache are on
-  std::vector<uint8_t> host_group_;  // group of each cached host block's content (only with groups)
-  std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
 
   uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
   std::vector<BlockPair> pending_copies_;

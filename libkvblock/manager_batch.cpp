@@ -68,8 +68,8 @@ void grow(std::vector<T>& v, size_t n) {
 void Manager::find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, PrefixGroupsOut& out) {
   GroupScratch& g = gscratch;
   const uint32_t k = out.min_shared;
-  grow(g.block_stamp, pool_.num_blocks());
-  grow(g.block_cand, pool_.num_blocks());
+  grow(g.block_stamp, device_.pool.num_blocks());
+  grow(g.block_cand, device_.pool.num_blocks());
   if (++g.generation == 0) {
     std::fill(g.block_stamp.begin(), g.block_stamp.end(), 0);
     g.generation = 1;
@@ -167,9 +167,9 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
       i = j;
     }
   }
-  if (pool_.num_free() < needed)
+  if (device_.pool.num_free() < needed)
     fail(Code::out_of_blocks, "batch append of %zu token%s needs %zu free block%s, %u %s free", n, plural_s(n), needed,
-         plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
+         plural_s(needed), device_.pool.num_free(), is_are(device_.pool.num_free()));
   // Reserve every container the appends may grow, so that nothing below can fail half-way.
   for (size_t i = 0; i < n; ++i)
     for (uint32_t g = 0; g < groups_; ++g) {

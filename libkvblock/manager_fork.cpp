@@ -53,7 +53,7 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
       fail(Code::bad_state, "seq %" PRId64 ": a fork at %zu token%s needs block %u (the window of its next query), which "
            "the sliding window released%s", parent_id, pos, plural_s(pos), released,
            groups_ > 1 ? " (in a window group)" : "");
-    chains[g] = chain_at(pg, hashed, pool_, "fork position");
+    chains[g] = chain_at(pg, hashed, device_.pool, "fork position");
   }
 
   const size_t parent_index = static_cast<size_t>(&p - seqs_.data());  // new_seq may move seqs_
@@ -115,7 +115,7 @@ void Manager::rollback(int64_t id, size_t n) {
       fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s needs block %u (its last block or the "
            "window of its next query), which the sliding window released (only committed tokens can lie there)%s",
            id, len, plural_s(len), released, groups_ > 1 ? " (in a window group)" : "");
-    chains[g] = chain_at(sg, hashed, pool_, "rollback");
+    chains[g] = chain_at(sg, hashed, device_.pool, "rollback");
   }
   for (uint32_t g = groups_; g-- > 0;) rollback_apply(grp(s, g), len, nb, hashed, chains[g]);
 }
@@ -131,7 +131,7 @@ void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t ha
   // still holds it as it is (the next append here then copies it first).
   if (len % bs_ != 0) {
     int32_t last = s.table.back();
-    if (pool_.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
+    if (device_.pool.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
   }
   s.num_tokens = len;
   s.num_computed = std::min(s.num_computed, len);

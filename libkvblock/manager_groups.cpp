@@ -86,11 +86,11 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
         return std::memcmp(pool.tokens(x), blk, bs_ * sizeof(int64_t)) == 0 && pool.meta(x).has_extra == extra.present &&
                (!extra.present || pool.meta(x).extra == extra.value);
       };
-      int32_t b = index_.find(next.key);  // the device level first, then the host level (stored as -2 - h)
-      bool hit = b >= 0 && same(pool_, b);
+      int32_t b = device_.index.find(next.key);  // the device level first, then the host level (stored as -2 - h)
+      bool hit = b >= 0 && same(device_.pool, b);
       if (!hit && cfg_.host_cache) {
-        const int32_t h = host_index_.find(next.key);
-        hit = h >= 0 && same(host_pool_, h);
+        const int32_t h = host_.index.find(next.key);
+        hit = h >= 0 && same(host_.pool, h);
         b = -2 - h;
       }
       if (hit) {
@@ -132,7 +132,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   uint32_t host_index = UINT32_MAX;
   for (const GroupHit& e : group_hits_) {
     if (e.index >= k || !group_takes(e.group, k, e.index)) continue;
-    if (e.block < 0 || pool_.meta(e.block).ref == 0) ++needed;
+    if (e.block < 0 || device_.pool.meta(e.block).ref == 0) ++needed;
     if (e.block < -1 && e.index != host_index) {
       host_index = e.index;
       ++out.host_hits;
@@ -157,9 +157,9 @@ void Manager::sort_group_hits(GroupLookup& gl) {
 size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
   GroupLookup gl;
   group_lookup(tokens, n, opts, gl);
-  if (pool_.num_free() < gl.needed + watermark_blocks_)
+  if (device_.pool.num_free() < gl.needed + watermark_blocks_)
     fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s over %u groups (+%u watermark), %u %s free",
-         id, gl.needed, plural_s(gl.needed), groups_, watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
+         id, gl.needed, plural_s(gl.needed), groups_, watermark_blocks_, device_.pool.num_free(), is_are(device_.pool.num_free()));
   sort_group_hits(gl);
   const uint32_t G = groups_, k = gl.hits;
   Sequence& s = new_seq(id);
@@ -213,7 +213,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
         if (b < -1) {  // counts as cached: the load runs before the step
           // The link before block i: kept by the lookup, or after block i - 1 (held, or loaded, by now).
           const ChainLink before = e.link != kLinkOfPrevious ? group_links_[e.link]
-                                   : took                    ? link_after(pool_.meta(gs.table[i - 1]))
+                                   : took                    ? link_after(device_.pool.meta(gs.table[i - 1]))
                                                              : window_link[g];
           b = load_from_host(-2 - b, before);
         }
@@ -229,7 +229,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     gs.num_computed = gs.num_cached = cached;
     gs.num_hashed = k;
     gs.first_link = group_first_link(opts, g);
-    gs.chain = k ? link_after(pool_.meta(gs.table[k - 1])) : gs.first_link;  // block k - 1 is taken: held
+    gs.chain = k ? link_after(device_.pool.meta(gs.table[k - 1])) : gs.first_link;  // block k - 1 is taken: held
     gs.window = spec.window ? spec.window_tokens : 0;
     gs.sink = spec.window ? spec.sink_tokens : 0;
     gs.window_next = blocks_for(gs.sink, bs_);
@@ -276,12 +276,12 @@ void Manager::free_group_blocks(Sequence& s) {
 }
 
 void Manager::requeue_released(const Sequence::ReleasedBlock& r, int64_t id) {
-  const BlockMeta& m = pool_.meta(r.block);
+  const BlockMeta& m = device_.pool.meta(r.block);
   if (!m.in_free || !m.indexed || m.key != r.key) return;  // taken since, or holding other content
   // Another sequence hit the block and its window parked it again: that sequence still runs.
   if (m.in_free == 2 && parked_for_[r.block] != id) return;
-  pool_.unlink(r.block);
-  pool_.push_tail(r.block);
+  device_.pool.unlink(r.block);
+  device_.pool.push_tail(r.block);
 }
 
 }  // namespace kvb

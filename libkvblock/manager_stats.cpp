@@ -5,8 +5,8 @@ namespace kvb {
 
 Stats Manager::stats() const {
   Stats st{};
-  st.free_blocks = pool_.num_free();
-  st.used_blocks = pool_.num_blocks() - pool_.num_free();
+  st.free_blocks = device_.pool.num_free();
+  st.used_blocks = device_.pool.num_blocks() - device_.pool.num_free();
   st.cached_free_blocks = cached_free_;
   st.num_seqs = live_seqs_;
   st.query_tokens = counters_.query_tokens;

@@ -83,7 +83,7 @@ uint32_t Manager::store_lookup(const int64_t* tokens, uint32_t from, uint32_t nu
 int32_t Manager::take_store_staging() {
   int32_t h = take_host_block();
   if (h < 0) fail(Code::internal, "no host block for a store get, though the lookup counted one");
-  BlockMeta& m = host_pool_.meta(h);
+  BlockMeta& m = host_.pool.meta(h);
   m.ref = 1;  // held by its get
   m.has_hash = 0;
   store_.staging[h] = 1;
@@ -113,7 +113,7 @@ void Manager::store_start_gets(Sequence& s, uint32_t first, uint32_t count) {
 }
 
 void Manager::store_release_staging(int32_t h) {
-  BlockMeta& m = host_pool_.meta(h);
+  BlockMeta& m = host_.pool.meta(h);
   m.ref = 0;
   m.has_hash = 0;
   store_.staging[h] = 0;
@@ -143,7 +143,7 @@ void Manager::store_complete(size_t k, int32_t status) {
     // A later failure of an earlier block may still cut this one: its load then runs before the step
     // that rewrites the block, or after it with the same bytes (a good get holds this key's K/V).
     store_.staging[g.host] = 2;
-    ++pool_.meta(g.device).ref;  // held by the load until drained, like a host load's destination
+    ++device_.pool.meta(g.device).ref;  // held by the load until drained, like a host load's destination
     pending_loads_.push_back(BlockPair{g.host, g.device});  // capacity num_blocks: destinations are unique
     ++counters_.loaded;
   } else {
@@ -174,7 +174,7 @@ size_t Manager::store_poll() {
     for (int32_t h : store_.through) {
       if (!store_.through_pending[h]) continue;
       store_.through_pending[h] = 0;
-      if (host_pool_.meta(h).indexed && !store_.written[h]) store_put(h);
+      if (host_.pool.meta(h).indexed && !store_.written[h]) store_put(h);
     }
     store_.through.clear();
   }
@@ -208,7 +208,7 @@ void Manager::seq_store_state(int64_t id, size_t* num_computed, size_t* num_fill
 }
 
 void Manager::store_put(int32_t h) {
-  const Key128 k = fold_store_key(host_pool_.meta(h).key, store_.ns);
+  const Key128 k = fold_store_key(host_.pool.meta(h).key, store_.ns);
   const kvb_store_key key{k.lo, k.hi};
   if (store_.ops.put(store_.ops.user, &key, h) != 0) {
     ++store_.put_failures;
@@ -225,14 +225,14 @@ void Manager::emit_store(int32_t h) {
   e.type = 1;  // KVB_EVENT_BLOCK_STORED
   e.block = h;
   e.medium = 2;  // KVB_MEDIUM_STORE
-  const BlockMeta& m = host_pool_.meta(h);
+  const BlockMeta& m = host_.pool.meta(h);
   e.hash = m.hash;
-  e.parent_kind = host_parents_[h].kind;
-  e.parent_hash = host_parents_[h].hash;
+  e.parent_kind = host_.parents[h].kind;
+  e.parent_hash = host_.parents[h].hash;
   e.has_extra = m.has_extra;
   e.extra = m.extra;
   e.num_tokens = bs_;
-  events_.push(e, host_pool_.tokens(h));
+  events_.push(e, host_.pool.tokens(h));
 }
 
 // host_refs[h]: the references on host block h that the store accounts for (its get's); the host check
@@ -250,12 +250,12 @@ void Manager::check_store_invariants(std::vector<int32_t>& host_refs) const {
                       host_refs[g.host] == 0,
                   "get %" PRIu64 ": host block %d is not staged for it alone", g.ticket, g.host);
     host_refs[g.host] = 1;
-    KVB_INVARIANT(!host_pool_.meta(g.host).indexed, "get %" PRIu64 ": staging host block %d is indexed", g.ticket, g.host);
+    KVB_INVARIANT(!host_.pool.meta(g.host).indexed, "get %" PRIu64 ": staging host block %d is indexed", g.ticket, g.host);
     const Sequence* s = find_seq_const(g.seq_id);
     if (!s || s->store_serial != g.serial) continue;
     ++filling[static_cast<size_t>(s - seqs_.data())];
-    KVB_INVARIANT(g.index < s->table.size() && s->table[g.index] == g.device && pool_.meta(g.device).ref > 0 &&
-                      !pool_.meta(g.device).indexed && g.index >= s->num_hashed,
+    KVB_INVARIANT(g.index < s->table.size() && s->table[g.index] == g.device && device_.pool.meta(g.device).ref > 0 &&
+                      !device_.pool.meta(g.device).indexed && g.index >= s->num_hashed,
                   "seq %" PRId64 ": block %u (device %d) filling from the store is not held, or is indexed", s->id,
                   g.index, g.device);
   }

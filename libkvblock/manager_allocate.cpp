@@ -59,7 +59,7 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
     const ExtraKey extra = extras.at(i);
     if (!is_cacheable(blk, bs_, extra)) break;
-    const Key128 key = hasher_.key(out.chain, blk, bs_, extra);
+    const Key128 key = keys_.hasher.key(out.chain, blk, bs_, extra);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
     auto same = [&](const BlockMeta& m, const int64_t* stored) {
       return std::memcmp(stored, blk, bs_ * sizeof(int64_t)) == 0 && m.has_extra == extra.present &&
@@ -115,9 +115,9 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   if (!cfg_.groups.empty()) return allocate_groups(id, tokens, n, opts);
 
   ChainLink first = first_link_of(opts);
-  scratch_hits_.clear();
+  scratch_.hits.clear();
   Lookup lk;
-  lookup(tokens, n, first, opts, &scratch_hits_, lk);
+  lookup(tokens, n, first, opts, &scratch_.hits, lk);
   uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
   if (device_.pool.num_free() < needed + watermark_blocks_)
     fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s (+%u watermark), %u %s free", id, needed,
@@ -133,7 +133,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
     }
     if (lk.store_hits) {
       store_.gets.reserve(store_.gets.size() + lk.store_hits);
-      store_hosts_.resize(lk.store_hits);
+      scratch_.store_hosts.resize(lk.store_hits);
     }
   } catch (const std::bad_alloc&) {
     drop_seq(s);
@@ -144,15 +144,15 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   }
   // From here on nothing allocates. Device hits are taken and host hits pinned before any block is taken
   // from the free queue: its evictions (and their offloads) must not touch them.
-  for (int32_t b : scratch_hits_) {
+  for (int32_t b : scratch_.hits) {
     if (b >= 0) acquire_cached(b);
     else pin_host(-2 - b);
   }
   // Store hits' staging host blocks next, while lookup's count of takeable host blocks still holds (the
   // device evictions below offload into host blocks too).
-  for (uint32_t j = 0; j < lk.store_hits; ++j) store_hosts_[j] = take_store_staging();
+  for (uint32_t j = 0; j < lk.store_hits; ++j) scratch_.store_hosts[j] = take_store_staging();
   ChainLink parent = first;
-  for (int32_t b : scratch_hits_) {
+  for (int32_t b : scratch_.hits) {
     if (b < 0) b = load_from_host(-2 - b, parent);  // counts as cached: the load runs before the step
     s.table.push_back(b);
     parent = link_after(device_.pool.meta(b));

@@ -18,7 +18,7 @@ int32_t Manager::take_free_block() {
   BlockMeta& m = device_.pool.meta(b);
   if (m.indexed) {
     unindex_block(b);
-    --cached_free_;
+    --counters_.cached_free;
     ++counters_.evictions;
     if (cfg_.host_cache) offload(b);  // write-back: the content moves to the host level
   }
@@ -32,7 +32,7 @@ void Manager::acquire_cached(int32_t b) {
   BlockMeta& m = device_.pool.meta(b);
   if (m.ref == 0) {
     device_.pool.unlink(b);
-    if (m.indexed) --cached_free_;
+    if (m.indexed) --counters_.cached_free;
   }
   ++m.ref;
 }
@@ -42,17 +42,17 @@ void Manager::release_block(int32_t b, const Sequence* parker) {
   if (--m.ref > 0) return;
   if (parker) {
     device_.pool.park(b);
-    parked_for_[b] = parker->id;
+    groups_.parked_for[b] = parker->id;
   } else {
     device_.pool.push_tail(b);
   }
-  if (m.indexed) ++cached_free_;
+  if (m.indexed) ++counters_.cached_free;
   // A copy into a block nobody holds any more must not run once the block is reused; dropping it
   // releases the reference it held on its source. (Destinations are unique.)
-  for (size_t i = 0; i < pending_copies_.size(); ++i) {
-    if (pending_copies_[i].second != b) continue;
-    int32_t src = pending_copies_[i].first;
-    pending_copies_.erase(pending_copies_.begin() + static_cast<long>(i));
+  for (size_t i = 0; i < pending_.copies.size(); ++i) {
+    if (pending_.copies[i].second != b) continue;
+    int32_t src = pending_.copies[i].first;
+    pending_.copies.erase(pending_.copies.begin() + static_cast<long>(i));
     release_block(src);
     break;
   }
@@ -61,7 +61,7 @@ void Manager::release_block(int32_t b, const Sequence* parker) {
 int32_t Manager::sequence_holders(int32_t b) const {
   // Pending copies read b before the next forward step writes anything, so they do not make b shared.
   int32_t n = device_.pool.meta(b).ref;
-  for (const BlockPair& p : pending_copies_) n -= p.first == b;
+  for (const BlockPair& p : pending_.copies) n -= p.first == b;
   return n;
 }
 
@@ -69,7 +69,7 @@ void Manager::forget_hash(int32_t b) {
   BlockMeta& m = device_.pool.meta(b);
   if (m.indexed) {
     unindex_block(b);
-    if (m.in_free) --cached_free_;
+    if (m.in_free) --counters_.cached_free;
   }
   m.has_hash = 0;
   m.has_extra = 0;
@@ -78,7 +78,7 @@ void Manager::forget_hash(int32_t b) {
 void Manager::unindex_block(int32_t b) {
   BlockMeta& m = device_.pool.meta(b);
   device_.index.erase_if_points_to(m.key, b);
-  if (m.indexed && !group_cached_.empty()) --group_cached_[device_.group_of(b)];
+  if (m.indexed && !groups_.cached.empty()) --groups_.cached[device_.group_of(b)];
   m.indexed = 0;
   if (cfg_.host_cache) host_twin_leave(b);
   if (events_.enabled() && device_.hashes->remove(device_.group_of(b), m.hash))
@@ -91,8 +91,8 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
   if (old == b) return;
   // Keys carry the group (the first link does), so a replaced block is always of the same group.
   if (!device_.group.empty()) device_.group[b] = static_cast<uint8_t>(group);
-  if (!m.indexed && m.in_free) ++cached_free_;
-  if (!m.indexed && !group_cached_.empty()) ++group_cached_[group];
+  if (!m.indexed && m.in_free) ++counters_.cached_free;
+  if (!m.indexed && !groups_.cached.empty()) ++groups_.cached[group];
   m.indexed = 1;
   if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_.index.find(m.key) : host_copy);
   if (events_.enabled()) device_.parents[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
@@ -102,8 +102,8 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
   if (old >= 0) {
     BlockMeta& o = device_.pool.meta(old);
     o.indexed = 0;
-    if (!group_cached_.empty()) --group_cached_[group];
-    if (o.in_free) --cached_free_;
+    if (!groups_.cached.empty()) --groups_.cached[group];
+    if (o.in_free) --counters_.cached_free;
     if (o.in_free == 2) {  // parked blocks are cached ones (see park): an empty one is reused first
       device_.pool.unlink(old);
       device_.pool.push_head(old);
@@ -121,15 +121,15 @@ ChainLink Manager::link_after(const BlockMeta& m) const {
 }
 
 bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
-  if (non_cacheable_.empty()) return false;
-  if (non_cacheable_.size() <= 4) {
+  if (keys_.non_cacheable.empty()) return false;
+  if (keys_.non_cacheable.size() <= 4) {
     for (size_t i = 0; i < n; ++i)
-      for (int64_t t : non_cacheable_)
+      for (int64_t t : keys_.non_cacheable)
         if (tokens[i] == t) return true;
     return false;
   }
   for (size_t i = 0; i < n; ++i)
-    if (std::binary_search(non_cacheable_.begin(), non_cacheable_.end(), tokens[i])) return true;
+    if (std::binary_search(keys_.non_cacheable.begin(), keys_.non_cacheable.end(), tokens[i])) return true;
   return false;
 }
 
@@ -160,10 +160,10 @@ void Manager::reset_prefix_cache() {
   }
   for (uint32_t b = 0; b < device_.pool.num_blocks(); ++b) {
     BlockMeta& m = device_.pool.meta(static_cast<int32_t>(b));
-    if (m.indexed && !group_cached_.empty()) --group_cached_[device_.group_of(static_cast<int32_t>(b))];
+    if (m.indexed && !groups_.cached.empty()) --groups_.cached[device_.group_of(static_cast<int32_t>(b))];
     m.has_hash = m.indexed = m.has_extra = 0;
   }
-  cached_free_ = 0;
+  counters_.cached_free = 0;
   if (device_.hashes) device_.hashes->clear();
   clear_host_cache();
   emit_cleared();

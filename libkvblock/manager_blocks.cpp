@@ -28,15 +28,6 @@ int32_t Manager::take_free_block() {
   return b;
 }
 
-void Manager::acquire_cached(int32_t b) {
-  BlockMeta& m = device_.pool.meta(b);
-  if (m.ref == 0) {
-    device_.pool.unlink(b);
-    if (m.indexed) --counters_.cached_free;
-  }
-  ++m.ref;
-}
-
 void Manager::release_block(int32_t b, const Sequence* parker) {
   BlockMeta& m = device_.pool.meta(b);
   if (--m.ref > 0) return;
@@ -56,23 +47,6 @@ void Manager::release_block(int32_t b, const Sequence* parker) {
     release_block(src);
     break;
   }
-}
-
-int32_t Manager::sequence_holders(int32_t b) const {
-  // Pending copies read b before the next forward step writes anything, so they do not make b shared.
-  int32_t n = device_.pool.meta(b).ref;
-  for (const BlockPair& p : pending_.copies) n -= p.first == b;
-  return n;
-}
-
-void Manager::forget_hash(int32_t b) {
-  BlockMeta& m = device_.pool.meta(b);
-  if (m.indexed) {
-    unindex_block(b);
-    if (m.in_free) --counters_.cached_free;
-  }
-  m.has_hash = 0;
-  m.has_extra = 0;
 }
 
 void Manager::unindex_block(int32_t b) {
@@ -112,14 +86,6 @@ void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, in
   }
 }
 
-ChainLink Manager::link_after(const BlockMeta& m) const {
-  ChainLink l;
-  l.kind = ChainLink::parent;
-  l.hash = m.hash;
-  l.key = m.key;
-  return l;
-}
-
 bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
   if (keys_.non_cacheable.empty()) return false;
   if (keys_.non_cacheable.size() <= 4) {
@@ -131,10 +97,6 @@ bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
   for (size_t i = 0; i < n; ++i)
     if (std::binary_search(keys_.non_cacheable.begin(), keys_.non_cacheable.end(), tokens[i])) return true;
   return false;
-}
-
-bool Manager::is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const {
-  return extra.present || !contains_non_cacheable(tokens, n);
 }
 
 uint64_t Manager::block_hash(int32_t b) const {

@@ -16,25 +16,22 @@ Manager::Manager(const ManagerConfig& cfg)
     : cfg_((validate_config(cfg), cfg)),
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
-      hasher_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
-      pool_(cfg.num_blocks, cfg.block_size, "the device block pool"),
-      index_(pool_, "the device prefix index"),
-      groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())),
-      non_cacheable_(cfg.non_cacheable),
-      seq_table_(64, SeqTraits{}, "the sequence table"),
-      host_pool_(cfg.num_host_blocks, cfg.block_size, "the host block pool"),
-      host_index_(host_pool_, "the host prefix index") {
-  std::sort(non_cacheable_.begin(), non_cacheable_.end());
-  non_cacheable_.erase(std::unique(non_cacheable_.begin(), non_cacheable_.end()), non_cacheable_.end());
+      keys_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
+      device_(cfg.num_blocks, cfg.block_size, "the device block pool", "the device prefix index"),
+      host_(cfg.num_host_blocks, cfg.block_size, "the host block pool", "the host prefix index"),
+      groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())) {
+  keys_.non_cacheable = cfg.non_cacheable;
+  std::sort(keys_.non_cacheable.begin(), keys_.non_cacheable.end());
+  keys_.non_cacheable.erase(std::unique(keys_.non_cacheable.begin(), keys_.non_cacheable.end()), keys_.non_cacheable.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
-    stored_hashes_.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
-    if (cfg.host_cache) host_hashes_.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
+    device_.hashes.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
+    if (cfg.host_cache) host_.hashes.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
   }
   try {
     allocate_block_arrays();
   } catch (const std::bad_alloc&) {
-    const bool many = groups_ > 1, host = cfg.host_cache, ev = cfg.events;
+    const bool many = groups_.count > 1, host = cfg.host_cache, ev = cfg.events;
     const unsigned long long device = (ev ? sizeof(ParentRef) : 0) + (host ? sizeof(BlockPair) : 0) + many +
                                       (cfg.groups.empty() ? 0 : sizeof(int64_t));
     const unsigned long long host_each = 2 * sizeof(int32_t) + (host ? sizeof(BlockPair) : 0) + (many && host) +
@@ -48,23 +45,23 @@ Manager::Manager(const ManagerConfig& cfg)
 // Per-block arrays beside the pools: only those the configuration uses.
 void Manager::allocate_block_arrays() {
   const ManagerConfig& cfg = cfg_;
-  if (groups_ > 1) block_group_.assign(cfg.num_blocks, 0);
-  if (groups_ > 1 && cfg.host_cache) host_group_.assign(cfg.num_host_blocks, 0);
-  if (!cfg.groups.empty()) parked_for_.assign(cfg.num_blocks, 0);
-  if (!cfg.groups.empty()) group_cached_.assign(groups_, 0);
+  if (groups_.count > 1) device_.group.assign(cfg.num_blocks, 0);
+  if (groups_.count > 1 && cfg.host_cache) host_.group.assign(cfg.num_host_blocks, 0);
+  if (!cfg.groups.empty()) groups_.parked_for.assign(cfg.num_blocks, 0);
+  if (!cfg.groups.empty()) groups_.cached.assign(groups_.count, 0);
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
-  host_empty_.reserve(cfg.num_host_blocks);
-  while (host_pool_.num_free() > 0) host_empty_.push_back(host_pool_.pop_head());
-  std::reverse(host_empty_.begin(), host_empty_.end());
-  host_twin_.assign(cfg.num_host_blocks, -1);
-  twin_budget_ = static_cast<uint32_t>(static_cast<uint64_t>(cfg.num_host_blocks) * cfg.host_twin_percent / 100);
+  host_blocks_.empty.reserve(cfg.num_host_blocks);
+  while (host_.pool.num_free() > 0) host_blocks_.empty.push_back(host_.pool.pop_head());
+  std::reverse(host_blocks_.empty.begin(), host_blocks_.empty.end());
+  host_blocks_.twin.assign(cfg.num_host_blocks, -1);
+  host_blocks_.twin_budget = static_cast<uint32_t>(static_cast<uint64_t>(cfg.num_host_blocks) * cfg.host_twin_percent / 100);
   if (cfg.host_cache) {  // pending transfers have unique destinations: these bounds are never passed
-    pending_offloads_.reserve(cfg.num_host_blocks);
-    pending_loads_.reserve(cfg.num_blocks);
+    pending_.offloads.reserve(cfg.num_host_blocks);
+    pending_.loads.reserve(cfg.num_blocks);
   }
   if (cfg.events) {
-    parents_.resize(cfg.num_blocks);
-    if (cfg.host_cache) host_parents_.resize(cfg.num_host_blocks);
+    device_.parents.resize(cfg.num_blocks);
+    if (cfg.host_cache) host_.parents.resize(cfg.num_host_blocks);
   }
 }
 

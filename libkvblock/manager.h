@@ -14,7 +14,9 @@
 #include "open_table.h"
 #include "prefix_index.h"
 #include "sequence.h"
+#include "sequence_table.h"
 #include "store.h"
+#include "tier.h"
 
 namespace kvb {
 
@@ -84,15 +86,10 @@ struct Stats {
 // blocks, are read from the pools instead; the store tier counts its own in StoreTier). One struct, so
 // that a new counter is one field here and one line in Manager::stats.
 struct Counters {
+  uint64_t cached_free = 0;  // a gauge, kept in step by the block helpers: indexed blocks in the free queue
   uint64_t query_tokens = 0, hit_tokens = 0, host_hit_tokens = 0, computed_tokens = 0;
   uint64_t evictions = 0, cow_copies = 0, swapped_out = 0, swapped_in = 0;
   uint64_t offloaded = 0, loaded = 0, host_evictions = 0;
-};
-
-// A block's parent as events report it (kept only when events are on).
-struct ParentRef {
-  uint64_t hash = 0;
-  uint8_t kind = 0;
 };
 
 // kvb_prefix_groups of a batch export (manager_batch.cpp): caller buffers in, sizes out.
@@ -146,9 +143,9 @@ class Manager {
   void append(int64_t id, const int64_t* tokens, size_t n);
   void free_seq(int64_t id);
   const std::vector<int32_t>& block_table(int64_t id, uint32_t group = 0);
-  uint32_t num_groups() const { return groups_; }
+  uint32_t num_groups() const { return groups_.count; }
   uint64_t block_hash(int32_t block) const;
-  size_t num_free() const { return pool_.num_free(); }
+  size_t num_free() const { return device_.pool.num_free(); }
   void set_extra_key(int64_t id, uint32_t block_index, uint64_t key);
   const Sequence& sequence(int64_t id) { return seq(id); }
 
@@ -156,12 +153,12 @@ class Manager {
   // (manager_host.cpp), window (manager_window.cpp), batch (manager_batch.cpp).
   void fork(int64_t parent, int64_t child, size_t num_tokens);
   // Copy-on-write pairs not yet drained; each holds a reference on its source block.
-  const std::vector<BlockPair>& pending_copies() const { return pending_copies_; }
+  const std::vector<BlockPair>& pending_copies() const { return pending_.copies; }
   void release_pending_copies();  // after the caller took them
   // Host-cache transfers not yet drained: offloads (device src, host dst) run before loads (host src,
   // device dst). A pending load holds its source host block and its destination device block.
-  const std::vector<BlockPair>& pending_offloads() const { return pending_offloads_; }
-  const std::vector<BlockPair>& pending_loads() const { return pending_loads_; }
+  const std::vector<BlockPair>& pending_offloads() const { return pending_.offloads; }
+  const std::vector<BlockPair>& pending_loads() const { return pending_.loads; }
   void release_host_transfers();  // after the caller took them
   void rollback(int64_t id, size_t n);
   void set_window(int64_t id, uint32_t window, uint32_t sink);
@@ -204,31 +201,29 @@ class Manager {
   // Group g of sequence s (s itself for g == 0).
   static Sequence& grp(Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   static const Sequence& grp(const Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
-  uint32_t block_group(int32_t b) const { return block_group_.empty() ? 0 : block_group_[b]; }
-  uint32_t host_group(int32_t h) const { return host_group_.empty() ? 0 : host_group_[h]; }
   // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
     uint32_t hits = 0;        // cached blocks valid for every group
     uint32_t host_hits = 0;   // of those, blocks that some group loads from the host
     uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks and free hits)
-    uint32_t first[kMaxForkGroups + 1] = {};  // group g's hits in group_hits_by_group_: [first[g], first[g + 1])
+    uint32_t first[kMaxForkGroups + 1] = {};  // group g's hits in scratch_.group_hits_by_group: [first[g], first[g + 1])
   };
   // A cached block that group `group` found for prompt block `index` (device block, or -2 - h for host
   // block h). The chain link before it (a host load and a released window link need it) is the link
-  // after the group's hit at index - 1 (its metadata), or, after a miss or at index 0, group_links_[link].
+  // after the group's hit at index - 1 (its metadata), or, after a miss or at index 0, scratch_.group_links[link].
   static constexpr uint32_t kLinkOfPrevious = UINT32_MAX;
   struct GroupHit {
     uint32_t index, group;
     int32_t block;
-    uint32_t link;  // kLinkOfPrevious, or a position in group_links_
+    uint32_t link;  // kLinkOfPrevious, or a position in scratch_.group_links
   };
-  const BlockMeta& hit_meta(int32_t block) const { return block >= 0 ? pool_.meta(block) : host_pool_.meta(-2 - block); }
+  const BlockMeta& hit_meta(int32_t block) const { return block >= 0 ? device_.pool.meta(block) : host_.pool.meta(-2 - block); }
   // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
   // the first uncached token's window and sinks need (the blocks apply_window would keep).
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
   void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
-  void sort_group_hits(GroupLookup& gl);  // group_hits_by_group_, for allocate_groups
+  void sort_group_hits(GroupLookup& gl);  // scratch_.group_hits_by_group, for allocate_groups
   size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
   // A sequence's block tables (and extra keys) could not be reserved: fail_alloc with their size.
   [[noreturn]] static void fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, size_t num_extra_keys);
@@ -253,17 +248,49 @@ class Manager {
   void validate_options(const SeqOptions& opts, size_t n) const;
   void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
               std::vector<int32_t>* hits_out, Lookup& out);
-  bool is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const;
+  // The per-block helpers of the lookup, append and commit loops (is_cacheable, link_after, and below
+  // acquire_cached, sequence_holders, forget_hash) are defined in the class, not in manager_blocks.cpp:
+  // their callers are in other files (manager_allocate.cpp, manager_groups.cpp, manager_append.cpp),
+  // and called out of line they cost the cached-prompt path about a quarter of its time.
+  bool is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const {
+    return extra.present || !contains_non_cacheable(tokens, n);
+  }
   bool contains_non_cacheable(const int64_t* tokens, size_t n) const;
-  ChainLink link_after(const BlockMeta& m) const;
+  ChainLink link_after(const BlockMeta& m) const {
+    ChainLink l;
+    l.kind = ChainLink::parent;
+    l.hash = m.hash;
+    l.key = m.key;
+    return l;
+  }
   uint32_t watermark_blocks() const { return watermark_blocks_; }
 
   int32_t take_free_block();             // queue head, evicting its cached content
-  void acquire_cached(int32_t b);        // a hit: take a reference
+  void acquire_cached(int32_t b) {  // a hit: take a reference
+    BlockMeta& m = device_.pool.meta(b);
+    if (m.ref == 0) {
+      device_.pool.unlink(b);
+      if (m.indexed) --counters_.cached_free;
+    }
+    ++m.ref;
+  }
   // Drops a reference; at zero the block goes to the queue tail, or is parked for the window of `parker`.
   void release_block(int32_t b, const Sequence* parker = nullptr);
-  int32_t sequence_holders(int32_t b) const;  // ref count less pending copies reading b
-  void forget_hash(int32_t b);           // the block's content changes: leave the index, lose the hash
+  int32_t sequence_holders(int32_t b) const {  // ref count less pending copies reading b
+    // Pending copies read b before the next forward step writes anything, so they do not make b shared.
+    int32_t n = device_.pool.meta(b).ref;
+    for (const BlockPair& p : pending_.copies) n -= p.first == b;
+    return n;
+  }
+  void forget_hash(int32_t b) {  // the block's content changes: leave the index, lose the hash
+    BlockMeta& m = device_.pool.meta(b);
+    if (m.indexed) {
+      unindex_block(b);
+      if (m.in_free) --counters_.cached_free;
+    }
+    m.has_hash = 0;
+    m.has_extra = 0;
+  }
   // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key
   // (a load), -1 if none is, kUnknownHost to look it up.
   static constexpr int32_t kUnknownHost = -2;
@@ -278,8 +305,9 @@ class Manager {
   void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change
   void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
   size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
-  void emit(uint32_t type, int32_t b, const ChainLink* parent);
-  void emit_host(uint32_t type, int32_t h, bool stored);
+  // Block b of tier t (medium 0 device, 1 host) entered the index (stored) or left it (manager_events.cpp).
+  void emit_block(const Tier& t, uint32_t medium, uint32_t type, int32_t b, bool stored);
+  void emit_cleared();
 
   // Host tier (manager_host.cpp).
   int32_t take_host_block();              // empty, else evict the first cached block; -1 if none
@@ -304,71 +332,70 @@ class Manager {
   void store_through_offloaded();  // write-through: the pending offloads are being handed out
   // Allocate's store hits: keys in store_.keys, device blocks table[first, first + count).
   int32_t take_store_staging();  // a host block for a get (allocate made sure one is takeable)
-  void store_start_gets(Sequence& s, uint32_t first, uint32_t count);  // hosts in store_hosts_
+  void store_start_gets(Sequence& s, uint32_t first, uint32_t count);  // hosts in scratch_.store_hosts
   void store_complete(size_t get, int32_t status);  // gets_[get] ended
   void store_release_staging(int32_t h);  // a staging host block is done: empty again
   void emit_store(int32_t h);
   void check_store_invariants(std::vector<int32_t>& host_refs) const;
-  StoreTier store_;
-  std::vector<int32_t> store_hosts_;  // allocate's staging host blocks, one per store hit
+
+  // The members, each with one job. What decides a block's key: the hasher (index keys: seed 0, or the
+  // secret seed of a keyed index) and the tokens that make a block uncacheable (sorted, unique).
+  struct KeyRules {
+    explicit KeyRules(uint64_t seed) : hasher(seed) {}
+    BlockHasher hasher;
+    std::vector<int64_t> non_cacheable;
+  };
+  // Where the host tier's blocks are besides its pool's queue (see manager_host.cpp).
+  struct HostBlocks {
+    std::vector<int32_t> empty;  // stack of host blocks that hold nothing
+    std::vector<int32_t> twin;   // device block indexed under the same key, or -1
+    struct TwinList {            // cached host blocks with a device twin (in_free == 2), oldest first
+      int32_t head = -1, tail = -1;
+      uint32_t size = 0;
+    } twins;
+    uint32_t twin_budget = 0;    // twins kept before unique cached blocks are dropped
+    size_t held = 0;             // blocks held by swapped-out sequences
+  };
+  // KV cache groups (kvb_config.groups).
+  struct GroupState {
+    explicit GroupState(uint32_t n) : count(n) {}
+    uint32_t count;                   // 1 when none are configured
+    std::vector<int64_t> parked_for;  // with groups: the sequence each parked block is parked for
+    // With groups: blocks indexed under each group, device and host together. A prefix lookup hits a
+    // block at most once (its key holds its group and whole history), so group g hits at most this many.
+    std::vector<uint32_t> cached;
+  };
+  // Block pairs the engine drains. Copies: copy-on-write, each holding a reference on its source.
+  // Host transfers: offloads (device src, host dst) run before loads (host src, device dst).
+  struct Transfers {
+    std::vector<BlockPair> copies, offloads, loads;
+  };
+  // Buffers reused across calls, so that a warm allocate does not allocate.
+  struct Scratch {
+    std::vector<int32_t> hits;  // allocate's device and host hits
+    // group_lookup's hits, in prompt order (then group order): 16 bytes each. Only hits are kept, and
+    // a block is hit once per lookup (its key holds its group and whole history): never more entries
+    // than device and host blocks, whatever the prompt's length.
+    std::vector<GroupHit> group_hits;
+    std::vector<ChainLink> group_links;          // links before hits that follow a miss (or start the prompt)
+    std::vector<GroupHit> group_hits_by_group;   // the same, by group then prompt order (allocate_groups)
+    std::vector<int32_t> store_hosts;            // allocate's staging host blocks, one per store hit
+  };
 
   ManagerConfig cfg_;
-  uint32_t bs_;
-  uint32_t watermark_blocks_;
-  BlockHasher hasher_;  // index keys: seed 0, or the secret seed of a keyed index
-  BlockPool pool_;
-  PrefixIndex index_;
+  uint32_t bs_;                // cfg_.block_size, read on every path
+  uint32_t watermark_blocks_;  // free blocks an allocation leaves
+  KeyRules keys_;
+  Tier device_;  // device blocks; the pool's queue is the free queue
+  Tier host_;    // host blocks; the pool's queue holds the cached host blocks in eviction order
+  HostBlocks host_blocks_;
+  GroupState groups_;
+  SequenceTable seqs_;
+  Transfers pending_;
   EventQueue events_;
-  uint32_t groups_ = 1;       // KV cache groups (1 when none are configured)
-  // (group, public hash) counts of indexed blocks, when events are on (one table for every group).
-  std::unique_ptr<HashCounts> stored_hashes_;
-  std::vector<uint8_t> block_group_;       // group of each block's indexed content (only with groups)
-  std::vector<int64_t> parked_for_;        // with groups: the sequence each parked block is parked for
-  // With groups: blocks indexed under each group, device and host together. A prefix lookup hits a block
-  // at most once (its key holds its group and whole history), so group g hits at most this many.
-  std::vector<uint32_t> group_cached_;
-  std::vector<int64_t> non_cacheable_;  // sorted, unique
-
-  // Sequences: pooled objects, looked up by id through an open-addressing table of (id, slot).
-  struct SeqSlot { int64_t id; uint32_t index; };
-  struct SeqTraits {
-    static SeqSlot empty() { return SeqSlot{0, UINT32_MAX}; }
-    static bool is_empty(const SeqSlot& s) { return s.index == UINT32_MAX; }
-    uint64_t home(const SeqSlot& s) const { return mix64(static_cast<uint64_t>(s.id)); }
-  };
-  OpenTable<SeqSlot, SeqTraits> seq_table_;
-  std::vector<Sequence> seqs_;
-  std::vector<uint32_t> free_seq_slots_;
-  size_t live_seqs_ = 0;
-
-  // Host tier (see manager_host.cpp): host_pool_'s queue holds the cached host blocks in eviction order.
-  BlockPool host_pool_;
-  PrefixIndex host_index_;
-  std::vector<int32_t> host_empty_;  // stack of host blocks that hold nothing
-  std::vector<int32_t> host_twin_;   // device block indexed under the same key, or -1
-  struct TwinList {                  // cached host blocks with a device twin (in_free == 2), oldest first
-    int32_t head = -1, tail = -1;
-    uint32_t size = 0;
-  } twins_;
-  uint32_t twin_budget_ = 0;         // twins kept before unique cached blocks are dropped
-  size_t host_held_ = 0;             // blocks held by swapped-out sequences
-  std::vector<BlockPair> pending_offloads_, pending_loads_;
-  std::unique_ptr<HashCounts> host_hashes_;  // ... of the host index, when events and the host cache are on
-  std::vector<uint8_t> host_group_;  // group of each cached host block's content (only with groups)
-  std::vector<ParentRef> parents_, host_parents_;  // per block, when events are on
-
-  uint64_t export_epoch_ = 0;  // batch_export calls so far (marks sequences to find duplicate ids)
-  std::vector<BlockPair> pending_copies_;
-  std::vector<int32_t> scratch_hits_;
-  // group_lookup's hits, in prompt order (then group order): 16 bytes each. Only hits are kept, and
-  // a block is hit once per lookup (its key holds its group and whole history): never more entries than
-  // device and host blocks, whatever the prompt's length.
-  std::vector<GroupHit> group_hits_;
-  std::vector<ChainLink> group_links_;     // links before hits that follow a miss (or start the prompt)
-  std::vector<GroupHit> group_hits_by_group_;  // the same, by group then prompt order (allocate_groups)
-
-  uint64_t cached_free_ = 0;
+  StoreTier store_;
   Counters counters_;
+  Scratch scratch_;
 };
 
 }  // namespace kvb

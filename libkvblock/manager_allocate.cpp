@@ -59,27 +59,27 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     const int64_t* blk = tokens + static_cast<size_t>(i) * bs_;
     const ExtraKey extra = extras.at(i);
     if (!is_cacheable(blk, bs_, extra)) break;
-    const Key128 key = hasher_.key(out.chain, blk, bs_, extra);
+    const Key128 key = keys_.hasher.key(out.chain, blk, bs_, extra);
     // The hash is not trusted alone: the stored tokens and extra key must equal the prompt's.
     auto same = [&](const BlockMeta& m, const int64_t* stored) {
       return std::memcmp(stored, blk, bs_ * sizeof(int64_t)) == 0 && m.has_extra == extra.present &&
              (!extra.present || m.extra == extra.value);
     };
-    if (cfg_.host_cache) host_index_.prefetch(key);  // its slot loads while the device level is probed
-    int32_t b = index_.find(key);  // the device level first
-    if (b >= 0 && same(pool_.meta(b), pool_.tokens(b))) {
+    if (cfg_.host_cache) host_.index.prefetch(key);  // its slot loads while the device level is probed
+    int32_t b = device_.index.find(key);  // the device level first
+    if (b >= 0 && same(device_.pool.meta(b), device_.pool.tokens(b))) {
       ++out.hits;
-      if (pool_.meta(b).ref == 0) ++out.free_hits;
+      if (device_.pool.meta(b).ref == 0) ++out.free_hits;
       if (hits_out) hits_out->push_back(b);
-      out.chain = link_after(pool_.meta(b));
+      out.chain = link_after(device_.pool.meta(b));
       continue;
     }
-    int32_t h = cfg_.host_cache ? host_index_.find(key) : -1;  // then the host level
-    if (h < 0 || !same(host_pool_.meta(h), host_pool_.tokens(h))) break;
+    int32_t h = cfg_.host_cache ? host_.index.find(key) : -1;  // then the host level
+    if (h < 0 || !same(host_.pool.meta(h), host_.pool.tokens(h))) break;
     ++out.hits;
     ++out.host_hits;
     if (hits_out) hits_out->push_back(-2 - h);  // host hits are stored as -2 - h
-    out.chain = link_after(host_pool_.meta(h));
+    out.chain = link_after(host_.pool.meta(h));
   }
   if (store_.on) {  // the third level: one batched lookup of the blocks after the miss
     out.store_hits = store_lookup(tokens, i, out.num_blocks, out.chain, opts, out.host_hits);
@@ -97,13 +97,13 @@ bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& op
     GroupLookup gl;
     group_lookup(tokens, n, opts, gl);
     *num_cached = gl.hits * static_cast<size_t>(bs_);
-    return pool_.num_free() >= gl.needed + watermark_blocks_;
+    return device_.pool.num_free() >= gl.needed + watermark_blocks_;
   }
   Lookup lk;
   lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
   *num_cached = static_cast<size_t>(lk.hits) * bs_;
   uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
-  return pool_.num_free() >= needed + watermark_blocks_;
+  return device_.pool.num_free() >= needed + watermark_blocks_;
 }
 
 size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
@@ -115,13 +115,13 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   if (!cfg_.groups.empty()) return allocate_groups(id, tokens, n, opts);
 
   ChainLink first = first_link_of(opts);
-  scratch_hits_.clear();
+  scratch_.hits.clear();
   Lookup lk;
-  lookup(tokens, n, first, opts, &scratch_hits_, lk);
+  lookup(tokens, n, first, opts, &scratch_.hits, lk);
   uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
-  if (pool_.num_free() < needed + watermark_blocks_)
+  if (device_.pool.num_free() < needed + watermark_blocks_)
     fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s (+%u watermark), %u %s free", id, needed,
-         plural_s(needed), watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
+         plural_s(needed), watermark_blocks_, device_.pool.num_free(), is_are(device_.pool.num_free()));
 
   Sequence& s = new_seq(id);
   try {
@@ -133,7 +133,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
     }
     if (lk.store_hits) {
       store_.gets.reserve(store_.gets.size() + lk.store_hits);
-      store_hosts_.resize(lk.store_hits);
+      scratch_.store_hosts.resize(lk.store_hits);
     }
   } catch (const std::bad_alloc&) {
     drop_seq(s);
@@ -144,18 +144,18 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   }
   // From here on nothing allocates. Device hits are taken and host hits pinned before any block is taken
   // from the free queue: its evictions (and their offloads) must not touch them.
-  for (int32_t b : scratch_hits_) {
+  for (int32_t b : scratch_.hits) {
     if (b >= 0) acquire_cached(b);
     else pin_host(-2 - b);
   }
   // Store hits' staging host blocks next, while lookup's count of takeable host blocks still holds (the
   // device evictions below offload into host blocks too).
-  for (uint32_t j = 0; j < lk.store_hits; ++j) store_hosts_[j] = take_store_staging();
+  for (uint32_t j = 0; j < lk.store_hits; ++j) scratch_.store_hosts[j] = take_store_staging();
   ChainLink parent = first;
-  for (int32_t b : scratch_hits_) {
+  for (int32_t b : scratch_.hits) {
     if (b < 0) b = load_from_host(-2 - b, parent);  // counts as cached: the load runs before the step
     s.table.push_back(b);
-    parent = link_after(pool_.meta(b));
+    parent = link_after(device_.pool.meta(b));
   }
   while (s.table.size() < lk.num_blocks) s.table.push_back(take_free_block());
   size_t cached = static_cast<size_t>(lk.hits) * bs_;
@@ -183,7 +183,7 @@ void Manager::write_tokens(Sequence& s, const int64_t* tokens, size_t n) {
   while (n > 0) {
     uint32_t off = static_cast<uint32_t>(pos % bs_);
     size_t take = std::min<size_t>(n, bs_ - off);
-    std::memcpy(pool_.tokens(s.table[pos / bs_]) + off, tokens, take * sizeof(int64_t));
+    std::memcpy(device_.pool.tokens(s.table[pos / bs_]) + off, tokens, take * sizeof(int64_t));
     tokens += take;
     pos += take;
     n -= take;

@@ -23,19 +23,19 @@ void Manager::hash_committed_blocks(Sequence& s) {
     for (uint32_t i = s.num_hashed; i < end; ++i) {
       int32_t b = s.table[i];
       ExtraKey extra = s.extra_keys.empty() ? ExtraKey{} : s.extra_key(i);
-      const int64_t* toks = pool_.tokens(b);
+      const int64_t* toks = device_.pool.tokens(b);
       // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
       // its hash chain would describe content that the index cannot reproduce.
       if (!is_cacheable(toks, bs_, extra)) {
         s.uncacheable_from = i;
         break;
       }
-      BlockMeta& m = pool_.meta(b);
-      hasher_.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
+      BlockMeta& m = device_.pool.meta(b);
+      keys_.hasher.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
       m.has_hash = 1;
       m.has_extra = extra.present;
       m.extra = extra.value;
-      index_.prefetch(m.key);
+      device_.index.prefetch(m.key);
       if (lagging >= 0) index_block(lagging, lagging_parent, s.group);
       lagging = b;
       lagging_parent = s.chain;
@@ -52,9 +52,9 @@ void Manager::commit(int64_t id, size_t n) {
   if (n > uncomputed)
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
          plural_s(n), uncomputed, plural_s(uncomputed));
-  for (uint32_t g = 0; g < groups_; ++g) reserve_window_link(grp(s, g), grp(s, g).window);
+  for (uint32_t g = 0; g < groups_.count; ++g) reserve_window_link(grp(s, g), grp(s, g).window);
   counters_.computed_tokens += n;
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     Sequence& gs = grp(s, g);
     gs.num_computed += n;
     hash_committed_blocks(gs);
@@ -78,8 +78,8 @@ bool Manager::can_append(int64_t id, size_t n) {
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     return false;
   size_t needed = 0;
-  for (uint32_t g = 0; g < groups_; ++g) needed += blocks_needed_to_append(grp(s, g), n);
-  return pool_.num_free() >= needed;
+  for (uint32_t g = 0; g < groups_.count; ++g) needed += blocks_needed_to_append(grp(s, g), n);
+  return device_.pool.num_free() >= needed;
 }
 
 void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
@@ -89,21 +89,21 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
     fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens to %" PRIu64 " would exceed %u blocks", id, n,
          s.num_tokens, kMaxSeqBlocks);
   size_t needed = 0;
-  for (uint32_t g = 0; g < groups_; ++g) needed += blocks_needed_to_append(grp(s, g), n);
-  if (pool_.num_free() < needed)
+  for (uint32_t g = 0; g < groups_.count; ++g) needed += blocks_needed_to_append(grp(s, g), n);
+  if (device_.pool.num_free() < needed)
     fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
-         plural_s(n), needed, plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
+         plural_s(n), needed, plural_s(needed), device_.pool.num_free(), is_are(device_.pool.num_free()));
   // Reserve for every group first: nothing below allocates, so the append is all-or-nothing across groups.
   const size_t total = blocks_for(s.num_tokens + n, bs_);
   size_t cows = 0;
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     Sequence& gs = grp(s, g);
     if (total > gs.table.capacity()) gs.table.reserve(std::max(total, 2 * gs.table.capacity()));
     cows += gs.num_tokens % bs_ != 0 && sequence_holders(gs.table.back()) > 1;
   }
-  if (pending_copies_.size() + cows > pending_copies_.capacity())
-    pending_copies_.reserve(std::max<size_t>(16, 2 * (pending_copies_.size() + cows)));
-  for (uint32_t g = 0; g < groups_; ++g) append_apply(grp(s, g), tokens, n);
+  if (pending_.copies.size() + cows > pending_.copies.capacity())
+    pending_.copies.reserve(std::max<size_t>(16, 2 * (pending_.copies.size() + cows)));
+  for (uint32_t g = 0; g < groups_.count; ++g) append_apply(grp(s, g), tokens, n);
 }
 
 void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
@@ -112,21 +112,21 @@ void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
   if (cow) {
     int32_t src = s.table.back();
     int32_t dst = take_free_block();
-    std::memcpy(pool_.tokens(dst), pool_.tokens(src), (s.num_tokens % bs_) * sizeof(int64_t));
+    std::memcpy(device_.pool.tokens(dst), device_.pool.tokens(src), (s.num_tokens % bs_) * sizeof(int64_t));
     // The sequence's reference on src passes to the pending copy, so src cannot be reused before the
     // copy runs. If src is itself waiting for a copy from s0, copy from s0: its content is what src
     // will hold, and the drained list then never depends on the order of its pairs.
     int32_t from = src;
-    for (const BlockPair& p : pending_copies_)
+    for (const BlockPair& p : pending_.copies)
       if (p.second == src) from = p.first;
     if (from != src) {
       acquire_cached(from);  // held by its own pending copy: never in the free queue
       release_block(src);    // still held by the sequences it is shared with
     }
-    pending_copies_.emplace_back(from, dst);
+    pending_.copies.emplace_back(from, dst);
     ++counters_.cow_copies;
     s.table.back() = dst;
-  } else if (s.num_tokens % bs_ != 0 && pool_.meta(s.table.back()).has_hash) {
+  } else if (s.num_tokens % bs_ != 0 && device_.pool.meta(s.table.back()).has_hash) {
     // A committed full block that this sequence shares only partially (fork_at or rollback into a block
     // that was shared then) and now holds alone: writing changes its content, so it leaves the index.
     forget_hash(s.table.back());

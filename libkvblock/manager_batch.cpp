@@ -68,8 +68,8 @@ void grow(std::vector<T>& v, size_t n) {
 void Manager::find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, PrefixGroupsOut& out) {
   GroupScratch& g = gscratch;
   const uint32_t k = out.min_shared;
-  grow(g.block_stamp, pool_.num_blocks());
-  grow(g.block_cand, pool_.num_blocks());
+  grow(g.block_stamp, device_.pool.num_blocks());
+  grow(g.block_cand, device_.pool.num_blocks());
   if (++g.generation == 0) {
     std::fill(g.block_stamp.begin(), g.block_stamp.end(), 0);
     g.generation = 1;
@@ -135,10 +135,10 @@ void Manager::write_prefix_groups(PrefixGroupsOut& out) {
 }
 
 void Manager::check_batch_ids(const int64_t* ids, size_t n, const char* what) {
-  const uint32_t gen = next_generation(seqs_.size());
+  const uint32_t gen = next_generation(seqs_.pool.size());
   for (size_t i = 0; i < n; ++i) {
     Sequence& s = device_seq(ids[i]);
-    uint32_t& st = scratch.stamp[static_cast<size_t>(&s - seqs_.data())];
+    uint32_t& st = scratch.stamp[static_cast<size_t>(&s - seqs_.pool.data())];
     if (st == gen) fail(Code::invalid_argument, "%s: seq %" PRId64 " appears twice (seq_ids[%zu])", what, ids[i], i);
     st = gen;
   }
@@ -152,7 +152,7 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
   size_t needed = 0;
   scratch.shared_partial.clear();
   for (size_t i = 0; i < n; ++i)
-    for (uint32_t g = 0; g < groups_; ++g) {  // groups hold distinct blocks: their needs add up
+    for (uint32_t g = 0; g < groups_.count; ++g) {  // groups hold distinct blocks: their needs add up
       const Sequence& s = grp(*find_seq(ids[i]), g);
       if (s.num_tokens % bs_ == 0) ++needed;
       else if (sequence_holders(s.table.back()) > 1) scratch.shared_partial.push_back(s.table.back());
@@ -167,17 +167,17 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
       i = j;
     }
   }
-  if (pool_.num_free() < needed)
+  if (device_.pool.num_free() < needed)
     fail(Code::out_of_blocks, "batch append of %zu token%s needs %zu free block%s, %u %s free", n, plural_s(n), needed,
-         plural_s(needed), pool_.num_free(), is_are(pool_.num_free()));
+         plural_s(needed), device_.pool.num_free(), is_are(device_.pool.num_free()));
   // Reserve every container the appends may grow, so that nothing below can fail half-way.
   for (size_t i = 0; i < n; ++i)
-    for (uint32_t g = 0; g < groups_; ++g) {
+    for (uint32_t g = 0; g < groups_.count; ++g) {
       Sequence& s = grp(*find_seq(ids[i]), g);
       size_t total = static_cast<size_t>(s.num_tokens / bs_) + 1;
       if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
     }
-  pending_copies_.reserve(pending_copies_.size() + scratch.shared_partial.size());
+  pending_.copies.reserve(pending_.copies.size() + scratch.shared_partial.size());
   for (size_t i = 0; i < n; ++i) append(ids[i], tokens + i, 1);
 }
 
@@ -195,7 +195,7 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
   // every group of every sequence before the first commit, so that running out of memory cannot stop the
   // batch half-way.
   for (size_t i = 0; i < n; ++i)
-    for (uint32_t g = 0; g < groups_; ++g) {
+    for (uint32_t g = 0; g < groups_.count; ++g) {
       Sequence& s = grp(*find_seq(ids[i]), g);
       reserve_window_link(s, s.window);
     }
@@ -208,13 +208,13 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
 // ---- batch export -------------------------------------------------------------------------------
 
 void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
-  if (out.group >= groups_)
-    fail(Code::invalid_argument, "batch group %u is out of range: the manager has %u group%s", out.group, groups_,
-         plural_s(groups_));
+  if (out.group >= groups_.count)
+    fail(Code::invalid_argument, "batch group %u is out of range: the manager has %u group%s", out.group, groups_.count,
+         plural_s(groups_.count));
   // First pass: validate and size everything, so that a failure writes nothing.
   size_t slots = 0;
   uint32_t max_blocks = 0;
-  const uint64_t epoch = ++export_epoch_;
+  const uint64_t epoch = ++seqs_.export_epoch;
   for (size_t i = 0; i < n; ++i) {
     Sequence& s = device_seq(ids[i]);
     // A sequence listed twice would get its slots twice: two writes of one token's K/V in one step.

@@ -10,15 +10,15 @@
 namespace kvb {
 
 int32_t Manager::take_free_block() {
-  int32_t b = pool_.pop_head();
+  int32_t b = device_.pool.pop_head();
   // The block taken after this one (whose metadata pop_head just touched): if it is cached, its index
   // slot, which its eviction will erase, loads meanwhile. On large pools that slot is a cache miss.
-  const int32_t next = pool_.free_head();
-  if (next >= 0 && pool_.meta(next).indexed) index_.prefetch(pool_.meta(next).key);
-  BlockMeta& m = pool_.meta(b);
+  const int32_t next = device_.pool.free_head();
+  if (next >= 0 && device_.pool.meta(next).indexed) device_.index.prefetch(device_.pool.meta(next).key);
+  BlockMeta& m = device_.pool.meta(b);
   if (m.indexed) {
     unindex_block(b);
-    --cached_free_;
+    --counters_.cached_free;
     ++counters_.evictions;
     if (cfg_.host_cache) offload(b);  // write-back: the content moves to the host level
   }
@@ -28,119 +28,81 @@ int32_t Manager::take_free_block() {
   return b;
 }
 
-void Manager::acquire_cached(int32_t b) {
-  BlockMeta& m = pool_.meta(b);
-  if (m.ref == 0) {
-    pool_.unlink(b);
-    if (m.indexed) --cached_free_;
-  }
-  ++m.ref;
-}
-
 void Manager::release_block(int32_t b, const Sequence* parker) {
-  BlockMeta& m = pool_.meta(b);
+  BlockMeta& m = device_.pool.meta(b);
   if (--m.ref > 0) return;
   if (parker) {
-    pool_.park(b);
-    parked_for_[b] = parker->id;
+    device_.pool.park(b);
+    groups_.parked_for[b] = parker->id;
   } else {
-    pool_.push_tail(b);
+    device_.pool.push_tail(b);
   }
-  if (m.indexed) ++cached_free_;
+  if (m.indexed) ++counters_.cached_free;
   // A copy into a block nobody holds any more must not run once the block is reused; dropping it
   // releases the reference it held on its source. (Destinations are unique.)
-  for (size_t i = 0; i < pending_copies_.size(); ++i) {
-    if (pending_copies_[i].second != b) continue;
-    int32_t src = pending_copies_[i].first;
-    pending_copies_.erase(pending_copies_.begin() + static_cast<long>(i));
+  for (size_t i = 0; i < pending_.copies.size(); ++i) {
+    if (pending_.copies[i].second != b) continue;
+    int32_t src = pending_.copies[i].first;
+    pending_.copies.erase(pending_.copies.begin() + static_cast<long>(i));
     release_block(src);
     break;
   }
 }
 
-int32_t Manager::sequence_holders(int32_t b) const {
-  // Pending copies read b before the next forward step writes anything, so they do not make b shared.
-  int32_t n = pool_.meta(b).ref;
-  for (const BlockPair& p : pending_copies_) n -= p.first == b;
-  return n;
-}
-
-void Manager::forget_hash(int32_t b) {
-  BlockMeta& m = pool_.meta(b);
-  if (m.indexed) {
-    unindex_block(b);
-    if (m.in_free) --cached_free_;
-  }
-  m.has_hash = 0;
-  m.has_extra = 0;
-}
-
 void Manager::unindex_block(int32_t b) {
-  BlockMeta& m = pool_.meta(b);
-  index_.erase_if_points_to(m.key, b);
-  if (m.indexed && !group_cached_.empty()) --group_cached_[block_group(b)];
+  BlockMeta& m = device_.pool.meta(b);
+  device_.index.erase_if_points_to(m.key, b);
+  if (m.indexed && !groups_.cached.empty()) --groups_.cached[device_.group_of(b)];
   m.indexed = 0;
   if (cfg_.host_cache) host_twin_leave(b);
-  if (events_.enabled() && stored_hashes_->remove(block_group(b), m.hash))
-    emit(2 /* KVB_EVENT_BLOCK_REMOVED */, b, nullptr);
+  if (events_.enabled() && device_.hashes->remove(device_.group_of(b), m.hash))
+    emit_block(device_, 0, 2 /* KVB_EVENT_BLOCK_REMOVED */, b, false);
 }
 
 void Manager::index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy) {
-  BlockMeta& m = pool_.meta(b);
-  int32_t old = index_.put(m.key, b);
+  BlockMeta& m = device_.pool.meta(b);
+  int32_t old = device_.index.put(m.key, b);
   if (old == b) return;
   // Keys carry the group (the first link does), so a replaced block is always of the same group.
-  if (!block_group_.empty()) block_group_[b] = static_cast<uint8_t>(group);
-  if (!m.indexed && m.in_free) ++cached_free_;
-  if (!m.indexed && !group_cached_.empty()) ++group_cached_[group];
+  if (!device_.group.empty()) device_.group[b] = static_cast<uint8_t>(group);
+  if (!m.indexed && m.in_free) ++counters_.cached_free;
+  if (!m.indexed && !groups_.cached.empty()) ++groups_.cached[group];
   m.indexed = 1;
-  if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_index_.find(m.key) : host_copy);
-  if (events_.enabled()) parents_[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
+  if (cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_.index.find(m.key) : host_copy);
+  if (events_.enabled()) device_.parents[b] = ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)};
   // The new block is counted before the one it replaces is uncounted: equal keys carry equal public
   // hashes, so replacing a block by a recomputed copy emits nothing.
-  if (events_.enabled() && stored_hashes_->add(group, m.hash)) emit(1 /* KVB_EVENT_BLOCK_STORED */, b, &parent);
+  if (events_.enabled() && device_.hashes->add(group, m.hash)) emit_block(device_, 0, 1 /* KVB_EVENT_BLOCK_STORED */, b, true);
   if (old >= 0) {
-    BlockMeta& o = pool_.meta(old);
+    BlockMeta& o = device_.pool.meta(old);
     o.indexed = 0;
-    if (!group_cached_.empty()) --group_cached_[group];
-    if (o.in_free) --cached_free_;
+    if (!groups_.cached.empty()) --groups_.cached[group];
+    if (o.in_free) --counters_.cached_free;
     if (o.in_free == 2) {  // parked blocks are cached ones (see park): an empty one is reused first
-      pool_.unlink(old);
-      pool_.push_head(old);
+      device_.pool.unlink(old);
+      device_.pool.push_head(old);
     }
-    if (events_.enabled() && stored_hashes_->remove(group, o.hash)) emit(2 /* KVB_EVENT_BLOCK_REMOVED */, old, nullptr);
+    if (events_.enabled() && device_.hashes->remove(group, o.hash)) emit_block(device_, 0, 2 /* KVB_EVENT_BLOCK_REMOVED */, old, false);
   }
 }
 
-ChainLink Manager::link_after(const BlockMeta& m) const {
-  ChainLink l;
-  l.kind = ChainLink::parent;
-  l.hash = m.hash;
-  l.key = m.key;
-  return l;
-}
-
 bool Manager::contains_non_cacheable(const int64_t* tokens, size_t n) const {
-  if (non_cacheable_.empty()) return false;
-  if (non_cacheable_.size() <= 4) {
+  if (keys_.non_cacheable.empty()) return false;
+  if (keys_.non_cacheable.size() <= 4) {
     for (size_t i = 0; i < n; ++i)
-      for (int64_t t : non_cacheable_)
+      for (int64_t t : keys_.non_cacheable)
         if (tokens[i] == t) return true;
     return false;
   }
   for (size_t i = 0; i < n; ++i)
-    if (std::binary_search(non_cacheable_.begin(), non_cacheable_.end(), tokens[i])) return true;
+    if (std::binary_search(keys_.non_cacheable.begin(), keys_.non_cacheable.end(), tokens[i])) return true;
   return false;
 }
 
-bool Manager::is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const {
-  return extra.present || !contains_non_cacheable(tokens, n);
-}
-
 uint64_t Manager::block_hash(int32_t b) const {
-  if (b < 0 || static_cast<uint32_t>(b) >= pool_.num_blocks())
-    fail(Code::invalid_argument, "block id %d is out of range [0, %u)", b, pool_.num_blocks());
-  const BlockMeta& m = pool_.meta(b);
+  if (b < 0 || static_cast<uint32_t>(b) >= device_.pool.num_blocks())
+    fail(Code::invalid_argument, "block id %d is out of range [0, %u)", b, device_.pool.num_blocks());
+  const BlockMeta& m = device_.pool.meta(b);
   if (!m.has_hash) fail(Code::bad_state, "block %d holds no committed full block", b);
   return m.hash;
 }
@@ -148,25 +110,25 @@ uint64_t Manager::block_hash(int32_t b) const {
 // ---- prefix-cache reset -------------------------------------------------------------------------
 
 void Manager::reset_prefix_cache() {
-  if (pool_.num_free() != pool_.num_blocks())
+  if (device_.pool.num_free() != device_.pool.num_blocks())
     fail(Code::bad_state, "reset refused: %u block%s %s in use by running sequences",
-         pool_.num_blocks() - pool_.num_free(), plural_s(pool_.num_blocks() - pool_.num_free()),
-         is_are(pool_.num_blocks() - pool_.num_free()));
-  index_.clear();
-  while (pool_.num_parked() > 0) {  // parked blocks are cached ones (a swapped-out sequence's)
-    int32_t b = pool_.parked_head();
-    pool_.unlink(b);
-    pool_.push_tail(b);
+         device_.pool.num_blocks() - device_.pool.num_free(), plural_s(device_.pool.num_blocks() - device_.pool.num_free()),
+         is_are(device_.pool.num_blocks() - device_.pool.num_free()));
+  device_.index.clear();
+  while (device_.pool.num_parked() > 0) {  // parked blocks are cached ones (a swapped-out sequence's)
+    int32_t b = device_.pool.parked_head();
+    device_.pool.unlink(b);
+    device_.pool.push_tail(b);
   }
-  for (uint32_t b = 0; b < pool_.num_blocks(); ++b) {
-    BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
-    if (m.indexed && !group_cached_.empty()) --group_cached_[block_group(static_cast<int32_t>(b))];
+  for (uint32_t b = 0; b < device_.pool.num_blocks(); ++b) {
+    BlockMeta& m = device_.pool.meta(static_cast<int32_t>(b));
+    if (m.indexed && !groups_.cached.empty()) --groups_.cached[device_.group_of(static_cast<int32_t>(b))];
     m.has_hash = m.indexed = m.has_extra = 0;
   }
-  cached_free_ = 0;
-  if (stored_hashes_) stored_hashes_->clear();
+  counters_.cached_free = 0;
+  if (device_.hashes) device_.hashes->clear();
   clear_host_cache();
-  emit(3 /* KVB_EVENT_ALL_CLEARED */, -1, nullptr);
+  emit_cleared();
 }
 
 }  // namespace kvb

@@ -17,62 +17,62 @@ namespace kvb {
   } while (0)
 
 void Manager::check_invariants() const {
-  const uint32_t N = pool_.num_blocks();
+  const uint32_t N = device_.pool.num_blocks();
 
   // Free queue: a well-linked list whose members are exactly the blocks with ref 0.
   uint32_t walked = 0;
   int32_t prev = -1;
-  for (int32_t b = pool_.free_head(); b >= 0; b = pool_.meta(b).next) {
+  for (int32_t b = device_.pool.free_head(); b >= 0; b = device_.pool.meta(b).next) {
     KVB_INVARIANT(b < static_cast<int32_t>(N), "free queue holds block id %d", b);
     KVB_INVARIANT(walked < N, "free queue has a cycle");
-    const BlockMeta& m = pool_.meta(b);
+    const BlockMeta& m = device_.pool.meta(b);
     KVB_INVARIANT(m.in_free == 1, "block %d is linked in the free queue but marked %d", b, m.in_free);
     KVB_INVARIANT(m.ref == 0, "free block %d has ref count %d", b, m.ref);
     KVB_INVARIANT(m.prev == prev, "block %d: prev link %d, expected %d", b, m.prev, prev);
     prev = b;
     ++walked;
   }
-  KVB_INVARIANT(prev == pool_.free_tail(), "free queue tail is %d, walk ended at %d", pool_.free_tail(), prev);
+  KVB_INVARIANT(prev == device_.pool.free_tail(), "free queue tail is %d, walk ended at %d", device_.pool.free_tail(), prev);
   // The parked queue (groups only): cached blocks that a live sequence's window group let go of.
   uint32_t parked = 0;
   prev = -1;
-  for (int32_t b = pool_.parked_head(); b >= 0; b = pool_.meta(b).next) {
+  for (int32_t b = device_.pool.parked_head(); b >= 0; b = device_.pool.meta(b).next) {
     KVB_INVARIANT(b < static_cast<int32_t>(N) && parked < N, "parked queue holds block id %d or has a cycle", b);
-    const BlockMeta& m = pool_.meta(b);
+    const BlockMeta& m = device_.pool.meta(b);
     KVB_INVARIANT(m.in_free == 2 && m.ref == 0 && m.indexed && m.prev == prev,
                   "parked block %d: in_free %d, ref %d, indexed %d, prev link %d (expected %d)", b, m.in_free, m.ref,
                   m.indexed, m.prev, prev);
     prev = b;
     ++parked;
   }
-  KVB_INVARIANT(prev == pool_.parked_tail() && parked == pool_.num_parked() && (parked == 0 || !cfg_.groups.empty()),
-                "parked queue: tail %d, walk ended at %d, %u blocks walked, count says %u", pool_.parked_tail(), prev,
-                parked, pool_.num_parked());
+  KVB_INVARIANT(prev == device_.pool.parked_tail() && parked == device_.pool.num_parked() && (parked == 0 || !cfg_.groups.empty()),
+                "parked queue: tail %d, walk ended at %d, %u blocks walked, count says %u", device_.pool.parked_tail(), prev,
+                parked, device_.pool.num_parked());
   walked += parked;
-  KVB_INVARIANT(walked == pool_.num_free(), "free queue walk found %u blocks, count says %u", walked, pool_.num_free());
+  KVB_INVARIANT(walked == device_.pool.num_free(), "free queue walk found %u blocks, count says %u", walked, device_.pool.num_free());
   if (parked > 0) {  // each parked block is parked for a live sequence that released it with that content
     std::vector<uint8_t> owned(N, 0);
-    for (const Sequence& s0 : seqs_)
-      for (uint32_t g = 0; s0.live && g < groups_; ++g)
+    for (const Sequence& s0 : seqs_.pool)
+      for (uint32_t g = 0; s0.live && g < groups_.count; ++g)
         for (const Sequence::ReleasedBlock& r : grp(s0, g).released_blocks)
-          if (r.block >= 0 && static_cast<uint32_t>(r.block) < N && pool_.meta(r.block).key == r.key &&
-              parked_for_[r.block] == s0.id)
+          if (r.block >= 0 && static_cast<uint32_t>(r.block) < N && device_.pool.meta(r.block).key == r.key &&
+              groups_.parked_for[r.block] == s0.id)
             owned[r.block] = 1;
-    for (int32_t b = pool_.parked_head(); b >= 0; b = pool_.meta(b).next)
-      KVB_INVARIANT(owned[b], "parked block %d is parked for seq %" PRId64 ", which does not name it", b, parked_for_[b]);
+    for (int32_t b = device_.pool.parked_head(); b >= 0; b = device_.pool.meta(b).next)
+      KVB_INVARIANT(owned[b], "parked block %d is parked for seq %" PRId64 ", which does not name it", b, groups_.parked_for[b]);
   }
 
   // Reference counts equal the number of sequence tables holding each block.
   std::vector<int32_t> refs(N, 0);
   std::vector<uint8_t> host_held(cfg_.num_host_blocks, 0);
   size_t live = 0;
-  for (const Sequence& s0 : seqs_) {
+  for (const Sequence& s0 : seqs_.pool) {
     if (!s0.live) continue;
     ++live;
     KVB_INVARIANT(find_seq_const(s0.id) == &s0, "seq %" PRId64 " is not reachable through the sequence table", s0.id);
-    KVB_INVARIANT(s0.more.size() + 1 >= groups_, "seq %" PRId64 " has %zu groups, the manager %u", s0.id,
-                  s0.more.size() + 1, groups_);
-   for (uint32_t g = 0; g < groups_; ++g) {
+    KVB_INVARIANT(s0.more.size() + 1 >= groups_.count, "seq %" PRId64 " has %zu groups, the manager %u", s0.id,
+                  s0.more.size() + 1, groups_.count);
+   for (uint32_t g = 0; g < groups_.count; ++g) {
     const Sequence& s = grp(s0, g);
     KVB_INVARIANT(s.group == g && s.id == s0.id && s.num_tokens == s0.num_tokens && s.num_computed == s0.num_computed &&
                       s.swapped == s0.swapped,
@@ -95,7 +95,7 @@ void Manager::check_invariants() const {
                   " full computed blocks", s.id, s.num_hashed, s.num_computed / bs_);
     // A swapped-out sequence (every group of it) holds host blocks in host_table instead, with the same
     // released slots and the same content: the chain check below reads whichever table holds the blocks.
-    const BlockPool& pool = s.swapped ? host_pool_ : pool_;
+    const BlockPool& pool = s.swapped ? host_.pool : device_.pool;
     const std::vector<int32_t>& table = s.swapped ? s.host_table : s.table;
     if (s.swapped) {
       KVB_INVARIANT(s.host_table.size() == s.table.size(), "swapped seq %" PRId64 ": host table size", s.id);
@@ -149,13 +149,13 @@ void Manager::check_invariants() const {
         ExtraKey extra = s.extra_key(static_cast<uint32_t>(i));
         uint64_t h;
         Key128 k;
-        hasher_.hash_and_key(chain, pool.tokens(b), bs_, extra, &h, &k);
+        keys_.hasher.hash_and_key(chain, pool.tokens(b), bs_, extra, &h, &k);
         KVB_INVARIANT(h == m.hash && k == m.key, "seq %" PRId64 " group %u: block %zu (%s block %d) hash does not match "
                       "its chain", s.id, g, i, s.swapped ? "host" : "device", b);
       }
-      if (!block_group_.empty() && !s.swapped)
-        KVB_INVARIANT(!m.indexed || block_group_[b] == g, "seq %" PRId64 " group %u holds block %d of group %u", s.id, g,
-                      b, block_group_[b]);
+      if (!device_.group.empty() && !s.swapped)
+        KVB_INVARIANT(!m.indexed || device_.group[b] == g, "seq %" PRId64 " group %u holds block %d of group %u", s.id, g,
+                      b, device_.group[b]);
       chain = link_after(m);
       chain_known = true;
     }
@@ -164,12 +164,12 @@ void Manager::check_invariants() const {
                     "seq %" PRId64 ": stored chain link differs from its last hashed block", s.id);
    }
   }
-  KVB_INVARIANT(live == live_seqs_, "%zu live sequences, counter says %zu", live, live_seqs_);
-  KVB_INVARIANT(seq_table_.size() == live_seqs_, "sequence table has %zu entries for %zu sequences",
-                seq_table_.size(), live_seqs_);
+  KVB_INVARIANT(live == seqs_.live, "%zu live sequences, counter says %zu", live, seqs_.live);
+  KVB_INVARIANT(seqs_.table.size() == seqs_.live, "sequence table has %zu entries for %zu sequences",
+                seqs_.table.size(), seqs_.live);
 
   std::vector<uint8_t> is_dst(N, 0);
-  for (const BlockPair& p : pending_copies_) {
+  for (const BlockPair& p : pending_.copies) {
     KVB_INVARIANT(p.first >= 0 && p.first < static_cast<int32_t>(N) && p.second >= 0 &&
                       p.second < static_cast<int32_t>(N),
                   "pending copy (%d, %d) out of range", p.first, p.second);
@@ -177,23 +177,23 @@ void Manager::check_invariants() const {
     is_dst[p.second] = 1;
     ++refs[p.first];  // a pending copy holds its source
   }
-  for (const BlockPair& p : pending_loads_) {
+  for (const BlockPair& p : pending_.loads) {
     KVB_INVARIANT(p.second >= 0 && p.second < static_cast<int32_t>(N), "pending load into block %d", p.second);
     ++refs[p.second];  // a pending load holds its destination
   }
-  for (const BlockPair& p : pending_copies_)
+  for (const BlockPair& p : pending_.copies)
     KVB_INVARIANT(!is_dst[p.first], "pending copy from block %d, itself waiting for a copy", p.first);
 
   uint64_t cached_free = 0;
   size_t indexed = 0;
   for (uint32_t b = 0; b < N; ++b) {
-    const BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
+    const BlockMeta& m = device_.pool.meta(static_cast<int32_t>(b));
     KVB_INVARIANT(m.ref == refs[b], "block %u has ref count %d, sequences and pending copies hold %d", b, m.ref,
                   refs[b]);
     KVB_INVARIANT((m.ref == 0) == (m.in_free != 0), "block %u: ref %d but in_free %d", b, m.ref, m.in_free);
     if (m.indexed) {
       KVB_INVARIANT(m.has_hash, "block %u is indexed without a hash", b);
-      KVB_INVARIANT(index_.find(m.key) == static_cast<int32_t>(b), "indexed block %u is not found under its key", b);
+      KVB_INVARIANT(device_.index.find(m.key) == static_cast<int32_t>(b), "indexed block %u is not found under its key", b);
       ++indexed;
       if (m.in_free) ++cached_free;
     }
@@ -203,9 +203,9 @@ void Manager::check_invariants() const {
     // Counted per group: the same public hash in two groups is two stored hashes (events carry the group).
     std::map<std::pair<uint32_t, uint64_t>, uint32_t> counts;
     for (uint32_t b = 0; b < N; ++b)
-      if (pool_.meta(static_cast<int32_t>(b)).indexed)
-        ++counts[{block_group(static_cast<int32_t>(b)), pool_.meta(static_cast<int32_t>(b)).hash}];
-    const HashCounts& hc = *stored_hashes_;
+      if (device_.pool.meta(static_cast<int32_t>(b)).indexed)
+        ++counts[{device_.group_of(static_cast<int32_t>(b)), device_.pool.meta(static_cast<int32_t>(b)).hash}];
+    const HashCounts& hc = *device_.hashes;
     KVB_INVARIANT(counts.size() == hc.size(), "%zu (group, public hash) pairs in the index, event counts hold %zu",
                   counts.size(), hc.size());
     for (const auto& c : counts)
@@ -213,32 +213,32 @@ void Manager::check_invariants() const {
                     "group %u hash %016" PRIx64 ": %u indexed blocks, counted %u", c.first.first, c.first.second,
                     c.second, hc.count(c.first.first, c.first.second));
   }
-  KVB_INVARIANT(indexed == index_.size(), "%zu blocks marked indexed, index holds %zu", indexed, index_.size());
-  if (!group_cached_.empty()) {  // what bounds the groups lookup's walk
-    std::vector<uint32_t> per_group(groups_, 0);
+  KVB_INVARIANT(indexed == device_.index.size(), "%zu blocks marked indexed, index holds %zu", indexed, device_.index.size());
+  if (!groups_.cached.empty()) {  // what bounds the groups lookup's walk
+    std::vector<uint32_t> per_group(groups_.count, 0);
     for (uint32_t b = 0; b < N; ++b)
-      if (pool_.meta(static_cast<int32_t>(b)).indexed) ++per_group[block_group(static_cast<int32_t>(b))];
-    for (uint32_t h = 0; h < host_pool_.num_blocks(); ++h)
-      if (host_pool_.meta(static_cast<int32_t>(h)).indexed) ++per_group[host_group(static_cast<int32_t>(h))];
-    for (uint32_t g = 0; g < groups_; ++g)
-      KVB_INVARIANT(per_group[g] == group_cached_[g], "group %u: %u blocks indexed on both levels, counter says %u", g,
-                    per_group[g], group_cached_[g]);
+      if (device_.pool.meta(static_cast<int32_t>(b)).indexed) ++per_group[device_.group_of(static_cast<int32_t>(b))];
+    for (uint32_t h = 0; h < host_.pool.num_blocks(); ++h)
+      if (host_.pool.meta(static_cast<int32_t>(h)).indexed) ++per_group[host_.group_of(static_cast<int32_t>(h))];
+    for (uint32_t g = 0; g < groups_.count; ++g)
+      KVB_INVARIANT(per_group[g] == groups_.cached[g], "group %u: %u blocks indexed on both levels, counter says %u", g,
+                    per_group[g], groups_.cached[g]);
   }
-  KVB_INVARIANT(cached_free == cached_free_, "%" PRIu64 " cached-free blocks, counter says %" PRIu64, cached_free,
-                cached_free_);
-  for (size_t pos = 0; pos < index_.capacity(); ++pos) {
-    const IndexSlot& s = index_.slot(pos);
+  KVB_INVARIANT(cached_free == counters_.cached_free, "%" PRIu64 " cached-free blocks, counter says %" PRIu64, cached_free,
+                counters_.cached_free);
+  for (size_t pos = 0; pos < device_.index.capacity(); ++pos) {
+    const IndexSlot& s = device_.index.slot(pos);
     if (s.block < 0) continue;
-    KVB_INVARIANT(pool_.meta(s.block).indexed, "index slot %zu names block %d, which is not marked indexed", pos,
+    KVB_INVARIANT(device_.pool.meta(s.block).indexed, "index slot %zu names block %d, which is not marked indexed", pos,
                   s.block);
-    KVB_INVARIANT(index_.locate(pool_.meta(s.block).key) == static_cast<long>(pos),
+    KVB_INVARIANT(device_.index.locate(device_.pool.meta(s.block).key) == static_cast<long>(pos),
                   "index slot %zu is unreachable from its key", pos);
   }
 
   check_host_invariants(host_held);
 
-  for (const BlockPair& p : pending_copies_)
-    KVB_INVARIANT(pool_.meta(p.second).ref > 0, "pending copy into free block %d", p.second);
+  for (const BlockPair& p : pending_.copies)
+    KVB_INVARIANT(device_.pool.meta(p.second).ref > 0, "pending copy into free block %d", p.second);
 }
 
 // Every host block is exactly one of: empty, cached (in the queue and the host index), held (by one
@@ -247,38 +247,38 @@ void Manager::check_invariants() const {
 void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const {
   const uint32_t H = cfg_.num_host_blocks;
   std::vector<uint8_t> seen(H, 0);
-  for (int32_t h : host_empty_) {
+  for (int32_t h : host_blocks_.empty) {
     KVB_INVARIANT(h >= 0 && static_cast<uint32_t>(h) < H && !seen[h] && !swap_held[h], "host block %d: empty twice, "
                   "out of range or held", h);
-    const BlockMeta& m = host_pool_.meta(h);
-    KVB_INVARIANT(m.ref == 0 && !m.in_free && !m.indexed && host_twin_[h] < 0, "empty host block %d is in use", h);
+    const BlockMeta& m = host_.pool.meta(h);
+    KVB_INVARIANT(m.ref == 0 && !m.in_free && !m.indexed && host_blocks_.twin[h] < 0, "empty host block %d is in use", h);
     seen[h] = 1;
   }
   // The LRU of unique cached blocks (the host pool's queue), then the twin list.
   for (int list = 0; list < 2; ++list) {
     uint32_t walked = 0;
     int32_t prev = -1;
-    for (int32_t h = list == 0 ? host_pool_.free_head() : twins_.head; h >= 0; h = host_pool_.meta(h).next) {
+    for (int32_t h = list == 0 ? host_.pool.free_head() : host_blocks_.twins.head; h >= 0; h = host_.pool.meta(h).next) {
       KVB_INVARIANT(static_cast<uint32_t>(h) < H && !seen[h] && walked < H, "host list %d: block %d repeated", list, h);
-      const BlockMeta& m = host_pool_.meta(h);
+      const BlockMeta& m = host_.pool.meta(h);
       KVB_INVARIANT(m.in_free == list + 1 && m.ref == 0 && m.indexed && m.has_hash && m.prev == prev,
                     "cached host block %d: bad state or links", h);
-      KVB_INVARIANT((host_twin_[h] >= 0) == (list == 1), "host block %d is in the wrong list for its twin %d", h,
-                    host_twin_[h]);
+      KVB_INVARIANT((host_blocks_.twin[h] >= 0) == (list == 1), "host block %d is in the wrong list for its twin %d", h,
+                    host_blocks_.twin[h]);
       seen[h] = 1;
       prev = h;
       ++walked;
     }
-    KVB_INVARIANT(prev == (list == 0 ? host_pool_.free_tail() : twins_.tail) &&
-                      walked == (list == 0 ? host_pool_.num_free() : twins_.size),
+    KVB_INVARIANT(prev == (list == 0 ? host_.pool.free_tail() : host_blocks_.twins.tail) &&
+                      walked == (list == 0 ? host_.pool.num_free() : host_blocks_.twins.size),
                   "host list %d: tail or count", list);
   }
   std::vector<int32_t> pins(H, 0);
   const bool staging = !store_.staging.empty();
-  for (const BlockPair& p : pending_loads_) {
+  for (const BlockPair& p : pending_.loads) {
     KVB_INVARIANT(p.first >= 0 && static_cast<uint32_t>(p.first) < H, "pending load from host block %d", p.first);
     ++pins[p.first];
-    KVB_INVARIANT(host_pool_.meta(p.first).indexed || (staging && store_.staging[p.first] == 2),
+    KVB_INVARIANT(host_.pool.meta(p.first).indexed || (staging && store_.staging[p.first] == 2),
                   "pending load %d -> %d: source neither cached nor filled from the store", p.first, p.second);
     if (staging && store_.staging[p.first] == 2)
       KVB_INVARIANT(pins[p.first] == 1, "host block %d filled from the store is loaded twice", p.first);
@@ -290,48 +290,48 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
   }
   size_t held = 0, indexed = 0;
   for (uint32_t h = 0; h < H; ++h) {
-    const BlockMeta& m = host_pool_.meta(static_cast<int32_t>(h));
+    const BlockMeta& m = host_.pool.meta(static_cast<int32_t>(h));
     held += swap_held[h];
     if (!seen[h])
       KVB_INVARIANT(m.ref > 0 && m.ref == swap_held[h] + pins[h] && !(swap_held[h] && (pins[h] || m.indexed)),
                     "host block %u: ref %d, swapped %d, pinned %d", h, m.ref, swap_held[h], pins[h]);
     if (m.indexed) {
       ++indexed;
-      KVB_INVARIANT(host_index_.find(m.key) == static_cast<int32_t>(h), "cached host block %u not found by key", h);
+      KVB_INVARIANT(host_.index.find(m.key) == static_cast<int32_t>(h), "cached host block %u not found by key", h);
     }
-    int32_t d = host_twin_[h];
+    int32_t d = host_blocks_.twin[h];
     if (d >= 0)
-      KVB_INVARIANT(m.indexed && d < static_cast<int32_t>(pool_.num_blocks()) && pool_.meta(d).indexed &&
-                        pool_.meta(d).key == m.key,
+      KVB_INVARIANT(m.indexed && d < static_cast<int32_t>(device_.pool.num_blocks()) && device_.pool.meta(d).indexed &&
+                        device_.pool.meta(d).key == m.key,
                     "host block %u: twin %d does not hold its key", h, d);
   }
-  KVB_INVARIANT(held == host_held_, "%zu host blocks held by swapped sequences, counter says %zu", held, host_held_);
-  KVB_INVARIANT(indexed == host_index_.size(), "%zu host blocks cached, host index holds %zu", indexed,
-                host_index_.size());
-  for (uint32_t b = 0; b < pool_.num_blocks() && cfg_.host_cache; ++b) {
-    const BlockMeta& m = pool_.meta(static_cast<int32_t>(b));
+  KVB_INVARIANT(held == host_blocks_.held, "%zu host blocks held by swapped sequences, counter says %zu", held, host_blocks_.held);
+  KVB_INVARIANT(indexed == host_.index.size(), "%zu host blocks cached, host index holds %zu", indexed,
+                host_.index.size());
+  for (uint32_t b = 0; b < device_.pool.num_blocks() && cfg_.host_cache; ++b) {
+    const BlockMeta& m = device_.pool.meta(static_cast<int32_t>(b));
     if (!m.indexed) continue;
-    int32_t h = host_index_.find(m.key);
-    KVB_INVARIANT(h < 0 || host_twin_[h] == static_cast<int32_t>(b), "device block %u: host copy %d does not name it",
+    int32_t h = host_.index.find(m.key);
+    KVB_INVARIANT(h < 0 || host_blocks_.twin[h] == static_cast<int32_t>(b), "device block %u: host copy %d does not name it",
                   b, h);
     // Keys carry the group, so a block and its host copy belong to one group.
-    KVB_INVARIANT(h < 0 || host_group(h) == block_group(static_cast<int32_t>(b)),
-                  "device block %u of group %u: host copy %d is of group %u", b, block_group(static_cast<int32_t>(b)), h,
-                  host_group(h));
+    KVB_INVARIANT(h < 0 || host_.group_of(h) == device_.group_of(static_cast<int32_t>(b)),
+                  "device block %u of group %u: host copy %d is of group %u", b, device_.group_of(static_cast<int32_t>(b)), h,
+                  host_.group_of(h));
   }
   std::vector<uint8_t> dst(H, 0);
-  for (const BlockPair& p : pending_offloads_) {
+  for (const BlockPair& p : pending_.offloads) {
     KVB_INVARIANT(p.second >= 0 && static_cast<uint32_t>(p.second) < H && !dst[p.second] &&
-                      host_pool_.meta(p.second).indexed,
+                      host_.pool.meta(p.second).indexed,
                   "pending offload into host block %d: repeated or not cached", p.second);
     dst[p.second] = 1;
   }
   if (events_.enabled() && cfg_.host_cache) {  // per group, as on the device
     std::map<std::pair<uint32_t, uint64_t>, uint32_t> counts;
     for (uint32_t h = 0; h < H; ++h)
-      if (host_pool_.meta(static_cast<int32_t>(h)).indexed)
-        ++counts[{host_group(static_cast<int32_t>(h)), host_pool_.meta(static_cast<int32_t>(h)).hash}];
-    const HashCounts& hc = *host_hashes_;
+      if (host_.pool.meta(static_cast<int32_t>(h)).indexed)
+        ++counts[{host_.group_of(static_cast<int32_t>(h)), host_.pool.meta(static_cast<int32_t>(h)).hash}];
+    const HashCounts& hc = *host_.hashes;
     KVB_INVARIANT(counts.size() == hc.size(), "%zu (group, public hash) pairs on the host, event counts hold %zu",
                   counts.size(), hc.size());
     for (const auto& c : counts)

@@ -46,21 +46,21 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
   const uint32_t nb = blocks_for(pos, bs_);
   const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
   ChainLink chains[kMaxForkGroups];
-  for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
+  for (uint32_t g = 0; g < groups_.count; ++g) {  // every group is checked before anything changes
     const Sequence& pg = grp(p, g);
     const uint32_t released = first_released_needed(pg, pos, nb);
     if (released != kNoBlockIndex)
       fail(Code::bad_state, "seq %" PRId64 ": a fork at %zu token%s needs block %u (the window of its next query), which "
            "the sliding window released%s", parent_id, pos, plural_s(pos), released,
-           groups_ > 1 ? " (in a window group)" : "");
-    chains[g] = chain_at(pg, hashed, pool_, "fork position");
+           groups_.count > 1 ? " (in a window group)" : "");
+    chains[g] = chain_at(pg, hashed, device_.pool, "fork position");
   }
 
-  const size_t parent_index = static_cast<size_t>(&p - seqs_.data());  // new_seq may move seqs_
+  const size_t parent_index = static_cast<size_t>(&p - seqs_.pool.data());  // new_seq may move seqs_.pool
   Sequence& c = new_seq(child_id);
-  Sequence& par = seqs_[parent_index];
+  Sequence& par = seqs_.pool[parent_index];
   try {
-    for (uint32_t g = 0; g < groups_; ++g) {
+    for (uint32_t g = 0; g < groups_.count; ++g) {
       Sequence& cg = grp(c, g);
       const Sequence& pg = grp(par, g);
       cg.table.assign(pg.table.begin(), pg.table.begin() + nb);
@@ -76,8 +76,8 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     throw;
   }
   // Group 0 last: the order in which apply_window's releases reach the free queue.
-  for (uint32_t k = 1; k <= groups_; ++k) {
-    const uint32_t g = k % groups_;
+  for (uint32_t k = 1; k <= groups_.count; ++k) {
+    const uint32_t g = k % groups_.count;
     Sequence& cg = grp(c, g);
     const Sequence& pg = grp(par, g);
     for (int32_t b : cg.table)
@@ -108,16 +108,16 @@ void Manager::rollback(int64_t id, size_t n) {
   const uint32_t nb = blocks_for(len, bs_);
   const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
   ChainLink chains[kMaxForkGroups];
-  for (uint32_t g = 0; g < groups_; ++g) {  // every group is checked before anything changes
+  for (uint32_t g = 0; g < groups_.count; ++g) {  // every group is checked before anything changes
     const Sequence& sg = grp(s, g);
     const uint32_t released = first_released_needed(sg, std::min(s.num_computed, len), nb);
     if (released != kNoBlockIndex)
       fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s needs block %u (its last block or the "
            "window of its next query), which the sliding window released (only committed tokens can lie there)%s",
-           id, len, plural_s(len), released, groups_ > 1 ? " (in a window group)" : "");
-    chains[g] = chain_at(sg, hashed, pool_, "rollback");
+           id, len, plural_s(len), released, groups_.count > 1 ? " (in a window group)" : "");
+    chains[g] = chain_at(sg, hashed, device_.pool, "rollback");
   }
-  for (uint32_t g = groups_; g-- > 0;) rollback_apply(grp(s, g), len, nb, hashed, chains[g]);
+  for (uint32_t g = groups_.count; g-- > 0;) rollback_apply(grp(s, g), len, nb, hashed, chains[g]);
 }
 
 void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain) {
@@ -131,7 +131,7 @@ void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t ha
   // still holds it as it is (the next append here then copies it first).
   if (len % bs_ != 0) {
     int32_t last = s.table.back();
-    if (pool_.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
+    if (device_.pool.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
   }
   s.num_tokens = len;
   s.num_computed = std::min(s.num_computed, len);
@@ -148,8 +148,8 @@ void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t ha
 void Manager::release_pending_copies() {
   // The caller has the pairs and runs them before the next forward step: sources may be reused after.
   // No source is also a destination (append folds such chains), so these releases drop no pair.
-  for (const BlockPair& p : pending_copies_) release_block(p.first);
-  pending_copies_.clear();
+  for (const BlockPair& p : pending_.copies) release_block(p.first);
+  pending_.copies.clear();
 }
 
 }  // namespace kvb

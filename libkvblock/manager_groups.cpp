@@ -36,12 +36,12 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   if (opts.window || opts.sink)
     fail(Code::invalid_argument, "window_tokens %u / sink_tokens %u in the sequence options: with KV cache groups "
          "each group's window comes from its kvb_group_spec", opts.window, opts.sink);
-  const uint32_t G = groups_;
+  const uint32_t G = groups_.count;
   out = GroupLookup{};
   out.num_blocks = blocks_for(n, bs_);
   const uint32_t M = out.num_blocks - 1;  // never the last block (see lookup)
-  group_hits_.clear();
-  group_links_.clear();
+  scratch_.group_hits.clear();
+  scratch_.group_links.clear();
   ChainLink link[kMaxForkGroups];        // each group's chain before block i
   uint32_t last_miss1[kMaxForkGroups];   // 1 + the last block group g missed, 0 if none
   uint32_t missed[kMaxForkGroups], num_missed = 0;  // the window groups that missed a block so far
@@ -53,7 +53,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   for (uint32_t g = 0; g < G; ++g) {
     link[g] = group_first_link(opts, g);
     last_miss1[g] = 0;
-    left[g] = group_cached_[g];
+    left[g] = groups_.cached[g];
     exhausted |= left[g] == 0;
     if (cfg_.groups[g].window) {
       windows[num_windows++] = g;
@@ -80,26 +80,26 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
     for (uint32_t g = 0; g < G; ++g) {
       ChainLink next;
       next.kind = ChainLink::parent;
-      hasher_.hash_and_key(link[g], blk, bs_, extra, &next.hash, &next.key);
+      keys_.hasher.hash_and_key(link[g], blk, bs_, extra, &next.hash, &next.key);
       // The stored tokens and extra key must equal the prompt's, on either level (see lookup).
       auto same = [&](const BlockPool& pool, int32_t x) {
         return std::memcmp(pool.tokens(x), blk, bs_ * sizeof(int64_t)) == 0 && pool.meta(x).has_extra == extra.present &&
                (!extra.present || pool.meta(x).extra == extra.value);
       };
-      int32_t b = index_.find(next.key);  // the device level first, then the host level (stored as -2 - h)
-      bool hit = b >= 0 && same(pool_, b);
+      int32_t b = device_.index.find(next.key);  // the device level first, then the host level (stored as -2 - h)
+      bool hit = b >= 0 && same(device_.pool, b);
       if (!hit && cfg_.host_cache) {
-        const int32_t h = host_index_.find(next.key);
-        hit = h >= 0 && same(host_pool_, h);
+        const int32_t h = host_.index.find(next.key);
+        hit = h >= 0 && same(host_.pool, h);
         b = -2 - h;
       }
       if (hit) {
         uint32_t before = kLinkOfPrevious;
         if (i == 0 || last_miss1[g] == i) {  // block i - 1 missed: keep the computed link
-          before = static_cast<uint32_t>(group_links_.size());
-          group_links_.push_back(link[g]);
+          before = static_cast<uint32_t>(scratch_.group_links.size());
+          scratch_.group_links.push_back(link[g]);
         }
-        group_hits_.push_back(GroupHit{i, g, b, before});
+        scratch_.group_hits.push_back(GroupHit{i, g, b, before});
         exhausted |= --left[g] == 0;
       } else {
         if (last_miss1[g] == 0) missed[num_missed++] = g;
@@ -130,9 +130,9 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   // host hit when any group loads its block (entries come in prompt order).
   uint64_t needed = static_cast<uint64_t>(G) * (out.num_blocks - k);
   uint32_t host_index = UINT32_MAX;
-  for (const GroupHit& e : group_hits_) {
+  for (const GroupHit& e : scratch_.group_hits) {
     if (e.index >= k || !group_takes(e.group, k, e.index)) continue;
-    if (e.block < 0 || pool_.meta(e.block).ref == 0) ++needed;
+    if (e.block < 0 || device_.pool.meta(e.block).ref == 0) ++needed;
     if (e.block < -1 && e.index != host_index) {
       host_index = e.index;
       ++out.host_hits;
@@ -141,27 +141,27 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   out.needed = needed;
 }
 
-// group_hits_ by group (stable: each group's hits stay in prompt order), for allocate_groups.
+// scratch_.group_hits by group (stable: each group's hits stay in prompt order), for allocate_groups.
 void Manager::sort_group_hits(GroupLookup& gl) {
-  const uint32_t G = groups_;
+  const uint32_t G = groups_.count;
   uint32_t count[kMaxForkGroups] = {};
-  for (const GroupHit& e : group_hits_) ++count[e.group];
+  for (const GroupHit& e : scratch_.group_hits) ++count[e.group];
   gl.first[0] = 0;
   for (uint32_t g = 0; g < G; ++g) gl.first[g + 1] = gl.first[g] + count[g];
-  group_hits_by_group_.resize(group_hits_.size());
+  scratch_.group_hits_by_group.resize(scratch_.group_hits.size());
   uint32_t at[kMaxForkGroups];
   for (uint32_t g = 0; g < G; ++g) at[g] = gl.first[g];
-  for (const GroupHit& e : group_hits_) group_hits_by_group_[at[e.group]++] = e;
+  for (const GroupHit& e : scratch_.group_hits) scratch_.group_hits_by_group[at[e.group]++] = e;
 }
 
 size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
   GroupLookup gl;
   group_lookup(tokens, n, opts, gl);
-  if (pool_.num_free() < gl.needed + watermark_blocks_)
+  if (device_.pool.num_free() < gl.needed + watermark_blocks_)
     fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s over %u groups (+%u watermark), %u %s free",
-         id, gl.needed, plural_s(gl.needed), groups_, watermark_blocks_, pool_.num_free(), is_are(pool_.num_free()));
+         id, gl.needed, plural_s(gl.needed), groups_.count, watermark_blocks_, device_.pool.num_free(), is_are(device_.pool.num_free()));
   sort_group_hits(gl);
-  const uint32_t G = groups_, k = gl.hits;
+  const uint32_t G = groups_.count, k = gl.hits;
   Sequence& s = new_seq(id);
   try {
     for (uint32_t g = 0; g < G; ++g) {
@@ -182,14 +182,14 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
   // block leaves the free queue: its evictions (and their offloads) must not touch them.
   // A window group's blocks not taken are followed by its window: the link before the window's first
   // block is kept (released_links), read now, while the hit before it (if any) still holds its content.
-  const GroupHit* hits = group_hits_by_group_.data();
+  const GroupHit* hits = scratch_.group_hits_by_group.data();
   ChainLink window_link[kMaxForkGroups];
   for (uint32_t g = 0; g < G; ++g)
     for (uint32_t j = gl.first[g]; j < gl.first[g + 1]; ++j) {
       const GroupHit& e = hits[j];
       if (e.index >= k || !group_takes(g, k, e.index)) continue;
       if (e.index > 0 && !group_takes(g, k, e.index - 1))
-        window_link[g] = e.link != kLinkOfPrevious ? group_links_[e.link] : link_after(hit_meta(hits[j - 1].block));
+        window_link[g] = e.link != kLinkOfPrevious ? scratch_.group_links[e.link] : link_after(hit_meta(hits[j - 1].block));
       if (e.block >= 0) acquire_cached(e.block);
       else pin_host(-2 - e.block);
     }
@@ -212,8 +212,8 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
         b = e.block;
         if (b < -1) {  // counts as cached: the load runs before the step
           // The link before block i: kept by the lookup, or after block i - 1 (held, or loaded, by now).
-          const ChainLink before = e.link != kLinkOfPrevious ? group_links_[e.link]
-                                   : took                    ? link_after(pool_.meta(gs.table[i - 1]))
+          const ChainLink before = e.link != kLinkOfPrevious ? scratch_.group_links[e.link]
+                                   : took                    ? link_after(device_.pool.meta(gs.table[i - 1]))
                                                              : window_link[g];
           b = load_from_host(-2 - b, before);
         }
@@ -229,7 +229,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     gs.num_computed = gs.num_cached = cached;
     gs.num_hashed = k;
     gs.first_link = group_first_link(opts, g);
-    gs.chain = k ? link_after(pool_.meta(gs.table[k - 1])) : gs.first_link;  // block k - 1 is taken: held
+    gs.chain = k ? link_after(device_.pool.meta(gs.table[k - 1])) : gs.first_link;  // block k - 1 is taken: held
     gs.window = spec.window ? spec.window_tokens : 0;
     gs.sink = spec.window ? spec.sink_tokens : 0;
     gs.window_next = blocks_for(gs.sink, bs_);
@@ -248,7 +248,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
 // than the window (a system prompt) found it in the full group and missed in the window group. (vLLM's
 // sliding-window manager frees into its one free queue the same way; SGLang's SWA radix cache keeps
 // the window part in its own LRU list, timed by the use of the prefix it belongs to.) Here, one pool:
-//  - a cached block the window releases is parked for its sequence (BlockPool, parked_for_): still
+//  - a cached block the window releases is parked for its sequence (BlockPool, groups_.parked_for): still
 //    free, but taken only when the free queue proper is empty, after everything that finished
 //    sequences left cached. With every layer full attention it would still be held;
 //  - freeing the sequence puts the blocks parked for it back in the free queue with its other blocks,
@@ -257,13 +257,13 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
 // Measured (timed replay, PERFORMANCE.md "KV cache groups: eviction order"): on a trace of prompts that
 // share system prompts, at 2,500 blocks, hits 30.0% before, 41.7% with this (all-full 50.1%, queueing
 // 5x longer). Weaker variants measured on the way: requeueing at free without parking 32.0%; parking
-// without parked_for_ (any sequence that had released a block requeued it at its end, even when a
+// without groups_.parked_for (any sequence that had released a block requeued it at its end, even when a
 // running sequence had parked it again since) 39.5%; also parking the window group's prefix hits not
 // taken at allocation, 38.6% (those keep their place: only a prompt diverging before this one's hit
 // point needs them). O(blocks of the sequence) and no allocation here: released_blocks has room for
 // one entry per block (reserve_window_link).
 void Manager::free_group_blocks(Sequence& s) {
-  const uint32_t G = groups_;
+  const uint32_t G = groups_.count;
   size_t left[kMaxForkGroups];  // per group: released_blocks entries not yet visited (from the end)
   for (uint32_t g = 0; g < G; ++g) left[g] = grp(s, g).released_blocks.size();
   for (size_t i = s.table.size(); i-- > 0;) {  // every group's table has the same length
@@ -276,12 +276,12 @@ void Manager::free_group_blocks(Sequence& s) {
 }
 
 void Manager::requeue_released(const Sequence::ReleasedBlock& r, int64_t id) {
-  const BlockMeta& m = pool_.meta(r.block);
+  const BlockMeta& m = device_.pool.meta(r.block);
   if (!m.in_free || !m.indexed || m.key != r.key) return;  // taken since, or holding other content
   // Another sequence hit the block and its window parked it again: that sequence still runs.
-  if (m.in_free == 2 && parked_for_[r.block] != id) return;
-  pool_.unlink(r.block);
-  pool_.push_tail(r.block);
+  if (m.in_free == 2 && groups_.parked_for[r.block] != id) return;
+  device_.pool.unlink(r.block);
+  device_.pool.push_tail(r.block);
 }
 
 }  // namespace kvb

@@ -1,12 +1,12 @@
 // The host tier (docs/ARCHITECTURE.md, "Host tier"): host blocks shared by swapped-out sequences and, with
 // KVB_CONFIG_HOST_CACHE, a second prefix-cache level.
 //
-// A host block is empty (host_empty_), held (ref > 0: by a swapped-out sequence, or pinned by pending
-// loads that read it), or cached: in host_index_ and in one of two lists. Cached blocks whose content
-// the device index also holds (twins, host_twin_ >= 0) are in twins_; the others in host_pool_'s queue,
+// A host block is empty (host_blocks_.empty), held (ref > 0: by a swapped-out sequence, or pinned by pending
+// loads that read it), or cached: in host_.index and in one of two lists. Cached blocks whose content
+// the device index also holds (twins, host_blocks_.twin >= 0) are in host_blocks_.twins; the others in host_.pool's queue,
 // least recently used first. Keeping a twin saves the offload when its device copy is evicted, but
 // holds a host block that unique content could use: an inclusive cache moves fewer blocks and hits
-// less, an exclusive one the reverse. Twins are kept up to twin_budget_ (host_cache_twin_percent of the
+// less, an exclusive one the reverse. Twins are kept up to host_blocks_.twin_budget (host_cache_twin_percent of the
 // host blocks); beyond it, or when no unique block is left, the newest twin is dropped first.
 // The default, 1%, keeps >= 99% of the hits of a single tier of the combined size on the Mooncake
 // synthetic trace; larger budgets move fewer blocks and hit less (PERFORMANCE.md has the table). Swapped-out sequences win over the cache: swap_out evicts cached host
@@ -31,157 +31,157 @@ static void copy_content(const BlockMeta& from, BlockMeta& to) {
 // ---- host cache -----------------------------------------------------------------------------------
 
 void Manager::host_enqueue(int32_t h) {
-  if (host_twin_[h] < 0) {
-    host_pool_.push_tail(h);  // most recently used unique block
+  if (host_blocks_.twin[h] < 0) {
+    host_.pool.push_tail(h);  // most recently used unique block
     return;
   }
-  BlockMeta& m = host_pool_.meta(h);
-  m.prev = twins_.tail;
+  BlockMeta& m = host_.pool.meta(h);
+  m.prev = host_blocks_.twins.tail;
   m.next = -1;
-  if (twins_.tail >= 0) host_pool_.meta(twins_.tail).next = h;
-  else twins_.head = h;
-  twins_.tail = h;
+  if (host_blocks_.twins.tail >= 0) host_.pool.meta(host_blocks_.twins.tail).next = h;
+  else host_blocks_.twins.head = h;
+  host_blocks_.twins.tail = h;
   m.in_free = 2;
-  ++twins_.size;
+  ++host_blocks_.twins.size;
 }
 
 void Manager::host_unqueue(int32_t h) {
-  BlockMeta& m = host_pool_.meta(h);
+  BlockMeta& m = host_.pool.meta(h);
   if (m.in_free == 1) {
-    host_pool_.unlink(h);
+    host_.pool.unlink(h);
     return;
   }
   if (m.in_free != 2) return;
-  if (m.prev >= 0) host_pool_.meta(m.prev).next = m.next;
-  else twins_.head = m.next;
-  if (m.next >= 0) host_pool_.meta(m.next).prev = m.prev;
-  else twins_.tail = m.prev;
+  if (m.prev >= 0) host_.pool.meta(m.prev).next = m.next;
+  else host_blocks_.twins.head = m.next;
+  if (m.next >= 0) host_.pool.meta(m.next).prev = m.prev;
+  else host_blocks_.twins.tail = m.prev;
   m.prev = m.next = -1;
   m.in_free = 0;
-  --twins_.size;
+  --host_blocks_.twins.size;
 }
 
 int32_t Manager::take_host_block() {
-  if (!host_empty_.empty()) {
-    int32_t h = host_empty_.back();
-    host_empty_.pop_back();
+  if (!host_blocks_.empty.empty()) {
+    int32_t h = host_blocks_.empty.back();
+    host_blocks_.empty.pop_back();
     if (!store_.written.empty()) store_.written[h] = store_.through_pending[h] = 0;  // new content comes
     return h;
   }
   // A twin costs nothing to drop now (its content is on the device), but keeping it saves the offload
-  // when the device copy is evicted. Up to twin_budget_ twins are kept; beyond, the newest goes first
+  // when the device copy is evicted. Up to host_blocks_.twin_budget twins are kept; beyond, the newest goes first
   // (its device copy, just used, is the last to be evicted there).
   int32_t h;
-  if (twins_.size > 0 && (twins_.size > twin_budget_ || host_pool_.num_free() == 0)) h = twins_.tail;
-  else if (host_pool_.num_free() > 0) h = host_pool_.free_head();
+  if (host_blocks_.twins.size > 0 && (host_blocks_.twins.size > host_blocks_.twin_budget || host_.pool.num_free() == 0)) h = host_blocks_.twins.tail;
+  else if (host_.pool.num_free() > 0) h = host_.pool.free_head();
   else return -1;
   host_unqueue(h);
-  BlockMeta& m = host_pool_.meta(h);
+  BlockMeta& m = host_.pool.meta(h);
   // Its pending offload (if any) would now overwrite the block's next content: dropped below. Without
   // one, the block's bytes are in host memory: write-back to the store.
-  size_t pending = pending_offloads_.size();
-  for (size_t i = 0; i < pending_offloads_.size(); ++i)
-    if (pending_offloads_[i].second == h) pending = i;
-  if (store_.on && pending == pending_offloads_.size() && !store_.written[h]) store_put(h);
+  size_t pending = pending_.offloads.size();
+  for (size_t i = 0; i < pending_.offloads.size(); ++i)
+    if (pending_.offloads[i].second == h) pending = i;
+  if (store_.on && pending == pending_.offloads.size() && !store_.written[h]) store_put(h);
   if (!store_.written.empty()) store_.written[h] = store_.through_pending[h] = 0;  // new content comes
-  host_index_.erase_if_points_to(m.key, h);
-  if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
+  host_.index.erase_if_points_to(m.key, h);
+  if (m.indexed && !groups_.cached.empty()) --groups_.cached[host_.group_of(h)];
   m.indexed = 0;
   ++counters_.host_evictions;
-  if (events_.enabled() && host_hashes_->remove(host_group(h), m.hash))
-    emit_host(2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
+  if (events_.enabled() && host_.hashes->remove(host_.group_of(h), m.hash))
+    emit_block(host_, 1, 2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
-  host_twin_[h] = -1;
-  if (pending < pending_offloads_.size()) {
-    pending_offloads_.erase(pending_offloads_.begin() + static_cast<long>(pending));
+  host_blocks_.twin[h] = -1;
+  if (pending < pending_.offloads.size()) {
+    pending_.offloads.erase(pending_.offloads.begin() + static_cast<long>(pending));
     --counters_.offloaded;
   }
   return h;
 }
 
 void Manager::offload(int32_t b) {
-  const BlockMeta& m = pool_.meta(b);
-  if (host_index_.find(m.key) >= 0) return;  // already on the host (it came from there): nothing to copy
+  const BlockMeta& m = device_.pool.meta(b);
+  if (host_.index.find(m.key) >= 0) return;  // already on the host (it came from there): nothing to copy
   int32_t h = take_host_block();
   if (h < 0) return;  // every host block is held: the content is dropped
-  BlockMeta& hm = host_pool_.meta(h);
+  BlockMeta& hm = host_.pool.meta(h);
   copy_content(m, hm);
-  std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
-  host_index_.put(hm.key, h);
+  std::memcpy(host_.pool.tokens(h), device_.pool.tokens(b), bs_ * sizeof(int64_t));
+  host_.index.put(hm.key, h);
   hm.indexed = 1;
-  if (!host_group_.empty()) host_group_[h] = static_cast<uint8_t>(block_group(b));  // the key carries it too
-  if (!group_cached_.empty()) ++group_cached_[host_group(h)];
+  if (!host_.group.empty()) host_.group[h] = static_cast<uint8_t>(device_.group_of(b));  // the key carries it too
+  if (!groups_.cached.empty()) ++groups_.cached[host_.group_of(h)];
   hm.ref = 0;
   host_enqueue(h);
-  pending_offloads_.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
+  pending_.offloads.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
   ++counters_.offloaded;
   if (events_.enabled()) {
-    host_parents_[h] = parents_[b];
-    if (host_hashes_->add(host_group(h), hm.hash)) emit_host(1 /* KVB_EVENT_BLOCK_STORED */, h, true);
+    host_.parents[h] = device_.parents[b];
+    if (host_.hashes->add(host_.group_of(h), hm.hash)) emit_block(host_, 1, 1 /* KVB_EVENT_BLOCK_STORED */, h, true);
   }
 }
 
 void Manager::host_twin_enter(int32_t b, int32_t h) {
   if (h < 0) return;
-  const bool queued = host_pool_.meta(h).in_free != 0;
+  const bool queued = host_.pool.meta(h).in_free != 0;
   if (queued) host_unqueue(h);
-  host_twin_[h] = b;
+  host_blocks_.twin[h] = b;
   if (queued) host_enqueue(h);  // to the twin list
 }
 
 void Manager::host_twin_leave(int32_t b) {
-  int32_t h = host_index_.find(pool_.meta(b).key);
-  if (h < 0 || host_twin_[h] != b) return;
-  const bool queued = host_pool_.meta(h).in_free != 0;
+  int32_t h = host_.index.find(device_.pool.meta(b).key);
+  if (h < 0 || host_blocks_.twin[h] != b) return;
+  const bool queued = host_.pool.meta(h).in_free != 0;
   if (queued) host_unqueue(h);
-  host_twin_[h] = -1;
+  host_blocks_.twin[h] = -1;
   if (queued) host_enqueue(h);  // the only copy now, and just used: most recent in the LRU
 }
 
 void Manager::pin_host(int32_t h) {
   host_unqueue(h);
-  ++host_pool_.meta(h).ref;
+  ++host_.pool.meta(h).ref;
 }
 
 int32_t Manager::load_from_host(int32_t h, const ChainLink& parent) {
   int32_t d = take_free_block();
-  BlockMeta& m = pool_.meta(d);
-  copy_content(host_pool_.meta(h), m);
-  std::memcpy(pool_.tokens(d), host_pool_.tokens(h), bs_ * sizeof(int64_t));
+  BlockMeta& m = device_.pool.meta(d);
+  copy_content(host_.pool.meta(h), m);
+  std::memcpy(device_.pool.tokens(d), host_.pool.tokens(h), bs_ * sizeof(int64_t));
   ++m.ref;  // held by the pending load until drained: d cannot be reused (or offloaded) before it runs
-  pending_loads_.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
+  pending_.loads.push_back(BlockPair{h, d});  // capacity reserved: destinations are unique device blocks
   ++counters_.loaded;
-  index_block(d, parent, host_group(h), h);
+  index_block(d, parent, host_.group_of(h), h);
   return d;
 }
 
 void Manager::release_host_transfers() {
   store_through_offloaded();
-  pending_offloads_.clear();
-  for (const BlockPair& p : pending_loads_) {
-    if (--host_pool_.meta(p.first).ref == 0) {
+  pending_.offloads.clear();
+  for (const BlockPair& p : pending_.loads) {
+    if (--host_.pool.meta(p.first).ref == 0) {
       if (!store_.staging.empty() && store_.staging[p.first]) store_release_staging(p.first);  // a store get's
       else host_enqueue(p.first);
     }
     release_block(p.second);
   }
-  pending_loads_.clear();
+  pending_.loads.clear();
 }
 
 void Manager::clear_host_cache() {
-  while (host_pool_.num_free() > 0 || twins_.size > 0) {
-    int32_t h = host_pool_.num_free() > 0 ? host_pool_.free_head() : twins_.head;
+  while (host_.pool.num_free() > 0 || host_blocks_.twins.size > 0) {
+    int32_t h = host_.pool.num_free() > 0 ? host_.pool.free_head() : host_blocks_.twins.head;
     host_unqueue(h);
-    BlockMeta& m = host_pool_.meta(h);
-    if (m.indexed && !group_cached_.empty()) --group_cached_[host_group(h)];
+    BlockMeta& m = host_.pool.meta(h);
+    if (m.indexed && !groups_.cached.empty()) --groups_.cached[host_.group_of(h)];
     m.indexed = m.has_hash = 0;
-    host_twin_[h] = -1;
-    host_empty_.push_back(h);
+    host_blocks_.twin[h] = -1;
+    host_blocks_.empty.push_back(h);
   }
-  host_index_.clear();
-  if (host_hashes_) host_hashes_->clear();
-  counters_.offloaded -= pending_offloads_.size();
-  pending_offloads_.clear();
+  host_.index.clear();
+  if (host_.hashes) host_.hashes->clear();
+  counters_.offloaded -= pending_.offloads.size();
+  pending_.offloads.clear();
 }
 
 // ---- swapping -----------------------------------------------------------------------------------
@@ -190,12 +190,12 @@ void Manager::clear_host_cache() {
 
 size_t Manager::held_blocks(const Sequence& s, bool host) const {
   size_t n = 0;
-  for (uint32_t g = 0; g < groups_; ++g)
+  for (uint32_t g = 0; g < groups_.count; ++g)
     for (int32_t b : host ? grp(s, g).host_table : grp(s, g).table) n += b >= 0;
   return n;
 }
 
-size_t Manager::host_available() const { return host_empty_.size() + host_pool_.num_free() + twins_.size; }
+size_t Manager::host_available() const { return host_blocks_.empty.size() + host_.pool.num_free() + host_blocks_.twins.size; }
 
 Availability Manager::can_swap_out(int64_t id) {
   size_t need = held_blocks(device_seq(id), false);
@@ -207,8 +207,8 @@ Availability Manager::can_swap_in(int64_t id) {
   Sequence& s = seq(id);
   if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
   size_t need = held_blocks(s, true);
-  if (need > pool_.num_blocks()) return Availability::never;
-  return pool_.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
+  if (need > device_.pool.num_blocks()) return Availability::never;
+  return device_.pool.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
 }
 
 size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id), false); }
@@ -228,32 +228,32 @@ void Manager::swap_out(int64_t id, int32_t* pairs) {
   if (need > host_available())
     fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, %zu %s free", id, need,
          plural_s(need), host_available(), is_are(host_available()));
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     const std::vector<int32_t>& table = grp(s, g).table;
-    for (const BlockPair& p : pending_copies_)
+    for (const BlockPair& p : pending_.copies)
       if (std::find(table.begin(), table.end(), p.second) != table.end())
         fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
              id, p.second);
-    for (const BlockPair& p : pending_loads_)
+    for (const BlockPair& p : pending_.loads)
       if (std::find(table.begin(), table.end(), p.second) != table.end())
         fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending load from the host; drain and run it first", id,
              p.second);
   }
   // The only allocations, before any change: the host tables stay empty until every one has room.
-  for (uint32_t g = 0; g < groups_; ++g) grp(s, g).host_table.reserve(grp(s, g).table.size());
+  for (uint32_t g = 0; g < groups_.count; ++g) grp(s, g).host_table.reserve(grp(s, g).table.size());
   size_t k = 0;
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     Sequence& gs = grp(s, g);
     gs.host_table.assign(gs.table.size(), -1);
     for (size_t i = 0; i < gs.table.size(); ++i) {
       int32_t b = gs.table[i];
       if (b < 0) continue;
       int32_t h = take_host_block();  // never -1: host_available() >= need
-      BlockMeta& hm = host_pool_.meta(h);
-      copy_content(pool_.meta(b), hm);  // content description travels with the data
+      BlockMeta& hm = host_.pool.meta(h);
+      copy_content(device_.pool.meta(b), hm);  // content description travels with the data
       hm.ref = 1;
-      std::memcpy(host_pool_.tokens(h), pool_.tokens(b), bs_ * sizeof(int64_t));
-      ++host_held_;
+      std::memcpy(host_.pool.tokens(h), device_.pool.tokens(b), bs_ * sizeof(int64_t));
+      ++host_blocks_.held;
       gs.host_table[i] = h;
       pairs[2 * k] = b;
       pairs[2 * k + 1] = h;
@@ -261,7 +261,7 @@ void Manager::swap_out(int64_t id, int32_t* pairs) {
     }
   }
   // The device copies stay valid until reused, so cached ones remain findable until evicted.
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     Sequence& gs = grp(s, g);
     for (size_t i = gs.table.size(); i-- > 0;)
       if (gs.table[i] >= 0) {
@@ -274,16 +274,16 @@ void Manager::swap_out(int64_t id, int32_t* pairs) {
 }
 
 void Manager::release_swapped(Sequence& s) {
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     Sequence& gs = grp(s, g);
     for (size_t i = gs.host_table.size(); i-- > 0;) {
       int32_t h = gs.host_table[i];
       if (h < 0) continue;
-      BlockMeta& hm = host_pool_.meta(h);
+      BlockMeta& hm = host_.pool.meta(h);
       hm.ref = 0;
       hm.has_hash = 0;
-      host_empty_.push_back(h);  // capacity is num_host_blocks
-      --host_held_;
+      host_blocks_.empty.push_back(h);  // capacity is num_host_blocks
+      --host_blocks_.held;
     }
   }
 }
@@ -292,11 +292,11 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
   Sequence& s = seq(id);
   if (!s.swapped) fail(Code::bad_state, "seq %" PRId64 " is not swapped out", id);
   size_t need = held_blocks(s, true);
-  if (need > pool_.num_free())
+  if (need > device_.pool.num_free())
     fail(Code::out_of_blocks, "seq %" PRId64 ": swap in needs %zu free block%s, %u %s free", id, need, plural_s(need),
-         pool_.num_free(), is_are(pool_.num_free()));
+         device_.pool.num_free(), is_are(device_.pool.num_free()));
   size_t k = 0;
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     Sequence& gs = grp(s, g);
     ChainLink parent = gs.first_link;  // the link of the next block, while the chain is unbroken
     bool parent_known = true;
@@ -307,11 +307,11 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
         continue;
       }
       int32_t b = take_free_block();
-      BlockMeta& m = pool_.meta(b);
-      copy_content(host_pool_.meta(h), m);
-      std::memcpy(pool_.tokens(b), host_pool_.tokens(h), bs_ * sizeof(int64_t));
+      BlockMeta& m = device_.pool.meta(b);
+      copy_content(host_.pool.meta(h), m);
+      std::memcpy(device_.pool.tokens(b), host_.pool.tokens(h), bs_ * sizeof(int64_t));
       // A committed block becomes findable again where no other block holds its key (keys carry the group).
-      if (m.has_hash && parent_known && index_.find(m.key) < 0) index_block(b, parent, g);
+      if (m.has_hash && parent_known && device_.index.find(m.key) < 0) index_block(b, parent, g);
       parent_known = m.has_hash;
       if (m.has_hash) parent = link_after(m);
       gs.table[i] = b;
@@ -321,7 +321,7 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
     }
   }
   release_swapped(s);
-  for (uint32_t g = 0; g < groups_; ++g) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
     grp(s, g).host_table.clear();
     grp(s, g).swapped = false;
   }

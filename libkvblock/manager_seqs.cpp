@@ -9,8 +9,8 @@
 namespace kvb {
 
 Sequence* Manager::find_seq(int64_t id) {
-  long pos = seq_table_.find(mix64(static_cast<uint64_t>(id)), [&](const SeqSlot& s) { return s.id == id; });
-  return pos < 0 ? nullptr : &seqs_[seq_table_.at(static_cast<size_t>(pos)).index];
+  long pos = seqs_.table.find(mix64(static_cast<uint64_t>(id)), [&](const SequenceTable::Slot& s) { return s.id == id; });
+  return pos < 0 ? nullptr : &seqs_.pool[seqs_.table.at(static_cast<size_t>(pos)).index];
 }
 
 const Sequence* Manager::find_seq_const(int64_t id) const {
@@ -35,19 +35,19 @@ Sequence& Manager::device_seq(int64_t id) {
 Sequence& Manager::new_seq(int64_t id) {
   if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
   // Reserve everything first so that nothing below can fail half-way.
-  seq_table_.grow_for(live_seqs_ + 1);
-  if (free_seq_slots_.empty()) {
-    if (seqs_.size() == seqs_.capacity()) {  // geometric growth: pooled sequences move rarely
-      seqs_.reserve(std::max<size_t>(16, 2 * seqs_.capacity()));
-      free_seq_slots_.reserve(seqs_.capacity());  // drop_seq relies on room for every slot
+  seqs_.table.grow_for(seqs_.live + 1);
+  if (seqs_.free_slots.empty()) {
+    if (seqs_.pool.size() == seqs_.pool.capacity()) {  // geometric growth: pooled sequences move rarely
+      seqs_.pool.reserve(std::max<size_t>(16, 2 * seqs_.pool.capacity()));
+      seqs_.free_slots.reserve(seqs_.pool.capacity());  // drop_seq relies on room for every slot
     }
-    seqs_.emplace_back();
-    free_seq_slots_.push_back(static_cast<uint32_t>(seqs_.size() - 1));
+    seqs_.pool.emplace_back();
+    seqs_.free_slots.push_back(static_cast<uint32_t>(seqs_.pool.size() - 1));
   }
-  if (groups_ > 1) seqs_[free_seq_slots_.back()].more.resize(groups_ - 1);  // before any change
-  uint32_t slot = free_seq_slots_.back();
-  free_seq_slots_.pop_back();
-  seq_table_.insert(mix64(static_cast<uint64_t>(id)), SeqSlot{id, slot});
+  if (groups_.count > 1) seqs_.pool[seqs_.free_slots.back()].more.resize(groups_.count - 1);  // before any change
+  uint32_t slot = seqs_.free_slots.back();
+  seqs_.free_slots.pop_back();
+  seqs_.table.insert(mix64(static_cast<uint64_t>(id)), SequenceTable::Slot{id, slot});
   // A reused slot starts empty; its buffers keep their capacity (no allocation on a warm pool). The
   // group-0 state is the Sequence itself, groups 1.. live in s.more.
   auto start_empty = [id](Sequence& x, uint32_t group) {
@@ -68,19 +68,19 @@ Sequence& Manager::new_seq(int64_t id) {
     x.store_filling = 0;
     x.store_serial = 0;
   };
-  Sequence& s = seqs_[slot];
+  Sequence& s = seqs_.pool[slot];
   start_empty(s, 0);
-  for (uint32_t g = 1; g < groups_; ++g) start_empty(s.more[g - 1], g);
-  ++live_seqs_;
+  for (uint32_t g = 1; g < groups_.count; ++g) start_empty(s.more[g - 1], g);
+  ++seqs_.live;
   return s;
 }
 
 void Manager::drop_seq(Sequence& s) {
-  long pos = seq_table_.find(mix64(static_cast<uint64_t>(s.id)), [&](const SeqSlot& e) { return e.id == s.id; });
-  seq_table_.erase(static_cast<size_t>(pos));
+  long pos = seqs_.table.find(mix64(static_cast<uint64_t>(s.id)), [&](const SequenceTable::Slot& e) { return e.id == s.id; });
+  seqs_.table.erase(static_cast<size_t>(pos));
   s.live = false;
-  free_seq_slots_.push_back(static_cast<uint32_t>(&s - seqs_.data()));  // capacity reserved in new_seq
-  --live_seqs_;
+  seqs_.free_slots.push_back(static_cast<uint32_t>(&s - seqs_.pool.data()));  // capacity reserved in new_seq
+  --seqs_.live;
 }
 
 // ---- free, queries ------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ void Manager::free_seq(int64_t id) {
   Sequence& s = seq(id);
   if (s.swapped) {
     release_swapped(s);
-    for (uint32_t g = 0; g < groups_; ++g)  // its parked blocks (if any) age from now on
+    for (uint32_t g = 0; g < groups_.count; ++g)  // its parked blocks (if any) age from now on
       for (size_t i = grp(s, g).released_blocks.size(); i-- > 0;) requeue_released(grp(s, g).released_blocks[i], id);
   } else if (!cfg_.groups.empty()) {
     free_group_blocks(s);  // every group's blocks age together (manager_groups.cpp)
@@ -102,9 +102,9 @@ void Manager::free_seq(int64_t id) {
 
 const std::vector<int32_t>& Manager::block_table(int64_t id, uint32_t group) {
   Sequence& s = seq(id);
-  if (group >= groups_)
-    fail(Code::invalid_argument, "group %u is out of range: the manager has %u group%s", group, groups_,
-         plural_s(groups_));
+  if (group >= groups_.count)
+    fail(Code::invalid_argument, "group %u is out of range: the manager has %u group%s", group, groups_.count,
+         plural_s(groups_.count));
   if (s.swapped) fail(Code::bad_state, "seq %" PRId64 " is swapped out: it has no device block table", id);
   return grp(s, group).table;
 }
@@ -120,10 +120,10 @@ void Manager::set_extra_key(int64_t id, uint32_t block_index, uint64_t key) {
     fail(Code::bad_state, "seq %" PRId64 " is filling from the store; poll it first", id);
   auto it = std::lower_bound(s.extra_keys.begin(), s.extra_keys.end(), std::make_pair(block_index, uint64_t{0}),
                              [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys.reserve(s.extra_keys.size() + 1);  // before any change
+  for (uint32_t g = 1; g < groups_.count; ++g) grp(s, g).extra_keys.reserve(s.extra_keys.size() + 1);  // before any change
   if (it != s.extra_keys.end() && it->first == block_index) it->second = key;
   else s.extra_keys.insert(it, std::make_pair(block_index, key));
-  for (uint32_t g = 1; g < groups_; ++g) grp(s, g).extra_keys = s.extra_keys;  // fits: no allocation
+  for (uint32_t g = 1; g < groups_.count; ++g) grp(s, g).extra_keys = s.extra_keys;  // fits: no allocation
 }
 
 }  // namespace kvb

@@ -5,10 +5,10 @@ namespace kvb {
 
 Stats Manager::stats() const {
   Stats st{};
-  st.free_blocks = pool_.num_free();
-  st.used_blocks = pool_.num_blocks() - pool_.num_free();
-  st.cached_free_blocks = cached_free_;
-  st.num_seqs = live_seqs_;
+  st.free_blocks = device_.pool.num_free();
+  st.used_blocks = device_.pool.num_blocks() - device_.pool.num_free();
+  st.cached_free_blocks = counters_.cached_free;
+  st.num_seqs = seqs_.live;
   st.query_tokens = counters_.query_tokens;
   st.hit_tokens = counters_.hit_tokens;
   st.computed_tokens = counters_.computed_tokens;
@@ -16,7 +16,7 @@ Stats Manager::stats() const {
   st.cow_copies = counters_.cow_copies;
   st.swapped_out_blocks = counters_.swapped_out;
   st.swapped_in_blocks = counters_.swapped_in;
-  st.free_host_blocks = host_empty_.size();
+  st.free_host_blocks = host_blocks_.empty.size();
   st.events_dropped = events_.dropped_total();
   st.device_hit_tokens = counters_.hit_tokens - counters_.host_hit_tokens - store_.hit_tokens;
   st.host_hit_tokens = counters_.host_hit_tokens;
@@ -25,7 +25,7 @@ Stats Manager::stats() const {
   st.host_evictions = counters_.host_evictions;
   // Host blocks are empty, held by swapped-out sequences, or cached: pinned ones (read by pending loads)
   // are cached too, in the host index and findable.
-  st.cached_host_blocks = cfg_.num_host_blocks - host_empty_.size() - host_held_ - store_.staged;
+  st.cached_host_blocks = cfg_.num_host_blocks - host_blocks_.empty.size() - host_blocks_.held - store_.staged;
   st.store_hit_tokens = store_.hit_tokens;
   st.store_put_blocks = store_.put_blocks;
   st.store_put_bytes = store_.put_blocks * store_.block_bytes;

@@ -37,7 +37,7 @@ void Manager::set_store(const kvb_store* ops, const Key128& ns, uint64_t block_b
   std::vector<int32_t> through_list;
   through_list.reserve(through ? cfg_.num_host_blocks : 0);
   std::vector<uint8_t> through_pending(cfg_.num_host_blocks, 0), written(cfg_.num_host_blocks, 0);
-  store_hosts_.reserve(cfg_.num_blocks);
+  scratch_.store_hosts.reserve(cfg_.num_blocks);
   store_.staging.swap(staging);
   store_.done.swap(done);
   store_.write_through = through;
@@ -66,7 +66,7 @@ uint32_t Manager::store_lookup(const int64_t* tokens, uint32_t from, uint32_t nu
     if (!is_cacheable(blk, bs_, extra)) break;
     ChainLink next;
     next.kind = ChainLink::parent;
-    hasher_.hash_and_key(chain, blk, bs_, extra, &next.hash, &next.key);
+    keys_.hasher.hash_and_key(chain, blk, bs_, extra, &next.hash, &next.key);
     const Key128 k = fold_store_key(next.key, store_.ns);
     store_.keys.push_back(kvb_store_key{k.lo, k.hi});
     chain = next;
@@ -83,7 +83,7 @@ uint32_t Manager::store_lookup(const int64_t* tokens, uint32_t from, uint32_t nu
 int32_t Manager::take_store_staging() {
   int32_t h = take_host_block();
   if (h < 0) fail(Code::internal, "no host block for a store get, though the lookup counted one");
-  BlockMeta& m = host_pool_.meta(h);
+  BlockMeta& m = host_.pool.meta(h);
   m.ref = 1;  // held by its get
   m.has_hash = 0;
   store_.staging[h] = 1;
@@ -96,14 +96,14 @@ void Manager::store_start_gets(Sequence& s, uint32_t first, uint32_t count) {
   store_.hit_tokens += static_cast<uint64_t>(count) * bs_;
   const uint64_t first_ticket = store_.next_ticket;
   for (uint32_t j = 0; j < count; ++j) {  // capacity reserved by allocate
-    store_.gets.push_back(StoreGet{store_.next_ticket++, s.store_serial, s.id, first + j, store_hosts_[j], s.table[first + j]});
+    store_.gets.push_back(StoreGet{store_.next_ticket++, s.store_serial, s.id, first + j, scratch_.store_hosts[j], s.table[first + j]});
     ++s.store_filling;
   }
   // Started after the bookkeeping: a get refused at once ends like a failed completion.
   for (uint32_t j = 0; j < count; ++j) {
     const kvb_store_key key = store_.keys[j];
     const uint64_t ticket = first_ticket + j;
-    if (store_.ops.get(store_.ops.user, &key, store_hosts_[j], ticket) == 0) continue;
+    if (store_.ops.get(store_.ops.user, &key, scratch_.store_hosts[j], ticket) == 0) continue;
     for (size_t k = 0; k < store_.gets.size(); ++k)
       if (store_.gets[k].ticket == ticket) {
         store_complete(k, -1);
@@ -113,12 +113,12 @@ void Manager::store_start_gets(Sequence& s, uint32_t first, uint32_t count) {
 }
 
 void Manager::store_release_staging(int32_t h) {
-  BlockMeta& m = host_pool_.meta(h);
+  BlockMeta& m = host_.pool.meta(h);
   m.ref = 0;
   m.has_hash = 0;
   store_.staging[h] = 0;
   --store_.staged;
-  host_empty_.push_back(h);  // capacity is num_host_blocks
+  host_blocks_.empty.push_back(h);  // capacity is num_host_blocks
 }
 
 void Manager::store_complete(size_t k, int32_t status) {
@@ -143,8 +143,8 @@ void Manager::store_complete(size_t k, int32_t status) {
     // A later failure of an earlier block may still cut this one: its load then runs before the step
     // that rewrites the block, or after it with the same bytes (a good get holds this key's K/V).
     store_.staging[g.host] = 2;
-    ++pool_.meta(g.device).ref;  // held by the load until drained, like a host load's destination
-    pending_loads_.push_back(BlockPair{g.host, g.device});  // capacity num_blocks: destinations are unique
+    ++device_.pool.meta(g.device).ref;  // held by the load until drained, like a host load's destination
+    pending_.loads.push_back(BlockPair{g.host, g.device});  // capacity num_blocks: destinations are unique
     ++counters_.loaded;
   } else {
     store_release_staging(g.host);
@@ -154,7 +154,7 @@ void Manager::store_complete(size_t k, int32_t status) {
 
 void Manager::store_through_offloaded() {
   if (!store_.on || !store_.write_through) return;
-  for (const BlockPair& p : pending_offloads_) {
+  for (const BlockPair& p : pending_.offloads) {
     const int32_t h = p.second;
     if (store_.through_pending[h]) continue;
     if (store_.through.size() == store_.through.capacity()) {  // drop entries that no longer count
@@ -174,7 +174,7 @@ size_t Manager::store_poll() {
     for (int32_t h : store_.through) {
       if (!store_.through_pending[h]) continue;
       store_.through_pending[h] = 0;
-      if (host_pool_.meta(h).indexed && !store_.written[h]) store_put(h);
+      if (host_.pool.meta(h).indexed && !store_.written[h]) store_put(h);
     }
     store_.through.clear();
   }
@@ -208,7 +208,7 @@ void Manager::seq_store_state(int64_t id, size_t* num_computed, size_t* num_fill
 }
 
 void Manager::store_put(int32_t h) {
-  const Key128 k = fold_store_key(host_pool_.meta(h).key, store_.ns);
+  const Key128 k = fold_store_key(host_.pool.meta(h).key, store_.ns);
   const kvb_store_key key{k.lo, k.hi};
   if (store_.ops.put(store_.ops.user, &key, h) != 0) {
     ++store_.put_failures;
@@ -225,14 +225,14 @@ void Manager::emit_store(int32_t h) {
   e.type = 1;  // KVB_EVENT_BLOCK_STORED
   e.block = h;
   e.medium = 2;  // KVB_MEDIUM_STORE
-  const BlockMeta& m = host_pool_.meta(h);
+  const BlockMeta& m = host_.pool.meta(h);
   e.hash = m.hash;
-  e.parent_kind = host_parents_[h].kind;
-  e.parent_hash = host_parents_[h].hash;
+  e.parent_kind = host_.parents[h].kind;
+  e.parent_hash = host_.parents[h].hash;
   e.has_extra = m.has_extra;
   e.extra = m.extra;
   e.num_tokens = bs_;
-  events_.push(e, host_pool_.tokens(h));
+  events_.push(e, host_.pool.tokens(h));
 }
 
 // host_refs[h]: the references on host block h that the store accounts for (its get's); the host check
@@ -244,25 +244,25 @@ void Manager::check_store_invariants(std::vector<int32_t>& host_refs) const {
     staged += store_.staging[h] != 0;
   }
   KVB_INVARIANT(staged == store_.staged, "%zu host blocks staged, counter says %zu", staged, store_.staged);
-  std::vector<uint32_t> filling(seqs_.size(), 0);
+  std::vector<uint32_t> filling(seqs_.pool.size(), 0);
   for (const StoreGet& g : store_.gets) {
     KVB_INVARIANT(g.host >= 0 && static_cast<size_t>(g.host) < store_.staging.size() && store_.staging[g.host] == 1 &&
                       host_refs[g.host] == 0,
                   "get %" PRIu64 ": host block %d is not staged for it alone", g.ticket, g.host);
     host_refs[g.host] = 1;
-    KVB_INVARIANT(!host_pool_.meta(g.host).indexed, "get %" PRIu64 ": staging host block %d is indexed", g.ticket, g.host);
+    KVB_INVARIANT(!host_.pool.meta(g.host).indexed, "get %" PRIu64 ": staging host block %d is indexed", g.ticket, g.host);
     const Sequence* s = find_seq_const(g.seq_id);
     if (!s || s->store_serial != g.serial) continue;
-    ++filling[static_cast<size_t>(s - seqs_.data())];
-    KVB_INVARIANT(g.index < s->table.size() && s->table[g.index] == g.device && pool_.meta(g.device).ref > 0 &&
-                      !pool_.meta(g.device).indexed && g.index >= s->num_hashed,
+    ++filling[static_cast<size_t>(s - seqs_.pool.data())];
+    KVB_INVARIANT(g.index < s->table.size() && s->table[g.index] == g.device && device_.pool.meta(g.device).ref > 0 &&
+                      !device_.pool.meta(g.device).indexed && g.index >= s->num_hashed,
                   "seq %" PRId64 ": block %u (device %d) filling from the store is not held, or is indexed", s->id,
                   g.index, g.device);
   }
-  for (size_t i = 0; i < seqs_.size(); ++i)
-    if (seqs_[i].live)
-      KVB_INVARIANT(seqs_[i].store_filling == filling[i], "seq %" PRId64 ": %u gets counted, %u in flight", seqs_[i].id,
-                    seqs_[i].store_filling, filling[i]);
+  for (size_t i = 0; i < seqs_.pool.size(); ++i)
+    if (seqs_.pool[i].live)
+      KVB_INVARIANT(seqs_.pool[i].store_filling == filling[i], "seq %" PRId64 ": %u gets counted, %u in flight", seqs_.pool[i].id,
+                    seqs_.pool[i].store_filling, filling[i]);
   for (size_t h = 0; h < store_.staging.size(); ++h)
     if (store_.staging[h] == 1) KVB_INVARIANT(host_refs[h] == 1, "host block %zu staged for no get", h);
 }

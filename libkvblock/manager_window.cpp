@@ -68,11 +68,11 @@ void Manager::apply_window(Sequence& s) {
       if (pos->first + 1 == i) pos = links.erase(pos);
       else ++pos;
     }
-    if (i + 1 < s.table.size() && s.table[i + 1] >= 0) links.emplace(pos, i, link_after(pool_.meta(b)));
+    if (i + 1 < s.table.size() && s.table[i + 1] >= 0) links.emplace(pos, i, link_after(device_.pool.meta(b)));
     // With groups, a cached block the window lets go of is parked: it ages with its sequence (see
     // Manager::free_group_blocks). Room for the entry was reserved by reserve_window_link.
-    const bool park = !cfg_.groups.empty() && pool_.meta(b).indexed;
-    if (park) s.released_blocks.push_back(Sequence::ReleasedBlock{i, b, pool_.meta(b).key});
+    const bool park = !cfg_.groups.empty() && device_.pool.meta(b).indexed;
+    if (park) s.released_blocks.push_back(Sequence::ReleasedBlock{i, b, device_.pool.meta(b).key});
     release_block(b, park ? &s : nullptr);
     s.table[i] = -1;
   }

@@ -17,6 +17,10 @@
 //     and host block's K/V holds, moved by the drained offload / load pairs (run before anything writes
 //     device K/V: before commits and swap-ins), so that a hit from the host level must find the prompt's
 //     K/V once its load has run, and every offload / load moves committed, cacheable content.
+//   - some host-cache inputs register a store tier below it (fuzz_store.h): store hits wait for their gets,
+//     failures the input injects (a key gone or corrupted after the lookup, slow gets, refused puts, a
+//     store that vanishes) cut the sequence, and every block below its computed count holds the prompt's
+//     K/V once loaded; one store key never names two contents.
 // Any violation aborts, which libFuzzer reports as a crash with the input saved.
 //
 // This file drives the steps; the configuration is decoded in fuzz_config.h, the model is in
@@ -37,6 +41,7 @@
 #include "fuzz_model.h"
 #include "fuzz_ops_io.h"
 #include "fuzz_ops_seq.h"
+#include "fuzz_store.h"
 #include "kvblock.h"
 #include "kvbt_state.h"
 
@@ -46,14 +51,28 @@ namespace {
 enum Op {
   OP_ALLOCATE, OP_CAN_ALLOCATE, OP_COMMIT, OP_APPEND, OP_CAN_APPEND, OP_FREE, OP_TABLE, OP_HASH, OP_FORK,
   OP_DRAIN_COPIES, OP_ROLLBACK, OP_WINDOW, OP_SWAP_OUT, OP_SWAP_IN, OP_BATCH, OP_STATS, OP_EVENTS, OP_RESET,
-  OP_EXTRA_KEY, OP_INFO, OP_NUM_FREE, OP_NULL_MANAGER, OP_DRAIN_HOST, OP_COUNT
+  OP_EXTRA_KEY, OP_INFO, OP_NUM_FREE, OP_NULL_MANAGER, OP_DRAIN_HOST, OP_COUNT,
+  // Only inputs whose manager has a store draw it (the others decode their bytes as before it existed).
+  OP_STORE_POLL = OP_COUNT
 };
 
-const char* const kOpNames[OP_COUNT] = {"allocate", "can_allocate", "commit", "append", "can_append", "free",
+const char* const kOpNames[OP_COUNT + 1] = {"allocate", "can_allocate", "commit", "append", "can_append", "free",
                                         "block_table", "block_hash", "fork", "drain_copies", "rollback",
                                         "set_window", "swap_out", "swap_in", "batch_export", "get_stats",
                                         "drain_events", "reset_prefix_cache", "set_extra_key", "get_info",
-                                        "num_free_blocks", "null_manager", "drain_host_transfers"};
+                                        "num_free_blocks", "null_manager", "drain_host_transfers", "store_poll"};
+
+// Operations that run while store gets are in flight; before any other the driver settles the store
+// (fuzz_store.h): a sequence with gets in flight may only be allocated, freed, read or polled.
+bool runs_while_filling(Op op) {
+  switch (op) {
+    case OP_ALLOCATE: case OP_CAN_ALLOCATE: case OP_FREE: case OP_TABLE: case OP_HASH: case OP_STATS:
+    case OP_EVENTS: case OP_INFO: case OP_NUM_FREE: case OP_NULL_MANAGER: case OP_DRAIN_HOST: case OP_STORE_POLL:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void run(const uint8_t* data, size_t size) {
   Reader r{data, size};
@@ -67,9 +86,10 @@ void run(const uint8_t* data, size_t size) {
   std::vector<int64_t> snap_ids;
 
   for (int step = 0; step < 256 && !r.empty(); ++step) {
-    const Op op = static_cast<Op>(r.u8() % OP_COUNT);
+    const Op op = static_cast<Op>(r.u8() % (g_store.on ? OP_COUNT + 1 : OP_COUNT));
     // The forward step that wrote the K/V a commit reports ran after every pending transfer, and so does a
     // swap-in (kvblock.h's order): the engine drains them first.
+    if (g_store.on && !runs_while_filling(op)) store_settle(m, md);
     if (op == OP_COMMIT || op == OP_BATCH || op == OP_SWAP_IN) drain_host_all(m, md);
     snap_ids.clear();
     for (const auto& e : md.seqs) snap_ids.push_back(e.first);
@@ -102,7 +122,7 @@ void run(const uint8_t* data, size_t size) {
       case OP_NUM_FREE: st.num_free(); break;
       case OP_NULL_MANAGER: st.null_manager(); break;
       case OP_DRAIN_HOST: st.drain_host_transfers(); break;
-      case OP_COUNT: break;
+      case OP_STORE_POLL: store_op(m, md, r, trace); break;
     }
     const kvb_status s = st.s;
     const char* const what = st.what;
@@ -132,6 +152,7 @@ void run(const uint8_t* data, size_t size) {
   }
 
   for (const auto& e : md.seqs) check_info(m, md, e.first);
+  store_settle(m, md);    // gets in flight hold host blocks
   drain_host_all(m, md);  // a pending load holds its device block
   // The block accounting balances once every sequence is gone.
   for (const auto& e : md.seqs) REQUIRE(kvb_seq_free(m, e.first) == KVB_OK, "final free");
@@ -139,9 +160,12 @@ void run(const uint8_t* data, size_t size) {
   kvb_stats_init(&st);
   REQUIRE(kvb_get_stats(m, &st) == KVB_OK, "final stats");
   if (trace)
-    std::fprintf(stderr, "final: %" PRIu64 " hit tokens (%" PRIu64 " from host), %" PRIu64 " offloads, %" PRIu64
-                 " loads, %" PRIu64 " host evictions\n", st.hit_tokens, st.host_hit_tokens, st.offloaded_blocks,
-                 st.loaded_blocks, st.host_evictions);
+    std::fprintf(stderr, "final: %" PRIu64 " hit tokens (%" PRIu64 " from host, %" PRIu64 " from the store), %" PRIu64
+                 " offloads, %" PRIu64 " loads, %" PRIu64 " host evictions; store: %" PRIu64 " puts (%" PRIu64
+                 " refused), %" PRIu64 " gets good, %" PRIu64 " failed, %" PRIu64 " tokens recomputed\n",
+                 st.hit_tokens, st.host_hit_tokens, st.store_hit_tokens, st.offloaded_blocks, st.loaded_blocks,
+                 st.host_evictions, st.store_put_blocks, st.store_put_failures, st.store_get_blocks,
+                 st.store_get_failures, st.store_recomputed_tokens);
   REQUIRE(st.free_blocks == md.nblocks && st.used_blocks == 0 && st.num_seqs == 0 &&
               st.free_host_blocks + st.cached_host_blocks == md.nhost,
           "final accounting: %" PRIu64 " free of %u, %" PRIu64 " used, %" PRIu64 " host free of %u", st.free_blocks,

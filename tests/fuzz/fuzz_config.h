@@ -8,6 +8,7 @@
 
 #include "fuzz_harness.h"
 #include "fuzz_model.h"
+#include "fuzz_store.h"
 #include "kvblock.h"
 #include "kvbt_state.h"
 
@@ -129,6 +130,10 @@ inline kvb_manager* make_manager(Reader& r, Model& md, bool trace) {
   for (size_t g = 0; trace && g < groups.size(); ++g)
     std::fprintf(stderr, groups[g].on ? "  group %zu: window %u tokens, %u sinks\n" : "  group %zu: full\n", g,
                  groups[g].tokens, groups[g].sinks);
+  // A store tier below the host cache (no groups: refused with them), write-through or not: byte 1's bit 5.
+  g_store = FuzzStore();
+  if (md.host_cache && groups.empty() && (c1 & 0x20)) store_register(m, md, static_cast<uint8_t>(c3 >> 6 | c0 << 2));
+  if (trace && g_store.on) std::fprintf(stderr, "  store tier on\n");
   // Block hashes in the before/after snapshots cost one failing call per unhashed block: small pools only.
   kvbt_state_hashes = md.nblocks <= 8 || (c2 & 0x08);
   kvbt_state_groups = md.num_tables();

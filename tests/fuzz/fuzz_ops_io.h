@@ -301,6 +301,8 @@ inline void Step::events() {
     if (!md.events_known) continue;
     const auto key = std::make_tuple(ev[i].medium, g, ev[i].block_hash);
     if (ev[i].type == KVB_EVENT_ALL_CLEARED) md.stored_hashes.clear();
+    else if (ev[i].medium == KVB_MEDIUM_STORE)  // a put: the store outlives the index, no REMOVED follows
+      REQUIRE(ev[i].type == KVB_EVENT_BLOCK_STORED && g_store.on, "drain_events: store medium event %u", ev[i].type);
     else if (ev[i].type == KVB_EVENT_BLOCK_STORED)
       REQUIRE(md.stored_hashes.insert(key).second, "drain_events: STORED twice (medium %u, group %u, hash %" PRIx64 ")",
               ev[i].medium, g, ev[i].block_hash);

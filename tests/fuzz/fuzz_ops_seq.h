@@ -2,6 +2,7 @@
 // can_append, free, fork(_at), rollback, set_window, set_extra_key. Included only by fuzz_capi.cpp.
 #pragma once
 #include "fuzz_model.h"
+#include "fuzz_store.h"
 
 namespace kvbfuzz {
 
@@ -58,6 +59,9 @@ inline void Step::allocate(bool can) {
     else REQUIRE(s == KVB_OK || s == KVB_ERR_OUT_OF_BLOCKS, "can_allocate: %s", kvb_status_string(s));
     return;
   }
+  kvb_stats st0;
+  kvb_stats_init(&st0);
+  if (g_store.on) REQUIRE(kvb_get_stats(m, &st0) == KVB_OK, "stats before allocate");
   prime_last_error();
   s = kvb_seq_allocate_ex(m, id, tp, n, po, (r.u8() & 1) ? &cached : nullptr);
   predicted = true;
@@ -94,6 +98,13 @@ inline void Step::allocate(bool can) {
   REQUIRE(hit == cached2, "allocate hit %" PRIu64 " tokens, can_allocate predicted %zu", hit, cached2);
   REQUIRE(hit % bs == 0 && hit < n, "allocate: %" PRIu64 " cached tokens of %zu", hit, n);
   q.computed = hit;
+  uint64_t store_hit = 0;  // the last store_hit / bs blocks of the hit come from the store (fuzz_store.h)
+  if (g_store.on) {
+    kvb_stats st1;
+    kvb_stats_init(&st1);
+    REQUIRE(kvb_get_stats(m, &st1) == KVB_OK, "stats after allocate");
+    store_hit = st1.store_hit_tokens - st0.store_hit_tokens;
+  }
   // The hit rule of kvblock.h: every hit block is cacheable in the prompt; every group holds, where its
   // table is not -1, a block with the prompt's committed K/V of that group; a window group holds exactly
   // the blocks the first uncached token's window and sinks need (the released sets, checked by
@@ -104,7 +115,7 @@ inline void Step::allocate(bool can) {
   for (uint32_t g = 0; g < md.num_tables(); ++g) {
     std::vector<int32_t> t = table_of(m, id, g);
     std::vector<uint64_t> d = md.descriptors(q, g);
-    for (uint32_t i = 0; i < hit / bs; ++i) {
+    for (uint32_t i = 0; i < (hit - store_hit) / bs; ++i) {
       if (t[i] < 0) continue;  // a block the window does not need (released at once, or never taken)
       if (md.host_cache && md.content[t[i]] != d[i]) {
         // A hit from the host level: its load is pending (and holds the block); checked once drained.
@@ -121,6 +132,7 @@ inline void Step::allocate(bool can) {
       md.content[t[i]] = 0;
     }
   }
+  if (g_store.on) store_allocated(m, md, id, q, hit, store_hit, table_of(m, id));
   md.release(q);
   md.seqs[id] = q;
 }
@@ -179,6 +191,7 @@ inline void Step::free_seq() {
   int64_t id = pick_id(r);
   s = kvb_seq_free(m, id);
   predicted = true;
+  if (s == KVB_OK) store_forget(id);
   if (md.seqs.erase(id)) REQUIRE(s == KVB_OK, "free: %s", kvb_status_string(s));
   else REQUIRE(s == KVB_ERR_NO_SUCH_SEQUENCE, "free(unknown or double): %s", kvb_status_string(s));
 }

@@ -5,7 +5,7 @@ every offload reads its device block before anything overwrites it and every loa
 before a kernel reads it or a later copy overwrites its source."""
 from __future__ import annotations
 
-from typing import Any, ContextManager, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import numpy as np
 
@@ -21,6 +21,10 @@ class BlockMover:
                  mgr_clock: ContextManager[Any], kernel_clock: ContextManager[Any]) -> None:
         self.mgr, self.cache, self.host, self.metrics = mgr, cache, host, metrics
         self.mgr_clock, self.kernel_clock = mgr_clock, kernel_clock
+        # Set with a store tier on an asynchronous device: the store reads host blocks (puts, inside any
+        # manager call that evicts a host block) and writes them (gets), so the copies of a drain must be
+        # done before the next manager call, not only queued.
+        self.sync_after_transfers: Optional[Callable[[], None]] = None
 
     def _host_cache(self) -> KVCache:
         if self.host is None:  # the manager hands out host copies only when it has host blocks
@@ -38,6 +42,8 @@ class BlockMover:
             with self.kernel_clock:
                 swap_blocks(self.cache, host, offloads)
                 swap_blocks(host, self.cache, loads)
+                if self.sync_after_transfers is not None:
+                    self.sync_after_transfers()
             self.metrics.offloaded_blocks += len(offloads)
             self.metrics.loaded_blocks += len(loads)
 
@@ -52,6 +58,8 @@ class BlockMover:
         self.host_transfers()
         with self.kernel_clock:
             swap_blocks(self._host_cache(), self.cache, pairs)
+            if self.sync_after_transfers is not None:  # its host blocks may stage a store get next
+                self.sync_after_transfers()
 
     def copy_on_write(self, pairs: np.ndarray) -> None:
         """(src, dst) pairs of Manager.drain_copies."""

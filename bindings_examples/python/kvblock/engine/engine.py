@@ -78,6 +78,7 @@ class Engine(OwnsHandle):
             self.store = StoreTier(cfg, self.mgr, self.host, mc, self.mover.host_transfers, self._mgr_clock,
                                    self._device_sync())
             self.scheduler.store_poll = self.store.poll
+            self.mover.sync_after_transfers = self._device_sync()
 
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
         """The device pool's KV cache and the host blocks' one (None without host blocks)."""

@@ -15,6 +15,7 @@ import hashlib
 import secrets
 from typing import Any, Callable, ContextManager, Dict, Optional
 
+from ..errors import KvbError
 from ..manager import Manager
 from ..store import open_store
 from .config import EngineConfig
@@ -85,9 +86,15 @@ class StoreTier:
         return {k: st[k] for k in st if k.startswith("store_")}
 
     def close(self) -> None:
-        """Unregisters and closes the store (its blocks stay in it)."""
+        """Unregisters and closes the store (its blocks stay in it). With gets still in flight (an engine
+        stopped mid-run on a store that has not answered) the store stays registered, and alive, as long
+        as the manager: the manager may still call it."""
         self.host_transfers()
         self.poll()
-        with self.mgr_clock:
-            self.mgr.set_store(None)
+        self.host_transfers()  # the loads of the gets that poll completed release their host blocks
+        try:
+            with self.mgr_clock:
+                self.mgr.set_store(None)
+        except KvbError:
+            return
         self.store.close()

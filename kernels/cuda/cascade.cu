@@ -5,9 +5,9 @@
 //     members of one group (every query head of the kv head, so GQA heads share the keys too) and runs
 //     them over one split of the group's shared keys, read once per tile through the first member's
 //     table; each row's state (max m, sum l, unnormalised acc) goes to the workspace.
-//  2. cascade_own, one warp per (sequence, query head): the sequence's keys after its group's shared
-//     prefix (all of them for a sequence in no group), then the log-sum-exp merge with the shared splits
-//     (the split-KV decode's rule: out = sum acc_i 2^(m_i - M) / sum l_i 2^(m_i - M)).
+//  2. cascade_own, one warp per (sequence, query head), four keys at a time: the keys after its group's
+//     shared prefix (all of them for a sequence in no group), then the log-sum-exp merge with the shared
+//     splits (the split-KV decode's rule: out = sum acc_i 2^(m_i - M) / sum l_i 2^(m_i - M)).
 // The description (members, tiles, shared lengths) travels by value in the launch parameters, so that a
 // captured CUDA graph keeps it and nothing is copied to the device; descriptions too large for them run
 // the plain kernel (cascade_decode returns false). The scores and the value sums are CUDA-core fp32 (a
@@ -79,18 +79,26 @@ __device__ __forceinline__ const T* kv_row(const CascadeParams& p, const char* b
          int64_t(tok & ((1 << p.block_shift) - 1)) * p.token_stride + int64_t(kvh) * p.head_stride;
 }
 
+// Shared-memory rows of q / K / V are D + 4 floats: 16-byte aligned for float4 reads, and rows 4 apart
+// start 4 banks apart, so that the 8 rows (q) or 4 keys (K, V) a warp reads at once hit distinct banks.
+template <int D>
+__host__ __device__ constexpr int row_floats() {
+  return D + 4;
+}
+
 template <int D>
 constexpr size_t shared_smem_floats() {
-  return size_t(kRows) * (D + 1) + 2 * size_t(kKeys) * (D + 1) + size_t(kRows) * (kKeys + 1);
+  return size_t(kRows) * row_floats<D>() + 2 * size_t(kKeys) * row_floats<D>() + size_t(kRows) * (kKeys + 1);
 }
 
 template <typename T, int D, bool CAP>
 __global__ void __launch_bounds__(kThreads) cascade_shared(const __grid_constant__ CascadeParams p) {
   extern __shared__ float smem[];
-  float* qs = smem;                      // [kRows][D + 1], pre-scaled
-  float* ks = qs + kRows * (D + 1);      // [kKeys][D + 1]
-  float* vs = ks + kKeys * (D + 1);      // [kKeys][D + 1]
-  float* ps = vs + kKeys * (D + 1);      // [kRows][kKeys + 1]
+  constexpr int DP = row_floats<D>();
+  float* qs = smem;                 // [kRows][DP], pre-scaled
+  float* ks = qs + kRows * DP;      // [kKeys][DP]
+  float* vs = ks + kKeys * DP;      // [kKeys][DP]
+  float* ps = vs + kKeys * DP;      // [kRows][kKeys + 1]
   __shared__ int bad_block;
   const int tile = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, tid = threadIdx.x;
   const int first = p.tile_first[tile], G = p.group, rows = p.tile_count[tile] * G;
@@ -107,9 +115,10 @@ __global__ void __launch_bounds__(kThreads) cascade_shared(const __grid_constant
       x = Vec<T>::load(reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_seq_stride + int64_t(h) * p.q_head_stride +
                        d) * p.q_scale;
     }
-    qs[rr * (D + 1) + d] = x;
+    qs[rr * DP + d] = x;
   }
-  // Thread (r, sub): row r, keys sub + 4 j of each step, head_dim elements sub + 4 i of the row's acc.
+  // Thread (r, sub): row r, keys sub + 4 j of each step; acc[4 i + e] is head_dim element
+  // 4 (sub + 4 i) + e of the row (float4 reads of V, the 4 threads of a row on distinct banks).
   const int r = tid >> 2, sub = tid & 3;
   int pos = -1, lo = 0, sink = 0;
   if (r < rows) {
@@ -148,20 +157,23 @@ __global__ void __launch_bounds__(kThreads) cascade_shared(const __grid_constant
       }
 #pragma unroll
       for (int j = 0; j < N; ++j) {
-        ks[tok * (D + 1) + ch * N + j] = f[j];
-        vs[tok * (D + 1) + ch * N + j] = fv[j];
+        ks[tok * DP + ch * N + j] = f[j];
+        vs[tok * DP + ch * N + j] = fv[j];
       }
     }
     __syncthreads();
     float s[kKeys / 4];
 #pragma unroll
     for (int j = 0; j < kKeys / 4; ++j) s[j] = 0.f;
-    const float* qr = qs + r * (D + 1);
-#pragma unroll 4
-    for (int d = 0; d < D; ++d) {
-      const float x = qr[d];
+    const float4* qr = reinterpret_cast<const float4*>(qs + r * DP);
+#pragma unroll 2
+    for (int d4 = 0; d4 < D / 4; ++d4) {
+      const float4 x = qr[d4];
 #pragma unroll
-      for (int j = 0; j < kKeys / 4; ++j) s[j] = fmaf(x, ks[(sub + 4 * j) * (D + 1) + d], s[j]);
+      for (int j = 0; j < kKeys / 4; ++j) {
+        const float4 kv = reinterpret_cast<const float4*>(ks + (sub + 4 * j) * DP)[d4];
+        s[j] = fmaf(x.x, kv.x, fmaf(x.y, kv.y, fmaf(x.z, kv.z, fmaf(x.w, kv.w, s[j]))));
+      }
     }
     float mt = -INFINITY;
 #pragma unroll
@@ -189,12 +201,18 @@ __global__ void __launch_bounds__(kThreads) cascade_shared(const __grid_constant
 #pragma unroll
     for (int i = 0; i < D / 4; ++i) acc[i] *= alpha;
     const float* pr = ps + r * (kKeys + 1);
-#pragma unroll 4
+#pragma unroll 2
     for (int t = 0; t < kKeys; ++t) {
       const float pt = pr[t];
-      const float* vr = vs + t * (D + 1) + sub;
+      const float4* vr = reinterpret_cast<const float4*>(vs + t * DP) + sub;
 #pragma unroll
-      for (int i = 0; i < D / 4; ++i) acc[i] = fmaf(pt, vr[4 * i], acc[i]);
+      for (int i = 0; i < D / 16; ++i) {
+        const float4 v = vr[4 * i];
+        acc[4 * i] = fmaf(pt, v.x, acc[4 * i]);
+        acc[4 * i + 1] = fmaf(pt, v.y, acc[4 * i + 1]);
+        acc[4 * i + 2] = fmaf(pt, v.z, acc[4 * i + 2]);
+        acc[4 * i + 3] = fmaf(pt, v.w, acc[4 * i + 3]);
+      }
     }
   }
   __syncthreads();
@@ -205,30 +223,42 @@ __global__ void __launch_bounds__(kThreads) cascade_shared(const __grid_constant
     p.ws_m[slot] = m;
     p.ws_l[slot] = bad_block ? nan_f() : l;
   }
-  float* o = p.ws_o + slot * D + sub;
+  float* o = p.ws_o + slot * D + 4 * sub;
 #pragma unroll
-  for (int i = 0; i < D / 4; ++i) o[4 * i] = acc[i];
+  for (int i = 0; i < D / 16; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[16 * i + e] = acc[4 * i + e];
 }
 
+// cascade_own: a warp takes kOwnKeys keys at a time, 8 lanes per key; lane li of a key group holds
+// head_dim elements [li * D / 8, (li + 1) * D / 8).
+constexpr int kOwnKeys = 4;
+
+// Lanes of key group 0 write the row: acc * inv (inv NaN: a faulty sequence, visibly wrong).
 template <typename T, int D>
 __device__ void write_row(const CascadeParams& p, int seq, int h, const float* acc, float inv) {
-  constexpr int PL = D / 32;
-  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+  constexpr int PL = D / 8;
   const int lane = threadIdx.x & 31;
+  if (lane >= 8) return;
+  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride + lane * PL;
 #pragma unroll
-  for (int i = 0; i < PL; ++i) op[lane * PL + i] = Vec<T>::from_float(acc[i] * inv);
+  for (int i = 0; i < PL; ++i) op[i] = Vec<T>::from_float(acc[i] * inv);
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
+// PL elements of a K or V row from 16-byte loads (PL * sizeof(T) is a multiple of 16 for D >= 64).
+template <typename T, int PL>
+__device__ __forceinline__ void load_part(const T* src, float* f) {
+  constexpr int N = Vec<T>::N;
+  const uint4* u = reinterpret_cast<const uint4*>(src);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
+  for (int c = 0; c < PL / N; ++c) Vec<T>::to_float(u[c], f + c * N);
 }
 
 template <typename T, int D, bool CAP>
 __global__ void __launch_bounds__(kThreads) cascade_own(const __grid_constant__ CascadeParams p) {
-  constexpr int PL = D / 32;  // head_dim elements per lane
-  const int lane = threadIdx.x & 31;
+  constexpr int PL = D / 8;
+  static_assert(PL % Vec<T>::N == 0, "a lane's part of a row is whole 16-byte vectors");
+  const int lane = threadIdx.x & 31, kg = lane >> 3, li = lane & 7;
   const int h = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5), seq = blockIdx.y;
   if (h >= p.num_q_heads) return;
   float acc[PL];
@@ -266,61 +296,85 @@ __global__ void __launch_bounds__(kThreads) cascade_own(const __grid_constant__ 
   }
   const int kvh = h / p.group;
   float q[PL];
-  const T* qp = reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_seq_stride + int64_t(h) * p.q_head_stride;
+  {
+    const T* qp = reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_seq_stride + int64_t(h) * p.q_head_stride;
 #pragma unroll
-  for (int i = 0; i < PL; ++i) q[i] = Vec<T>::load(qp + lane * PL + i) * p.q_scale;
+    for (int i = 0; i < PL; ++i) q[i] = Vec<T>::load(qp + li * PL + i) * p.q_scale;
+  }
   const int pos = len - 1;
   const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0, sink = p.window > 0 ? p.sink : 0;
-  float m = -INFINITY, l = 0.f;
   // Own keys [S, len) less the window's gap [sink, lo): [S, min(len, sink)) then [max(S, lo), len).
   const bool gap = lo > sink;
-  const int ranges[2][2] = {{S, gap ? min(len, sink) : len}, {gap ? max(S, lo) : len, len}};
-  for (int rg = 0; rg < 2; ++rg)
-    for (int k = ranges[rg][0]; k < ranges[rg][1]; ++k) {
+  const int r0 = S, n0 = max(0, (gap ? min(len, sink) : len) - S);
+  const int r1 = gap ? max(S, lo) : len, n1 = max(0, len - r1);
+  float m = -INFINITY, l = 0.f;
+  for (int base = 0; base < n0 + n1; base += kOwnKeys) {
+    const int i = base + kg;
+    const bool valid = i < n0 + n1;
+    const int k = i < n0 ? r0 + i : r1 + (i - n0);
+    float kf[PL], vf[PL];
+#pragma unroll
+    for (int e = 0; e < PL; ++e) kf[e] = vf[e] = 0.f;
+    if (valid) {
       const int id = table[k >> p.block_shift];
       if (id < 0 || id >= p.num_blocks) {
-        if (lane == 0) record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PAGED_ATTENTION, seq, k >> p.block_shift, id);
+        if (li == 0) record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PAGED_ATTENTION, seq, k >> p.block_shift, id);
         bad = true;
-        break;
+      } else {
+        load_part<T, PL>(kv_row<T, D>(p, p.k, id, k, kvh) + li * PL, kf);
+        load_part<T, PL>(kv_row<T, D>(p, p.v, id, k, kvh) + li * PL, vf);
       }
-      const T* kr = kv_row<T, D>(p, p.k, id, k, kvh) + lane * PL;
-      const T* vr = kv_row<T, D>(p, p.v, id, k, kvh) + lane * PL;
-      float dot = 0.f;
-#pragma unroll
-      for (int i = 0; i < PL; ++i) dot = fmaf(q[i], Vec<T>::load(kr + i), dot);
-      const float s = logit<CAP>(p, warp_sum(dot));
-      const float mn = fmaxf(m, s);
-      const float alpha = exp2f(m - mn), e = exp2f(s - mn);
-      l = l * alpha + e;
-#pragma unroll
-      for (int i = 0; i < PL; ++i) acc[i] = fmaf(e, Vec<T>::load(vr + i), acc[i] * alpha);
-      m = mn;
     }
-  if (bad) {  // the same for every lane (the table entry is uniform)
+    if (__any_sync(0xffffffffu, bad)) break;
+    float dot = 0.f;
+#pragma unroll
+    for (int e = 0; e < PL; ++e) dot = fmaf(q[e], kf[e], dot);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+    const float sc = valid ? logit<CAP>(p, dot) : -INFINITY;
+    float mt = fmaxf(sc, __shfl_xor_sync(0xffffffffu, sc, 8));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
+    const float mn = fmaxf(m, mt);  // finite: key group 0 is always valid
+    const float alpha = exp2f(m - mn), e = valid ? exp2f(sc - mn) : 0.f;
+    float es = e + __shfl_xor_sync(0xffffffffu, e, 8);
+    es += __shfl_xor_sync(0xffffffffu, es, 16);
+    l = l * alpha + es;
+    m = mn;
+#pragma unroll
+    for (int d = 0; d < PL; ++d) acc[d] = fmaf(e, vf[d], acc[d] * alpha);
+  }
+  if (__any_sync(0xffffffffu, bad)) {
     write_row<T, D>(p, seq, h, acc, nan_f());
     return;
   }
-  // Merge with the shared splits: M the largest max of the parts that attended something.
+  // The key groups' sums (they share m), then the merge with the shared splits: M the largest max of
+  // the parts that attended something.
+#pragma unroll
+  for (int d = 0; d < PL; ++d) {
+    acc[d] += __shfl_xor_sync(0xffffffffu, acc[d], 8);
+    acc[d] += __shfl_xor_sync(0xffffffffu, acc[d], 16);
+  }
   float M = l > 0.f ? m : -INFINITY;
-  const int64_t base = slot >= 0 ? (int64_t(slot) * p.num_q_heads + h) * p.num_splits : 0;
+  const int64_t wbase = slot >= 0 ? (int64_t(slot) * p.num_q_heads + h) * p.num_splits : 0;
   const int nsplit = slot >= 0 ? p.num_splits : 0;
   for (int sp = 0; sp < nsplit; ++sp)
-    if (!(p.ws_l[base + sp] <= 0.f)) M = fmaxf(M, p.ws_m[base + sp]);  // l > 0, or NaN (a bad block)
+    if (!(p.ws_l[wbase + sp] <= 0.f)) M = fmaxf(M, p.ws_m[wbase + sp]);  // l > 0, or NaN (a bad block)
   float L = 0.f;
   if (l > 0.f) {
     const float w = exp2f(m - M);
     L = l * w;
 #pragma unroll
-    for (int i = 0; i < PL; ++i) acc[i] *= w;
+    for (int d = 0; d < PL; ++d) acc[d] *= w;
   }
   for (int sp = 0; sp < nsplit; ++sp) {
-    const float ls = p.ws_l[base + sp];
+    const float ls = p.ws_l[wbase + sp];
     if (ls <= 0.f) continue;
-    const float w = exp2f(p.ws_m[base + sp] - M);
+    const float w = exp2f(p.ws_m[wbase + sp] - M);
     L += ls * w;  // NaN propagates to the output
-    const float* o = p.ws_o + (base + sp) * D + lane * PL;
+    const float* o = p.ws_o + (wbase + sp) * D + li * PL;
 #pragma unroll
-    for (int i = 0; i < PL; ++i) acc[i] = fmaf(w, o[i], acc[i]);
+    for (int d = 0; d < PL; ++d) acc[d] = fmaf(w, o[d], acc[d]);
   }
   write_row<T, D>(p, seq, h, acc, L > 0.f ? 1.f / L : (L == L ? 0.f : L));
 }

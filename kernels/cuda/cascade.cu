@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) cascade_shared(const __grid_constant
         if (id < 0 || id >= p.num_blocks) {
           if (ch == 0)
             record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PAGED_ATTENTION, p.group_lead[g], k >> p.block_shift, id);
-          bad_block = 1;
+          atomicOr(&bad_block, 1);
         } else {
           Vec<T>::to_float(reinterpret_cast<const uint4*>(kv_row<T, D>(p, p.k, id, k, kvh))[ch], f);
           Vec<T>::to_float(reinterpret_cast<const uint4*>(kv_row<T, D>(p, p.v, id, k, kvh))[ch], fv);

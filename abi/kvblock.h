@@ -538,12 +538,20 @@ KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
    suffice. Too small: KVB_ERR_BUFFER_TOO_SMALL with num_groups and num_members set to the sizes needed.
 
    Kernels (kvb_attention_args.prefix_groups, kvb_prefill_args.prefix_groups; NULL or num_groups 0 =
-   plain): the arrays are read on the host (CPU caches). A member row must have shared_blocks * block_size
+   plain): the arrays are read on the host, during the call (never kept), for CPU and CUDA caches alike.
+   A member row must have shared_blocks * block_size
    <= seq_lens[row] and, over the shared columns, the very block ids of the group's first member, every
    one in [0, num_blocks); a row in two groups is an error. Soft cap, window + sinks (each member's own
    window masks its part of the shared keys) and every dtype are as in the plain kernels; the work
-   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches and FP8 caches (for
-   now): the description is ignored and the plain kernel runs (same results, no speed-up yet).
+   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches (fp16 / bf16 / fp32),
+   kvb_paged_attention only: the description's values travel in the launch parameters (a captured CUDA
+   graph keeps those of capture time); its states need workspace, which
+   kvb_paged_attention_workspace_size counts when args.prefix_groups is set; a description beyond the
+   kernel's limits (more than 32 groups, 512 members, 32 query heads per kv head), or a workspace sized
+   without it, runs the plain kernel (same results). On the device a member whose seq_len is below the
+   shared tokens, or whose shared columns differ from the first member's, is a fault (NaN outputs,
+   kvb_cuda_take_fault). CUDA prefill / extend and FP8 caches (for now): the description is ignored and
+   the plain kernel runs (same results, no speed-up yet).
 
    Worked example (block_size 16). Rows 0 and 2 forked from one 70-token prompt: their tables begin with
    the blocks 7 8 9 4 (64 computed tokens), then each has its own copy of the partial block (11, 12);
@@ -843,7 +851,8 @@ typedef struct kvb_attention_args {
    struct_size. */
 KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 /* Bytes of workspace kvb_paged_attention needs for these shapes (depends on num_seqs, num_q_heads,
-   max_blocks_per_seq and the cache shape only; pointers are not read). A size that does not fit size_t
+   max_blocks_per_seq and the cache shape only; pointers are not read, except the host arrays of
+   args.prefix_groups for a CUDA cache, whose shared-prefix path needs more). A size that does not fit size_t
    is KVB_ERR_INVALID_ARGUMENT. */
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);

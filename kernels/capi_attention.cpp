@@ -1,4 +1,5 @@
 // C boundary of paged decode attention and its workspace query.
+#include <algorithm>
 #include <cstddef>
 
 #include "../libkvblock/capi_guard.h"
@@ -9,6 +10,12 @@
 using namespace kvb;
 using namespace kvb::kern;
 
+namespace {
+bool has_prefix_groups(const kvb_attention_args* args) {
+  return args->struct_size >= offsetof(kvb_attention_args, prefix_groups) + sizeof(void*);
+}
+}  // namespace
+
 extern "C" {
 
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
@@ -18,6 +25,9 @@ KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cach
     Cache c = read_cache(cache, "cache");
     Attention a = read_attention(c, args, false);
     *bytes = a.plan.workspace_bytes;
+    // CUDA shared-prefix decode: its workspace when the description is set (the larger of the two).
+    const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
+    if (cg) *bytes = std::max(*bytes, cuda::cascade_workspace(c, a, *cg));
   });
 }
 
@@ -28,10 +38,10 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
     require_backend(c, "cache");
     if (a.num_seqs == 0) return;
     // Shared-prefix attention (kvb_prefix_groups) where prefix_groups_to_use says it applies.
-    const kvb_prefix_groups* pg = args->struct_size >= offsetof(kvb_attention_args, prefix_groups) + sizeof(void*)
-                                      ? prefix_groups_to_use(c, args->prefix_groups)
-                                      : nullptr;
+    const kvb_prefix_groups* pg = has_prefix_groups(args) ? prefix_groups_to_use(c, args->prefix_groups) : nullptr;
     if (pg) return cpu::cascade_attention(c, cascade_of(a), *pg);
+    const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
+    if (cg && cuda::cascade_decode(c, a, *cg, args->workspace, args->workspace_size, stream)) return;
     if (c.cuda)
       cuda::paged_attention(c, a, stream);
     else

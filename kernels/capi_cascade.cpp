@@ -59,5 +59,13 @@ const kvb_prefix_groups* prefix_groups_to_use(const Cache& c, const kvb_prefix_g
   return pg->num_groups > 0 && !c.cuda && !c.fp8() ? pg : nullptr;
 }
 
+const kvb_prefix_groups* cuda_prefix_groups(const Cache& c, const kvb_prefix_groups* pg) {
+  if (!pg || !c.cuda || c.fp8()) return nullptr;
+  KVB_REQUIRE_ARG(pg->struct_size >= offsetof(kvb_prefix_groups, num_members) + sizeof(uint32_t),
+                  "prefix_groups: struct_size %u is smaller than its first version (call kvb_prefix_groups_init)",
+                  pg->struct_size);
+  return pg->num_groups > 0 ? pg : nullptr;
+}
+
 }  // namespace kern
 }  // namespace kvb

@@ -43,6 +43,22 @@ CascadeCall cascade_of(const Prefill& a);
 // pg's struct_size is checked in every case.
 const kvb_prefix_groups* prefix_groups_to_use(const Cache& c, const kvb_prefix_groups* pg);
 
+// The description for the CUDA shared-prefix decode: pg when the cache is a CUDA cache that is not FP8
+// and pg has groups (struct_size checked); else NULL.
+const kvb_prefix_groups* cuda_prefix_groups(const Cache& c, const kvb_prefix_groups* pg);
+
+namespace cuda {
+// Workspace bytes the CUDA shared-prefix decode needs for this description (0: it would not run, the
+// description being too large for its launch parameters; the plain kernel then runs). Checks the
+// description's host arrays against the batch (invalid_argument naming the bad value).
+size_t cascade_workspace(const Cache& c, const Attention& a, const kvb_prefix_groups& g);
+// Runs the shared-prefix decode (kernels/cuda/cascade.cu) and returns true, or returns false having
+// launched nothing when it does not apply (description too large, workspace smaller than
+// cascade_workspace, a device without the shared memory): the caller then runs the plain kernel.
+bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups& g, void* workspace,
+                    size_t workspace_size, void* stream);
+}  // namespace cuda
+
 namespace cpu {
 // Checks the inputs (as the plain kernels do) and the description against the batch, then computes
 // every row: each group's shared prefix once for all its members' rows, each sequence's own keys, and

@@ -2,6 +2,7 @@
 #if !defined(KVB_WITH_CUDA) || !KVB_WITH_CUDA
 #include "../libkvblock/error.h"
 #include "backends.h"
+#include "cascade.h"
 #include "prefill.h"
 
 namespace kvb {
@@ -25,6 +26,9 @@ void* alloc_device(int, size_t) { no_cuda(); }
 void free_device(int, void*) { no_cuda(); }
 void* alloc_pinned(size_t) { no_cuda(); }
 void free_pinned(void*) { no_cuda(); }
+// No CUDA cache reaches these in such a build (require_backend refuses it); the plain path's error stands.
+size_t cascade_workspace(const Cache&, const Attention&, const kvb_prefix_groups&) { return 0; }
+bool cascade_decode(const Cache&, const Attention&, const kvb_prefix_groups&, void*, size_t, void*) { return false; }
 
 }  // namespace cuda
 }  // namespace kern

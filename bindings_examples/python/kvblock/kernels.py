@@ -347,12 +347,12 @@ def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_l
     a.block_tables, a.seq_lens = ffi.cast("int32_t*", bt.ptr), ffi.cast("int32_t*", sl.ptr)
     a.scale, a.logits_soft_cap = real(scale, "scale"), real(soft_cap, "soft_cap")
     a.window_tokens, a.sink_tokens = u32(window, "window"), u32(sink, "sink")
+    if prefix_groups is not None:  # before the workspace query: a CUDA cache's shared-prefix path needs more
+        a.prefix_groups = _prefix_groups_arg(prefix_groups)
     size = ffi.new("size_t*")
     d = cache.desc(layer)
     check(lib.kvb_paged_attention_workspace_size(d, a, size))
     a.workspace, a.workspace_size = cache.workspace(size[0]), size[0]
-    if prefix_groups is not None:
-        a.prefix_groups = _prefix_groups_arg(prefix_groups)
     check(lib.kvb_paged_attention(d, a, _stream(stream)))
     return out
 

@@ -1,0 +1,297 @@
+// CUDA shared-prefix decode (kernels/cuda/cascade.cu): kvb_paged_attention on a CUDA cache with a
+// kvb_prefix_groups description against the plain CUDA call and the plain CPU call on the same inputs,
+// over random decode batches (several groups, a group of one, sequences in no group, members whose whole
+// sequence is shared, windows + sinks, soft caps, fp16 / bf16 / fp32, head dims 64 / 128 / 256, GQA
+// groups 1 / 4 / 8, block sizes 1 / 16), one batch of 64 members sharing 4096 tokens (split keys), a
+// CUDA graph capture; the workspace query sizes the shared path; a member whose shared columns differ
+// from its group's first member gets NaN outputs and a BLOCK_ID fault. Without a CUDA device: SKIP
+// (the coordinator's `make gpu-check` packs this file with the other kernels_* tests).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels_util.h"
+
+using namespace kt;
+
+namespace {
+
+struct Config {
+  uint32_t dtype, head_dim, block_size, num_kv_heads, group, window, sink;
+  float soft_cap;
+  unsigned seed;
+  bool big;  // one group of 64 sharing 4096 tokens, 128 own each
+};
+
+struct Batch {
+  Config cf;
+  uint32_t num_seqs = 0, max_blocks = 0, num_q_heads = 0, num_blocks = 0;
+  std::vector<int32_t> lens, tables, group_start{0}, members, shared_blocks;
+  HostCache cache;
+  Tensor q;
+
+  static uint32_t blocks_for(const Config& c) {
+    return c.big ? 4096 / c.block_size + 64 * (128 / c.block_size) + 8 : std::max(600u, 6000 / c.block_size);
+  }
+
+  explicit Batch(const Config& c)
+      : cf(c), num_blocks(blocks_for(c)), cache(c.dtype, blocks_for(c), c.block_size, c.num_kv_heads, c.head_dim) {
+    std::mt19937 rng(c.seed);
+    num_q_heads = c.num_kv_heads * c.group;
+    const int32_t bs = int32_t(c.block_size);
+    std::vector<int32_t> ids(num_blocks);
+    for (uint32_t i = 0; i < num_blocks; ++i) ids[i] = int32_t(i);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    size_t next = 0;
+    struct Seq {
+      int32_t group, len;
+      std::vector<int32_t> table;
+    };
+    std::vector<Seq> seqs;
+    const int ngroups = c.big ? 1 : 1 + int(rng() % 3);
+    std::vector<int32_t> nshared;
+    for (int g = 0; g < ngroups; ++g) {
+      const int32_t nb = c.big ? 4096 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 120) / uint32_t(bs)));
+      std::vector<int32_t> head;
+      for (int32_t k = 0; k < nb; ++k) head.push_back(ids.at(next++));
+      nshared.push_back(nb);
+      const int nm = c.big ? 64 : g == 1 ? 1 : 2 + int(rng() % 9);
+      for (int k = 0; k < nm; ++k) {
+        const int32_t own = c.big ? 128 : (k == 0 ? 0 : 1 + int32_t(rng() % 100));  // 0: all shared
+        seqs.push_back(Seq{g, nb * bs + own, head});
+      }
+    }
+    const int nplain = c.big ? 0 : 1 + int(rng() % 3);
+    for (int k = 0; k < nplain; ++k) seqs.push_back(Seq{-1, 1 + int32_t(rng() % 200), {}});
+    std::shuffle(seqs.begin(), seqs.end(), rng);
+    num_seqs = uint32_t(seqs.size());
+    for (Seq& s : seqs) {
+      while (int32_t(s.table.size()) * bs < s.len) s.table.push_back(ids.at(next++));
+      max_blocks = std::max(max_blocks, uint32_t(s.table.size()));
+    }
+    tables.assign(size_t(num_seqs) * max_blocks, -1);
+    for (uint32_t i = 0; i < num_seqs; ++i) {
+      lens.push_back(seqs[i].len);
+      for (size_t b = 0; b < seqs[i].table.size(); ++b) tables[i * max_blocks + b] = seqs[i].table[b];
+    }
+    for (int g = 0; g < ngroups; ++g) {
+      for (uint32_t i = 0; i < num_seqs; ++i)
+        if (seqs[i].group == g) members.push_back(int32_t(i));
+      group_start.push_back(int32_t(members.size()));
+      shared_blocks.push_back(nshared[size_t(g)]);
+    }
+    cache.k.fill_random(rng);
+    cache.v.fill_random(rng);
+    q = Tensor(c.dtype, size_t(num_seqs) * num_q_heads * c.head_dim);
+    q.fill_random(rng, -2.f, 2.f);
+  }
+
+  kvb_prefix_groups groups() {
+    kvb_prefix_groups g;
+    kvb_prefix_groups_init(&g);
+    g.group_start = group_start.data();
+    g.members = members.data();
+    g.shared_blocks = shared_blocks.data();
+    g.num_groups = uint32_t(shared_blocks.size());
+    g.num_members = uint32_t(members.size());
+    return g;
+  }
+
+  kvb_attention_args args(const void* qp, void* op, const int32_t* tab, const int32_t* len, void* ws, size_t wss,
+                          const kvb_prefix_groups* g) const {
+    kvb_attention_args a;
+    kvb_attention_args_init(&a);
+    a.num_seqs = num_seqs;
+    a.num_q_heads = num_q_heads;
+    a.max_blocks_per_seq = max_blocks;
+    a.q = qp;
+    a.out = op;
+    a.block_tables = tab;
+    a.seq_lens = len;
+    a.logits_soft_cap = cf.soft_cap;
+    a.window_tokens = cf.window;
+    a.sink_tokens = cf.sink;
+    a.workspace = ws;
+    a.workspace_size = wss;
+    a.prefix_groups = g;
+    return a;
+  }
+
+  Tensor cpu_plain() {
+    Tensor out(cf.dtype, q.n);
+    out.poison();
+    size_t ws = 0;
+    kvb_attention_args a = args(q.data(), out.data(), tables.data(), lens.data(), nullptr, 0, nullptr);
+    CHECK_OK(kvb_paged_attention_workspace_size(&cache.desc, &a, &ws));
+    std::vector<uint64_t> work(ws / 8 + 2);
+    a.workspace = ws ? work.data() : nullptr;
+    a.workspace_size = ws;
+    CHECK_OK(kvb_paged_attention(&cache.desc, &a, nullptr));
+    return out;
+  }
+
+  const char* name() const {
+    static char buf[160];
+    snprintf(buf, sizeof buf, "%s D%u bs%u hkv%u g%u win%u sink%u cap%g seed%u%s", dname(cf.dtype), cf.head_dim,
+             cf.block_size, cf.num_kv_heads, cf.group, cf.window, cf.sink, double(cf.soft_cap), cf.seed,
+             cf.big ? " big" : "");
+    return buf;
+  }
+};
+
+int compare(const Tensor& got, const Tensor& want, uint32_t dtype, const char* what, const char* name) {
+  int bad = 0;
+  for (size_t i = 0; i < got.n; ++i)
+    if (!close(got.get(i), want.get(i), dtype) && bad++ < 3)
+      fprintf(stderr, "  %s %s: element %zu = %g, want %g\n", name, what, i, double(got.get(i)), double(want.get(i)));
+  return bad;
+}
+
+// KVB_TEST_QUICK (the GPU run's sanitizers): one configuration per dtype and head_dim, no big batch.
+bool quick() { return std::getenv("KVB_TEST_QUICK") != nullptr; }
+
+std::vector<Config> configs() {
+  std::vector<Config> out;
+  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+  const uint32_t dims[] = {64, 128, 256};
+  unsigned seed = 1;
+  for (uint32_t dt : dtypes)
+    for (uint32_t d : dims) {
+      out.push_back({dt, d, 16, 2, 4, 0, 0, 0.f, seed++, false});
+      if (quick()) continue;
+      out.push_back({dt, d, 16, 1, 8, 48, 4, 0.f, seed++, false});
+      out.push_back({dt, d, 1, 3, 1, 0, 0, 30.f, seed++, false});
+    }
+  if (quick()) return out;
+  out.push_back({KVB_DTYPE_FP16, 128, 16, 2, 32, 0, 0, 0.f, seed++, false});  // 32 heads per kv head: 1 member a tile
+  out.push_back({KVB_DTYPE_FP16, 128, 16, 8, 4, 0, 0, 0.f, seed++, true});
+  out.push_back({KVB_DTYPE_BF16, 128, 16, 8, 4, 1000, 16, 0.f, seed++, true});
+  return out;
+}
+
+#if KVB_WITH_CUDA
+struct DeviceBatch {
+  HostCache dev;
+  DeviceBuffer k, v, q, tab, len;
+  explicit DeviceBatch(Batch& b)
+      : dev(b.cache),
+        k(b.cache.k.data(), b.cache.k.bytes()),
+        v(b.cache.v.data(), b.cache.v.bytes()),
+        q(b.q.data(), b.q.bytes()),
+        tab(b.tables.data(), b.tables.size() * 4),
+        len(b.lens.data(), b.lens.size() * 4) {
+    dev.desc.device_type = KVB_DEVICE_CUDA;
+    dev.desc.k = k.p;
+    dev.desc.v = v.p;
+  }
+  // The CUDA call, with or without the description (optionally captured in a graph).
+  Tensor run(Batch& b, const kvb_prefix_groups* g, bool graph, size_t* ws_out = nullptr) {
+    Tensor out(b.cf.dtype, b.q.n);
+    out.poison();
+    DeviceBuffer o(out.data(), out.bytes());
+    size_t ws = 0;
+    kvb_attention_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0, g);
+    CHECK_OK(kvb_paged_attention_workspace_size(&dev.desc, &a, &ws));
+    if (ws_out) *ws_out = ws;
+    DeviceBuffer work(ws);
+    a = b.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws, g);
+    if (graph) {
+      void* stream = kvb::kern::devutil::stream_create();
+      kvb::kern::devutil::capture_begin(stream);
+      CHECK_OK(kvb_paged_attention(&dev.desc, &a, stream));
+      void* exec = kvb::kern::devutil::capture_end(stream);
+      kvb::kern::devutil::graph_launch(exec, stream);
+      kvb::kern::devutil::stream_sync(stream);
+      kvb::kern::devutil::graph_destroy(exec);
+      kvb::kern::devutil::stream_destroy(stream);
+    } else {
+      CHECK_OK(kvb_paged_attention(&dev.desc, &a, nullptr));
+      kvb::kern::devutil::synchronize();
+    }
+    o.to_host(out.data());
+    return out;
+  }
+};
+
+void test_cuda_groups_equal_plain() {
+  int bad = 0, i = 0;
+  for (const Config& c : configs()) {
+    Batch b(c);
+    const Tensor cpu = b.cpu_plain();
+    DeviceBatch d(b);
+    kvb_prefix_groups g = b.groups();
+    size_t ws_plain = 0, ws_groups = 0;
+    const Tensor plain = d.run(b, nullptr, false, &ws_plain);
+    const Tensor grouped = d.run(b, &g, (i++ % 5) == 2, &ws_groups);
+    bad += compare(plain, cpu, c.dtype, "cuda plain vs cpu", b.name());
+    bad += compare(grouped, cpu, c.dtype, "cuda groups vs cpu", b.name());
+    bad += compare(grouped, plain, c.dtype, "cuda groups vs cuda plain", b.name());
+    // The workspace query with the description covers the plain call too.
+    if (ws_groups < ws_plain && bad++ < 3) fprintf(stderr, "  %s: workspace %zu with groups, %zu without\n", b.name(), ws_groups, ws_plain);
+  }
+  CHECK(bad == 0);
+}
+
+void test_cuda_member_with_other_blocks_faults() {
+  Config c{KVB_DTYPE_FP16, 128, 16, 2, 4, 0, 0, 0.f, 77, false};
+  Batch b(c);
+  // A second member whose first shared column names another block than the group's first member.
+  const int32_t lead = b.members[0], other = b.members[size_t(b.group_start[1]) - 1];
+  CHECK(other != lead);
+  b.tables[size_t(other) * b.max_blocks] = (b.tables[size_t(lead) * b.max_blocks] + 1) % int32_t(b.num_blocks);
+  DeviceBatch d(b);
+  kvb_prefix_groups g = b.groups();
+  kvb_kernel_fault f;
+  kvb_kernel_fault_init(&f);
+  CHECK_OK(kvb_cuda_take_fault(0, nullptr, &f));  // nothing left over from earlier tests
+  const Tensor out = d.run(b, &g, false);
+  CHECK_STATUS(kvb_cuda_take_fault(0, nullptr, &f), KVB_ERR_INVALID_ARGUMENT);
+  CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.index == other && f.column == 0);
+  const size_t row = size_t(other) * b.num_q_heads * c.head_dim;
+  CHECK(std::isnan(out.get(row)) && std::isnan(out.get(row + b.num_q_heads * c.head_dim - 1)));
+  CHECK(std::isfinite(out.get(size_t(lead) * b.num_q_heads * c.head_dim)));
+}
+#endif
+
+// Without a device the batches still run on the CPU: the plain CPU call with and without the description
+// agree (the generator's batches are valid descriptions).
+void test_batches_valid_on_cpu() {
+  int bad = 0;
+  for (const Config& c : configs()) {
+    if (c.big) continue;  // covered by cascade_attention
+    Batch b(c);
+    const Tensor plain = b.cpu_plain();
+    Tensor out(c.dtype, b.q.n);
+    kvb_prefix_groups g = b.groups();
+    size_t ws = 0;
+    kvb_attention_args a = b.args(b.q.data(), out.data(), b.tables.data(), b.lens.data(), nullptr, 0, &g);
+    CHECK_OK(kvb_paged_attention_workspace_size(&b.cache.desc, &a, &ws));
+    std::vector<uint64_t> work(ws / 8 + 2);
+    a.workspace = ws ? work.data() : nullptr;
+    a.workspace_size = ws;
+    CHECK_OK(kvb_paged_attention(&b.cache.desc, &a, nullptr));
+    bad += compare(out, plain, c.dtype, "cpu groups vs cpu plain", b.name());
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+int main() {
+  RUN_TEST(test_batches_valid_on_cpu);
+#if KVB_WITH_CUDA
+  if (cuda_devices() > 0) {
+    RUN_TEST(test_cuda_groups_equal_plain);
+    RUN_TEST(test_cuda_member_with_other_blocks_faults);
+  } else {
+    SKIP_TEST(test_cuda_groups_equal_plain, "no CUDA device");
+    SKIP_TEST(test_cuda_member_with_other_blocks_faults, "no CUDA device");
+  }
+#else
+  SKIP_TEST(test_cuda_groups_equal_plain, "built without CUDA");
+  SKIP_TEST(test_cuda_member_with_other_blocks_faults, "built without CUDA");
+#endif
+  TEST_SUMMARY();
+}

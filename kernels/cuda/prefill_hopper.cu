@@ -116,8 +116,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
     const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
     const int64_t head_off = int64_t(kvh) * p.head_stride;
     const int kmask = (1 << p.block_shift) - 1;
-    const int cp_row = hp::copy_row(t, 0), cp_chunk = hp::copy_chunk(t);
-    const uint32_t cp_dst = hp::tile_offset(BN, cp_row, cp_chunk);
+    const int cp_chunk = hp::copy_chunk(t);
     for (int i = 0; i < n_tiles; ++i) {
       const hp::KvSlot sl = hp::kv_slot(i);
       int64_t off = kZeroFill;
@@ -136,14 +135,14 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
       mbar_wait(empty0 + 8 * sl.stage, hp::producer_parity(i));  // both consumers done with tile i - kStages
       if (t < BN) s_off[sl.stage * BN + t] = off;
       named_barrier(1, hp::kWgThreads);  // offsets visible; s_off[stage] of tile i - kStages long read
-      const uint32_t dk = base + hp::smem_k(sl.stage) + cp_dst, dv = base + hp::smem_v(sl.stage) + cp_dst;
+      const uint32_t dk = base + hp::smem_k(sl.stage), dv = base + hp::smem_v(sl.stage);
 #pragma unroll
       for (int j = 0; j < BN / hp::kCopyRowStep; ++j) {
-        const int64_t o = s_off[sl.stage * BN + cp_row + j * hp::kCopyRowStep];
+        const int64_t o = s_off[sl.stage * BN + hp::copy_row(t, j)];
         const int64_t src = (o & ~int64_t(1)) + cp_chunk * 16;
         const int bytes = (o & 1) ? 0 : 16;
-        cp_async16(dk + uint32_t(j * hp::kCopyRowStep * 128), p.k + src, bytes);
-        cp_async16(dv + uint32_t(j * hp::kCopyRowStep * 128), p.v + src, bytes);
+        cp_async16(dk + hp::copy_dst(t, j), p.k + src, bytes);
+        cp_async16(dv + hp::copy_dst(t, j), p.v + src, bytes);
       }
       cp_async_commit();
       if (i > 0) {  // tile i - 1 has landed: publish it
@@ -283,10 +282,9 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
   // reads have completed), then out in 16-byte stores.
 #pragma unroll
   for (int e = 0; e < hp::kHeadDim / 2; e += 2) {
-    const int r = cw * hp::kWgRows + hp::acc_row(t, e), col = hp::acc_col(t, e);
     const float inv = (e & 2) ? inv1 : inv0;
     const uint32_t v = Mma<T>::pack(o[e] * inv, o[e + 1] * inv);
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + hp::tile_offset(BM, r, col / 8) + uint32_t((col % 8) * 2)), "r"(v));
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sQ + hp::out_stage(cw, t, e)), "r"(v));
   }
   named_barrier(2 + cw, hp::kWgThreads);
 #pragma unroll 2

@@ -41,7 +41,11 @@ ifneq ($(NVCC),)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -gencode arch=compute_90,code=compute_90
-  NVCCFLAGS_ := -std=c++17 -O3 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden -DKVB_WITH_CUDA=1 $(NVCCFLAGS)
+  # The architectures are per object (NVCC_ARCHS_): prefill_hopper.cu is sm_90a code only (wgmma,
+  # setmaxnreg), built beside the portable kernels whatever CUDA_ARCHS says; the library runs it on
+  # compute capability 9.0 devices only (kernels/cuda/prefill_hopper.cuh).
+  NVCC_ARCHS_ = $(CUDA_ARCHS)
+  NVCCFLAGS_ = -std=c++17 -O3 $(NVCC_ARCHS_) -Xcompiler -fPIC,-fvisibility=hidden -DKVB_WITH_CUDA=1 $(NVCCFLAGS)
   CXXFLAGS_  += -DKVB_WITH_CUDA=1
   LDLIBS_    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
   PC_LIBS_PRIVATE += -L$${cudalibdir} -lcudart_static -ldl -lrt
@@ -93,6 +97,8 @@ $(OBJ)/%.o: %.cpp
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS_) -MMD -MP -c $< -o $@
+
+$(OBJ)/kernels/cuda/prefill_hopper.cu.o: NVCC_ARCHS_ = -gencode arch=compute_90a,code=sm_90a
 
 $(OBJ)/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)

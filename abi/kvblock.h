@@ -896,6 +896,12 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    long, the key range is split into partitions written to the workspace and merged by a second
    kernel (flash-decoding style), so the workspace size depends on the shapes below and the device.
    fp16 / bf16 use tensor cores (mma.sync m16n8k16, fp32 accumulation); fp32 uses CUDA cores.
+   Hopper kernel (opt-in, not yet run on a GPU): with the environment variable KVB_CUDA_PREFILL=hopper
+   (read once per process), on a compute capability 9.0 device, calls with head_dim 128, an fp16 / bf16
+   cache and one key split (the workspace size says none: plan 0 bytes) run an sm_90a kernel (wgmma
+   from shared memory, a producer warpgroup loading K/V pages with cp.async into an mbarrier ring, two
+   consumer warpgroups; same contract, faults and outputs); every other call, and every call without
+   the variable, runs the portable kernel. The first call that asks notes on stderr whether it runs.
    On the CPU the work items are (sequence, kv head, query tile), threaded for large calls. */
 typedef struct kvb_prefill_args {
   uint32_t struct_size;

@@ -59,6 +59,10 @@ constexpr uint32_t kSmemBytes = kEmptyBar + kStages * 8 + 1024;  // + alignment 
 constexpr int kCopyRowStep = kWgThreads / kChunks;  // 8
 KVB_HD int copy_row(int t, int j) { return t / kChunks + kCopyRowStep * j; }
 KVB_HD int copy_chunk(int t) { return t % kChunks; }
+// The tile offset thread t writes on step j, as the kernel forms it: one per-thread base plus a constant.
+KVB_HD uint32_t copy_dst(int t, int j) {
+  return tile_offset(kKeys, copy_row(t, 0), copy_chunk(t)) + uint32_t(j * kCopyRowStep * 128);
+}
 
 // ---- wgmma matrix descriptors ----------------------------------------------------------------------
 // 64 bits: start address >> 4 (bits 0-13), leading-dimension byte offset >> 4 (16-29), stride-dimension
@@ -97,6 +101,13 @@ KVB_HD int a_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * (j
 KVB_HD int a_k(int t, int j, int h) { return 2 * (t & 3) + h + 8 * (j >> 1); }
 // P of O += P V, k-step kk (keys 16 kk ..): A register j packs S accumulators p_acc(kk, j) and + 1.
 KVB_HD int p_acc(int kk, int j) { return 8 * kk + 2 * j; }
+// The output is staged in the consumer warpgroup's own rows of the Q tile: O accumulators i, i + 1
+// (i even) of thread t of warpgroup wg go, as one 4-byte pair, to this offset; row r's chunk c is then
+// read back at tile_offset(kRows, r, c) and stored to global memory in 16 bytes.
+KVB_HD uint32_t out_stage(int wg, int t, int i) {
+  const int r = wg * kWgRows + acc_row(t, i), col = acc_col(t, i);
+  return tile_offset(kRows, r, col / 8) + uint32_t((col % 8) * 2);
+}
 
 // ---- Producer / consumer ring -----------------------------------------------------------------------
 // Key tile i lives in stage i % kStages; its full barrier (producer -> consumers) completes phase

@@ -34,6 +34,7 @@
 #include "attention_common.cuh"
 #include "mma.cuh"
 #include "prefill_common.cuh"
+#include "prefill_hopper.cuh"
 
 namespace kvb {
 namespace kern {
@@ -548,6 +549,10 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   cudaStream_t s = as_stream(stream);
   // x: (query tile, kv head) pairs, kv head fastest (prefill_tiles.h cta_tile).
   const dim3 grid(unsigned(a.plan.num_tiles * c.num_kv_heads), 1u, unsigned(a.plan.num_splits));
+  if (hopper_prefill_selected(c, a)) {  // opt-in sm_90a kernel (KVB_CUDA_PREFILL=hopper), same grid
+    launch_prefill_hopper(p, c.dtype, grid, s);
+    return;
+  }
   switch (c.dtype) {
     case Dtype::f16: launch_type<__half>(p, int(c.head_dim), grid, c.device_index, s); break;
     case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), grid, c.device_index, s); break;

@@ -459,6 +459,20 @@ void test_cuda_against_cpu() {
   Config w{KVB_DTYPE_BF16, 64, 16, 1, 8, 1000, 4, 0.f, false, 91};
   Problem pw(w, {{2, 6000}, {17, 3000}});
   bad += run_cuda_case(pw, true);
+  // Long prompts and extends at head dim 128 with one key split (under 2048 tokens): many key tiles
+  // per CTA, so the sm_90a kernel's K/V ring (KVB_CUDA_PREFILL=hopper) wraps several times; block sizes
+  // 64 and 8, a window with sinks and a soft cap, GQA 4 and 1.
+  if (!quick()) {
+    Config l{KVB_DTYPE_FP16, 128, 64, 2, 4, 0, 0, 0.f, false, 92};
+    Problem pl(l, {{700, 900}, {300, 0}, {1, 1500}, {129, 64}});
+    bad += run_cuda_case(pl, false);
+    Config lw{KVB_DTYPE_BF16, 128, 8, 2, 4, 300, 4, 20.f, true, 93};
+    Problem plw(lw, {{600, 1000}, {257, 3}, {2, 1200}});
+    bad += run_cuda_case(plw, false);
+    Config l1{KVB_DTYPE_FP16, 128, 16, 4, 1, 0, 0, 0.f, false, 94};
+    Problem pl1(l1, {{1000, 0}, {63, 900}});
+    bad += run_cuda_case(pl1, true);
+  }
   // fp32 caches on TF32 tensor cores (allow_tf32): every fp32 config, against the exact CPU kernel with
   // a TF32 tolerance.
   for (const Config& f : configs()) {
@@ -477,9 +491,11 @@ void test_cuda_faults() {
   kvb_kernel_fault f;
   kvb_kernel_fault_init(&f);
   kvb_cuda_take_fault(0, nullptr, &f);  // start clean whatever earlier tests left
-  for (int variant = 0; variant < 3; ++variant) {  // fp16, fp32, fp32 on TF32 tensor cores
-    const uint32_t dtype = variant == 0 ? KVB_DTYPE_FP16 : KVB_DTYPE_FP32;
-    Config c{dtype, 64, 16, 2, 4, 0, 0, 0.f, false, 95};
+  // fp16, fp32, fp32 on TF32 tensor cores, fp16 at head dim 128 (the sm_90a kernel's case under
+  // KVB_CUDA_PREFILL=hopper).
+  for (int variant = 0; variant < 4; ++variant) {
+    const uint32_t dtype = variant == 0 || variant == 3 ? KVB_DTYPE_FP16 : KVB_DTYPE_FP32;
+    Config c{dtype, variant == 3 ? 128u : 64u, 16, 2, 4, 0, 0, 0.f, false, 95};
     Problem p(c, {{5, 20}, {3, 40}, {30, 0}});
     p.tf32 = variant == 2;
     run_cpu(p);
@@ -502,7 +518,7 @@ void test_cuda_faults() {
     // Rows [row0, row1) all NaN (or all finite) and, when finite, equal to the CPU's.
     auto rows_are = [&](const Tensor& out, int32_t row0, int32_t row1, bool nan) {
       for (int32_t r = row0; r < row1; ++r)
-        for (uint32_t i = 0; i < p.num_q_heads * 64; ++i) {
+        for (uint32_t i = 0; i < p.num_q_heads * c.head_dim; ++i) {
           const float g = out.get(size_t(r * p.o_ts) + i);
           if (std::isnan(g) != nan) return false;
           if (!nan && !close(g, cpu_out.get(size_t(r * p.o_ts) + i), p.tol_dtype())) return false;

@@ -91,7 +91,8 @@ void load_kv_tile(Smem& sm, uint32_t base, const Paged& c, const std::vector<int
   for (int t = 0; t < hp::kWgThreads; ++t)
     for (int j = 0; j < hp::kKeys / hp::kCopyRowStep; ++j) {
       const int r = hp::copy_row(t, j), ch = hp::copy_chunk(t);
-      const uint32_t dst = base + hp::tile_offset(hp::kKeys, r, ch);
+      const uint32_t dst = base + hp::copy_dst(t, j);  // the kernel's form: must be row r's chunk ch
+      if (hp::copy_dst(t, j) != hp::tile_offset(hp::kKeys, r, ch)) sm.writes.at(0) += 100;
       for (int e = 0; e < 8; ++e)
         sm.put(dst + uint32_t(2 * e), row_block[size_t(r)] < 0 ? kZero
                                         : c.id(int(row_block[size_t(r)]), int(row_tok[size_t(r)]), head, ch * 8 + e));
@@ -389,6 +390,29 @@ void test_tiles_and_mask_match_the_portable_schedule() {
   CHECK(bad == 0);
 }
 
+// Output staging: every (row, dim) of a warpgroup's 64 rows written once, as a 4-byte pair of
+// neighbours, inside its own rows of the Q tile, and read back by chunk where the loads' layout has it.
+void test_output_staging_round_trip() {
+  Smem sm(hp::kQBytes);
+  int bad = 0;
+  for (int wg = 0; wg < 2; ++wg)
+    for (int t = 0; t < hp::kWgThreads; ++t)
+      for (int e = 0; e < hp::kHeadDim / 2; e += 2) {
+        const uint32_t off = hp::out_stage(wg, t, e);
+        const int r = wg * hp::kWgRows + hp::acc_row(t, e), col = hp::acc_col(t, e);
+        bad += off % 4 != 0 || hp::acc_row(t, e + 1) != hp::acc_row(t, e) || hp::acc_col(t, e + 1) != col + 1;
+        sm.put(off, uint32_t(1 + r * 128 + col));
+        sm.put(off + 2, uint32_t(2 + r * 128 + col));
+      }
+  for (int r = 0; r < hp::kRows; ++r)
+    for (int c = 0; c < hp::kChunks; ++c)
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t b = hp::tile_offset(hp::kRows, r, c) + uint32_t(2 * e);
+        bad += sm.writes[b / 2] != 1 || sm.at(b) != uint32_t(1 + r * 128 + c * 8 + e);
+      }
+  CHECK(bad == 0);
+}
+
 void test_what_the_kernel_takes() {
   CHECK(hp::takes(128, true, true, 1));
   CHECK(!hp::takes(64, true, true, 1) && !hp::takes(256, true, true, 1));
@@ -406,6 +430,7 @@ int main() {
   RUN_TEST(test_wgmma_fragments_compute_the_products);
   RUN_TEST(test_ring_stages_and_phases);
   RUN_TEST(test_tiles_and_mask_match_the_portable_schedule);
+  RUN_TEST(test_output_staging_round_trip);
   RUN_TEST(test_what_the_kernel_takes);
   TEST_SUMMARY();
 }

@@ -96,6 +96,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the shapes marked quick only")
     p.add_argument("--out", help="also write the table (markdown) here")
+    p.add_argument("--kind", choices=("decode", "prefill"),
+                   help="only these shapes (run.sh benches the prefill shapes again with KVB_CUDA_PREFILL=hopper)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="small shapes on libkvblock's CPU kernels: tests this script where no GPU is")
     a = p.parse_args()
@@ -125,7 +127,7 @@ def main() -> int:
     print(lines[-1], flush=True)
     rows = []
     for s in (SMOKE_SHAPES if a.cpu_smoke else SHAPES):
-        if a.quick and not s.quick:
+        if (a.quick and not s.quick) or (a.kind and s.kind != a.kind):
             continue
         row = Row(s)
         try:

@@ -12,6 +12,8 @@
 #   kvblock_bench     kvblock bench --only kernels --device cuda (D2D copy and cuBLAS GEMM ceilings)
 #   python_bench      tools/gpu/bench_torch.py: libkvblock through the Python package vs torch SDPA,
 #                     checked against an fp32 reference (needs torch with CUDA; says so otherwise)
+#   test_hopper_*     the CUDA prefill test again with KVB_CUDA_PREFILL=hopper (the opt-in sm_90a kernel)
+#   python_bench_hopper  the bench's prefill shapes again with KVB_CUDA_PREFILL=hopper
 # At the end one table (step, result, seconds, then the bench rows) on stdout and in OUT_DIR/summary.md.
 # --quick: no sanitizers, the bench's short shapes only (a faster re-run).
 #
@@ -87,6 +89,13 @@ finish_step() {
         if [ $gpu = 1 ]; then result=FAIL note="skipped with a GPU present: $(grep -m1 '^SKIP' "$log" | cut -c1-70)"
         elif [ $result = pass ]; then result=skip note="no GPU: $(grep -c '^SKIP' "$log") skipped"; fi
       fi
+      # The opt-in sm_90a prefill kernel's reruns: on a GPU the library must have noted that it ran.
+      case $name in
+        test_hopper_*)
+          if [ $gpu = 1 ] && [ $result = pass ] && ! grep -q 'KVB_CUDA_PREFILL=hopper: the sm_90a kernel runs' "$log"; then
+            result=FAIL note="the sm_90a kernel did not run: $(grep -m1 'KVB_CUDA_PREFILL' "$log" | cut -c1-80)"
+          fi ;;
+      esac
       [ -z "$note" ] && note=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1) ;;
     memcheck_*) [ $result = pass ] && note=$(grep -m1 'ERROR SUMMARY' "$log" | sed 's/^=* *//') ;;
     racecheck_*) [ $result = pass ] && note=$(grep -m1 'RACECHECK SUMMARY' "$log" | sed 's/^=* *//') ;;
@@ -122,6 +131,12 @@ fi
 for t in "$here"/tests/*; do
   run_step "test_$(basename "$t")" 120 "$t"
 done
+# The opt-in sm_90a prefill kernel (KVB_CUDA_PREFILL=hopper): the CUDA prefill test again (its head dim
+# 128 fp16 / bf16 cases, long ones and faults included, run the kernel); on a GPU the step fails unless
+# the library noted that the kernel ran (on other than sm_90 it notes the portable one).
+for t in cpp_kernels_prefill; do
+  [ -x "$here/tests/$t" ] && run_step "test_hopper_$t" 120 env KVB_CUDA_PREFILL=hopper "$here/tests/$t"
+done
 
 for i in "${!san_pids[@]}"; do
   wait "${san_pids[$i]}"
@@ -156,6 +171,11 @@ if [ $pyok = 1 ]; then
     why=$(grep -m1 'python GPU bench skipped' "$out/python_bench.log" | sed 's/python GPU bench skipped: //' | cut -c1-100)
     results[-1]="python_bench|skip|$secs|$why"
     echo "  (python_bench: skipped: $why)"
+  elif [ $gpu = 1 ]; then
+    # The prefill shapes again through the opt-in sm_90a kernel, beside the portable kernel's rows above.
+    hb_args=(--kind prefill --out "$out/python_bench_hopper.md")
+    [ $quick = 1 ] && hb_args+=(--quick)
+    run_step python_bench_hopper 120 env KVB_CUDA_PREFILL=hopper python3 "$here/python/gpu/bench_torch.py" "${hb_args[@]}"
   fi
 else
   record python_bench FAIL 0 "cffi wheels did not install (pip.log)"
@@ -187,6 +207,13 @@ rm -rf "$site"
   echo "## Python bench (libkvblock via the package vs torch SDPA)"
   echo
   if [ -s "$out/python_bench.md" ]; then cat "$out/python_bench.md"; else tail -n 15 "$out/python_bench.log" 2>/dev/null; fi
+  if [ -f "$out/python_bench_hopper.log" ]; then
+    echo
+    echo "## Python bench, prefill shapes with KVB_CUDA_PREFILL=hopper (sm_90a kernel)"
+    echo
+    grep -m1 'KVB_CUDA_PREFILL' "$out/python_bench_hopper.log"
+    if [ -s "$out/python_bench_hopper.md" ]; then cat "$out/python_bench_hopper.md"; else tail -n 15 "$out/python_bench_hopper.log"; fi
+  fi
 } >"$out/summary.md"
 echo
 cat "$out/summary.md"

@@ -55,19 +55,25 @@ struct AttnPlan {
   size_t workspace_bytes = 0;  // num_seqs*num_q_heads*num_partitions*(head_dim+2) floats when split
 };
 
-struct Attention {
+// What decode and prefill attention calls mean alike: the query heads over the cache's kv heads (GQA),
+// the block table width, the logit transform and the window (validate.cpp: read_heads checks them once
+// for both).
+struct AttnHeads {
   int64_t num_seqs = 0, num_q_heads = 0, max_blocks = 0;
+  float scale = 0.f, soft_cap = 0.f;
+  int64_t window = 0, sink = 0;
+  Dtype q_dtype = Dtype::f16;  // dtype of q and out: the cache's, or fp16/bf16/fp32 for an fp8 cache
+};
+
+struct Attention : AttnHeads {
   const void* q = nullptr;
   int64_t q_seq_stride = 0, q_head_stride = 0;
   void* out = nullptr;
   int64_t out_seq_stride = 0, out_head_stride = 0;
   const int32_t* block_tables = nullptr;
   const int32_t* seq_lens = nullptr;
-  float scale = 0.f, soft_cap = 0.f;
-  int64_t window = 0, sink = 0;
   void* workspace = nullptr;
   AttnPlan plan;
-  Dtype q_dtype = Dtype::f16;  // dtype of q and out: the cache's, or fp16/bf16/fp32 for an fp8 cache
 };
 
 // Workspace layout when split: m[seq][head][part], l[seq][head][part], acc[seq][head][part][head_dim].

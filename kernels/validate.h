@@ -51,6 +51,32 @@ void require_backend(const Cache& c, const char* what);
 // Checks that a and b have the same dtype, block_size, num_kv_heads and head_dim.
 void require_same_shape(const Cache& a, const Cache& b, const char* what_a, const char* what_b);
 
+// The fields of kvb_attention_args and kvb_prefill_args that mean the same in both, as given.
+struct HeadArgs {
+  uint32_t q_dtype, num_seqs, num_q_heads, max_blocks_per_seq;
+  float scale, logits_soft_cap;
+  uint32_t window_tokens, sink_tokens;
+};
+template <class Args>  // kvb_attention_args or kvb_prefill_args
+HeadArgs head_args(const Args& a) {
+  return {a.q_dtype, a.num_seqs, a.num_q_heads, a.max_blocks_per_seq, a.scale, a.logits_soft_cap, a.window_tokens,
+          a.sink_tokens};
+}
+// Checks them against the cache for one attention kernel (`kernel` in messages: the head dims it
+// supports, q's dtype, the GQA group, positions below 2^31, the logit transform, the window) and
+// returns them with the defaults filled in (scale 0 = 1/sqrt(head_dim)).
+AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel);
+
+// q and out of an attention call, each [rows][num_q_heads][head_dim] with the caller's strides in
+// elements (0 = dense); `row` names the row dimension in messages ("seq": q_seq_stride, "token"). The
+// extents are checked (with the base pointers unless NULL), and out's elements must not overlap.
+struct RowStrides {
+  int64_t q_row, q_head, out_row, out_head;
+};
+RowStrides read_q_out(const Cache& c, const AttnHeads& h, int64_t rows, const char* row, const void* q,
+                      int64_t q_row_stride, int64_t q_head_stride, const void* out, int64_t out_row_stride,
+                      int64_t out_head_stride);
+
 WriteKv read_write_kv(const Cache& c, const kvb_write_kv_args* args);
 // With need_pointers false only the shapes are checked (workspace size query).
 Attention read_attention(const Cache& c, const kvb_attention_args* args, bool need_pointers);

@@ -3,7 +3,8 @@
 #include <cstring>
 
 #include "../libkvblock/capi_guard.h"
-#include "backends.h"
+#include "attention.h"
+#include "cache.h"
 #include "cascade.h"
 #include "validate.h"
 

@@ -7,7 +7,7 @@
 
 #include "../libkvblock/capi_guard.h"
 #include "../libkvblock/capi_struct.h"
-#include "backends.h"
+#include "cache.h"
 #include "validate.h"
 
 using namespace kvb;

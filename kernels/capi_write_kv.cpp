@@ -3,8 +3,9 @@
 #include <cstring>
 
 #include "../libkvblock/capi_guard.h"
-#include "backends.h"
+#include "cache.h"
 #include "validate.h"
+#include "write_kv.h"
 
 using namespace kvb;
 using namespace kvb::kern;

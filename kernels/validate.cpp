@@ -12,7 +12,9 @@
 
 #include "../libkvblock/capi_guard.h"
 #include "../libkvblock/capi_struct.h"
-#include "backends.h"
+#include "attention.h"
+#include "cache.h"
+#include "write_kv.h"
 
 namespace kvb {
 namespace kern {

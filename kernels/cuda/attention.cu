@@ -19,7 +19,8 @@
 #include <utility>
 
 #include "../../abi/kvblock.h"
-#include "../backends.h"
+#include "../attention.h"
+#include "../cache.h"
 #include "../decode_tiles.h"
 #include "attention_common.cuh"
 

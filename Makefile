@@ -130,9 +130,14 @@ $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvbl
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
 # -MMD: a test that includes library headers (kernels/*.h) is rebuilt when they change.
-$(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h) $(STLIB)
+# TEST_SUPPORT: CUDA runtime helpers only the tests use (tests/support/devutil.cu), linked into each
+# C++ test instead of shipping in the library.
+TEST_SUPPORT := $(if $(NVCC),$(OBJ)/tests/support/devutil.cu.o)
+$(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h tests/support/*.h) $(STLIB) \
+                      $(TEST_SUPPORT)
 	@mkdir -p $(dir $@) $(BUILD)/obj/tests
-	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -Iabi -Itests -MMD -MP -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< $(STLIB) $(LDLIBS_)
+	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -Iabi -Itests -MMD -MP -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< \
+	  $(TEST_SUPPORT) $(STLIB) $(LDLIBS_)
 
 tests: all $(C_TESTS) $(CPP_TESTS)
 

@@ -1,9 +1,11 @@
-// C boundary of paged decode attention and its workspace query.
+// C boundary of paged decode attention: its argument initialiser, workspace query and entry point.
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 #include "../libkvblock/capi_guard.h"
-#include "backends.h"
+#include "attention.h"
+#include "cache.h"
 #include "cascade.h"
 #include "validate.h"
 
@@ -14,9 +16,28 @@ namespace {
 bool has_prefix_groups(const kvb_attention_args* args) {
   return args->struct_size >= offsetof(kvb_attention_args, prefix_groups) + sizeof(void*);
 }
+// The size of the KVB_0.1 layout: the offset of the first field added after it.
+constexpr size_t kAttentionArgsSize01 = offsetof(kvb_attention_args, q_dtype);
+static_assert(kAttentionArgsSize01 == 112, "kvb_attention_args of KVB_0.1 is 112 bytes");
 }  // namespace
 
 extern "C" {
+
+KVB_API void kvb_attention_args_init(kvb_attention_args* args) {
+  if (!args) return;
+  std::memset(args, 0, sizeof *args);
+  args->struct_size = sizeof *args;
+}
+
+// The KVB_0.1 _init (abi/ABI.md, "Symbol versions"): kvb_attention_args grew q_dtype with fp8 caches, and
+// a binary linked against KVB_0.1 binds this, which writes only the 0.1 layout. (A name outside kvb_*,
+// so that only its versioned alias is exported.)
+KVB_API void kvbv01_attention_args_init(kvb_attention_args* args) {
+  if (!args) return;
+  std::memset(args, 0, kAttentionArgsSize01);
+  args->struct_size = uint32_t(kAttentionArgsSize01);
+}
+__asm__(".symver kvbv01_attention_args_init, kvb_attention_args_init@KVB_0.1");
 
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes) {

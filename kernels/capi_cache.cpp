@@ -1,21 +1,22 @@
-// C boundary: descriptor / argument initialisers, cache allocation helpers, CUDA device query.
+// C boundary of the cache descriptor: its initialiser, cache allocation, the CUDA device query and kernel
+// faults. (Each kernel's argument initialiser lives beside its kernel: capi_write_kv.cpp, capi_attention.cpp,
+// capi_prefill.cpp.)
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
 
 #include "../libkvblock/capi_guard.h"
-#include "backends.h"
+#include "../libkvblock/capi_struct.h"
+#include "cache.h"
 #include "validate.h"
 
 using namespace kvb;
 using namespace kvb::kern;
 
 namespace {
-// Sizes of the KVB_0.1 layouts: the offset of the first field added after them.
+// The size of the KVB_0.1 layout: the offset of the first field added after it.
 constexpr size_t kCacheDescSize01 = offsetof(kvb_cache_desc, k_scale);
-constexpr size_t kAttentionArgsSize01 = offsetof(kvb_attention_args, q_dtype);
 static_assert(kCacheDescSize01 == 80, "kvb_cache_desc of KVB_0.1 is 80 bytes");
-static_assert(kAttentionArgsSize01 == 112, "kvb_attention_args of KVB_0.1 is 112 bytes");
 }  // namespace
 
 extern "C" {
@@ -30,21 +31,9 @@ KVB_API void kvb_cache_desc_init(kvb_cache_desc* desc) {
   desc->v_scale = 1.f;
 }
 
-KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args) {
-  if (!args) return;
-  std::memset(args, 0, sizeof *args);
-  args->struct_size = sizeof *args;
-}
-
-KVB_API void kvb_attention_args_init(kvb_attention_args* args) {
-  if (!args) return;
-  std::memset(args, 0, sizeof *args);
-  args->struct_size = sizeof *args;
-}
-
-// The KVB_0.1 _init of the structs that grew with fp8 caches (abi/ABI.md, "Symbol versions"): a binary
-// linked against KVB_0.1 binds these, which write only the 0.1 layout. (Names outside kvb_*, so that
-// only their versioned aliases are exported.)
+// The KVB_0.1 _init of kvb_cache_desc, which grew with fp8 caches (abi/ABI.md, "Symbol versions"): a
+// binary linked against KVB_0.1 binds this, which writes only the 0.1 layout. (A name outside kvb_*, so
+// that only its versioned alias is exported.)
 KVB_API void kvbv01_cache_desc_init(kvb_cache_desc* desc) {
   if (!desc) return;
   std::memset(desc, 0, kCacheDescSize01);
@@ -53,13 +42,6 @@ KVB_API void kvbv01_cache_desc_init(kvb_cache_desc* desc) {
   desc->dtype = KVB_DTYPE_FP16;
 }
 __asm__(".symver kvbv01_cache_desc_init, kvb_cache_desc_init@KVB_0.1");
-
-KVB_API void kvbv01_attention_args_init(kvb_attention_args* args) {
-  if (!args) return;
-  std::memset(args, 0, kAttentionArgsSize01);
-  args->struct_size = uint32_t(kAttentionArgsSize01);
-}
-__asm__(".symver kvbv01_attention_args_init, kvb_attention_args_init@KVB_0.1");
 
 KVB_API kvb_status kvb_cuda_device_count(int32_t* count) {
   return guarded([&] {
@@ -79,10 +61,7 @@ KVB_API void kvb_kernel_fault_init(kvb_kernel_fault* fault) {
 
 KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_kernel_fault* fault) {
   return guarded([&] {
-    KVB_REQUIRE_ARG(fault != nullptr, "fault is NULL");
-    KVB_REQUIRE_ARG(fault->struct_size >= sizeof(kvb_kernel_fault),
-                    "fault: struct_size %u is smaller than %zu (call kvb_kernel_fault_init)", fault->struct_size,
-                    sizeof(kvb_kernel_fault));
+    require_struct(fault, sizeof(kvb_kernel_fault), "fault", "kvb_kernel_fault_init");
     KVB_REQUIRE_ARG(device_index >= 0, "device_index %d is negative", device_index);
     if (!cuda::built()) fail(Code::unsupported, "libkvblock was built without CUDA");
     cuda::check_device(device_index);
@@ -127,18 +106,11 @@ KVB_API kvb_status kvb_cuda_take_fault(int32_t device_index, void* stream, kvb_k
 
 KVB_API kvb_status kvb_cache_alloc(kvb_cache_desc* desc) {
   return guarded([&] {
-    KVB_REQUIRE_ARG(desc != nullptr, "desc is NULL");
-    KVB_REQUIRE_ARG(desc->struct_size >= kCacheDescSize01,
-                    "desc: struct_size %u is smaller than %zu (call kvb_cache_desc_init)", desc->struct_size,
-                    kCacheDescSize01);
+    kvb_cache_desc shape = read_versioned(desc, kCacheDescSize01, kvb_cache_desc_init, "desc", "kvb_cache_desc_init");
     KVB_REQUIRE_ARG(desc->k == nullptr && desc->v == nullptr && desc->alloc_kind == KVB_ALLOC_NONE,
                     "desc already holds memory (k, v or alloc_kind set)");
     KVB_REQUIRE_ARG(desc->block_stride == 0 && desc->token_stride == 0 && desc->head_stride == 0,
                     "desc: kvb_cache_alloc makes dense caches; leave the strides 0");
-    kvb_cache_desc shape;
-    kvb_cache_desc_init(&shape);
-    std::memcpy(&shape, desc, std::min<size_t>(desc->struct_size, sizeof shape));  // an older struct: its part
-    shape.struct_size = sizeof shape;
     shape.k = shape.v = reinterpret_cast<void*>(uintptr_t(256));  // placeholders: validate the shape only
     Cache c = read_cache(&shape, "desc");
     require_backend(c, "desc");
@@ -185,10 +157,7 @@ KVB_API kvb_status kvb_cache_alloc(kvb_cache_desc* desc) {
 
 KVB_API kvb_status kvb_cache_free(kvb_cache_desc* desc) {
   return guarded([&] {
-    KVB_REQUIRE_ARG(desc != nullptr, "desc is NULL");
-    KVB_REQUIRE_ARG(desc->struct_size >= kCacheDescSize01,
-                    "desc: struct_size %u is smaller than %zu (call kvb_cache_desc_init)", desc->struct_size,
-                    kCacheDescSize01);
+    require_struct(desc, kCacheDescSize01, "desc", "kvb_cache_desc_init");
     switch (desc->alloc_kind) {
       case KVB_ALLOC_CUDA:
         KVB_REQUIRE_ARG(desc->device_type == KVB_DEVICE_CUDA && desc->device_index >= 0,

@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include "../libkvblock/capi_guard.h"
+#include "../libkvblock/capi_struct.h"
 #include "cascade.h"
 
 namespace kvb {
@@ -53,9 +54,8 @@ CascadeCall cascade_of(const Prefill& a) {
 
 const kvb_prefix_groups* prefix_groups_to_use(const Cache& c, const kvb_prefix_groups* pg) {
   if (!pg) return nullptr;
-  KVB_REQUIRE_ARG(pg->struct_size >= offsetof(kvb_prefix_groups, num_members) + sizeof(uint32_t),
-                  "prefix_groups: struct_size %u is smaller than its first version (call kvb_prefix_groups_init)",
-                  pg->struct_size);
+  require_struct(pg, offsetof(kvb_prefix_groups, num_members) + sizeof(uint32_t), "prefix_groups",
+                 "kvb_prefix_groups_init");
   return pg->num_groups > 0 && !c.cuda && !c.fp8() ? pg : nullptr;
 }
 

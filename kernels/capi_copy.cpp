@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "../libkvblock/capi_guard.h"
-#include "backends.h"
+#include "cache.h"
+#include "copy.h"
 #include "validate.h"
 
 using namespace kvb;

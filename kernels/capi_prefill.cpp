@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "../libkvblock/capi_guard.h"
-#include "backends.h"
+#include "cache.h"
 #include "cascade.h"
 #include "prefill.h"
 #include "validate.h"

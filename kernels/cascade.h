@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "../abi/kvblock.h"
+#include "attention.h"
 #include "prefill.h"
 #include "types.h"
 

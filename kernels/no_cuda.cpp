@@ -1,9 +1,12 @@
 // The CUDA back end of a build without nvcc (or make CUDA=0): every entry reports KVB_ERR_UNSUPPORTED.
 #if !defined(KVB_WITH_CUDA) || !KVB_WITH_CUDA
 #include "../libkvblock/error.h"
-#include "backends.h"
+#include "attention.h"
+#include "cache.h"
 #include "cascade.h"
+#include "copy.h"
 #include "prefill.h"
+#include "write_kv.h"
 
 namespace kvb {
 namespace kern {

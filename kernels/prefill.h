@@ -23,8 +23,8 @@ struct PrefillPlan {
   size_t workspace_bytes = 0;  // total_q * num_q_heads * num_splits * (head_dim + 2) floats when split
 };
 
-struct Prefill {
-  int64_t num_seqs = 0, num_q_heads = 0, max_blocks = 0, total_q = 0;
+struct Prefill : AttnHeads {
+  int64_t total_q = 0;
   const void* q = nullptr;
   int64_t q_token_stride = 0, q_head_stride = 0;
   void* out = nullptr;
@@ -32,12 +32,9 @@ struct Prefill {
   const int32_t* query_start = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;     // [num_seqs], new tokens included
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
-  float scale = 0.f, soft_cap = 0.f;
-  int64_t window = 0, sink = 0;
   void* workspace = nullptr;
   bool allow_tf32 = false;  // fp32 caches on CUDA: TF32 tensor cores allowed
   PrefillPlan plan;
-  Dtype q_dtype = Dtype::f16;  // dtype of q and out: the cache's, or fp16/bf16/fp32 for an fp8 cache
 };
 
 // Workspace layout when split: m[row][head][split], l[...], acc[row][head][split][head_dim], where row

@@ -6,11 +6,15 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "../libkvblock/capi_guard.h"
-#include "backends.h"
+#include "../libkvblock/capi_struct.h"
+#include "attention.h"
+#include "cache.h"
+#include "write_kv.h"
 
 namespace kvb {
 namespace kern {
@@ -35,18 +39,6 @@ bool Cache::block_dense() const {
 namespace {
 
 constexpr int64_t kMaxOffset = int64_t(1) << 60;
-
-// Copies the caller's struct into a default-initialised one, reading only the bytes its size covers.
-template <class T>
-T read_versioned(const T* in, void (*init)(T*), size_t min_size, const char* what) {
-  T out;
-  init(&out);
-  KVB_REQUIRE_ARG(in->struct_size >= min_size, "%s: struct_size %u is smaller than the minimum %zu (call the _init function)",
-                  what, in->struct_size, min_size);
-  std::memcpy(&out, in, std::min<size_t>(in->struct_size, sizeof(T)));
-  out.struct_size = sizeof(T);
-  return out;
-}
 
 // An fp8 cache's scales: finite and > 0 (stored = x / scale), per-head arrays included.
 void read_fp8_scales(const kvb_cache_desc& d, const char* what, Cache& c) {
@@ -148,8 +140,8 @@ void check_workspace(size_t needed, const void* ws, size_t size, const char* siz
 }
 
 Cache read_cache(const kvb_cache_desc* desc, const char* what) {
-  KVB_REQUIRE_ARG(desc != nullptr, "%s is NULL", what);
-  kvb_cache_desc d = read_versioned(desc, kvb_cache_desc_init, offsetof(kvb_cache_desc, alloc_kind), what);
+  const kvb_cache_desc d =
+      read_versioned(desc, offsetof(kvb_cache_desc, alloc_kind), kvb_cache_desc_init, what, "kvb_cache_desc_init");
   Cache c;
   KVB_REQUIRE_ARG(d.device_type == KVB_DEVICE_CPU || d.device_type == KVB_DEVICE_CUDA,
                   "%s: unknown device_type %u", what, d.device_type);
@@ -205,8 +197,8 @@ void require_same_shape(const Cache& a, const Cache& b, const char* what_a, cons
 }
 
 WriteKv read_write_kv(const Cache& c, const kvb_write_kv_args* args) {
-  KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
-  kvb_write_kv_args a = read_versioned(args, kvb_write_kv_args_init, sizeof(kvb_write_kv_args), "args");
+  const kvb_write_kv_args a =
+      read_versioned(args, sizeof(kvb_write_kv_args), kvb_write_kv_args_init, "args", "kvb_write_kv_args_init");
   WriteKv w;
   w.input_dtype = read_query_dtype(c, a.input_dtype, "input_dtype");
   const size_t in_es = dtype_size(w.input_dtype);
@@ -260,15 +252,12 @@ AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_he
   return p;
 }
 
-Attention read_attention(const Cache& c, const kvb_attention_args* args, bool need_pointers) {
-  KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
-  kvb_attention_args a = read_versioned(args, kvb_attention_args_init, offsetof(kvb_attention_args, q_dtype), "args");
-  Attention t;
+AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel, bool prefill) {
+  AttnHeads t;
   t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
-  refuse_cuda_fp8_attention(c, t.q_dtype, false);
-  const size_t q_es = dtype_size(t.q_dtype);
+  refuse_cuda_fp8_attention(c, t.q_dtype, prefill);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
-                  "attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);
+                  "%s: head_dim %lld is not supported (64, 128 or 256)", kernel, (long long)c.head_dim);
   KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
   KVB_REQUIRE_ARG(a.num_q_heads >= 1, "args: num_q_heads is 0");
   KVB_REQUIRE_ARG(a.num_q_heads % c.num_kv_heads == 0, "args: num_q_heads %u is not a multiple of num_kv_heads %lld",
@@ -291,18 +280,39 @@ Attention read_attention(const Cache& c, const kvb_attention_args* args, bool ne
   t.soft_cap = a.logits_soft_cap;
   t.window = a.window_tokens;
   t.sink = a.sink_tokens;
-  t.q_head_stride = stride_or(a.q_head_stride, c.head_dim, 1, "args", "q_head_stride");
-  t.q_seq_stride = stride_or(a.q_seq_stride, t.num_q_heads, t.q_head_stride, "args", "q_seq_stride");
-  t.out_head_stride = stride_or(a.out_head_stride, c.head_dim, 1, "args", "out_head_stride");
-  t.out_seq_stride = stride_or(a.out_seq_stride, t.num_q_heads, t.out_head_stride, "args", "out_seq_stride");
-  check_extent("args: q", need_pointers ? a.q : nullptr, q_es, c.head_dim,
-               {{"q_head_stride", t.q_head_stride, t.num_q_heads}, {"q_seq_stride", t.q_seq_stride, t.num_seqs}});
-  check_extent("args: out", need_pointers ? a.out : nullptr, q_es, c.head_dim,
-               {{"out_head_stride", t.out_head_stride, t.num_q_heads},
-                {"out_seq_stride", t.out_seq_stride, t.num_seqs}});
-  KVB_REQUIRE_ARG(non_overlapping(c.head_dim, {{t.out_head_stride, t.num_q_heads}, {t.out_seq_stride, t.num_seqs}}),
-                  "args: out strides (seq %lld, head %lld) make elements overlap", (long long)t.out_seq_stride,
-                  (long long)t.out_head_stride);
+  return t;
+}
+
+RowStrides read_q_out(const Cache& c, const AttnHeads& h, int64_t rows, const char* row, const void* q,
+                      int64_t q_row_stride, int64_t q_head_stride, const void* out, int64_t out_row_stride,
+                      int64_t out_head_stride) {
+  const std::string q_row = std::string("q_") + row + "_stride", out_row = std::string("out_") + row + "_stride";
+  const int64_t H = h.num_q_heads, D = c.head_dim;
+  const size_t q_es = dtype_size(h.q_dtype);
+  RowStrides s;
+  s.q_head = stride_or(q_head_stride, D, 1, "args", "q_head_stride");
+  s.q_row = stride_or(q_row_stride, H, s.q_head, "args", q_row.c_str());
+  s.out_head = stride_or(out_head_stride, D, 1, "args", "out_head_stride");
+  s.out_row = stride_or(out_row_stride, H, s.out_head, "args", out_row.c_str());
+  check_extent("args: q", q, q_es, D, {{"q_head_stride", s.q_head, H}, {q_row.c_str(), s.q_row, rows}});
+  check_extent("args: out", out, q_es, D, {{"out_head_stride", s.out_head, H}, {out_row.c_str(), s.out_row, rows}});
+  KVB_REQUIRE_ARG(non_overlapping(D, {{s.out_head, H}, {s.out_row, rows}}),
+                  "args: out strides (%s %lld, head %lld) make elements overlap", row, (long long)s.out_row,
+                  (long long)s.out_head);
+  return s;
+}
+
+Attention read_attention(const Cache& c, const kvb_attention_args* args, bool need_pointers) {
+  const kvb_attention_args a = read_versioned(args, offsetof(kvb_attention_args, q_dtype), kvb_attention_args_init,
+                                              "args", "kvb_attention_args_init");
+  Attention t;
+  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "attention", false);
+  const RowStrides s = read_q_out(c, t, t.num_seqs, "seq", need_pointers ? a.q : nullptr, a.q_seq_stride,
+                                  a.q_head_stride, need_pointers ? a.out : nullptr, a.out_seq_stride, a.out_head_stride);
+  t.q_seq_stride = s.q_row;
+  t.q_head_stride = s.q_head;
+  t.out_seq_stride = s.out_row;
+  t.out_head_stride = s.out_head;
   t.plan = plan_attention(t.num_seqs, t.num_q_heads, c.num_kv_heads, c.head_dim, c.block_size, t.max_blocks);
   if (!need_pointers || t.num_seqs == 0) return t;
   KVB_REQUIRE_ARG(a.q != nullptr, "args: q is NULL");

@@ -1,5 +1,8 @@
-// Argument checking shared by the kernel entry points: public structs -> validated internal forms.
-// Every function throws kvb::Error(invalid_argument, message naming the bad value) on bad input.
+// The argument checks every kernel entry point shares (strides, extents, workspaces, q's dtype, the
+// attention heads); each operation's own checker is declared in its header (read_cache in cache.h,
+// read_write_kv in write_kv.h, read_attention in attention.h, read_prefill in prefill.h) and defined in
+// validate.cpp / validate_prefill.cpp. Every function throws kvb::Error(invalid_argument, message naming
+// the bad value) on bad input.
 #pragma once
 #include <initializer_list>
 #include <utility>
@@ -10,7 +13,6 @@
 namespace kvb {
 namespace kern {
 
-// Checks one cache descriptor (`what` names it in messages, e.g. "cache" or "layers[3]").
 // Strides of caller tensors. Every stride is in elements, >= 0 (negative strides are refused: no kernel
 // walks backwards, and refusing them keeps every offset a sum of non-negative terms) and <= 2^60.
 // 0 stands for the dense default count * unit, computed here with overflow checks.
@@ -40,21 +42,39 @@ void check_workspace(size_t needed, const void* ws, size_t size, const char* siz
 // parameters (2 x 128 floats = 1 KiB of the 4 KiB).
 constexpr int64_t kMaxHeadScales = 128;
 
-Cache read_cache(const kvb_cache_desc* desc, const char* what);
 // The dtype of q / out (or of write_kv's key / value): the cache's own, or for an fp8 cache the
 // caller's field (fp16, bf16 or fp32), named `field` in the message when refused.
 Dtype read_query_dtype(const Cache& c, uint32_t q_dtype, const char* field);
 // CUDA attention on fp8 caches (KVB_ERR_UNSUPPORTED): decode reads them with fp16 / bf16 queries (not
 // fp32); prefill (prefill = true) does not read them yet.
 void refuse_cuda_fp8_attention(const Cache& c, Dtype q_dtype, bool prefill);
-// Checks that a CUDA cache can be used here (built with CUDA, device present), else unsupported/device.
-void require_backend(const Cache& c, const char* what);
-// Checks that a and b have the same dtype, block_size, num_kv_heads and head_dim.
-void require_same_shape(const Cache& a, const Cache& b, const char* what_a, const char* what_b);
 
-WriteKv read_write_kv(const Cache& c, const kvb_write_kv_args* args);
-// With need_pointers false only the shapes are checked (workspace size query).
-Attention read_attention(const Cache& c, const kvb_attention_args* args, bool need_pointers);
+// The fields of kvb_attention_args and kvb_prefill_args that mean the same in both, as given.
+struct HeadArgs {
+  uint32_t q_dtype, num_seqs, num_q_heads, max_blocks_per_seq;
+  float scale, logits_soft_cap;
+  uint32_t window_tokens, sink_tokens;
+};
+template <class Args>  // kvb_attention_args or kvb_prefill_args
+HeadArgs head_args(const Args& a) {
+  return {a.q_dtype, a.num_seqs, a.num_q_heads, a.max_blocks_per_seq, a.scale, a.logits_soft_cap, a.window_tokens,
+          a.sink_tokens};
+}
+// Checks them against the cache for one attention kernel (`kernel` in messages: the head dims it
+// supports, q's dtype, the GQA group, positions below 2^31, the logit transform, the window) and
+// returns them with the defaults filled in (scale 0 = 1/sqrt(head_dim)).
+AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel, bool prefill);
+
+// q and out of an attention call, each [rows][num_q_heads][head_dim] with the caller's strides in
+// elements (0 = dense); `row` names the row dimension in messages ("seq": q_seq_stride, "token"). The
+// extents are checked (with the base pointers unless NULL), and out's elements must not overlap.
+struct RowStrides {
+  int64_t q_row, q_head, out_row, out_head;
+};
+RowStrides read_q_out(const Cache& c, const AttnHeads& h, int64_t rows, const char* row, const void* q,
+                      int64_t q_row_stride, int64_t q_head_stride, const void* out, int64_t out_row_stride,
+                      int64_t out_head_stride);
+
 
 }  // namespace kern
 }  // namespace kvb

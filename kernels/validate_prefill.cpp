@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "../libkvblock/capi_guard.h"
+#include "../libkvblock/capi_struct.h"
 #include "prefill.h"
 #include "validate.h"
 
@@ -45,61 +46,24 @@ PrefillPlan plan_prefill(const Cache& c, int64_t num_seqs, int64_t num_q_heads, 
 }
 
 Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_pointers) {
-  KVB_REQUIRE_ARG(args != nullptr, "args is NULL");
   // The first layout ends at allow_tf32; a caller built against it gets the defaults of the later fields.
-  constexpr size_t kFirstSize = offsetof(kvb_prefill_args, allow_tf32);
-  KVB_REQUIRE_ARG(args->struct_size >= kFirstSize,
-                  "args: struct_size %u is smaller than %zu (call kvb_prefill_args_init)", args->struct_size,
-                  kFirstSize);
-  kvb_prefill_args a;
-  std::memset(&a, 0, sizeof a);
-  std::memcpy(&a, args, std::min<size_t>(args->struct_size, sizeof a));
+  const kvb_prefill_args a = read_versioned(args, offsetof(kvb_prefill_args, allow_tf32), kvb_prefill_args_init,
+                                            "args", "kvb_prefill_args_init");
   Prefill t;
-  t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
-  refuse_cuda_fp8_attention(c, t.q_dtype, true);
-  const size_t q_es = dtype_size(t.q_dtype);
-  KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
-                  "prefill attention: head_dim %lld is not supported (64, 128 or 256)", (long long)c.head_dim);
-  KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
-  KVB_REQUIRE_ARG(a.num_q_heads >= 1, "args: num_q_heads is 0");
-  KVB_REQUIRE_ARG(a.num_q_heads % c.num_kv_heads == 0, "args: num_q_heads %u is not a multiple of num_kv_heads %lld",
-                  a.num_q_heads, (long long)c.num_kv_heads);
-  KVB_REQUIRE_ARG(a.num_q_heads / c.num_kv_heads <= 256, "args: %lld query heads per kv head exceeds 256",
-                  (long long)(a.num_q_heads / c.num_kv_heads));
-  KVB_REQUIRE_ARG(a.max_blocks_per_seq >= 1, "args: max_blocks_per_seq is 0");
-  KVB_REQUIRE_ARG(int64_t(a.max_blocks_per_seq) * c.block_size <= 0x7fffffff,
-                  "args: max_blocks_per_seq %u * block_size %lld exceeds 2^31-1 tokens", a.max_blocks_per_seq,
-                  (long long)c.block_size);
+  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "prefill attention", true);
   KVB_REQUIRE_ARG(a.total_q_tokens <= 0x7fffffffu, "args: total_q_tokens %u exceeds 2^31-1 (query_start is int32)",
                   a.total_q_tokens);
   KVB_REQUIRE_ARG(a.num_seqs > 0 || a.total_q_tokens == 0, "args: total_q_tokens %u with num_seqs 0",
                   a.total_q_tokens);
-  KVB_REQUIRE_ARG(std::isfinite(a.scale) && a.scale >= 0.f, "args: scale %g is not a finite value >= 0", (double)a.scale);
-  KVB_REQUIRE_ARG(std::isfinite(a.logits_soft_cap) && a.logits_soft_cap >= 0.f,
-                  "args: logits_soft_cap %g is not a finite value >= 0", (double)a.logits_soft_cap);
-  KVB_REQUIRE_ARG(a.window_tokens > 0 || a.sink_tokens == 0, "args: sink_tokens %u without window_tokens",
-                  a.sink_tokens);
-  t.num_seqs = a.num_seqs;
-  t.num_q_heads = a.num_q_heads;
-  t.max_blocks = a.max_blocks_per_seq;
   t.total_q = a.total_q_tokens;
-  t.scale = a.scale > 0.f ? a.scale : float(1.0 / std::sqrt(double(c.head_dim)));
-  t.soft_cap = a.logits_soft_cap;
-  t.window = a.window_tokens;
-  t.sink = a.sink_tokens;
   t.allow_tf32 = a.allow_tf32 != 0;
-  const int64_t H = t.num_q_heads, D = c.head_dim;
-  t.q_head_stride = stride_or(a.q_head_stride, D, 1, "args", "q_head_stride");
-  t.q_token_stride = stride_or(a.q_token_stride, H, t.q_head_stride, "args", "q_token_stride");
-  t.out_head_stride = stride_or(a.out_head_stride, D, 1, "args", "out_head_stride");
-  t.out_token_stride = stride_or(a.out_token_stride, H, t.out_head_stride, "args", "out_token_stride");
-  check_extent("args: q", need_pointers ? a.q : nullptr, q_es, D,
-               {{"q_head_stride", t.q_head_stride, H}, {"q_token_stride", t.q_token_stride, t.total_q}});
-  check_extent("args: out", need_pointers ? a.out : nullptr, q_es, D,
-               {{"out_head_stride", t.out_head_stride, H}, {"out_token_stride", t.out_token_stride, t.total_q}});
-  KVB_REQUIRE_ARG(non_overlapping(D, {{t.out_head_stride, H}, {t.out_token_stride, t.total_q}}),
-                  "args: out strides (token %lld, head %lld) make elements overlap", (long long)t.out_token_stride,
-                  (long long)t.out_head_stride);
+  const RowStrides s = read_q_out(c, t, t.total_q, "token", need_pointers ? a.q : nullptr, a.q_token_stride,
+                                  a.q_head_stride, need_pointers ? a.out : nullptr, a.out_token_stride,
+                                  a.out_head_stride);
+  t.q_token_stride = s.q_row;
+  t.q_head_stride = s.q_head;
+  t.out_token_stride = s.out_row;
+  t.out_head_stride = s.out_head;
   t.plan = plan_prefill(c, t.num_seqs, t.num_q_heads, t.max_blocks, t.total_q);
   if (!need_pointers || t.num_seqs == 0) return t;
   KVB_REQUIRE_ARG(a.query_start != nullptr, "args: query_start is NULL");

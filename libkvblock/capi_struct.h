@@ -13,13 +13,27 @@ namespace kvb {
 #define KVB_COVERS(ptr, type, field) \
   ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
-// Rejects a struct too small to hold its first-version fields (or absurdly sized).
+// Rejects NULL and a struct too small to hold its first-version fields. `name` names the struct in the
+// message; `init` the function that fills it (NULL: name's own _init, for names that are type names).
 template <class T>
-void require_struct(const T* p, size_t min_size, const char* name) {
+void require_struct(const T* p, size_t min_size, const char* name, const char* init = nullptr) {
   if (!p) fail(Code::invalid_argument, "%s is NULL", name);
   if (p->struct_size < min_size)
-    fail(Code::invalid_argument, "%s->struct_size %u is smaller than its first version (%zu); call %s_init first",
-         name, p->struct_size, min_size, name);
+    fail(Code::invalid_argument, "%s: struct_size %u is smaller than its first version (%zu bytes); call %s%s first",
+         name, p->struct_size, min_size, init ? init : name, init ? "" : "_init");
+}
+
+// The whole input rule in one call: require_struct, then a copy of the caller's struct over the
+// defaults `init` writes. The copy reads min(struct_size, sizeof(T)) bytes: fields an older header
+// lacks keep their defaults, and the fields a newer header added are not read. struct_size is ours.
+template <class T>
+T read_versioned(const T* in, size_t min_size, void (*init)(T*), const char* name, const char* init_name) {
+  require_struct(in, min_size, name, init_name);
+  T out;
+  init(&out);
+  std::memcpy(static_cast<void*>(&out), in, std::min<size_t>(in->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+  return out;
 }
 
 // Copies a fully built output struct into the caller's, truncated to the caller's struct_size.

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "../../libkvblock/error.h"
-#include "../backends.h"
+#include "../attention.h"
 #include "../paged.h"
 #include "convert.h"
 #include "parallel.h"

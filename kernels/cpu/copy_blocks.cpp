@@ -16,7 +16,8 @@
 #define KVB_STREAM_STORES 0
 #endif
 
-#include "../backends.h"
+#include "../cache.h"
+#include "../copy.h"
 
 namespace kvb {
 namespace kern {

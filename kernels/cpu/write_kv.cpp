@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "../../libkvblock/error.h"
-#include "../backends.h"
+#include "../write_kv.h"
 #include "../paged.h"
 #include "convert.h"
 

@@ -20,7 +20,8 @@
 #include <vector>
 
 #include "../../abi/kvblock.h"
-#include "../backends.h"
+#include "../attention.h"
+#include "../cache.h"
 #include "../decode_tiles.h"
 #include "attention_common.cuh"
 #include "fp8_vec.cuh"

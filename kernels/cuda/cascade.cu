@@ -18,7 +18,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "../backends.h"
+#include "../attention.h"
+#include "../cache.h"
 #include "../cascade.h"
 #include "common.cuh"
 

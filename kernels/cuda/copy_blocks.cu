@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "../../abi/kvblock.h"
-#include "../backends.h"
+#include "../cache.h"
+#include "../copy.h"
 #include "common.cuh"
 
 namespace kvb {

@@ -4,7 +4,7 @@
 // caller's stream. No allocation: the record costs nothing until a kernel finds bad input.
 #include <atomic>
 
-#include "../backends.h"
+#include "../cache.h"
 #include "common.cuh"
 
 namespace kvb {

@@ -27,7 +27,7 @@
 #include <climits>
 #include <type_traits>
 
-#include "../backends.h"
+#include "../cache.h"
 #include "../prefill.h"
 #include "../decode_tiles.h"
 #include "../prefill_tiles.h"

@@ -24,7 +24,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "../backends.h"
+#include "../attention.h"
+#include "../cache.h"
 #include "../decode_tiles.h"
 #include "../prefill.h"
 #include "../prefill_hopper_tiles.h"

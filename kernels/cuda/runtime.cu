@@ -2,7 +2,7 @@
 // Code::device with the CUDA error string; a machine without a driver just reports 0 devices.
 #include <cuda_runtime.h>
 
-#include "../backends.h"
+#include "../cache.h"
 #include "common.cuh"
 
 namespace kvb {

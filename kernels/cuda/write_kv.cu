@@ -8,9 +8,10 @@
 #include <cuda_fp16.h>
 
 #include "../../abi/kvblock.h"
-#include "../backends.h"
+#include "../cache.h"
 #include "../fp8.h"
 #include "../validate.h"
+#include "../write_kv.h"
 #include "common.cuh"
 
 namespace kvb {

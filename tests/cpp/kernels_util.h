@@ -14,7 +14,7 @@
 #include "../../kernels/types.h"
 #include "harness.h"
 #if KVB_WITH_CUDA
-#include "../../kernels/devutil.h"
+#include "../support/devutil.h"
 #endif
 
 namespace kt {

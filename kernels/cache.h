@@ -1,13 +1,23 @@
-// The two kernel back ends behind the C API. Both take validated arguments (types.h) and throw
-// kvb::Error. The CUDA functions exist in every build: without nvcc they fail with Code::unsupported.
+// The cache descriptor and the devices behind it: kvb_cache_desc checked into a Cache (validate.cpp),
+// the back-end checks a call makes before it dispatches, cache memory (kvb_cache_alloc / kvb_cache_free)
+// and the CUDA device query and fault record (kernels/capi_cache.cpp is the C boundary). The CUDA
+// functions exist in every build: without nvcc they fail with Code::unsupported (no_cuda.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "../abi/kvblock.h"
 #include "types.h"
 
 namespace kvb {
 namespace kern {
+
+// Checks one cache descriptor (`what` names it in messages, e.g. "cache" or "layers[3]").
+Cache read_cache(const kvb_cache_desc* desc, const char* what);
+// Checks that a CUDA cache can be used here (built with CUDA, device present), else unsupported/device.
+void require_backend(const Cache& c, const char* what);
+// Checks that a and b have the same dtype, block_size, num_kv_heads and head_dim.
+void require_same_shape(const Cache& a, const Cache& b, const char* what_a, const char* what_b);
 
 // The first bad input a CUDA kernel met on one device since the last take (kvb_kernel_fault's fields).
 struct Fault {
@@ -18,9 +28,6 @@ struct Fault {
 };
 
 namespace cpu {
-void write_kv(const Cache& c, const WriteKv& a);
-void paged_attention(const Cache& c, const Attention& a);
-void copy_blocks(const BlockCopy& b);
 void* alloc_host(size_t bytes);
 void free_host(void* p);
 }  // namespace cpu
@@ -31,9 +38,6 @@ int device_count();           // 0 when no driver / device; never throws
 void check_device(int index);  // throws device/unsupported if the ordinal is unusable
 // Throws invalid_argument if p is not accessible from device `index` (e.g. pageable host memory).
 void check_pointer(const void* p, int index, const char* what);
-void write_kv(const Cache& c, const WriteKv& a, void* stream);
-void paged_attention(const Cache& c, const Attention& a, void* stream);
-void copy_blocks(const BlockCopy& b, void* stream);  // copy or swap; any mix of device / host caches
 // Waits for stream, then reads and clears device `index`'s fault record (kernels/cuda/faults.cu).
 Fault take_fault(int index, void* stream);
 void* alloc_device(int index, size_t bytes);

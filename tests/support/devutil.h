@@ -1,5 +1,5 @@
-// Small CUDA runtime helpers for the kernel tests and the benchmark (internal, not exported; they exist
-// only in builds with KVB_WITH_CUDA). Every function throws kvb::Error(device) on a CUDA error.
+// Small CUDA runtime helpers for the kernel tests (tests/support/devutil.cu, linked into the C++ tests by
+// the Makefile, not into libkvblock; they exist only in builds with KVB_WITH_CUDA). Every function throws kvb::Error(device) on a CUDA error.
 #pragma once
 #include <cstddef>
 

@@ -1,8 +1,9 @@
-// CUDA runtime helpers for tests and benchmarks (see devutil.h).
+// CUDA runtime helpers for the kernel tests (see devutil.h): a test support object the Makefile links
+// into the C++ tests, not part of libkvblock.
 #include <cuda_runtime.h>
 
-#include "../devutil.h"
-#include "common.cuh"
+#include "../../kernels/cuda/common.cuh"
+#include "devutil.h"
 
 namespace kvb {
 namespace kern {

@@ -261,6 +261,54 @@ void test_prefill_fp8() {
   simd::force_isa(initial);
 }
 
+// A NaN code in one K element makes every output of its kv head's query heads NaN (one V element: that
+// column), on every CPU path (the e4m3 decode reads tiles without NaN codes through a faster load, and
+// must notice this one), and leaves the rest exact; codes at several positions of a tile, both signs.
+void test_decode_nan_codes() {
+  const simd::Isa initial = simd::isa();
+  for (int i = 0; i < simd::kNumIsas; ++i) {
+    if (!simd::force_isa(simd::Isa(i))) continue;
+    for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
+      for (int which = 0; which < 2; ++which)
+        for (int32_t tok : {0, 31, 45, 99}) {
+          const uint32_t H = 2, G = 2, D = 64;
+          Fp8Problem p(cd, KVB_DTYPE_FP16, H, G, D, false, {{100, 1}}, 7 + uint32_t(tok));
+          const uint8_t nan_code = (tok & 1) ? 0xff : 0x7f;  // e5m2: both NaN too
+          uint8_t* bytes = static_cast<uint8_t*>((which ? p.cache.v : p.cache.k).data());
+          bytes[p.cache.offset(p.tables[size_t(tok) / 16], tok % 16, 0, uint32_t(tok) % D)] = nan_code;
+          kvb_attention_args a;
+          kvb_attention_args_init(&a);
+          a.q_dtype = KVB_DTYPE_FP16;
+          a.num_seqs = 1;
+          a.num_q_heads = H * G;
+          a.max_blocks_per_seq = p.max_blocks;
+          a.q = p.q.data();
+          Tensor out(KVB_DTYPE_FP16, p.q.n);
+          out.poison();
+          a.out = out.data();
+          a.block_tables = p.tables.data();
+          a.seq_lens = p.lens.data();
+          CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+          int bad = 0;
+          std::vector<double> ref(D);
+          for (uint32_t qh = 0; qh < H * G; ++qh) {
+            p.ref_row(0, 0, 99, qh, 0.125f, 0.f, 0, 0, true, ref.data());
+            for (uint32_t d = 0; d < D; ++d) {
+              // kv head 0: all NaN (K) or NaN in the poked column (V); kv head 1: the reference
+              const bool want_nan = qh < G && (which == 0 || d == uint32_t(tok) % D);
+              CHECK(std::isnan(ref[d]) == want_nan);
+              bad += want_nan ? !std::isnan(out.get(qh * D + d)) : !close(out.get(qh * D + d), ref[d], KVB_DTYPE_FP16);
+            }
+          }
+          if (bad)
+            fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(simd::Isa(i)), dname(cd),
+                    which ? "V" : "K", tok, bad);
+          CHECK(bad == 0);
+        }
+  }
+  simd::force_isa(initial);
+}
+
 // ---- copy, allocation, validation, old callers ----
 
 void test_copy_blocks_moves_bytes() {
@@ -467,6 +515,7 @@ int main() {
   RUN_TEST(test_write_kv_bytes);
   RUN_TEST(test_decode_fp8);
   RUN_TEST(test_prefill_fp8);
+  RUN_TEST(test_decode_nan_codes);
   RUN_TEST(test_copy_blocks_moves_bytes);
   RUN_TEST(test_bad_scales_and_dtypes_refused);
   RUN_TEST(test_old_struct_callers);

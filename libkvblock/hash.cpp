@@ -28,57 +28,91 @@ uint64_t public_block_hash(const ChainLink& link, const int64_t* tokens, size_t 
 
 static_assert(XXH3_SECRET_DEFAULT_SIZE == 192, "BlockHasher::secret_ size");
 
-BlockHasher::BlockHasher(uint64_t seed) : seed_(seed) { XXH3_generateSecret_fromSeed(secret_, seed); }
-
 namespace {
-
-// The content digest of a block: XXH3-128 over its tokens, then the extra key if present, read where
-// they lie (a stack copy only to append an extra key). It does not depend on the parent, so the chain
-// of keys waits on the short outer hash only.
-// Inputs up to XXH3_MIDSIZE_MAX (240) bytes use the seed alone (XXH3_128bits_withSecretandSeed would
-// dispatch to the same code): called directly, on the commit path's hot case (16 tokens, 128 bytes).
-__attribute__((always_inline)) inline XXH128_hash_t content_digest(const int64_t* tokens, size_t n, ExtraKey extra,
-                                                                    const unsigned char* secret, size_t secret_size,
-                                                                    uint64_t seed) {
-  if (!extra.present) {
-    if (n * 8 <= XXH3_MIDSIZE_MAX) return XXH3_128bits_withSeed(tokens, n * 8, seed);
-    return XXH3_128bits_withSecretandSeed(tokens, n * 8, secret, secret_size, seed);
-  }
-  constexpr size_t kStackBytes = 2048;
-  if (8 * (n + 1) <= kStackBytes) {
-    alignas(8) unsigned char buf[kStackBytes];
-    std::memcpy(buf, tokens, n * 8);
-    std::memcpy(buf + n * 8, &extra.value, 8);
-    return XXH3_128bits_withSecretandSeed(buf, 8 * (n + 1), secret, secret_size, seed);
-  }
-  XXH3_state_t st;
-  // reset reads st.seed (and st.extSecret) to decide whether the secret must be derived again: a state
-  // on the stack must be initialised first (valgrind: conditional jump on uninitialised value).
-  XXH3_INITSTATE(&st);
-  XXH3_128bits_reset_withSecretandSeed(&st, secret, secret_size, seed);
-  XXH3_128bits_update(&st, tokens, n * 8);
-  XXH3_128bits_update(&st, &extra.value, 8);
-  return XXH3_128bits_digest(&st);
-}
-
+// XXH3's default secret: the secret derived from seed 0 is the default secret itself.
+struct DefaultSecret {
+  unsigned char bytes[XXH3_SECRET_DEFAULT_SIZE];
+  DefaultSecret() { XXH3_generateSecret_fromSeed(bytes, 0); }
+};
 }  // namespace
 
-// The key: XXH3-128 of [link.key (16 bytes), tag (8 bytes), content digest (16 bytes)], the tag being
-// kind | extra present << 8 | n << 16. Two blocks with equal keys have (up to 128-bit collisions of
-// the outer hash) equal parent keys, equal tags and equal content digests, hence (up to 128-bit
-// collisions of the digest) equal tokens and extra keys: by induction on the parent key, equal
-// histories. The parent's public hash is not hashed again: the parent key already fixes it.
+BlockHasher::BlockHasher(uint64_t seed) : seed_(seed), mid_(DefaultSecret().bytes, seed) {
+  XXH3_generateSecret_fromSeed(secret_, seed);
+}
+
+static uint64_t layout_tag(const ChainLink& link, size_t n, ExtraKey extra) {
+  return static_cast<uint64_t>(link.kind) | (static_cast<uint64_t>(extra.present) << 8) | (static_cast<uint64_t>(n) << 16);
+}
+
+// The key: XXH3-128 of the words [tag, tokens..., extra key if present, link.key.lo, link.key.hi] (u64 LE),
+// the tag being kind | extra present << 8 | n << 16. The tag comes first and fixes the layout (how many
+// tokens, whether an extra key follows), so equal keys mean (up to 128-bit collisions) equal tags, tokens,
+// extra keys and parent keys: by induction on the parent key, equal histories. The parent's public hash
+// is not hashed again: the parent key already fixes it. The parent key comes last, so everything but the
+// hash's last 32-byte round and its finalisation is independent of the parent: from block to block, the
+// chain of keys waits on that tail only.
 Key128 BlockHasher::key(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra) const {
-  const XXH128_hash_t digest = content_digest(tokens, n, extra, secret_, sizeof secret_, seed_);
-  const uint64_t tag = static_cast<uint64_t>(link.kind) | (static_cast<uint64_t>(extra.present) << 8) |
-                       (static_cast<uint64_t>(n) << 16);
-  const uint64_t outer[5] = {link.key.lo, link.key.hi, tag, digest.low64, digest.high64};
-  const XXH128_hash_t h = XXH3_128bits_withSeed(outer, sizeof outer, seed_);  // 40 bytes: the seed alone
+  const uint64_t tag = layout_tag(link, n, extra);
+  if (n == 16 && !extra.present) {  // the usual block: in place
+    Key128 k;
+    mid_.hash_16_tokens(tag, tokens, link.key.lo, link.key.hi, &k.lo, &k.hi);
+    return k;
+  }
+  const size_t len = 8 * (n + 3 + (extra.present ? 1 : 0));
+  if (len >= Xxh3MidSecret::kMinBytes && len <= Xxh3MidSecret::kMaxBytes) {  // 13-27 tokens
+    uint64_t w[Xxh3MidSecret::kMaxBytes / 8];
+    w[0] = tag;
+    std::memcpy(w + 1, tokens, n * 8);
+    size_t i = 1 + n;
+    if (extra.present) w[i++] = extra.value;
+    w[i] = link.key.lo;
+    w[i + 1] = link.key.hi;
+    Key128 k;
+    mid_.hash(w, i + 2, &k.lo, &k.hi);
+    return k;
+  }
+  XXH128_hash_t h;
+  constexpr size_t kStackBytes = 2048;
+  if (len <= kStackBytes) {
+    alignas(8) unsigned char buf[kStackBytes];
+    std::memcpy(buf, &tag, 8);
+    std::memcpy(buf + 8, tokens, n * 8);
+    unsigned char* p = buf + 8 + n * 8;
+    if (extra.present) {
+      std::memcpy(p, &extra.value, 8);
+      p += 8;
+    }
+    std::memcpy(p, &link.key.lo, 8);
+    std::memcpy(p + 8, &link.key.hi, 8);
+    // Up to XXH3_MIDSIZE_MAX (240) bytes XXH3 uses the seed alone (XXH3_128bits_withSecretandSeed would
+    // dispatch to the same code); here that is blocks of up to 13 tokens (128 bytes).
+    h = len <= XXH3_MIDSIZE_MAX ? XXH3_128bits_withSeed(buf, len, seed_)
+                                : XXH3_128bits_withSecretandSeed(buf, len, secret_, sizeof secret_, seed_);
+  } else {
+    XXH3_state_t st;
+    // reset reads st.seed (and st.extSecret) to decide whether the secret must be derived again: a state
+    // on the stack must be initialised first (valgrind: conditional jump on uninitialised value).
+    XXH3_INITSTATE(&st);
+    XXH3_128bits_reset_withSecretandSeed(&st, secret_, sizeof secret_, seed_);
+    XXH3_128bits_update(&st, &tag, 8);
+    XXH3_128bits_update(&st, tokens, n * 8);
+    if (extra.present) XXH3_128bits_update(&st, &extra.value, 8);
+    XXH3_128bits_update(&st, &link.key, 16);
+    h = XXH3_128bits_digest(&st);
+  }
   return Key128{h.low64, h.high64};
 }
 
 void BlockHasher::hash_and_key(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra,
                                uint64_t* hash, Key128* key) const {
+  if (n == 16 && !extra.present && link.kind != ChainLink::none) {
+    // The commit path's usual block: both hashes straight-line in one function, so that the compiler
+    // interleaves their independent multiply chains.
+    *hash = xxh64_head_16_tokens(link.hash, tokens);
+    mid_.hash_16_tokens(layout_tag(link, n, extra), tokens, link.key.lo, link.key.hi, &key->lo,
+                        &key->hi);
+    return;
+  }
   *hash = public_block_hash(link, tokens, n, extra);
   *key = this->key(link, tokens, n, extra);
 }

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "xxh3_words.h"
+
 namespace kvb {
 
 struct Key128 {
@@ -30,16 +32,17 @@ struct ExtraKey {
 // xxh64(seed 0) over [link.hash if link.kind != none] + tokens (i64 LE) + [extra key]: the public hash.
 uint64_t public_block_hash(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra);
 
-// The index key of a block, in two XXH3-128 hashes: the content digest over its tokens (+ extra key),
-// read once where they lie, then an outer hash of [link.key (16 bytes), tag = kind | extra present << 8
-// | n << 16 (8 bytes), digest (16 bytes)]. The tag fixes the layout, and link.key is the parent's own
-// index key, so equal keys mean equal histories back to the first block (salt or none, every block's
-// tokens and extra key), up to 128-bit collisions. The public xxh64 chain cannot promise that: `salt ‖
-// tokens` and `tokens ‖ extra` are the same bytes, and xxh64 collisions are easy to make, so the key is
-// never derived from the public hash. Unkeyed managers use seed 0; KVB_CONFIG_KEYED_INDEX a secret seed
-// (both hashes). The two cost about what one XXH3-128 over [key, tag, parent hash, tokens] did (callgrind,
-// block size 16), but the digest needs neither a stack copy nor the parent, so the chain of keys from
-// block to block waits only on the 40-byte outer hash.
+// The index key of a block: one XXH3-128 of the words [tag, tokens, extra key if present, link.key.lo,
+// link.key.hi] (u64 LE), tag = kind | extra present << 8 | n << 16. The tag comes first and fixes the
+// layout, and link.key is the parent's own index key, so equal keys mean equal histories back to the
+// first block (salt or none, every block's tokens and extra key), up to 128-bit collisions. The public
+// xxh64 chain cannot promise that: `salt ‖ tokens` and `tokens ‖ extra` are the same bytes, and xxh64
+// collisions are easy to make, so the key is never derived from the public hash. Unkeyed managers use
+// seed 0; KVB_CONFIG_KEYED_INDEX a secret seed. The parent key comes last, so the chain of keys from
+// block to block waits only on the hash's last round and finalisation. Blocks of 16 tokens without an
+// extra key (the usual case) are hashed in place, both hashes in one straight-line function
+// (xxh3_words.h, xxh64_words.h); other sizes of 129-240 bytes use the same XXH3 code over a stack copy,
+// the rest the system xxHash.
 class BlockHasher {
  public:
   explicit BlockHasher(uint64_t seed);
@@ -52,6 +55,7 @@ class BlockHasher {
  private:
   uint64_t seed_;
   unsigned char secret_[192];  // XXH3 secret derived from the seed once (inputs over 240 bytes use it)
+  Xxh3MidSecret mid_;          // the seeded secret words of inputs of 129-240 bytes (14-27 tokens)
 };
 
 // Plain xxh64 of a buffer (benchmarks compare against it).

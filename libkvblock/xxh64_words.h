@@ -90,4 +90,33 @@ inline uint64_t xxh64_words(bool has_head, uint64_t head, const int64_t* tokens,
   return h;
 }
 
+// The same hash of [head, tokens[0..16)] (a 16-token block with a parent and no extra key: the commit
+// path's usual case), straight-line: the stripes are (head, t0, t1, t2), (t3..t6), (t7..t10), (t11..t14),
+// then t15 alone.
+__attribute__((always_inline)) inline uint64_t xxh64_head_16_tokens(uint64_t head, const int64_t* tokens) {
+  using namespace xxh64w;
+  const int64_t* t = tokens;
+  uint64_t v1 = round(kP1 + kP2, head), v2 = round(kP2, load(t)), v3 = round(0, load(t + 1)),
+           v4 = round(0 - kP1, load(t + 2));
+  for (int s = 3; s < 15; s += 4) {
+    v1 = round(v1, load(t + s));
+    v2 = round(v2, load(t + s + 1));
+    v3 = round(v3, load(t + s + 2));
+    v4 = round(v4, load(t + s + 3));
+  }
+  uint64_t h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+  h = merge(h, v1);
+  h = merge(h, v2);
+  h = merge(h, v3);
+  h = merge(h, v4);
+  h += 17 * 8;
+  h = rotl(h ^ round(0, load(t + 15)), 27) * kP1 + kP4;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
 }  // namespace kvb

@@ -88,21 +88,26 @@ all: lib tool cdef
 lib: $(SHLIB) $(STLIB)
 tool: $(TOOL)
 
+# Dependency files name each object both as this make spells it and as an absolute path: the Python
+# package's setup.py builds with an absolute BUILD, a user with a relative one, and a .d file that names
+# only one spelling leaves the other build blind to header changes (stale objects, wrong struct layouts).
+DEPFLAGS = -MMD -MP -MT '$@ $(abspath $@)'
+
 $(OBJ)/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -MMD -MP -c $< -o $@
+	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) $(DEPFLAGS) -c $< -o $@
 
 # -MMD: a kernel is rebuilt when a header it includes changes (kernels/types.h: a stale object saw another
 # layout of kvb::kern::Cache and indexed every layer past the first wrongly).
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS_) -MMD -MP -c $< -o $@
+	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS_) $(DEPFLAGS) -c $< -o $@
 
 $(OBJ)/kernels/cuda/prefill_hopper.cu.o: NVCC_ARCHS_ = -gencode arch=compute_90a,code=sm_90a
 
 $(OBJ)/tools/%.o: tools/%.c
 	@mkdir -p $(dir $@)
-	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(LINK_STAMP): FORCE
 	@mkdir -p $(dir $@)
@@ -136,7 +141,7 @@ TEST_SUPPORT := $(if $(NVCC),$(OBJ)/tests/support/devutil.cu.o)
 $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h tests/support/*.h) $(STLIB) \
                       $(TEST_SUPPORT)
 	@mkdir -p $(dir $@) $(BUILD)/obj/tests
-	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -Iabi -Itests -MMD -MP -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< \
+	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) -Iabi -Itests $(DEPFLAGS) -MF $(BUILD)/obj/tests/cpp_$*.d -o $@ $< \
 	  $(TEST_SUPPORT) $(STLIB) $(LDLIBS_)
 
 tests: all $(C_TESTS) $(CPP_TESTS)

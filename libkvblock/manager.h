@@ -207,18 +207,22 @@ class Manager {
     uint32_t hits = 0;        // cached blocks valid for every group
     uint32_t host_hits = 0;   // of those, blocks that some group loads from the host
     uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks and free hits)
-    uint32_t first[kMaxForkGroups + 1] = {};  // group g's hits in scratch_.group_hits_by_group: [first[g], first[g + 1])
+    // Group g's hits in scratch_.group_hits_by_group: [first[g], first[g + 1]).
+    uint32_t first[kMaxForkGroups + 1] = {};
   };
   // A cached block that group `group` found for prompt block `index` (device block, or -2 - h for host
   // block h). The chain link before it (a host load and a released window link need it) is the link
-  // after the group's hit at index - 1 (its metadata), or, after a miss or at index 0, scratch_.group_links[link].
+  // after the group's hit at index - 1 (its metadata), or, after a miss or at index 0,
+  // scratch_.group_links[link].
   static constexpr uint32_t kLinkOfPrevious = UINT32_MAX;
   struct GroupHit {
     uint32_t index, group;
     int32_t block;
     uint32_t link;  // kLinkOfPrevious, or a position in scratch_.group_links
   };
-  const BlockMeta& hit_meta(int32_t block) const { return block >= 0 ? device_.pool.meta(block) : host_.pool.meta(-2 - block); }
+  const BlockMeta& hit_meta(int32_t block) const {
+    return block >= 0 ? device_.pool.meta(block) : host_.pool.meta(-2 - block);
+  }
   // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
   // the first uncached token's window and sinks need (the blocks apply_window would keep).
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;

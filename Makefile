@@ -138,6 +138,7 @@ $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvbl
 # TEST_SUPPORT: CUDA runtime helpers only the tests use (tests/support/devutil.cu), linked into each
 # C++ test instead of shipping in the library.
 TEST_SUPPORT := $(if $(NVCC),$(OBJ)/tests/support/devutil.cu.o)
+.PRECIOUS: $(OBJ)/tests/support/%.cu.o
 $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h tests/cpp/*/*.h tests/support/*.h) $(STLIB) \
                       $(TEST_SUPPORT)
 	@mkdir -p $(dir $@) $(BUILD)/obj/tests

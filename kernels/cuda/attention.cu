@@ -9,6 +9,9 @@
 // workspace and kernel 2 merges the partitions of each (sequence, query head) with log-sum-exp weights.
 // No allocation and no host synchronisation: capturable in a CUDA graph.
 //
+// fp8 caches (fp8_vec.cuh) run kernel 1 with 8-byte loads of 8 codes, the lane layout of an fp16 cache,
+// converted through fp16 (K scale folded into q, V scale into the output; per-head scales by value).
+//
 // fp16 / bf16 caches with GQA groups of dtiles::kMinGroup and more run kernel 1 on tensor cores instead
 // (decode_mma.cu: the group's heads are the rows of one mma tile); the partition plan, workspace and
 // kernel 2 are shared.
@@ -54,7 +57,7 @@ __device__ __forceinline__ void attn_partition(const AttnParams& p, float k_scal
   constexpr bool kFp8 = kIsFp8Tag<KV>;
   constexpr int VEC = KvVec<KV>::N;                     // elements per load
   constexpr int L = (D / VEC) < 32 ? (D / VEC) : 32;    // lanes per token
-  constexpr int NV = D / (L * VEC);                     // 16-byte loads per lane per row
+  constexpr int NV = D / (L * VEC);                     // loads per lane per row
   constexpr int E = NV * VEC;                           // elements per lane
   constexpr int TG = 32 / L;                            // tokens per warp step
   constexpr int STEP = kWarps * TG * kUnroll;           // tokens per CTA iteration
@@ -124,7 +127,8 @@ __device__ __forceinline__ void attn_partition(const AttnParams& p, float k_scal
     for (int j = 0; j < NV; ++j)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        q[g][j * VEC + e] = g < gcount ? Vec<T>::load(qp + (j * L + lig) * VEC + e) * (kFp8 ? fp8_q_scale : p.q_scale) : 0.f;
+        q[g][j * VEC + e] =
+            g < gcount ? Vec<T>::load(qp + (j * L + lig) * VEC + e) * (kFp8 ? fp8_q_scale : p.q_scale) : 0.f;
   }
 
   float m[GC], l[GC], acc[GC][E];
@@ -388,10 +392,12 @@ template <typename T, typename KV, int D>
 Fp8KernelFn fp8_partition_kernel_for(int gc, bool cap) {
   constexpr int MH = max_heads_per_cta(2, D);  // 8 codes per lane: the register shape of a 16-bit cache
   if (cap)
-    return gc == 1 ? attn_partition_fp8_kernel<T, KV, D, 1, true>
-                   : gc == 2 ? attn_partition_fp8_kernel<T, KV, D, 2, true> : attn_partition_fp8_kernel<T, KV, D, MH, true>;
-  return gc == 1 ? attn_partition_fp8_kernel<T, KV, D, 1, false>
-                 : gc == 2 ? attn_partition_fp8_kernel<T, KV, D, 2, false> : attn_partition_fp8_kernel<T, KV, D, MH, false>;
+    return gc == 1   ? attn_partition_fp8_kernel<T, KV, D, 1, true>
+           : gc == 2 ? attn_partition_fp8_kernel<T, KV, D, 2, true>
+                     : attn_partition_fp8_kernel<T, KV, D, MH, true>;
+  return gc == 1   ? attn_partition_fp8_kernel<T, KV, D, 1, false>
+         : gc == 2 ? attn_partition_fp8_kernel<T, KV, D, 2, false>
+                   : attn_partition_fp8_kernel<T, KV, D, MH, false>;
 }
 
 template <typename T, typename KV>

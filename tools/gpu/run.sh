@@ -114,8 +114,8 @@ san_start=$(date +%s)
 if [ $quick = 0 ]; then
   if [ $gpu = 1 ] && [ -n "$sanitizer" ]; then
     for spec in memcheck:cpp_kernels_ops memcheck:cpp_kernels_prefill memcheck:cpp_kernels_attention \
-                memcheck:cpp_kernels_bad_input racecheck:cpp_kernels_prefill racecheck:cpp_kernels_attention \
-                memcheck:cpp_kernels_cascade_cuda racecheck:cpp_kernels_cascade_cuda; do
+                memcheck:cpp_kernels_bad_input memcheck:cpp_kernels_fp8_cuda racecheck:cpp_kernels_prefill \
+                racecheck:cpp_kernels_attention memcheck:cpp_kernels_cascade_cuda racecheck:cpp_kernels_cascade_cuda; do
       tool=${spec%%:*} t=${spec#*:}
       name="${tool}_${t#cpp_}"
       ( KVB_TEST_QUICK=1 timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 1 "$here/tests/$t" \

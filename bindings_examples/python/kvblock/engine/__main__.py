@@ -65,7 +65,7 @@ def main() -> None:
     if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
         if a.kv_dtype != "fp32":
             p.error(f"--kv-dtype {a.kv_dtype}: only the numpy engine takes it; the torch engine keeps K/V in the "
-                    "model's dtype (CUDA attention on fp8 caches is not implemented yet)")
+                    "model's dtype (CUDA prefill attention on fp8 caches is not implemented yet)")
         return serve.main(a)
     blas_how, blas_n = blas.limit_threads(a.blas_threads) if a.blas_threads > 0 else ("BLAS default", None)
     if a.host_cache and a.host_blocks <= 0:

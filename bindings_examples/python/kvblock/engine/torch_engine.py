@@ -49,9 +49,9 @@ class TorchEngine(Engine):
         mc, cfg, m = self.model.cfg, self.cfg, self.model
         if cfg.kv_dtype.startswith("float8"):
             raise ValueError(f"EngineConfig.kv_dtype {cfg.kv_dtype!r}: the torch engine keeps K/V in the model's dtype "
-                             f"({m.dtype}); fp8 K/V caches need CUDA attention on fp8 caches, which libkvblock does "
-                             "not implement yet (KVB_ERR_UNSUPPORTED), use the numpy engine (python -m kvblock.engine "
-                             "--kv-dtype fp8_e4m3)")
+                             f"({m.dtype}); fp8 K/V caches need CUDA prefill attention on fp8 caches, which libkvblock "
+                             "does not implement yet (KVB_ERR_UNSUPPORTED; CUDA decode reads them), use the numpy "
+                             "engine (python -m kvblock.engine --kv-dtype fp8_e4m3)")
         shape = (cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim)
 
         def layers() -> List[torch.Tensor]:

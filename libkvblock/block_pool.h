@@ -71,4 +71,34 @@ class BlockPool {
   std::unique_ptr<int64_t[]> tokens_;  // left uninitialised: pages are touched only when used
 };
 
+// The queue operations every miss, hit and free performs, inline: out of line, their calls cost as much as
+// their bodies on the miss path.
+inline int32_t BlockPool::pop_head() {
+  int32_t b = head_ >= 0 ? head_ : parked_.head;
+  unlink(b);
+  return b;
+}
+
+inline void BlockPool::unlink(int32_t b) {
+  BlockMeta& m = meta_[b];
+  int32_t& head = m.in_free == 2 ? parked_.head : head_;
+  int32_t& tail = m.in_free == 2 ? parked_.tail : tail_;
+  if (m.prev >= 0) meta_[m.prev].next = m.next; else head = m.next;
+  if (m.next >= 0) meta_[m.next].prev = m.prev; else tail = m.prev;
+  if (m.in_free == 2) --num_parked_;
+  m.prev = m.next = -1;
+  m.in_free = 0;
+  --num_free_;
+}
+
+inline void BlockPool::push_tail(int32_t b) {
+  BlockMeta& m = meta_[b];
+  m.prev = tail_;
+  m.next = -1;
+  if (tail_ >= 0) meta_[tail_].next = b; else head_ = b;
+  tail_ = b;
+  m.in_free = 1;
+  ++num_free_;
+}
+
 }  // namespace kvb

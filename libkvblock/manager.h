@@ -257,7 +257,8 @@ class Manager {
   // their callers are in other files (manager_allocate.cpp, manager_groups.cpp, manager_append.cpp),
   // and called out of line they cost the cached-prompt path about a quarter of its time.
   bool is_cacheable(const int64_t* tokens, size_t n, ExtraKey extra) const {
-    return extra.present || !contains_non_cacheable(tokens, n);
+    // The empty list (the usual case) is tested here, not behind a call per block.
+    return extra.present || keys_.non_cacheable.empty() || !contains_non_cacheable(tokens, n);
   }
   bool contains_non_cacheable(const int64_t* tokens, size_t n) const;
   ChainLink link_after(const BlockMeta& m) const {

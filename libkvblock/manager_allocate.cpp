@@ -184,16 +184,24 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
 }
 
 void Manager::write_tokens(Sequence& s, const int64_t* tokens, size_t n) {
-  uint64_t pos = s.num_tokens;
+  // One division for the whole write (not two per block), and a whole 16-token block copied with a size
+  // the compiler knows (inline moves, not a memcpy call), as is a decode step's one token: a prompt's copy
+  // is a fifth of a miss's bookkeeping.
+  const uint64_t end = s.num_tokens + n;
+  size_t i = static_cast<size_t>(s.num_tokens / bs_);
+  uint32_t off = static_cast<uint32_t>(s.num_tokens % bs_);
   while (n > 0) {
-    uint32_t off = static_cast<uint32_t>(pos % bs_);
-    size_t take = std::min<size_t>(n, bs_ - off);
-    std::memcpy(device_.pool.tokens(s.table[pos / bs_]) + off, tokens, take * sizeof(int64_t));
+    const size_t take = std::min<size_t>(n, bs_ - off);
+    int64_t* dst = device_.pool.tokens(s.table[i]) + off;
+    if (take == 16) std::memcpy(dst, tokens, 16 * sizeof(int64_t));
+    else if (take == 1) *dst = *tokens;  // a decode step's token
+    else std::memcpy(dst, tokens, take * sizeof(int64_t));
     tokens += take;
-    pos += take;
     n -= take;
+    off = 0;
+    ++i;
   }
-  s.num_tokens = pos;
+  s.num_tokens = end;
 }
 
 }  // namespace kvb

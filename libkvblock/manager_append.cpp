@@ -16,32 +16,41 @@ void Manager::hash_committed_blocks(Sequence& s) {
   const uint32_t end = static_cast<uint32_t>(s.num_computed / bs_);
   if (s.num_hashed >= end) return;
   if (s.uncacheable_from == kNoBlockIndex) {
-    // Each block enters the index one iteration after its hash is computed, so that its index slot,
-    // prefetched meanwhile, is in cache by then: on large pools the index is the miss path's stall.
-    int32_t lagging = -1;
-    ChainLink lagging_parent;
-    for (uint32_t i = s.num_hashed; i < end; ++i) {
-      int32_t b = s.table[i];
-      ExtraKey extra = s.extra_keys.empty() ? ExtraKey{} : s.extra_key(i);
-      const int64_t* toks = device_.pool.tokens(b);
-      // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
-      // its hash chain would describe content that the index cannot reproduce.
-      if (!is_cacheable(toks, bs_, extra)) {
-        s.uncacheable_from = i;
-        break;
+    // In chunks of kChunk blocks: hash every block of the chunk, prefetching its index slot, then enter
+    // them into the index in order. On large pools the index slots are the miss path's stall (DRAM
+    // misses); a chunk's hashing gives its slots the time to load, all of them at once, where entering
+    // each block one block after its hash left one hash of time for each miss. Hashing reads nothing
+    // that entering writes, so the index ends as it would block by block (same order, same events).
+    constexpr uint32_t kChunk = 32;
+    uint32_t i = s.num_hashed;
+    while (i < end) {
+      const uint32_t first = i;
+      const ChainLink first_parent = s.chain;
+      const uint32_t stop = std::min(end, first + kChunk);
+      for (; i < stop; ++i) {
+        int32_t b = s.table[i];
+        ExtraKey extra = s.extra_keys.empty() ? ExtraKey{} : s.extra_key(i);
+        const int64_t* toks = device_.pool.tokens(b);
+        // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
+        // its hash chain would describe content that the index cannot reproduce.
+        if (!is_cacheable(toks, bs_, extra)) {
+          s.uncacheable_from = i;
+          break;
+        }
+        BlockMeta& m = device_.pool.meta(b);
+        keys_.hasher.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
+        m.has_hash = 1;
+        m.has_extra = extra.present;
+        m.extra = extra.value;
+        device_.index.prefetch(m.key);
+        s.chain = link_after(m);
       }
-      BlockMeta& m = device_.pool.meta(b);
-      keys_.hasher.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
-      m.has_hash = 1;
-      m.has_extra = extra.present;
-      m.extra = extra.value;
-      device_.index.prefetch(m.key);
-      if (lagging >= 0) index_block(lagging, lagging_parent, s.group);
-      lagging = b;
-      lagging_parent = s.chain;
-      s.chain = link_after(m);
+      // Each block's parent is the link of the block before it (the chunk's first: the chain it began with).
+      if (first < i) index_block(s.table[first], first_parent, s.group);
+      for (uint32_t k = first + 1; k < i; ++k)
+        index_block(s.table[k], link_after(device_.pool.meta(s.table[k - 1])), s.group);
+      if (s.uncacheable_from != kNoBlockIndex) break;
     }
-    if (lagging >= 0) index_block(lagging, lagging_parent, s.group);
   }
   s.num_hashed = end;
 }

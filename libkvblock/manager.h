@@ -271,6 +271,9 @@ class Manager {
   uint32_t watermark_blocks() const { return watermark_blocks_; }
 
   int32_t take_free_block();             // queue head, evicting its cached content
+  // Takes n blocks from the free queue into out[0..n) (take_free_block n times), loading the index slots
+  // of the cached blocks it will evict a few blocks ahead of their eviction.
+  void take_free_blocks(int32_t* out, size_t n);
   void acquire_cached(int32_t b) {  // a hit: take a reference
     BlockMeta& m = device_.pool.meta(b);
     if (m.ref == 0) {

@@ -162,7 +162,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   // which every walk over a table skips.)
   const size_t first_new = s.table.size();
   s.table.resize(lk.num_blocks, -1);
-  for (size_t i = first_new; i < lk.num_blocks; ++i) s.table[i] = take_free_block();
+  take_free_blocks(s.table.data() + first_new, lk.num_blocks - first_new);
   size_t cached = static_cast<size_t>(lk.hits) * bs_;
   // Store hits count as cached but are hashed (and indexed) only once their gets end good.
   const uint32_t hashed = lk.hits - lk.store_hits;

@@ -78,6 +78,7 @@ const Config kConfigs[] = {
     {"store_bs4_keyed_through", 4, 16, 6, false, 0.0f, kHostCache | KVB_CONFIG_KEYED_INDEX, 3, 200, 4, 25, nullptr,
      2},
     {"store_bs16_tiny", 16, 6, 3, false, 0.0f, kHostCache, 2, 200, 4, 0, nullptr, 1},
+    {"store_bs2_small_host2", 2, 24, 2, false, 0.0f, kHostCache, 3, 250, 4, 0, nullptr, 2},
 };
 
 // "full,window:6:2" -> a full group and a window group of 6 tokens with 2 sink tokens.

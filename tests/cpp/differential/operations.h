@@ -36,6 +36,7 @@ void Run::op_allocate() {
   expect(st, want, "allocate");
   if (st == KVB_OK && got_c != want_c) fail(fmt("allocate cached %zu, model %zu", got_c, want_c));
   // The engine's step order (kvblock.h "Store tier"): completions right after the allocations.
+  if (cfg_.store && st == KVB_OK) store_while_filling(id);
   if (cfg_.store) store_poll();
 }
 

@@ -68,6 +68,32 @@ void Run::store_poll() {
   if (filling != model_.gets.size()) fail(fmt("store_poll: %zu gets filling, model %zu", filling, model_.gets.size()));
 }
 
+// Sequence id was just allocated: while its gets are in flight it is refused everything that would run
+// or change it (its K/V is not all there), reports its store state, and may be freed (its staging host
+// blocks then stay reserved until the poll reports their gets).
+void Run::store_while_filling(int64_t id) {
+  const MSeq& s = *model_.find(id);
+  size_t computed = 99, filling = 99;
+  expect(kvb_seq_store_state(m_, id, &computed, &filling), KVB_OK, "seq_store_state");
+  if (computed != s.computed || filling != s.filling)
+    fail(fmt("seq_store_state(%" PRId64 ") after allocate = %zu computed, %zu filling; model %zu, %zu", id, computed,
+             filling, s.computed, s.filling));
+  if (s.filling == 0) return;
+  expect(kvb_seq_commit(m_, id, 0), KVB_ERR_BAD_STATE, "commit while filling");
+  const int64_t tok = 1;
+  expect(kvb_seq_append(m_, id, &tok, 1), KVB_ERR_BAD_STATE, "append while filling");
+  std::vector<int32_t> bt(64);
+  kvb_batch b;
+  kvb_batch_init(&b);
+  b.max_blocks_per_seq = 64;
+  b.block_tables = bt.data();
+  expect(kvb_batch_export(m_, &id, 1, &b), KVB_ERR_BAD_STATE, "batch_export while filling");
+  if (rng_.chance(0.15)) {
+    note(fmt("free %" PRId64 " while filling", id));
+    expect(kvb_seq_free(m_, id), model_.free_seq(id), "free");
+  }
+}
+
 // The puts since the last check, in order (host block and the bytes the store read), and every
 // sequence's store state.
 void Run::compare_store() {

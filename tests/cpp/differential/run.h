@@ -192,6 +192,7 @@ class Run {
   void store_step_behaviour();  // what the store does wrong this step (refused puts)
   void store_plan_allocation(); // what the next allocation's lookup and gets do
   void store_poll();            // kvb_store_poll, checked against the model
+  void store_while_filling(int64_t id);  // before the poll: refusals, store state, a free while filling
   void compare_store();         // the puts since the last step: blocks and bytes
 
   // Model expectation of kvb_batch_export for ids (all on device).

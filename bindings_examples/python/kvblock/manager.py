@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, r
 from ._guard import GuardedHandle
 from ._nocopy import OwnsHandle
 from .errors import KvbArgumentError, KvbClosedError, check, header_enum_members
+from .seq_ids import SeqIds
 
 if TYPE_CHECKING:
     from .errors import HeaderEnumMeta
@@ -77,6 +78,8 @@ _new_tuple = tuple.__new__
 # try costs little against the copy, and a huge buffer per call would cost more than it saves
 _TABLE_HINT_MAX = 4096
 _MEDIA = {int(m): m for m in Medium}
+# The batch calls' seq_ids: a SeqIds (converted once, the cheapest per step) or any token-like array of ids.
+SeqIdsLike = Union[SeqIds, TokenLike]
 
 
 class BatchBuffers(OwnsHandle):
@@ -461,21 +464,27 @@ class Manager(OwnsHandle):
         return int(computed[0]), int(filling[0])
 
     # -- the batched decode step -------------------------------------------------------------------
-    def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
+    def batch_append(self, seq_ids: SeqIdsLike, tokens: TokenLike) -> None:
         """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as
         append(seq_ids[i], [tokens[i]]) in order, refusals included. Forked siblings sharing a partial last
         block copy it in turn (k of its h holders appending make min(k, h - 1) copies: drain_copies), no
         watermark applies, and a sliding window releases nothing here: batch_commit releases."""
-        ids, n = int64_ptr(seq_ids, "seq_ids")
+        if type(seq_ids) is SeqIds:  # converted and checked once, when it was built
+            ids, n = seq_ids._c, seq_ids._n
+        else:
+            ids, n = int64_ptr(seq_ids, "seq_ids")
         toks, nt = int64_ptr(tokens, "tokens")
         if n != nt:
             raise KvbArgumentError(f"seq_ids has {n} entries but tokens has {nt}")
         self._run(self._lib.kvb_batch_append, ids, toks, n)
 
-    def batch_commit(self, seq_ids: TokenLike, num_tokens: Optional[TokenLike] = None) -> None:
+    def batch_commit(self, seq_ids: SeqIdsLike, num_tokens: Optional[TokenLike] = None) -> None:
         """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
         where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
-        ids, n = int64_ptr(seq_ids, "seq_ids")
+        if type(seq_ids) is SeqIds:
+            ids, n = seq_ids._c, seq_ids._n
+        else:
+            ids, n = int64_ptr(seq_ids, "seq_ids")
         if num_tokens is None:
             self._run(self._lib.kvb_batch_commit, ids, ffi.NULL, n)
             return
@@ -487,7 +496,7 @@ class Manager(OwnsHandle):
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
         self._run(self._lib.kvb_batch_commit, ids, ffi.from_buffer("size_t[]", counts), n)
 
-    def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None, group: int = 0,
+    def batch_export(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers] = None, group: int = 0,
                      prefix_groups: bool = False, min_shared_blocks: int = 2) -> Batch:
         """Kernel inputs for the sequences (kvb_batch_export) of KV cache group `group`, written into
         `buffers` (grown if too small; a fresh one if None). Returns views into the buffers. With
@@ -498,7 +507,10 @@ class Manager(OwnsHandle):
         if buffers is not None and getattr(buffers, "_pg", None) is not None:
             buffers.c.prefix_groups = ffi.NULL  # a previous grouped export set it
             buffers._pg = None
-        ids, n = int64_ptr(seq_ids, "seq_ids")
+        if type(seq_ids) is SeqIds:
+            ids, n = seq_ids._c, seq_ids._n
+        else:
+            ids, n = int64_ptr(seq_ids, "seq_ids")
         if buffers is None:
             buffers = BatchBuffers(n, 1, 1)
         elif type(buffers) is not BatchBuffers and not isinstance(buffers, BatchBuffers):
@@ -527,7 +539,7 @@ class Manager(OwnsHandle):
         # tuple.__new__ skips the NamedTuple's Python-level __new__ (a third of this method's own cost)
         return _new_tuple(Batch, (views[2], views[3], views[4], views[5], k, b.max_blocks_needed))
 
-    def _batch_export_grouped(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers], group: int,
+    def _batch_export_grouped(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers], group: int,
                               min_shared_blocks: int) -> Batch:
         from .prefix_groups import GroupedBatch, PrefixGroups
         n = len(seq_ids) if hasattr(seq_ids, "__len__") else 0

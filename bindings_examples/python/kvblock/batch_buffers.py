@@ -45,14 +45,17 @@ class BatchBuffers(OwnsHandle):
         self.c = b
         # Read by every batch_export: plain attributes, cheaper than the cffi struct or the arrays' shapes.
         self._rows, self._group = seqs, 0
-        self._views: tuple = (-1, -1)  # (n, num_slots, the four views for them): the last export's
+        self._last: tuple = (-1, -1, -1, None)  # (n, num_slots, max_blocks_needed, its Batch): the last export's
 
-    def _views_for(self, n: int, k: int) -> tuple:
-        """The views of an export of n sequences and k slots, kept for the next export of the same shape
-        (a decode step exports the same sequences step after step: four slicings saved per step)."""
-        self._views = (n, k, self.block_tables_all[:n], self.seq_lens_all[:n], self.query_start_all[: n + 1],
-                       self.slot_mapping_all[:k])
-        return self._views
+    def _batch_for(self, n: int, k: int, need: int) -> "Batch":
+        """The Batch of an export of n sequences, k slots and `need` blocks, kept for the next export of the
+        same shape: a decode step exports the same sequences step after step, and its Batch (four views and
+        the tuple) is then the one of the step before, whose views see the new values."""
+        # tuple.__new__ skips the NamedTuple's Python-level __new__
+        batch = tuple.__new__(Batch, (self.block_tables_all[:n], self.seq_lens_all[:n],
+                                      self.query_start_all[: n + 1], self.slot_mapping_all[:k], k, need))
+        self._last = (n, k, need, batch)
+        return batch
 
     @property
     def capacity(self) -> tuple:

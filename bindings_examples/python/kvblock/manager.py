@@ -73,7 +73,6 @@ class Event(NamedTuple):
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
 _BUFFER_TOO_SMALL = _lib.lib.KVB_ERR_BUFFER_TOO_SMALL
-_new_tuple = tuple.__new__
 # block_table's first buffer grows to the longest table seen up to this (16 KiB): beyond, the failed first
 # try costs little against the copy, and a huge buffer per call would cost more than it saves
 _TABLE_HINT_MAX = 4096
@@ -478,9 +477,6 @@ class Manager(OwnsHandle):
         that share leading blocks, for the kernels' prefix_groups argument)."""
         if prefix_groups:
             return self._batch_export_grouped(seq_ids, buffers, group, min_shared_blocks)
-        if buffers is not None and getattr(buffers, "_pg", None) is not None:
-            buffers.c.prefix_groups = ffi.NULL  # a previous grouped export set it
-            buffers._pg = None
         if type(seq_ids) is SeqIds:
             ids, n = seq_ids._c, seq_ids._n
         else:
@@ -489,6 +485,9 @@ class Manager(OwnsHandle):
             buffers = BatchBuffers(n, 1, 1)
         elif type(buffers) is not BatchBuffers and not isinstance(buffers, BatchBuffers):
             raise KvbArgumentError(f"buffers must be a kvblock.BatchBuffers or None, got {type(buffers).__name__}")
+        elif buffers._pg is not None:
+            buffers.c.prefix_groups = ffi.NULL  # a previous grouped export set it
+            buffers._pg = None
         if n > buffers._rows:
             rows, cols, slots = buffers.capacity
             buffers._alloc(max(n, 2 * rows), cols, slots)
@@ -518,12 +517,11 @@ class Manager(OwnsHandle):
             b = buffers.c
             b.group = buffers._group = group
             check(self._call(self._lib.kvb_batch_export, ids, n, b))
-        k = b.num_slots
-        views = buffers._views
-        if views[0] != n or views[1] != k:
-            views = buffers._views_for(n, k)
-        # tuple.__new__ skips the NamedTuple's Python-level __new__ (a third of this method's own cost)
-        return _new_tuple(Batch, (views[2], views[3], views[4], views[5], k, b.max_blocks_needed))
+        k, need = b.num_slots, b.max_blocks_needed
+        last = buffers._last
+        if last[0] == n and last[1] == k and last[2] == need:
+            return last[3]  # the same shape as the last export: its Batch, whose views see the new values
+        return buffers._batch_for(n, k, need)
 
     def _batch_export_grouped(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers], group: int,
                               min_shared_blocks: int) -> Batch:

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _lib
 from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, real, scalar, size, u32, u64
-from ._guard import GuardedHandle
+from ._guard import GuardedHandle, inline_call
 from ._nocopy import OwnsHandle
 from .batch_buffers import Batch, BatchBuffers
 from .errors import KvbArgumentError, KvbClosedError, check, header_enum_members
@@ -409,6 +409,7 @@ class Manager(OwnsHandle):
         return int(computed[0]), int(filling[0])
 
     # -- the batched decode step -------------------------------------------------------------------
+    @inline_call  # close() from a signal handler inside it must not wait for it (kvblock/_guard.py)
     def batch_append(self, seq_ids: SeqIdsLike, tokens: TokenLike) -> None:
         """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as
         append(seq_ids[i], [tokens[i]]) in order, refusals included. Forked siblings sharing a partial last
@@ -438,6 +439,7 @@ class Manager(OwnsHandle):
         if status:
             check(status)
 
+    @inline_call
     def batch_commit(self, seq_ids: SeqIdsLike, num_tokens: Optional[TokenLike] = None) -> None:
         """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
         where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
@@ -469,6 +471,7 @@ class Manager(OwnsHandle):
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
         self._run(self._lib.kvb_batch_commit, ids, ffi.from_buffer("size_t[]", counts), n)
 
+    @inline_call
     def batch_export(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers] = None, group: int = 0,
                      prefix_groups: bool = False, min_shared_blocks: int = 2) -> Batch:
         """Kernel inputs for the sequences (kvb_batch_export) of KV cache group `group`, written into

@@ -87,3 +87,52 @@ def test_seq_ids_copy_and_pickle_rebuild_it():
         assert other._c is not sid._c or other is sid
     assert repr(sid) == "kvblock.SeqIds([0, 1, 2])"
     assert "256 ids" in repr(kvblock.SeqIds(np.arange(256)))
+
+
+class _LibClosingInside:
+    """The C library, except that the named batch call first closes the manager from inside the call, as a
+    signal handler that interrupted it on its thread would."""
+
+    def __init__(self, m, name):
+        self._real, self._m, self._name = m._lib, m, name
+
+    def __getattr__(self, attr):
+        fn = getattr(self._real, attr)
+        if attr != self._name:
+            return fn
+
+        def closing(*args):
+            self._m.close()  # waiting here for the call in progress (this one) would never return
+            return fn(*args)
+        return closing
+
+
+@pytest.mark.parametrize("call", ["kvb_batch_append", "kvb_batch_export", "kvb_batch_commit"])
+def test_close_inside_a_batch_call_returns_and_the_call_finishes(call):
+    """The batch calls run the close() guard's protocol inline (kvblock/_guard.py): close() from inside one
+    returns at once, the call finishes on the live manager, and the manager is destroyed as it returns."""
+    import threading
+    m, _ = _two_managers()
+    sid, bufs = kvblock.SeqIds([10, 11]), kvblock.BatchBuffers(2, 4, 16)  # no growing: one export call
+    m._lib = _LibClosingInside(m, call)
+    done = {}
+
+    def step():
+        m.batch_append(sid, [5, 6])
+        done["export"] = m.batch_export(sid, bufs).seq_lens.tolist()
+        m.batch_commit(sid)
+
+    def run():
+        try:
+            step()
+        except kvblock.KvbClosedError:
+            done["closed"] = True
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "close() inside the call waited for the call: deadlock"
+    assert m.closed
+    # the calls up to the closing one finished (it too), the one after it was refused
+    assert done == {"kvb_batch_append": {"closed": True}, "kvb_batch_export": {"export": [4, 5], "closed": True},
+                    "kvb_batch_commit": {"export": [4, 5]}}[call]

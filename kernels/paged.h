@@ -28,7 +28,8 @@ KVB_HOST_DEVICE int64_t paged_offset(int64_t block_id, Pos pos, Mask block_mask,
 // The CPU kernels' two uses, in elements of cache `c` (head 0): position `pos` of a sequence whose
 // block table (already checked) is `table`, and cache slot `slot`.
 inline int64_t paged_offset(const Cache& c, const int32_t* table, int64_t pos) {
-  return paged_offset(table[pos >> c.block_shift], pos, c.block_size - 1, c.block_stride, c.token_stride);
+  const int64_t block_id = table[pos >> c.block_shift];
+  return paged_offset(block_id, pos, c.block_size - 1, c.block_stride, c.token_stride);
 }
 inline int64_t slot_offset(const Cache& c, int64_t slot) {
   return paged_offset(slot >> c.block_shift, slot, c.block_size - 1, c.block_stride, c.token_stride);

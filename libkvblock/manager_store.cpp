@@ -154,15 +154,16 @@ void Manager::store_complete(size_t k, int32_t status) {
 
 void Manager::store_through_offloaded() {
   if (!store_.on || !store_.write_through) return;
+  // Entries that no longer count (their host block was taken since) go first, so that the list stays in
+  // the order the offloads were handed out: a block offloaded again is put in its new place, not in a
+  // stale entry's (the put order, and so the STORED events' order, does not depend on the list's capacity).
+  size_t k = 0;
+  for (int32_t x : store_.through)
+    if (store_.through_pending[x]) store_.through[k++] = x;
+  store_.through.resize(k);
   for (const BlockPair& p : pending_.offloads) {
     const int32_t h = p.second;
     if (store_.through_pending[h]) continue;
-    if (store_.through.size() == store_.through.capacity()) {  // drop entries that no longer count
-      size_t k = 0;
-      for (int32_t x : store_.through)
-        if (store_.through_pending[x]) store_.through[k++] = x;
-      store_.through.resize(k);
-    }
     store_.through_pending[h] = 1;
     store_.through.push_back(h);  // at most one counting entry per host block: fits num_host_blocks
   }

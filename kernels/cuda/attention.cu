@@ -501,19 +501,7 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   if (a.plan.num_partitions > 1) check_pointer(a.workspace, c.device_index, "args.workspace");
 
   AttnParams p;
-  p.k = static_cast<const char*>(c.k);
-  p.v = static_cast<const char*>(c.v);
-  p.block_stride = c.block_stride;
-  p.token_stride = c.token_stride;
-  p.head_stride = c.head_stride;
-  p.q = static_cast<const char*>(a.q);
-  p.q_seq_stride = a.q_seq_stride;
-  p.q_head_stride = a.q_head_stride;
-  p.out = static_cast<char*>(a.out);
-  p.out_seq_stride = a.out_seq_stride;
-  p.out_head_stride = a.out_head_stride;
-  p.block_tables = a.block_tables;
-  p.seq_lens = a.seq_lens;
+  static_cast<PagedIo&>(p) = paged_io(c, a);
   p.num_blocks = int(c.num_blocks);
   p.block_shift = c.block_shift;
   p.max_blocks = int(a.max_blocks);

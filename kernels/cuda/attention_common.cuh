@@ -3,11 +3,34 @@
 // makes the same way, the workspace layout the partition-merge kernel reads.
 #pragma once
 #include "../../abi/kvblock.h"
+#include "../attention.h"
 #include "common.cuh"
 
 namespace kvb {
 namespace kern {
 namespace cuda {
+
+// What a paged decode-style kernel reads and writes, first in its launch parameters: K / V with the
+// cache's strides (elements), q and out with the call's strides (rows: sequences, or tokens for a
+// prefill's short queries), the block tables and sequence lengths.
+struct PagedIo {
+  const char* k;
+  const char* v;
+  int64_t block_stride, token_stride, head_stride;
+  const char* q;
+  int64_t q_seq_stride, q_head_stride;
+  char* out;
+  int64_t out_seq_stride, out_head_stride;
+  const int32_t* block_tables;
+  const int32_t* seq_lens;
+};
+
+inline PagedIo paged_io(const Cache& c, const Attention& a) {
+  return PagedIo{static_cast<const char*>(c.k), static_cast<const char*>(c.v), c.block_stride, c.token_stride,
+                 c.head_stride, static_cast<const char*>(a.q), a.q_seq_stride, a.q_head_stride,
+                 static_cast<char*>(a.out), a.out_seq_stride, a.out_head_stride, a.block_tables, a.seq_lens};
+}
+
 namespace decode {
 
 constexpr int kMaxPartitionBlocks = 2048;  // partition_size <= 2048 tokens and block_size >= 1
@@ -16,16 +39,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Workspace rows (split launches): row (seq * num_q_heads + head) * num_partitions + partition holds
 // ws_m (base-2 max), ws_l (sum of weights; NaN = the partition met a bad block id) and ws_o[D]
 // (normalised accumulator).
-struct AttnParams {
-  const char* k;
-  const char* v;
-  int64_t block_stride, token_stride, head_stride;  // elements
-  const char* q;
-  int64_t q_seq_stride, q_head_stride;
-  char* out;
-  int64_t out_seq_stride, out_head_stride;
-  const int32_t* block_tables;
-  const int32_t* seq_lens;
+struct AttnParams : PagedIo {
   float* ws_m;
   float* ws_l;
   float* ws_o;

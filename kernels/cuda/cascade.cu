@@ -21,6 +21,7 @@
 #include "../attention.h"
 #include "../cache.h"
 #include "../cascade.h"
+#include "attention_common.cuh"
 #include "common.cuh"
 
 namespace kvb {
@@ -37,16 +38,7 @@ constexpr int kMinSplitTokens = 512;
 constexpr int kTargetCtas = 264;  // about two waves of an H100's 132 SMs for the shared kernel
 constexpr float kLog2e = 1.4426950408889634f;
 
-struct CascadeParams {
-  const char* k;
-  const char* v;
-  int64_t block_stride, token_stride, head_stride;  // elements
-  const char* q;
-  int64_t q_seq_stride, q_head_stride;
-  char* out;
-  int64_t out_seq_stride, out_head_stride;
-  const int32_t* block_tables;
-  const int32_t* seq_lens;
+struct CascadeParams : PagedIo {
   float* ws_m;  // [slot][head][split], slot = index into members
   float* ws_l;  // NaN: the split met a bad block id
   float* ws_o;  // [slot][head][split][head_dim], unnormalised
@@ -494,19 +486,7 @@ bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups&
   check_pointer(workspace, c.device_index, "args.workspace");
 
   CascadeParams p;
-  p.k = static_cast<const char*>(c.k);
-  p.v = static_cast<const char*>(c.v);
-  p.block_stride = c.block_stride;
-  p.token_stride = c.token_stride;
-  p.head_stride = c.head_stride;
-  p.q = static_cast<const char*>(a.q);
-  p.q_seq_stride = a.q_seq_stride;
-  p.q_head_stride = a.q_head_stride;
-  p.out = static_cast<char*>(a.out);
-  p.out_seq_stride = a.out_seq_stride;
-  p.out_head_stride = a.out_head_stride;
-  p.block_tables = a.block_tables;
-  p.seq_lens = a.seq_lens;
+  static_cast<PagedIo&>(p) = paged_io(c, a);
   const size_t rows = size_t(s.num_members) * size_t(a.num_q_heads) * size_t(s.num_splits);
   char* ws = static_cast<char*>(workspace);
   while (uintptr_t(ws) % 16 != 0) ++ws;

@@ -22,6 +22,12 @@
 // token's window and sinks need, -1 elsewhere), and the test compares every group's table, the batch
 // export of every group (kvb_batch.group) and the events with their group (kvb_drain_events_group); the
 // engine writes each group's slots and reads every computed token back through every group's table.
+// The store configurations (store_*) add the third level (kvblock.h "Store tier"): an in-memory store
+// (differential/store_mem.h) the model knows the contents of; lookups past device and host, gets that
+// succeed, are refused, find their key gone, read corrupted bytes or are given up on (the model predicts
+// the shortened computed count and the loads), puts at host eviction and write-through (blocks and
+// bytes compared), the store stats and STORED events on the store medium.
+//
 // grp_swap_* and grp_host_* add host blocks: a sequence swaps every group at once, and the host cache
 // level keeps each group's blocks apart and feeds the same hit rule (loads per group).
 //
@@ -35,6 +41,7 @@
 //   inputs.h      random prompts, ids and per-sequence options
 //   engine.h      the engine side: KV store, batch export, commits
 //   operations.h  the operation generator (op_* and one_step: where a new operation goes)
+//   store_mem.h, operations_store.h  the store configurations' in-memory store and its side of a run
 //   compare.h     the comparison after every step
 //   this file     the driver: seeds, configurations, failure reports
 //
@@ -57,6 +64,7 @@
 #include "differential/inputs.h"
 #include "differential/model.h"
 #include "differential/operations.h"
+#include "differential/operations_store.h"
 #include "differential/run.h"
 #include "differential/util.h"
 
@@ -125,6 +133,9 @@ int main() {
            g_act.appends, g_act.forks, g_act.cow, g_act.rollbacks, g_act.released, g_act.swaps_out, g_act.swaps_in,
            g_act.evictions, g_act.errors, g_act.host_hit_tokens, g_act.offloads, g_act.loads, g_act.host_evictions,
            g_act.events, g_act.window_skipped, g_act.window_cut);
+    if (kConfigs[ci].store)
+      printf("     %s store: %" PRIu64 " hit tokens, %" PRIu64 " puts, %" PRIu64 " good gets, %" PRIu64 " failed gets\n",
+             kConfigs[ci].name, g_act.store_hit_tokens, g_act.store_puts, g_act.store_gets, g_act.store_failed_gets);
     if (ok) kvbt_passed++;
     else kvbt_failed++;
     printf("%s differential_%s\n", ok ? "ok  " : "FAIL", kConfigs[ci].name);

@@ -28,6 +28,7 @@ from .kernels import (
 )
 from .manager import Availability, Batch, BatchBuffers, Event, Manager, Medium, SeqInfo, hash_tokens
 from .prefix_groups import GroupedBatch, PrefixGroups
+from .seq_ids import SeqIds
 from .store import CallbackStore, DirStore, MemoryBackend, open_store
 
 
@@ -41,7 +42,7 @@ def library_path() -> str:
 
 
 __all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind",
-           "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "hash_tokens",
+           "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "SeqIds", "hash_tokens",
            "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "swap_blocks", "take_fault",
            "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load", "__version__",
            "PrefixGroups", "GroupedBatch", "DirStore", "CallbackStore", "MemoryBackend", "open_store"]

@@ -137,29 +137,33 @@ def _refuse_bools(x: Sequence, what: str, where: Any) -> None:
             raise KvbArgumentError(f"{what}[{i}] must be an int, got {type(v).__name__} {v!r}")
 
 
+def _packer(n: int) -> struct.Struct:
+    packer = struct.Struct(f"={n}q")
+    if n <= 4096:  # the lengths of decode batches and short prompts recur; long prompts do not
+        _PACKERS[n] = packer
+    return packer
+
+
 def _list_q(x: Sequence, what: str) -> bytes:
     """A list or tuple as native int64 bytes, in one C-level pass: struct's "q" takes only __index__
     (refusing floats, numpy's too, strings, None) and refuses values outside int64, at ~5 ns per token
     (array('q') and np.array take ~13). Bools, which it takes as 0 and 1, are refused here, looking at
-    the elements only when the minimum is 0 or 1."""
+    the elements only when the minimum is 0 or 1. (int64_ptr repeats this body for long lists: a decode
+    step's tokens, where one Python frame is a tenth of the conversion.)"""
     n = len(x)
-    packer = _PACKERS.get(n)
-    if packer is None:
-        packer = struct.Struct(f"={n}q")
-        if n <= 4096:  # the lengths of decode batches and short prompts recur; long prompts do not
-            _PACKERS[n] = packer
     try:
-        b = packer.pack(*x)
+        b = (_PACKERS.get(n) or _packer(n)).pack(*x)
     except struct.error:
         _refuse_element(x, what)
     if n:
-        u = np.frombuffer(b, _U64)  # negatives are huge as unsigned: < 2 is exactly {0, 1}
+        u = _frombuffer(b, _U64)  # negatives are huge as unsigned: < 2 is exactly {0, 1}
         if u[u.argmin()] < 2:  # (argmin + index: half the cost of min() on a decode batch)
             _refuse_bools(x, what, np.flatnonzero(u < 2).tolist())
     return b
 
 
 _PACKERS: dict = {}
+_frombuffer = np.frombuffer
 
 
 def _list_array(x: Sequence, what: str) -> np.ndarray:
@@ -200,9 +204,18 @@ def int64_ptr(x: Any, what: str = "tokens") -> Tuple[Any, int]:
     t = type(x)
     if t is list or t is tuple:
         n = len(x)
+        if n > _SMALL_LIST:  # _list_q's body, inlined (see there)
+            try:
+                b = (_PACKERS.get(n) or _packer(n)).pack(*x)
+            except struct.error:
+                _refuse_element(x, what)
+            u = _frombuffer(b, _U64)
+            if u[u.argmin()] < 2:
+                _refuse_bools(x, what, np.flatnonzero(u < 2).tolist())
+            return _backend_from_buffer(_I64_ARRAY, b, False), n
         # A decode step's [token]: one cffi conversion, no numpy. Only exact ints go this way: cffi would
         # also take bools and truncate numpy floats (through __int__), which array('q') refuses.
-        if (n == 1 and type(x[0]) is int) or (1 < n <= _SMALL_LIST and set(map(type, x)) == _INT_ONLY):
+        if (n == 1 and type(x[0]) is int) or (n > 1 and set(map(type, x)) == _INT_ONLY):
             try:
                 return _newp(_I64_ARRAY, x), n
             except OverflowError:

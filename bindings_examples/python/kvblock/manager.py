@@ -11,19 +11,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
 from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, real, scalar, size, u32, u64
-from ._guard import GuardedHandle
+from ._guard import GuardedHandle, inline_call
 from ._nocopy import OwnsHandle
+from .batch_buffers import Batch, BatchBuffers
 from .errors import KvbArgumentError, KvbClosedError, check, header_enum_members
+from .seq_ids import SeqIds
 
 if TYPE_CHECKING:
     from .errors import HeaderEnumMeta
-    from .prefix_groups import PrefixGroups
 
 ffi = _lib.ffi
 
@@ -72,65 +73,12 @@ class Event(NamedTuple):
 
 _EVENT_TYPES = {1: "stored", 2: "removed", 3: "cleared"}
 _BUFFER_TOO_SMALL = _lib.lib.KVB_ERR_BUFFER_TOO_SMALL
-_new_tuple = tuple.__new__
 # block_table's first buffer grows to the longest table seen up to this (16 KiB): beyond, the failed first
 # try costs little against the copy, and a huge buffer per call would cost more than it saves
 _TABLE_HINT_MAX = 4096
 _MEDIA = {int(m): m for m in Medium}
-
-
-class BatchBuffers(OwnsHandle):
-    """Preallocated outputs of kvb_batch_export, reused step after step (no allocation per step).
-    Grows (rarely) when a step needs more rows, columns or slots than it has. Not copyable (its kvb_batch
-    points into its own arrays)."""
-    _what_is_owned = "a kvb_batch whose C pointers point into its own arrays"
-    _pg: Optional[PrefixGroups] = None  # the prefix groups of the last grouped export (batch_export)
-
-    def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0) -> None:
-        """Sizes are uint32 (kvb_batch's); 0 rows or columns mean 1, slot_capacity 0 means max_seqs."""
-        seqs, cols = u32(max_seqs, "max_seqs"), u32(max_blocks_per_seq, "max_blocks_per_seq")
-        slots = u32(slot_capacity, "slot_capacity")
-        self._alloc(max(1, seqs), max(1, cols), max(1, slots or seqs))
-
-    def _alloc(self, seqs: int, cols: int, slots: int) -> None:
-        self.block_tables_all = np.full((seqs, cols), -1, np.int32)
-        self.seq_lens_all = np.zeros(seqs, np.int32)
-        self.query_start_all = np.zeros(seqs + 1, np.int32)
-        self.slot_mapping_all = np.full(slots, -1, np.int64)
-        b = ffi.new("kvb_batch*")
-        _lib.lib.kvb_batch_init(b)
-        b.max_blocks_per_seq = cols
-        b.block_tables = ffi.from_buffer("int32_t[]", self.block_tables_all)
-        b.seq_lens = ffi.from_buffer("int32_t[]", self.seq_lens_all)
-        b.query_start = ffi.from_buffer("int32_t[]", self.query_start_all)
-        b.slot_mapping = ffi.from_buffer("int64_t[]", self.slot_mapping_all)
-        b.slot_capacity = slots
-        self._keep = (b.block_tables, b.seq_lens, b.query_start, b.slot_mapping)
-        self.c = b
-        # Read by every batch_export: plain attributes, cheaper than the cffi struct or the arrays' shapes.
-        self._rows, self._group = seqs, 0
-        self._views: tuple = (-1, -1)  # (n, num_slots, the four views for them): the last export's
-
-    def _views_for(self, n: int, k: int) -> tuple:
-        """The views of an export of n sequences and k slots, kept for the next export of the same shape
-        (a decode step exports the same sequences step after step: four slicings saved per step)."""
-        self._views = (n, k, self.block_tables_all[:n], self.seq_lens_all[:n], self.query_start_all[: n + 1],
-                       self.slot_mapping_all[:k])
-        return self._views
-
-    @property
-    def capacity(self) -> tuple:
-        return (self.seq_lens_all.shape[0], self.block_tables_all.shape[1], self.slot_mapping_all.shape[0])
-
-
-class Batch(NamedTuple):
-    """Views into BatchBuffers for one step's sequences (valid until the buffers' next export)."""
-    block_tables: np.ndarray   # [num_seqs, max_blocks_per_seq] int32, -1 padded
-    seq_lens: np.ndarray       # [num_seqs] int32
-    query_start: np.ndarray    # [num_seqs + 1] int32
-    slot_mapping: np.ndarray   # [num_slots] int64: the cache slot of every uncomputed token
-    num_slots: int
-    max_blocks_needed: int
+# The batch calls' seq_ids: a SeqIds (converted once, the cheapest per step) or any token-like array of ids.
+SeqIdsLike = Union[SeqIds, TokenLike]
 
 
 def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
@@ -461,23 +409,59 @@ class Manager(OwnsHandle):
         return int(computed[0]), int(filling[0])
 
     # -- the batched decode step -------------------------------------------------------------------
-    def batch_append(self, seq_ids: TokenLike, tokens: TokenLike) -> None:
+    @inline_call  # close() from a signal handler inside it must not wait for it (kvblock/_guard.py)
+    def batch_append(self, seq_ids: SeqIdsLike, tokens: TokenLike) -> None:
         """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as
         append(seq_ids[i], [tokens[i]]) in order, refusals included. Forked siblings sharing a partial last
         block copy it in turn (k of its h holders appending make min(k, h - 1) copies: drain_copies), no
         watermark applies, and a sliding window releases nothing here: batch_commit releases."""
-        ids, n = int64_ptr(seq_ids, "seq_ids")
+        if type(seq_ids) is SeqIds:  # converted and checked once, when it was built
+            ids, n = seq_ids._c, seq_ids._n
+        else:
+            ids, n = int64_ptr(seq_ids, "seq_ids")
         toks, nt = int64_ptr(tokens, "tokens")
         if n != nt:
             raise KvbArgumentError(f"seq_ids has {n} entries but tokens has {nt}")
-        self._run(self._lib.kvb_batch_append, ids, toks, n)
+        # The guard's protocol (kvblock/_guard.py, GuardedHandle.run) written out in the three batch calls:
+        # its frame and argument tuples are a tenth of the step's cost over the bare C calls.
+        g: GuardedHandle = self._guard  # type: ignore[assignment]
+        busy = g._busy
+        busy.append(None)
+        try:
+            h = g._ptr
+            if h is None:
+                raise KvbClosedError(g.name)
+            status = self._lib.kvb_batch_append(h, ids, toks, n)
+        finally:
+            del busy[-1]
+            if g._ptr is None:
+                g._settle()
+        if status:
+            check(status)
 
-    def batch_commit(self, seq_ids: TokenLike, num_tokens: Optional[TokenLike] = None) -> None:
+    @inline_call
+    def batch_commit(self, seq_ids: SeqIdsLike, num_tokens: Optional[TokenLike] = None) -> None:
         """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
         where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
-        ids, n = int64_ptr(seq_ids, "seq_ids")
-        if num_tokens is None:
-            self._run(self._lib.kvb_batch_commit, ids, ffi.NULL, n)
+        if type(seq_ids) is SeqIds:
+            ids, n = seq_ids._c, seq_ids._n
+        else:
+            ids, n = int64_ptr(seq_ids, "seq_ids")
+        if num_tokens is None:  # the decode step's commit: the guard written out, as in batch_append
+            g: GuardedHandle = self._guard  # type: ignore[assignment]
+            busy = g._busy
+            busy.append(None)
+            try:
+                h = g._ptr
+                if h is None:
+                    raise KvbClosedError(g.name)
+                status = self._lib.kvb_batch_commit(h, ids, ffi.NULL, n)
+            finally:
+                del busy[-1]
+                if g._ptr is None:
+                    g._settle()
+            if status:
+                check(status)
             return
         counts = as_int64_array(num_tokens, "num_tokens")
         if counts.shape[0] != n:
@@ -487,7 +471,8 @@ class Manager(OwnsHandle):
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
         self._run(self._lib.kvb_batch_commit, ids, ffi.from_buffer("size_t[]", counts), n)
 
-    def batch_export(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers] = None, group: int = 0,
+    @inline_call
+    def batch_export(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers] = None, group: int = 0,
                      prefix_groups: bool = False, min_shared_blocks: int = 2) -> Batch:
         """Kernel inputs for the sequences (kvb_batch_export) of KV cache group `group`, written into
         `buffers` (grown if too small; a fresh one if None). Returns views into the buffers. With
@@ -495,14 +480,17 @@ class Manager(OwnsHandle):
         that share leading blocks, for the kernels' prefix_groups argument)."""
         if prefix_groups:
             return self._batch_export_grouped(seq_ids, buffers, group, min_shared_blocks)
-        if buffers is not None and getattr(buffers, "_pg", None) is not None:
-            buffers.c.prefix_groups = ffi.NULL  # a previous grouped export set it
-            buffers._pg = None
-        ids, n = int64_ptr(seq_ids, "seq_ids")
+        if type(seq_ids) is SeqIds:
+            ids, n = seq_ids._c, seq_ids._n
+        else:
+            ids, n = int64_ptr(seq_ids, "seq_ids")
         if buffers is None:
             buffers = BatchBuffers(n, 1, 1)
         elif type(buffers) is not BatchBuffers and not isinstance(buffers, BatchBuffers):
             raise KvbArgumentError(f"buffers must be a kvblock.BatchBuffers or None, got {type(buffers).__name__}")
+        elif buffers._pg is not None:
+            buffers.c.prefix_groups = ffi.NULL  # a previous grouped export set it
+            buffers._pg = None
         if n > buffers._rows:
             rows, cols, slots = buffers.capacity
             buffers._alloc(max(n, 2 * rows), cols, slots)
@@ -510,7 +498,19 @@ class Manager(OwnsHandle):
             group = u32(group, "group")
             buffers.c.group = buffers._group = group
         b = buffers.c
-        status = self._call(self._lib.kvb_batch_export, ids, n, b)
+        # the guard written out, as in batch_append
+        g: GuardedHandle = self._guard  # type: ignore[assignment]
+        busy = g._busy
+        busy.append(None)
+        try:
+            h = g._ptr
+            if h is None:
+                raise KvbClosedError(g.name)
+            status = self._lib.kvb_batch_export(h, ids, n, b)
+        finally:
+            del busy[-1]
+            if g._ptr is None:
+                g._settle()
         if status:
             if status != _BUFFER_TOO_SMALL:
                 check(status)
@@ -520,14 +520,13 @@ class Manager(OwnsHandle):
             b = buffers.c
             b.group = buffers._group = group
             check(self._call(self._lib.kvb_batch_export, ids, n, b))
-        k = b.num_slots
-        views = buffers._views
-        if views[0] != n or views[1] != k:
-            views = buffers._views_for(n, k)
-        # tuple.__new__ skips the NamedTuple's Python-level __new__ (a third of this method's own cost)
-        return _new_tuple(Batch, (views[2], views[3], views[4], views[5], k, b.max_blocks_needed))
+        k, need = b.num_slots, b.max_blocks_needed
+        last = buffers._last
+        if last[0] == n and last[1] == k and last[2] == need:
+            return last[3]  # the same shape as the last export: its Batch, whose views see the new values
+        return buffers._batch_for(n, k, need)
 
-    def _batch_export_grouped(self, seq_ids: TokenLike, buffers: Optional[BatchBuffers], group: int,
+    def _batch_export_grouped(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers], group: int,
                               min_shared_blocks: int) -> Batch:
         from .prefix_groups import GroupedBatch, PrefixGroups
         n = len(seq_ids) if hasattr(seq_ids, "__len__") else 0

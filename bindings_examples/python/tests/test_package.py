@@ -102,19 +102,20 @@ def test_library_newer_than_the_declarations_is_refused(tmp_path):
 def test_bench_runs_small():
     import bench  # examples/bench.py
     r = bench.run(n=8, length=40, bs=16, reps=5)
-    assert set(r) == {"per_sequence_us", "batched_us", "batched_list_us", "raw_cffi_us", "append_commit_us",
-                      "token_list_ns"}
+    assert set(r) == {"per_sequence_us", "batched_us", "batched_list_us", "batched_list_array_ids_us", "raw_cffi_us",
+                      "append_commit_us", "token_list_ns"}
     assert all(med >= low > 0 for med, low in r.values())
 
 
 def test_bench_prints_each_case_with_its_own_repetitions():
     """The per-sequence case runs a tenth of the repetitions: the output says so on its own line (issue 27.4)."""
-    r = run_python([str(EXAMPLES / "bench.py"), "--seqs", "4", "--tokens", "40", "--reps", "30"])
+    r = run_python([str(EXAMPLES / "bench.py"), "--seqs", "4", "--tokens", "40", "--reps", "30", "--cpu-time"])
     assert r.returncode == 0, r.stderr
     lines = {line.split(":")[0].strip(): line for line in r.stdout.splitlines() if "repetitions)" in line}
     assert lines["per-sequence calls"].endswith("(20 repetitions)"), r.stdout
     assert lines["batched, numpy tokens"].endswith("(30 repetitions)"), r.stdout
-    assert len(lines) == 6 and "(30 repetitions;" not in r.stdout, r.stdout
+    assert len(lines) == 7 and "(30 repetitions;" not in r.stdout, r.stdout
+    assert "thread CPU time" in r.stdout, r.stdout
 
 
 def test_system_library_through_pkg_config(tmp_path):

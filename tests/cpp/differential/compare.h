@@ -194,16 +194,26 @@ void Run::compare() {
       {"num_host_blocks", st.num_host_blocks, cfg_.host},
       {"free_host_blocks", st.free_host_blocks, model_.host_free.size()},
       {"events_dropped", st.events_dropped, 0},
-      {"device_hit_tokens", st.device_hit_tokens, model_.hit - model_.host_hit},
+      {"device_hit_tokens", st.device_hit_tokens, model_.hit - model_.host_hit - model_.store_hit},
       {"host_hit_tokens", st.host_hit_tokens, model_.host_hit},
       {"offloaded_blocks", st.offloaded_blocks, model_.offloaded},
       {"loaded_blocks", st.loaded_blocks, model_.loaded},
       {"host_evictions", st.host_evictions, model_.host_evictions},
       {"cached_host_blocks", st.cached_host_blocks, model_.host_index.size()},
+      {"store_hit_tokens", st.store_hit_tokens, model_.store_hit},
+      {"store_put_blocks", st.store_put_blocks, model_.put_blocks},
+      {"store_put_bytes", st.store_put_bytes, model_.put_blocks * kStoreTokenBytes * cfg_.bs},
+      {"store_put_failures", st.store_put_failures, model_.put_failures},
+      {"store_get_blocks", st.store_get_blocks, model_.get_blocks},
+      {"store_get_bytes", st.store_get_bytes, model_.get_blocks * kStoreTokenBytes * cfg_.bs},
+      {"store_get_failures", st.store_get_failures, model_.get_failures},
+      {"store_recomputed_tokens", st.store_recomputed_tokens, model_.recomputed},
+      {"store_filling_blocks", st.store_filling_blocks, model_.gets.size()},
   };
   for (const F& f : fields)
     if (f.got != f.want) fail(fmt("stats.%s = %" PRIu64 ", model %" PRIu64, f.name, f.got, f.want));
 
+  compare_store();
   if (cfg_.flags & KVB_CONFIG_EVENTS) compare_events();
   else model_.events.clear();
 

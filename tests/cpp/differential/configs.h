@@ -23,6 +23,7 @@ struct Config {
   int seed_weight;  // seeds per configuration = weight * base seeds / 4
   uint32_t twin_pct = 1;  // host_cache_twin_percent (with KVB_CONFIG_HOST_CACHE)
   const char* groups = nullptr;  // KV cache groups, "full,window:W[:sinks],..." (nullptr: none)
+  uint32_t store = 0;  // an in-memory store as the third level: 0 none, 1 write-back, 2 + write-through
 };
 
 constexpr uint32_t kHostCache = KVB_CONFIG_HOST_CACHE | KVB_CONFIG_EVENTS;
@@ -69,6 +70,15 @@ const Config kConfigs[] = {
     {"grp_host_bs4_full_window", 4, 16, 12, false, 0.0f, kHostCache, 3, 200, 3, 0, "full,window:6"},
     {"grp_host_bs2_sinks_twins_nc", 2, 20, 16, true, 0.0f, kHostCache | KVB_CONFIG_KEYED_INDEX, 3, 200, 4, 50,
      "full,window:5:3,window:2"},
+    // A store below the host cache (store_mem.h): lookups past the host, gets with injected failures,
+    // puts at host eviction (and write-through), STORED events on the store medium.
+    {"store_bs1_tiny", 1, 10, 4, false, 0.0f, kHostCache, 3, 200, 6, 0, nullptr, 1},
+    {"store_bs2_tiny_through", 2, 10, 5, false, 0.0f, kHostCache, 3, 200, 6, 50, nullptr, 2},
+    {"store_bs4_small_nc_wm", 4, 20, 8, true, 0.1f, kHostCache, 3, 200, 4, 1, nullptr, 1},
+    {"store_bs4_keyed_through", 4, 16, 6, false, 0.0f, kHostCache | KVB_CONFIG_KEYED_INDEX, 3, 200, 4, 25, nullptr,
+     2},
+    {"store_bs16_tiny", 16, 6, 3, false, 0.0f, kHostCache, 2, 200, 4, 0, nullptr, 1},
+    {"store_bs2_small_host2", 2, 24, 2, false, 0.0f, kHostCache, 3, 250, 4, 0, nullptr, 2},
 };
 
 // "full,window:6:2" -> a full group and a window group of 6 tokens with 2 sink tokens.
@@ -98,7 +108,7 @@ struct Activity {
   uint64_t seeds = 0, steps = 0, allocs = 0, alloc_oob = 0, hit_tokens = 0, commits = 0, appends = 0, forks = 0,
            cow = 0, rollbacks = 0, released = 0, swaps_out = 0, swaps_in = 0, evictions = 0, errors = 0,
            host_hit_tokens = 0, offloads = 0, loads = 0, host_evictions = 0, events = 0, window_skipped = 0,
-           window_cut = 0;
+           window_cut = 0, store_hit_tokens = 0, store_puts = 0, store_gets = 0, store_failed_gets = 0;
 };
 Activity g_act;
 

@@ -9,6 +9,8 @@
 //   model_seq.h     the sequence calls: allocate, commit, append, free, fork, rollback, window, reset
 //   model_batch.h   the batched decode calls (kvb_batch_append, kvb_batch_commit)
 //   model_host.h    the host level (host cache) and swapping
+//   model_store.h   the store level below the host (kvblock.h "Store tier"): lookups past the host, gets
+//                   into staging host blocks, their completions, puts at host eviction and write-through
 // KV cache groups (kvblock.h): every sequence has one MTable per group over the one pool and free queue;
 // a manager without groups is one full group whose window is per sequence, so every operation is
 // written once, over the groups.
@@ -91,7 +93,21 @@ struct MSeq {
   uint64_t salt = 0;
   std::map<uint32_t, uint64_t> extra;
   std::vector<uint64_t> hashes;     // chain hashes of blocks [0, hashed) up to the first uncacheable one
+  size_t filling = 0;               // store gets in flight
 };
+
+// A store get in flight (kvblock.h "Store tier"): host block `host` fills block `index` of sequence `id`,
+// whose device block there is `device`; `key` is the block's index key (the store's content is keyed by it).
+struct MGet {
+  uint64_t ticket;
+  int64_t id;
+  size_t index;
+  int32_t host, device;
+  uint64_t key;
+};
+
+// What the test's store does with each get an allocation starts (the store's choice, known to the model).
+enum MGetOutcome { kGetOk, kGetCorrupt, kGetMissing, kGetRefused };
 
 struct Opts {
   bool has_salt = false;
@@ -133,6 +149,19 @@ struct Model {
   std::vector<MEvent> events;
   std::vector<std::pair<int32_t, int32_t>> pending;  // copy-on-write (src, dst)
   uint64_t query = 0, hit = 0, computed = 0, evictions = 0, cow = 0, sw_out = 0, sw_in = 0;
+  // Store level (model_store.h): the keys the store holds (model index keys), per host block its staging
+  // state (0, 1 = a get fills it, 2 = filled, its load pending), whether its content was put, the
+  // write-through list; the gets in flight in the library's order (removal swaps the last in).
+  bool store_on = false, write_through = false;
+  bool store_refuse_puts = false, store_lookup_fails = false;  // the test store's behaviour this step
+  std::vector<MGetOutcome> store_plan;                          // outcome of each get of the next allocation
+  std::set<uint64_t> store_keys;
+  std::vector<uint8_t> staging, written, through_pending;
+  std::vector<int32_t> through;
+  std::vector<MGet> gets;
+  uint64_t next_ticket = 1;
+  std::vector<std::pair<int32_t, std::vector<int64_t>>> put_log;  // expected puts: host block, its tokens
+  uint64_t store_hit = 0, put_blocks = 0, put_failures = 0, get_blocks = 0, get_failures = 0, recomputed = 0;
   // Activity (printed, not compared): window releases; hit blocks a window group did not take; hits a
   // window group made shorter than the full groups' cached prefix.
   uint64_t window_released = 0, window_skipped = 0, window_cut = 0;
@@ -155,6 +184,9 @@ struct Model {
     host.assign(H, MBlock{});
     for (uint32_t h = H; h-- > 0;) host_free.push_back(static_cast<int32_t>(h));
     twin.assign(H, -1);
+    staging.assign(H, 0);
+    written.assign(H, 0);
+    through_pending.assign(H, 0);
   }
 
   size_t num_groups() const { return groups.empty() ? 1 : groups.size(); }
@@ -219,6 +251,7 @@ struct Model {
     std::vector<std::vector<int32_t>> found;
     size_t needed = 0;     // free-queue blocks an allocation takes (new, free hits, host hits)
     size_t host_hits = 0;  // hit blocks that at least one group loads from the host level
+    size_t store_hits = 0; // blocks after the k hits found in the store (no groups, no window)
   };
   bool same(const MBlock& m, const int64_t* bt, bool hx, uint64_t xv) const;
   bool group_needs(size_t g, size_t k, size_t i) const;
@@ -265,6 +298,20 @@ struct Model {
   std::string apply_swap_out(int64_t id, const int32_t* pairs, size_t np);
   kvb_status can_swap_in(int64_t id, kvb_availability* a);
   kvb_status swap_in(int64_t id, size_t cap, size_t* need, std::vector<int32_t>* pairs);
+
+  // ---- the store level (model_store.h) ----
+  bool host_cached(int32_t h) const {
+    auto it = host_index.find(host[h].key);
+    return host[h].has_hash && it != host_index.end() && it->second == h;
+  }
+  size_t store_lookup(const Lookup& r, const Opts& o) const;
+  void store_put(int32_t h);
+  void store_evicting(int32_t h);
+  void store_release_staging(int32_t h);
+  void store_start_gets(MSeq& s, size_t first, const std::vector<int32_t>& hosts, const std::vector<uint64_t>& keys);
+  void store_complete(size_t k, int32_t status);
+  void store_through_offloaded();
+  void store_poll(const std::vector<kvb_store_completion>& reported, bool gave_up);
 };
 
 }  // namespace
@@ -274,3 +321,4 @@ struct Model {
 #include "model_seq.h"
 #include "model_batch.h"
 #include "model_host.h"
+#include "model_store.h"

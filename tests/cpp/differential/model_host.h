@@ -38,6 +38,7 @@ int32_t Model::take_host() {
   if (!host_free.empty()) {
     int32_t h = host_free.back();
     host_free.pop_back();
+    written[h] = through_pending[h] = 0;  // new content comes
     return h;
   }
   int32_t h;
@@ -50,6 +51,8 @@ int32_t Model::take_host() {
   } else {
     return -1;
   }
+  store_evicting(h);  // write-back before the block's content is dropped
+  written[h] = through_pending[h] = 0;
   host_index.erase(host[h].key);
   ++host_evictions;
   removed(1, host[h], h);
@@ -94,11 +97,15 @@ int32_t Model::load(int32_t h, int parent_kind, uint64_t parent_hash) {
 
 // Drained transfers: pinned host sources become evictable, load destinations are released.
 void Model::release_host_transfers() {
+  store_through_offloaded();
   offloads.clear();
   std::vector<std::pair<int32_t, int32_t>> taken;
   taken.swap(loads);
   for (const auto& p : taken) {
-    if (--host[p.first].ref == 0) host_enqueue(p.first);
+    if (--host[p.first].ref == 0) {
+      if (staging[p.first]) store_release_staging(p.first);  // a store get's staging block: empty again
+      else host_enqueue(p.first);
+    }
     release(p.second);
   }
 }

@@ -89,6 +89,7 @@ Model::Lookup Model::lookup(const std::vector<int64_t>& t, const Opts& o) const 
     }
     r.host_hits += any_load;
   }
+  r.store_hits = store_lookup(r, o);  // new blocks in `needed`, filled by gets
   return r;
 }
 

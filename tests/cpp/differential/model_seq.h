@@ -21,7 +21,7 @@ kvb_status Model::can_allocate(const std::vector<int64_t>& t, const Opts& o, siz
   if (t.empty()) return KVB_ERR_INVALID_ARGUMENT;
   if (kvb_status st = check_opts(o)) return st;
   Lookup lk = lookup(t, o);
-  *cached = lk.k * bs;
+  *cached = (lk.k + lk.store_hits) * bs;
   return num_free() >= lk.needed + wm ? KVB_OK : KVB_ERR_OUT_OF_BLOCKS;
 }
 
@@ -48,8 +48,18 @@ kvb_status Model::allocate(int64_t id, const std::vector<int64_t>& t, const Opts
         ++host[h].ref;
       }
     }
+  // Then the store hits' staging host blocks (before the device blocks, whose evictions offload).
+  std::vector<int32_t> stage;
+  for (size_t j = 0; j < lk.store_hits; ++j) {
+    const int32_t h = take_host();
+    if (h < 0) throw Divergence("model: no host block for a store hit the lookup counted");
+    host[h] = MBlock{};
+    host[h].ref = 1;
+    staging[h] = 1;
+    stage.push_back(h);
+  }
   s.tokens = t;
-  s.computed = s.cached = k * bs;
+  s.computed = s.cached = (k + lk.store_hits) * bs;
   s.hashed = k;
   s.hashes.assign(lk.hashes.begin(), lk.hashes.begin() + static_cast<long>(k));
   s.has_salt = o.has_salt;
@@ -83,6 +93,10 @@ kvb_status Model::allocate(int64_t id, const std::vector<int64_t>& t, const Opts
   query += t.size();
   hit += s.cached;
   host_hit += lk.host_hits * bs;
+  store_hit += lk.store_hits * bs;
+  if (!stage.empty())
+    store_start_gets(s, k, stage, std::vector<uint64_t>(lk.keys[0].begin() + static_cast<long>(k),
+                                                        lk.keys[0].begin() + static_cast<long>(k + stage.size())));
   *cached = s.cached;
   return KVB_OK;
 }

@@ -21,6 +21,7 @@ void Run::op_allocate() {
   kvb_seq_options so = to_c(o);
   int64_t id = new_id();
   note(fmt("allocate%s %" PRId64 " %s%s", ex ? "_ex" : "", id, vec_str(t).c_str(), opts_str(o).c_str()));
+  if (cfg_.store) store_plan_allocation();
   size_t want_c = 0, got_c = 99999;
   kvb_status want = model_.can_allocate(t, o, &want_c);
   kvb_status st = ex ? kvb_seq_can_allocate_ex(m_, t.data(), t.size(), &so, &got_c)
@@ -34,6 +35,9 @@ void Run::op_allocate() {
           : kvb_seq_allocate(m_, id, t.data(), t.size(), &got_c);
   expect(st, want, "allocate");
   if (st == KVB_OK && got_c != want_c) fail(fmt("allocate cached %zu, model %zu", got_c, want_c));
+  // The engine's step order (kvblock.h "Store tier"): completions right after the allocations.
+  if (cfg_.store && st == KVB_OK) store_while_filling(id);
+  if (cfg_.store) store_poll();
 }
 
 void Run::op_append() {
@@ -427,6 +431,7 @@ void Run::op_invalid_groups() {
 }
 
 void Run::one_step() {
+  if (cfg_.store) store_step_behaviour();
   size_t r = rng_.below(100);
   if (model_.seqs.empty() || r < 16) op_allocate();
   else if (r < 36) engine_step();
@@ -446,6 +451,7 @@ void Run::one_step() {
   else op_invalid();
   // Keep the population bounded so that tiny pools keep cycling.
   if (model_.seqs.size() > 12) op_free();
+  if (cfg_.store && rng_.chance(0.15)) store_poll();  // write-through puts between allocations too
 }
 
 

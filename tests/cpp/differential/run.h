@@ -16,6 +16,7 @@
 #include "kvblock.h"
 #include "configs.h"
 #include "model.h"
+#include "store_mem.h"
 #include "util.h"
 
 namespace {
@@ -54,6 +55,7 @@ class Run {
                 (cfg_.flags & KVB_CONFIG_HOST_CACHE) != 0, cfg_.twin_pct, specs);
     content_.assign(static_cast<size_t>(cfg_.N) * cfg_.bs, -1);
     host_content_.assign(static_cast<size_t>(cfg_.host) * cfg_.bs, -1);
+    if (cfg_.store) set_store();
     // Shared prefixes over a small vocabulary: prompts collide often.
     for (int i = 0; i < 6; ++i) prefixes_.push_back(gen_tokens(rng_.range(1, 5 * cfg_.bs)));
     compare();
@@ -73,6 +75,10 @@ class Run {
     g_act.offloads += model_.offloaded;
     g_act.loads += model_.loaded;
     g_act.host_evictions += model_.host_evictions;
+    g_act.store_hit_tokens += model_.store_hit;
+    g_act.store_puts += model_.put_blocks;
+    g_act.store_gets += model_.get_blocks;
+    g_act.store_failed_gets += model_.get_failures;
     // Tear down: run what is pending (a load holds its device block), then free everything.
     drain_and_run_host_transfers();
     std::vector<int64_t> ids;
@@ -128,6 +134,7 @@ class Run {
   std::vector<int64_t> content_, host_content_;  // simulated K/V: the token id written at each slot
   std::vector<std::vector<int64_t>> prefixes_;
   std::vector<std::vector<int64_t>> past_;  // earlier prompts (host cache and group configurations)
+  MemStore store_;  // the store configurations' third level
   std::deque<std::string> history_;
   int step_ = 0;
   int64_t next_id_ = 0;
@@ -179,6 +186,14 @@ class Run {
   void drain_and_run_host_transfers();
   bool host_cache() const { return (cfg_.flags & KVB_CONFIG_HOST_CACHE) != 0; }
   uint32_t num_groups() const { return static_cast<uint32_t>(model_.num_groups()); }
+
+  // ---- the store level (operations_store.h) ----
+  void set_store();
+  void store_step_behaviour();  // what the store does wrong this step (refused puts)
+  void store_plan_allocation(); // what the next allocation's lookup and gets do
+  void store_poll();            // kvb_store_poll, checked against the model
+  void store_while_filling(int64_t id);  // before the poll: refusals, store state, a free while filling
+  void compare_store();         // the puts since the last step: blocks and bytes
 
   // Model expectation of kvb_batch_export for ids (all on device).
   struct BatchWant {

@@ -255,7 +255,8 @@ inline void Step::stats() {
     REQUIRE(st.free_host_blocks <= md.nhost, "stats: free host blocks");
     if (!(b & 1)) {  // the host cache's fields are covered by the full struct size
       REQUIRE(st.free_host_blocks + st.cached_host_blocks <= md.nhost, "stats: free + cached host blocks");
-      REQUIRE(st.device_hit_tokens + st.host_hit_tokens == st.hit_tokens, "stats: device + host hits != hits");
+      REQUIRE(st.device_hit_tokens + st.host_hit_tokens + st.store_hit_tokens == st.hit_tokens,
+              "stats: device + host + store hits != hits");
       REQUIRE(md.host_cache || (st.host_hit_tokens == 0 && st.offloaded_blocks == 0 && st.loaded_blocks == 0 &&
                                 st.cached_host_blocks == 0),
               "stats: host cache activity without KVB_CONFIG_HOST_CACHE");

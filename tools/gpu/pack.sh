@@ -56,5 +56,9 @@ chmod +x "$pack/run.sh"
   echo "packed: $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -m), nvcc $(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   echo "tests: $*"
 } > "$pack/BUILD_INFO.txt"
-echo "packed $pack: $(du -sh "$pack" | cut -f1)"
+# Every CUDA test binary links the static library (about 9 MiB of kernels each), so the folder outgrows
+# what a GPU machine may be sent (64 MiB); gzip keeps it a third of that, tar and gzip are everywhere.
+# There: `tar xzf pack.tar.gz` puts pack/ back, then `bash pack/run.sh OUT_DIR`.
+tar czf "$pack.tar.gz" -C "$(dirname "$pack")" "$(basename "$pack")"
+echo "packed $pack: $(du -sh "$pack" | cut -f1); to send: $pack.tar.gz, $(du -sh "$pack.tar.gz" | cut -f1)"
 find "$pack" -type l -print | sed 's/^/  unexpected link: /'

@@ -128,30 +128,9 @@ struct Job {
 using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t, int64_t);
 
 // The item body once per code path.
-namespace baseline {
-#define KVB_SIMD_ISA 0
-#include "simd_vec.inc"
-#include "attention_item.inc"
-#undef KVB_SIMD_ISA
-}  // namespace baseline
-#if KVB_SIMD_X86
-KVB_SIMD_BEGIN_AVX2
-namespace avx2 {
-#define KVB_SIMD_ISA 1
-#include "simd_vec.inc"
-#include "attention_item.inc"
-#undef KVB_SIMD_ISA
-}  // namespace avx2
-KVB_SIMD_END
-KVB_SIMD_BEGIN_AVX512
-namespace avx512 {
-#define KVB_SIMD_ISA 2
-#include "simd_vec.inc"
-#include "attention_item.inc"
-#undef KVB_SIMD_ISA
-}  // namespace avx512
-KVB_SIMD_END
-#endif
+#define KVB_SIMD_BODY "attention_item.inc"  // once per code path
+#include "simd_variants.inc"
+#undef KVB_SIMD_BODY
 
 ItemFn pick_item(int64_t D, Dtype dt, int64_t G) {
   switch (simd::isa()) {

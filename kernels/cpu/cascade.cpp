@@ -74,30 +74,9 @@ struct Rows {
 
 using AttendFn = void (*)(const Cache&, int64_t, const int32_t*, int64_t, int64_t, const Mask&, Rows&);
 
-namespace baseline {
-#define KVB_SIMD_ISA 0
-#include "simd_vec.inc"
-#include "cascade_tile.inc"
-#undef KVB_SIMD_ISA
-}  // namespace baseline
-#if KVB_SIMD_X86
-KVB_SIMD_BEGIN_AVX2
-namespace avx2 {
-#define KVB_SIMD_ISA 1
-#include "simd_vec.inc"
-#include "cascade_tile.inc"
-#undef KVB_SIMD_ISA
-}  // namespace avx2
-KVB_SIMD_END
-KVB_SIMD_BEGIN_AVX512
-namespace avx512 {
-#define KVB_SIMD_ISA 2
-#include "simd_vec.inc"
-#include "cascade_tile.inc"
-#undef KVB_SIMD_ISA
-}  // namespace avx512
-KVB_SIMD_END
-#endif
+#define KVB_SIMD_BODY "cascade_tile.inc"  // once per code path
+#include "simd_variants.inc"
+#undef KVB_SIMD_BODY
 
 AttendFn pick_attend(int64_t D, Dtype dt) {
   switch (simd::isa()) {

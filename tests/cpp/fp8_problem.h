@@ -63,6 +63,15 @@ struct Seq {
   int32_t len, q_len;
 };
 
+// One attention configuration: cache and query dtypes, kv heads, GQA group, head dim, per-head scales,
+// window + sinks, soft cap.
+struct AttnCase {
+  uint32_t cd, qd, H, G, D;
+  bool per_head;
+  uint32_t window, sink;
+  float cap;
+};
+
 // One problem: a paged fp8 cache written by kvb_write_kv from fp32 values, the dequantized values read
 // back through the reference decoder, and q in q_dtype.
 struct Fp8Problem {

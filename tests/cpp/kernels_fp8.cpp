@@ -161,13 +161,6 @@ void test_write_kv_bytes() {
 }
 
 
-struct AttnCase {
-  uint32_t cd, qd, H, G, D;
-  bool per_head;
-  uint32_t window, sink;
-  float cap;
-};
-
 const AttnCase kCases[] = {
     {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP32, 2, 1, 64, false, 0, 0, 0.f},
     {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 4, 128, true, 0, 0, 0.f},

@@ -66,14 +66,7 @@ void test_half_trick_every_code() {
 }
 
 #if KVB_WITH_CUDA
-struct CudaCase {
-  uint32_t cd, qd, H, G, D;
-  bool per_head;
-  uint32_t window, sink;
-  float cap;
-};
-
-const CudaCase kCudaCases[] = {
+const AttnCase kCudaCases[] = {
     {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 1, 64, false, 0, 0, 0.f},
     {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 4, 128, true, 0, 0, 0.f},
     {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 1, 8, 64, false, 40, 4, 0.f},
@@ -86,7 +79,7 @@ const CudaCase kCudaCases[] = {
 };
 
 void test_cuda_decode_fp8() {
-  for (const CudaCase& cs : kCudaCases) {
+  for (const AttnCase& cs : kCudaCases) {
     // ragged; 600 and 3000 tokens split into partitions; an empty sequence writes zeros
     Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}, {3000, 1}},
                  11 + cs.D + cs.G);

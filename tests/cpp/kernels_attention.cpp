@@ -293,19 +293,7 @@ int run_cuda_case(Problem& p, bool graph) {
   CHECK_OK(kvb_paged_attention_workspace_size(&dev_cache.desc, &a, &ws));
   DeviceBuffer work(ws);
   a = p.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws);
-  if (graph) {
-    void* stream = kvb::kern::devutil::stream_create();
-    kvb::kern::devutil::capture_begin(stream);
-    CHECK_OK(kvb_paged_attention(&dev_cache.desc, &a, stream));
-    void* exec = kvb::kern::devutil::capture_end(stream);
-    kvb::kern::devutil::graph_launch(exec, stream);
-    kvb::kern::devutil::stream_sync(stream);
-    kvb::kern::devutil::graph_destroy(exec);
-    kvb::kern::devutil::stream_destroy(stream);
-  } else {
-    CHECK_OK(kvb_paged_attention(&dev_cache.desc, &a, nullptr));
-    kvb::kern::devutil::synchronize();
-  }
+  run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&dev_cache.desc, &a, stream)); });
   o.to_host(out.data());
   return p.compare(out, [&](size_t s, uint32_t h, uint32_t d) {
     return double(cpu_out.get(size_t(int64_t(s) * p.o_ss + h * p.o_hs + d)));

@@ -197,19 +197,7 @@ struct DeviceBatch {
     if (ws_out) *ws_out = ws;
     DeviceBuffer work(ws);
     a = b.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws, g);
-    if (graph) {
-      void* stream = kvb::kern::devutil::stream_create();
-      kvb::kern::devutil::capture_begin(stream);
-      CHECK_OK(kvb_paged_attention(&dev.desc, &a, stream));
-      void* exec = kvb::kern::devutil::capture_end(stream);
-      kvb::kern::devutil::graph_launch(exec, stream);
-      kvb::kern::devutil::stream_sync(stream);
-      kvb::kern::devutil::graph_destroy(exec);
-      kvb::kern::devutil::stream_destroy(stream);
-    } else {
-      CHECK_OK(kvb_paged_attention(&dev.desc, &a, nullptr));
-      kvb::kern::devutil::synchronize();
-    }
+    run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&dev.desc, &a, stream)); });
     o.to_host(out.data());
     return out;
   }

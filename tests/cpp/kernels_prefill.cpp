@@ -426,19 +426,7 @@ int run_cuda_case(Problem& p, bool graph) {
   CHECK_OK(kvb_prefill_attention_workspace_size(&dev_cache.desc, &a, &ws));
   DeviceBuffer work(ws);
   a = p.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p), work.p, ws);
-  if (graph) {
-    void* stream = kvb::kern::devutil::stream_create();
-    kvb::kern::devutil::capture_begin(stream);
-    CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, stream));
-    void* exec = kvb::kern::devutil::capture_end(stream);
-    kvb::kern::devutil::graph_launch(exec, stream);
-    kvb::kern::devutil::stream_sync(stream);
-    kvb::kern::devutil::graph_destroy(exec);
-    kvb::kern::devutil::stream_destroy(stream);
-  } else {
-    CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, nullptr));
-    kvb::kern::devutil::synchronize();
-  }
+  run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, stream)); });
   o.to_host(out.data());
   return p.compare(out, [&](int32_t r, uint32_t h, uint32_t d) {
     return double(cpu_out.get(size_t(r * p.o_ts + h * p.o_hs + d)));

@@ -120,6 +120,26 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
+
+// Runs launch(stream): captured on a new stream into a CUDA graph and replayed (graph), or on the
+// default stream (nullptr); returns when the device is done.
+template <class Launch>
+void run_on_device(bool graph, Launch launch) {
+  namespace du = kvb::kern::devutil;
+  if (!graph) {
+    launch(nullptr);
+    du::synchronize();
+    return;
+  }
+  void* stream = du::stream_create();
+  du::capture_begin(stream);
+  launch(stream);
+  void* exec = du::capture_end(stream);
+  du::graph_launch(exec, stream);
+  du::stream_sync(stream);
+  du::graph_destroy(exec);
+  du::stream_destroy(stream);
+}
 #endif
 
 }  // namespace kt

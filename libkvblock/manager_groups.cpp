@@ -254,7 +254,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
 //  - freeing the sequence puts the blocks parked for it back in the free queue with its other blocks,
 //    by block index, last first, every group at each index, so that pressure shortens the cached prefix
 //    from its end in every group at once and every shorter prefix stays valid for every group.
-// Measured (timed replay, PERFORMANCE.md "KV cache groups: eviction order"): on a trace of prompts that
+// Measured (timed replay, docs/perf/manager.md "KV cache groups: eviction order"): on a trace of prompts that
 // share system prompts, at 2,500 blocks, hits 30.0% before, 41.7% with this (all-full 50.1%, queueing
 // 5x longer). Weaker variants measured on the way: requeueing at free without parking 32.0%; parking
 // without groups_.parked_for (any sequence that had released a block requeued it at its end, even when a

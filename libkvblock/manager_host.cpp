@@ -9,7 +9,7 @@
 // less, an exclusive one the reverse. Twins are kept up to host_blocks_.twin_budget (host_cache_twin_percent of the
 // host blocks); beyond it, or when no unique block is left, the newest twin is dropped first.
 // The default, 1%, keeps >= 99% of the hits of a single tier of the combined size on the Mooncake
-// synthetic trace; larger budgets move fewer blocks and hit less (PERFORMANCE.md has the table). Swapped-out sequences win over the cache: swap_out evicts cached host
+// synthetic trace; larger budgets move fewer blocks and hit less (docs/perf/manager.md has the table). Swapped-out sequences win over the cache: swap_out evicts cached host
 // blocks; the cache never takes a swapped-out sequence's block.
 #include <algorithm>
 #include <cinttypes>

@@ -4,7 +4,7 @@
 chosen with a heavy-tailed (Pareto 1.2) popularity, each followed by 1-6 blocks of its own; 1,500
 requests arriving as a Poisson process of 4 requests/s; 50-400 output tokens. A hit on a system prompt
 needs, in a window group, the blocks of its last window tokens. Deterministic: argument 1 is the seed
-(default 1). PERFORMANCE.md ("KV cache groups: eviction order") uses seed 1."""
+(default 1). docs/perf/manager.md ("KV cache groups: eviction order") uses seed 1."""
 import json
 import random
 import sys

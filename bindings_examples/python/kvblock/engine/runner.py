@@ -22,6 +22,8 @@ from ..kernels import KVCache, paged_attention, prefill_attention, take_fault, w
 from .engine import StepBatch
 from .torch_model import TorchModel
 
+_Q_DTYPE = {torch.float16: "KVB_DTYPE_FP16", torch.bfloat16: "KVB_DTYPE_BF16", torch.float32: "KVB_DTYPE_FP32"}
+
 
 def graph_buckets(max_num_seqs: int) -> List[int]:
     """Batch sizes with a captured graph: a decode step of n sequences replays the smallest bucket >= n."""
@@ -157,6 +159,8 @@ class ModelRunner:
         a = ffi.new("kvb_attention_args*")
         lib.kvb_attention_args_init(a)
         a.num_seqs, a.num_q_heads, a.max_blocks_per_seq = bs, self.model.cfg.num_q_heads, self.graph_cols
+        if self.cache.fp8:  # the queries' dtype, as paged_attention will pass it (the plan may depend on it)
+            a.q_dtype = getattr(lib, _Q_DTYPE[self.model.dtype])
         size = ffi.new("size_t*")
         check(lib.kvb_paged_attention_workspace_size(self.graph_cache.desc(0), a, size))
         return int(size[0])

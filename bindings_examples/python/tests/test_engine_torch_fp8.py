@@ -135,13 +135,15 @@ def test_cli_fp8_report_and_refusals(tiny):
     assert r.returncode != 0 and "needs the host cache" in r.stderr
 
 
-def test_cli_store_on_the_torch_engine(tiny, tmp_path):
+@pytest.mark.parametrize("kv", [[], ["--kv-dtype", "fp8_e4m3"]], ids=["model-dtype", "fp8_e4m3"])
+def test_cli_store_on_the_torch_engine(tiny, tmp_path, kv):
     """--store dir:PATH on the torch engine: the second run finds the first one's prompt blocks in the store
-    (flushed at exit) and generates the same tokens."""
+    (flushed at exit) and generates the same tokens; fp8 blocks too (the same calibration, the same scales,
+    the same key namespace)."""
     d, cfg, _ = tiny
     ids = ",".join(str(x) for x in _prompts(cfg.vocab)[3])
     args = ["--model", str(d), "--ids", ids, "--max-tokens", "5", "--device", "cpu", "--num-blocks", "32",
-            "--block-size", "8", "--host-blocks", "8", "--host-cache", "--store", f"dir:{tmp_path / 'store'}"]
+            "--block-size", "8", "--host-blocks", "8", "--host-cache", "--store", f"dir:{tmp_path / 'store'}", *kv]
     runs = [_cli(*args), _cli(*args)]
     for r in runs:
         assert r.returncode == 0, r.stderr

@@ -1,5 +1,5 @@
-"""FP8 KV caches in the engine: per-layer scales from a calibration prefill, and how far an fp8-KV run's
-logits move from an fp16-KV run of the same requests."""
+"""FP8 KV caches in the engines (numpy and torch): per-layer scales from a calibration prefill, and how far
+an fp8-KV run's logits move from a 16-bit-KV run of the same requests."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple

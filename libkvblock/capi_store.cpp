@@ -16,6 +16,8 @@ uint64_t dtype_bytes(uint32_t dtype) {
     case KVB_DTYPE_FP16:
     case KVB_DTYPE_BF16: return 2;
     case KVB_DTYPE_FP32: return 4;
+    case KVB_DTYPE_FP8_E4M3:
+    case KVB_DTYPE_FP8_E5M2: return 1;
   }
   fail(Code::invalid_argument, "kvb_store_namespace.dtype %u is not a kvb_dtype", dtype);
 }

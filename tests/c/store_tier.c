@@ -529,6 +529,16 @@ static void test_refusals(void) {
   ns.model_id = 1;
   CHECK_OK(kvb_store_key_fold(&ns, 1, 2, &k2));
   CHECK(k1.lo != k2.lo || k1.hi != k2.hi);
+  {
+    /* fp8 caches (one byte per element) have namespaces of their own, one per format */
+    kvb_store_key k3;
+    ns.model_id = 0;
+    ns.dtype = KVB_DTYPE_FP8_E4M3;
+    CHECK_OK(kvb_store_key_fold(&ns, 1, 2, &k2));
+    ns.dtype = KVB_DTYPE_FP8_E5M2;
+    CHECK_OK(kvb_store_key_fold(&ns, 1, 2, &k3));
+    CHECK((k1.lo != k2.lo || k1.hi != k2.hi) && (k2.lo != k3.lo || k2.hi != k3.hi));
+  }
   ns.dtype = 9;
   CHECK_STATUS(kvb_store_key_fold(&ns, 1, 2, &k2), KVB_ERR_INVALID_ARGUMENT);
   {

@@ -151,8 +151,10 @@ class KVCache(OwnsHandle):
         n, h = self.num_layers, self.num_kv_heads
         per_layer = []
         for name, x in zip(("k_scale", "v_scale"), scales[:2]):
-            arr = np.broadcast_to(np.asarray(x, np.float64), (n,)) if np.ndim(x) <= 1 else None
-            if arr is None or arr.shape != (n,):
+            arr = np.asarray(x, np.float64)
+            if arr.ndim == 0:
+                arr = np.broadcast_to(arr, (n,))
+            if arr.shape != (n,):
                 raise KvbArgumentError(f"{name}: a float or one per layer ({n}), got shape {np.shape(x)}")
             per_layer.append(arr)
         heads: List[Optional[np.ndarray]] = []
@@ -224,7 +226,14 @@ class KVCache(OwnsHandle):
             self._fp8_scales(scales)
         elif scales != (1.0, 1.0, None, None):
             raise KvbArgumentError(f"k_scale / v_scale / head scales are for fp8 caches, not {self.dtype}")
+        self._scales = scales
         self._workspaces = threading.local()
+
+    def alias(self) -> "KVCache":
+        """Another KVCache over the same K/V arrays, dtype and scales, with workspaces of its own (a CUDA
+        graph's fixed one, apart from the eager calls' that may grow)."""
+        return KVCache.wrap(self.k, self.v, self.dtype if self.fp8 else None, k_scale=self._scales[0],
+                            v_scale=self._scales[1], k_head_scales=self._scales[2], v_head_scales=self._scales[3])
 
     def desc(self, layer: int) -> Any:
         if type(layer) is not int:  # numpy integers converted; a bool (an int subclass) is no layer index

@@ -73,6 +73,26 @@ def test_torch_float8_tensors_and_saturation():
     assert ks[0][1, 1].to(torch.float32).eq(0.5).all()  # 1.0 / 2
 
 
+def test_alias_keeps_the_fp8_dtype_and_scales():
+    """KVCache.alias (the torch engine's CUDA-graph cache) reads and writes the same bytes with the same scales:
+    a write through the alias reads back through the original as the same values."""
+    shape = (2, BS, KVH, D)
+    heads = np.array([0.5, 0.25], np.float32)
+    cache = kvblock.KVCache.wrap([torch.zeros(shape, dtype=torch.float8_e4m3fn) for _ in range(2)],
+                                 [torch.zeros(shape, dtype=torch.float8_e4m3fn) for _ in range(2)],
+                                 k_scale=[0.01, 0.02], v_scale=0.03, v_head_scales=heads)
+    alias = cache.alias()
+    assert alias.dtype == "float8_e4m3" and alias.k[1] is cache.k[1]
+    for layer in range(2):
+        a, c = alias.descs[layer], cache.descs[layer]
+        assert (a.k_scale, a.v_scale, a.dtype) == (c.k_scale, c.v_scale, c.dtype)
+        assert [a.v_head_scales[h] for h in range(KVH)] == [0.5, 0.25] and a.k_head_scales == kvblock.kernels.ffi.NULL
+    plain = kvblock.KVCache(1, 2, BS, KVH, D).alias()
+    assert plain.dtype == "float32" and not plain.fp8
+    with pytest.raises(kvblock.KvbArgumentError, match="k_scale: a float or one per layer \\(2\\), got shape \\(3,\\)"):
+        kvblock.KVCache.wrap(cache.k, cache.v, k_scale=[1.0, 2.0, 3.0])
+
+
 def test_fp8_argument_checks():
     with pytest.raises(kvblock.KvbArgumentError, match="uint8"):
         kvblock.KVCache.wrap([np.zeros((2, BS, KVH, D), np.float32)], [np.zeros((2, BS, KVH, D), np.float32)],

@@ -7,9 +7,10 @@ from typing import Iterator, List, Optional, Tuple
 import numpy as np
 
 from .. import library_version
-from . import blas, serve
+from . import blas, kv_quant, serve
+from .config import KV_DTYPE_FLAGS
 from .engine import Engine, EngineConfig
-from .kv_quant import FP8_MAX, calibrate_kv_scales, compare_logits
+from .kv_quant import calibrate_kv_scales, compare_logits
 from .model import Model, ModelConfig
 from .sequence import Request
 
@@ -34,7 +35,8 @@ def main() -> None:
                         "blocks are put as they reach the host tier and, at exit, every block still cached on the "
                         "device, so engines sharing the store (or this one restarted) find the prefixes")
     p.add_argument("--store-model-id", type=int, metavar="N",
-                   help="the store's key namespace besides the K/V layout (default: a hash of the model config)")
+                   help="the store's key namespace besides the K/V layout (default: a hash of the model config; "
+                        "with --model, of the checkpoint)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-seqs", type=int, default=64)
     p.add_argument("--budget", type=int, default=512, help="tokens per step (decode + prefill chunks)")
@@ -44,9 +46,11 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--kv-dtype", choices=["fp32", "fp16", "fp8_e4m3", "fp8_e5m2"], default="fp32",
-                   help="paged K/V cache dtype; fp8: per-layer scales from a calibration prefill (max |x| / 448 "
-                        "for e4m3), and the run is repeated with fp16 K/V to report how far the logits move")
+    p.add_argument("--kv-dtype", choices=list(KV_DTYPE_FLAGS), default=None,
+                   help="paged K/V cache dtype (default: the model's: fp32 for the numpy engine, --dtype for the "
+                        "torch engine; bf16: torch engine only); fp8: per-layer scales from a calibration prefill "
+                        "(max |x| / 448 for e4m3), and the run is repeated with 16-bit K/V to report how far the "
+                        "logits move")
     p.add_argument("--kv-events", metavar="ENDPOINT", help="publish KV events in vLLM's format (e.g. tcp://*:5557)")
     p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay socket for them (e.g. tcp://*:5558)")
     p.add_argument("--kv-events-topic", default="", metavar="TOPIC",
@@ -62,20 +66,21 @@ def main() -> None:
                         "slows them down; 0 keeps the BLAS default; OPENBLAS_NUM_THREADS etc. take precedence)")
     serve.add_arguments(p)
     a = p.parse_args()
-    if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
-        if a.kv_dtype != "fp32":
-            p.error(f"--kv-dtype {a.kv_dtype}: only the numpy engine takes it; the torch engine keeps K/V in the "
-                    "model's dtype (CUDA prefill attention on fp8 caches is not implemented yet)")
-        return serve.main(a)
-    blas_how, blas_n = blas.limit_threads(a.blas_threads) if a.blas_threads > 0 else ("BLAS default", None)
     if a.host_cache and a.host_blocks <= 0:
         p.error("--host-cache needs --host-blocks N > 0")
     if a.store and not a.host_cache:
         p.error(f"--store {a.store}: the store tier needs the host cache (--host-cache --host-blocks N)")
+    if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
+        if a.store and a.bench:
+            p.error(f"--store {a.store}: for generation runs (--model DIR --text / --ids), not --bench")
+        return serve.main(a)
+    if a.kv_dtype == "bf16":
+        p.error("--kv-dtype bf16: the numpy engine has no bfloat16 (numpy has none); use fp32, fp16 or fp8_*, "
+                "or the torch engine (--model DIR or --bench)")
+    blas_how, blas_n = blas.limit_threads(a.blas_threads) if a.blas_threads > 0 else ("BLAS default", None)
 
     model = Model(ModelConfig(num_layers=a.layers, window=a.window, sink=a.sink, seed=a.seed))
-    kv_dtype = {"fp32": "float32", "fp16": "float16", "fp8_e4m3": "float8_e4m3",
-                "fp8_e5m2": "float8_e5m2"}[a.kv_dtype]
+    kv_dtype = KV_DTYPE_FLAGS[a.kv_dtype or "fp32"]
     fp8 = kv_dtype.startswith("float8")
 
     def engine_config(dtype: str, scales: Optional[Tuple[List[float], List[float]]] = None,
@@ -113,12 +118,12 @@ def main() -> None:
     ev = eng.publisher.stats() if eng.publisher is not None else None
     m, st = eng.metrics, eng.mgr.stats()  # before the flush, whose placeholder allocations are no prompts
     flushed = eng.flush_to_store()
-    st["store_put_blocks"] = eng.mgr.stats()["store_put_blocks"]
+    store_line = eng.store.summary(flushed) if eng.store is not None else ""
     eng.close()
     other = m.total_s - m.manager_s - m.kernel_s
     print(f"kvblock engine on libkvblock {library_version()}: {model.cfg.num_layers} layers, "
           f"{model.cfg.num_q_heads}/{model.cfg.num_kv_heads} q/kv heads, head_dim {model.cfg.head_dim}, fp32 numpy, "
-          f"{a.kv_dtype} K/V cache (BLAS threads: {blas_n if blas_n is not None else 'default'}, {blas_how})")
+          f"{kv_dtype} K/V cache (BLAS threads: {blas_n if blas_n is not None else 'default'}, {blas_how})")
     print(f"requests:          {a.requests} x (prefix {a.shared_prefix} + prompt {a.prompt}) -> {a.max_tokens} tokens, "
           f"n={a.n}")
     print(f"steps:             {m.steps}")
@@ -129,10 +134,8 @@ def main() -> None:
     if a.host_cache:
         print(f"host cache:        {st['device_hit_tokens']} hit tokens on device, {st['host_hit_tokens']} on host; "
               f"{m.offloaded_blocks} blocks offloaded, {m.loaded_blocks} loaded")
-    if a.store:
-        print(f"store:             {a.store}: {st['store_hit_tokens']} hit tokens ({st['store_get_blocks']} blocks "
-              f"got, {st['store_get_failures']} failed, {st['store_recomputed_tokens']} tokens recomputed); "
-              f"{st['store_put_blocks']} blocks put ({flushed} at exit), {st['store_put_failures']} refused")
+    if store_line:
+        print(store_line)
     print(f"preemptions:       {m.preemptions} by recompute, {m.swaps_out} swapped out, {m.swaps_in} swapped in; "
           f"{m.cow_copies} copy-on-write blocks")
     print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, "
@@ -144,11 +147,7 @@ def main() -> None:
             ref.add_request(req)
         cmp = compare_logits(ref.run(), finished)
         ref.close()
-        print(f"fp8 K/V:           scales from a calibration prefill of request 0 (max |x| / "
-              f"{FP8_MAX[kv_dtype]:g} per layer): k {', '.join(f'{x:.4g}' for x in scales[0])}; "
-              f"v {', '.join(f'{x:.4g}' for x in scales[1])}")
-        print(f"vs fp16 K/V run:   top-1 agreement {cmp['top1_agreement']:.4f} over {cmp['positions']} generated "
-              f"positions; max |logit diff| {cmp['max_abs_diff']:.4g} (positions before the tokens first differ)")
+        print("\n".join(kv_quant.report(kv_dtype, scales, cmp, "float16")))
     if ev is not None:
         print(f"kv events:         {ev['events']} in {ev['batches']} batches on {a.kv_events} "
               f"({a.kv_events_encoding}), "

@@ -3,6 +3,7 @@ Llama, Qwen2 and Mistral decoders. Nothing is ever downloaded. `write_tiny_check
 random weights (tests and the GPU check make their own model this way)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -117,6 +118,17 @@ def load_weights(model_dir: str, device: str, dtype: Any) -> Dict[str, Any]:
             for name in st.keys():
                 out[name] = st.get_tensor(name).to(device=device, dtype=dtype)
     return out
+
+
+def checkpoint_id(model_dir: str) -> int:
+    """A u64 naming the checkpoint for store keys: a hash of config.json and of the first MiB of each
+    *.safetensors file (its header: names, shapes, offsets; then the first weights), so that two checkpoints
+    of one architecture (a model and its fine-tune) get different keys without reading every weight."""
+    h = hashlib.blake2b(digest_size=8)
+    for f in [Path(model_dir) / "config.json"] + sorted(Path(model_dir).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            h.update(f.name.encode() + b"\0" + fh.read(1 << 20))
+    return int.from_bytes(h.digest(), "little")
 
 
 def load_tokenizer(model_dir: str) -> Optional[Any]:

@@ -5,6 +5,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
+# The CLIs' --kv-dtype names -> EngineConfig.kv_dtype
+KV_DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8_e4m3": "float8_e4m3",
+                  "fp8_e5m2": "float8_e5m2"}
+
 
 @dataclass
 class EngineConfig:
@@ -18,7 +22,9 @@ class EngineConfig:
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
     prefix_groups: bool = True       # attention reads blocks shared by several sequences once per step (cascade)
-    kv_dtype: str = "float32"        # or "float16", "float8_e4m3", "float8_e5m2" (the paged K/V caches)
+    # the paged K/V caches: "float32", "float16", "bfloat16" (torch only), "float8_e4m3", "float8_e5m2";
+    # None: the model's dtype (the numpy model's is float32)
+    kv_dtype: Optional[str] = None
     kv_scales: Optional[Tuple[List[float], List[float]]] = None  # fp8: per-layer (k, v) scales (kv_quant)
     max_steps: int = 100000          # guard against a scheduler that stops making progress
     # KV events in vLLM's wire format for KV-aware routers (kvblock.events; needs pyzmq and msgpack):

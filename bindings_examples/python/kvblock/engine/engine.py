@@ -85,12 +85,13 @@ class Engine(OwnsHandle):
         mc, cfg = self.model.cfg, self.cfg
         k_scale: Any = 1.0  # KVCache's defaults; fp8 caches take the calibrated per-layer scales
         v_scale: Any = 1.0
-        if cfg.kv_dtype.startswith("float8") and cfg.kv_scales is not None:
+        kv_dtype = cfg.kv_dtype or "float32"
+        if kv_dtype.startswith("float8") and cfg.kv_scales is not None:
             k_scale, v_scale = np.asarray(cfg.kv_scales[0]), np.asarray(cfg.kv_scales[1])
-        cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, cfg.kv_dtype,
+        cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, kv_dtype,
                         k_scale=k_scale, v_scale=v_scale)
         host = (KVCache(mc.num_layers, cfg.num_host_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim,
-                        cfg.kv_dtype, k_scale=k_scale, v_scale=v_scale) if cfg.num_host_blocks else None)
+                        kv_dtype, k_scale=k_scale, v_scale=v_scale) if cfg.num_host_blocks else None)
         return cache, host
 
     def _device_sync(self) -> Optional[Callable[[], None]]:
@@ -105,7 +106,7 @@ class Engine(OwnsHandle):
         if not isinstance(self.model, Model):
             raise TypeError(f"Engine runs the numpy kvblock.engine.Model, got {type(self.model).__name__} "
                             "(a TorchModel runs in torch_engine.TorchEngine)")
-        return NumpyRunner(self.model, self.cache, self._kernel_clock, self.cfg.kv_dtype)
+        return NumpyRunner(self.model, self.cache, self._kernel_clock, self.cache.dtype)
 
     # -- requests ------------------------------------------------------------------------------------
     def add_request(self, req: Request) -> None:

@@ -22,6 +22,8 @@ from ..kernels import KVCache, paged_attention, prefill_attention, take_fault, w
 from .engine import StepBatch
 from .torch_model import TorchModel
 
+_Q_DTYPE = {torch.float16: "KVB_DTYPE_FP16", torch.bfloat16: "KVB_DTYPE_BF16", torch.float32: "KVB_DTYPE_FP32"}
+
 
 def graph_buckets(max_num_seqs: int) -> List[int]:
     """Batch sizes with a captured graph: a decode step of n sequences replays the smallest bucket >= n."""
@@ -31,8 +33,11 @@ def graph_buckets(max_num_seqs: int) -> List[int]:
 
 class ModelRunner:
     def __init__(self, model: TorchModel, cache: KVCache, max_num_seqs: int, *, cuda_graph: Union[bool, str] = True,
-                 kernel_clock: Optional[ContextManager[Any]] = None) -> None:
+                 kernel_clock: Optional[ContextManager[Any]] = None, attn_dtype: Optional[torch.dtype] = None) -> None:
         self.model, self.cache = model, cache
+        # q / out / new K/V dtype of the kernels when not the model's: a 16- or 32-bit cache in another dtype
+        # than the model (an fp8 cache reads q and quantizes K/V in the model's dtype)
+        self.attn_dtype = attn_dtype if attn_dtype != model.dtype else None
         self.device = model.device
         self.is_cuda = self.device.type == "cuda"
         self.kernel_clock = kernel_clock or contextlib.nullcontext()
@@ -65,6 +70,8 @@ class ModelRunner:
         stream = self._stream()
 
         def attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            if self.attn_dtype is not None:
+                q, k, v = q.to(self.attn_dtype), k.to(self.attn_dtype), v.to(self.attn_dtype)
             out = torch.empty_like(q)
             window, sink = mc.layer_window(layer)
             group = 1 if mc.hybrid and window == 0 else 0
@@ -78,7 +85,7 @@ class ModelRunner:
                 if query_start_p is not None:
                     prefill_attention(cache, layer, q[nd:], query_start_p, seq_lens_p, bt_p, out[nd:],
                                       window=window, sink=sink, stream=stream, prefix_groups=pg_p)
-            return out
+            return out if self.attn_dtype is None else out.to(self.model.dtype)
 
         return attention
 
@@ -130,7 +137,7 @@ class ModelRunner:
         self.h_seq_lens, self.h_block_tables = h32[:n], h32[n:].reshape(n, cols)
         # A cache object of its own over the same tensors: its workspace, sized here for the largest bucket
         # before any capture, is never regrown (freed) while graphs hold its address.
-        self.graph_cache = KVCache.wrap(self.cache.k, self.cache.v)
+        self.graph_cache = self.cache.alias()
         self.graph_cache.workspace(max(self._decode_workspace(bs) for bs in graph_buckets(n)))
         if self.emulate:
             for bs in graph_buckets(n):
@@ -152,6 +159,8 @@ class ModelRunner:
         a = ffi.new("kvb_attention_args*")
         lib.kvb_attention_args_init(a)
         a.num_seqs, a.num_q_heads, a.max_blocks_per_seq = bs, self.model.cfg.num_q_heads, self.graph_cols
+        if self.cache.fp8:  # the queries' dtype, as paged_attention will pass it (the plan may depend on it)
+            a.q_dtype = getattr(lib, _Q_DTYPE[self.model.dtype])
         size = ffi.new("size_t*")
         check(lib.kvb_paged_attention_workspace_size(self.graph_cache.desc(0), a, size))
         return int(size[0])

@@ -6,15 +6,23 @@ Qwen2, Mistral; config.json + *.safetensors in a local directory, never download
   --bench [--model DIR]           64 sequences: tokens/s with and without CUDA graphs, and the share of
                                   step time in the manager, the kernels, the matmuls, elementwise ops and
                                   Python (without --model: a random Llama of hidden 512, 4 layers, vocab
-                                  32000)"""
+                                  32000)
+
+--kv-dtype fp8_e4m3 / fp8_e5m2: K/V in torch float8 caches with per-layer scales from a dense calibration
+prefill of the first prompt (kv_quant.py); the same requests then run with 16-bit K/V, and the top-1
+agreement and max |logit diff| between the two are printed (--bench: tokens/s of both, and the logits of its
+first requests). --store dir:PATH | redis://...: the store tier below the host cache (--host-cache), keys
+namespaced by the checkpoint (checkpoint_id) unless --store-model-id says otherwise."""
 from __future__ import annotations
 
 import argparse
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
+
+COMPARED_REQUESTS = 8  # --bench with fp8 K/V: the requests whose logits are compared (they are recorded)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,27 +44,78 @@ def bench_model_dir(tmp: str) -> str:
     return str(d)
 
 
-def _engine(model: Any, a: argparse.Namespace, *, cuda_graph: bool, profile: bool = False) -> Any:
+class KVSetup(NamedTuple):
+    """The run's K/V cache dtype (None: the model's) and, for fp8, the calibrated per-layer scales."""
+    dtype: Optional[str] = None
+    scales: Optional[Tuple[List[float], List[float]]] = None
+
+
+def kv_setup(model: Any, a: argparse.Namespace, calibration_prompt: Sequence[int]) -> KVSetup:
+    """--kv-dtype; fp8 scales from a dense calibration prefill of `calibration_prompt` (kv_quant.py)."""
+    from .config import KV_DTYPE_FLAGS
+    from .kv_quant import calibrate_kv_scales
+    dtype = KV_DTYPE_FLAGS[a.kv_dtype] if a.kv_dtype else None
+    if dtype is None or not dtype.startswith("float8"):
+        return KVSetup(dtype)
+    return KVSetup(dtype, calibrate_kv_scales(model, calibration_prompt, dtype))
+
+
+def reference_dtype(model: Any) -> str:
+    """The 16-bit K/V dtype an fp8 run is compared with: the model's if 16-bit, else float16."""
+    return model.dtype_name if model.dtype_name in ("float16", "bfloat16") else "float16"
+
+
+def _engine(model: Any, a: argparse.Namespace, *, cuda_graph: bool, profile: bool = False,
+            kv: KVSetup = KVSetup(), record_logits: bool = False, store: bool = True) -> Any:
     from .engine import EngineConfig
     from .torch_engine import TorchEngine
     cfg = EngineConfig(num_blocks=a.num_blocks, block_size=a.block_size, num_host_blocks=a.host_blocks,
                        host_cache=a.host_cache, max_num_seqs=a.max_seqs, max_batched_tokens=a.budget,
-                       preemption=a.preemption, prefix_caching=not a.no_prefix_caching)
+                       preemption=a.preemption, prefix_caching=not a.no_prefix_caching, kv_dtype=kv.dtype,
+                       kv_scales=kv.scales, record_logits=record_logits,
+                       store=getattr(a, "store", None) if store else None,
+                       store_model_id=getattr(a, "store_model_id", None))
     return TorchEngine(model, cfg, cuda_graph=cuda_graph, profile=profile)
 
 
-def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None) -> Dict[str, Dict[str, float]]:
+def compare_with_16bit(model: Any, a: argparse.Namespace, kv: KVSetup, requests: Sequence[Any], *,
+                       cuda_graph: bool, fp8_run: Optional[Dict[int, list]] = None) -> List[str]:
+    """kv_quant.report's lines (scales, top-1 agreement, max |logit diff|) for `requests` run with fp8 K/V
+    (fp8_run: that run's result with logits recorded; None: run here) and with 16-bit K/V, without the store."""
+    from .kv_quant import compare_logits, report
+    assert kv.dtype is not None and kv.scales is not None
+    ref_dtype = reference_dtype(model)
+
+    def run(setup: KVSetup) -> Dict[int, list]:
+        eng = _engine(model, a, cuda_graph=cuda_graph, kv=setup, record_logits=True, store=False)
+        for r in requests:
+            eng.add_request(r)
+        out = eng.run()
+        eng.close()
+        return out
+
+    test = fp8_run if fp8_run is not None else run(kv)
+    return report(kv.dtype, kv.scales, compare_logits(run(KVSetup(ref_dtype)), test), ref_dtype)
+
+
+def bench_prompts(model: Any, a: argparse.Namespace) -> List[List[int]]:
+    """The bench's prompts: a.requests of them, a shared prefix and a unique suffix each."""
+    rng = np.random.default_rng(a.seed)
+    shared = rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist()
+    return [shared + rng.integers(0, model.cfg.vocab, a.prompt).tolist() for _ in range(a.requests)]
+
+
+def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None,
+          kv: KVSetup = KVSetup()) -> Dict[str, Dict[str, float]]:
     """Runs the same synthetic workload (a.requests sequences, a shared prefix, a.max_tokens each) in each
     mode: "graphs" (CUDA only), "eager", "profile" (eager, device synchronised around every timed part)."""
     from .sequence import Request
     cuda = model.device.type == "cuda"
     modes = modes or (["graphs"] if cuda else []) + ["eager", "profile"]
-    rng = np.random.default_rng(a.seed)
-    shared = rng.integers(0, model.cfg.vocab, a.shared_prefix).tolist()
-    prompts = [shared + rng.integers(0, model.cfg.vocab, a.prompt).tolist() for _ in range(a.requests)]
+    prompts = bench_prompts(model, a)
     results: Dict[str, Dict[str, float]] = {}
     for mode in modes:
-        eng = _engine(model, a, cuda_graph=mode == "graphs", profile=mode == "profile")
+        eng = _engine(model, a, cuda_graph=mode == "graphs", profile=mode == "profile", kv=kv)
         for r, p in enumerate(prompts[:2]):  # warm-up: first-call costs of torch and cuBLAS
             eng.add_request(Request(r, p, 4))
         eng.run()
@@ -82,10 +141,12 @@ def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None) 
     return results
 
 
-def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Namespace) -> None:
+def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Namespace,
+                kv_dtype: Optional[str] = None) -> None:
     c = model.cfg
     print(f"torch engine bench: {c.model_type}, {c.num_layers} layers, hidden {c.hidden}, {c.num_q_heads}/"
-          f"{c.num_kv_heads} q/kv heads, vocab {c.vocab}, {model.dtype_name} on {model.device}; {a.requests} "
+          f"{c.num_kv_heads} q/kv heads, vocab {c.vocab}, {model.dtype_name} on {model.device}, "
+          f"{kv_dtype or model.dtype_name} K/V; {a.requests} "
           f"sequences x (prefix {a.shared_prefix} + prompt {a.prompt}) -> {a.max_tokens} tokens")
     for mode, r in results.items():
         line = (f"  {mode:8s} {r['tokens_per_s']:9.0f} tokens/s  {r['step_ms']:7.2f} ms/step  "
@@ -104,7 +165,7 @@ def main(a: argparse.Namespace) -> None:
         import torch
     except Exception as e:
         raise SystemExit(f"--model / --bench need torch (and safetensors): {type(e).__name__}: {e}")
-    from .checkpoint import load_tokenizer
+    from .checkpoint import checkpoint_id, load_tokenizer
     from .sequence import Request
     from .torch_model import TorchModel
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -113,11 +174,23 @@ def main(a: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = a.model or bench_model_dir(tmp)
         model = TorchModel.from_pretrained(model_dir, device, dtype, max_len=max_len)
+        if a.store and a.store_model_id is None:
+            a.store_model_id = checkpoint_id(model_dir)
     if a.bench:
         modes = None
         if a.no_cuda_graph:
             modes = ["eager", "profile"]
-        print_bench(bench(model, a, modes), model, a)
+        kv = kv_setup(model, a, bench_prompts(model, a)[0])
+        if kv.scales is None:
+            print_bench(bench(model, a, modes, kv), model, a, kv.dtype)
+            return
+        # fp8: the 16-bit K/V bench first, in the same process (the same load, warm caches), then fp8
+        ref = KVSetup(reference_dtype(model))
+        print_bench(bench(model, a, modes, ref), model, a, ref.dtype)
+        print_bench(bench(model, a, modes, kv), model, a, kv.dtype)
+        few = [Request(r, p, a.max_tokens) for r, p in enumerate(bench_prompts(model, a)[:COMPARED_REQUESTS])]
+        print(f"logits of the first {len(few)} bench requests (eager):")
+        print("\n".join(compare_with_16bit(model, a, kv, few, cuda_graph=False)))
         return
     tok = load_tokenizer(model_dir)
     prompts = [[int(x) for x in s.split(",") if x.strip()] for s in a.ids]
@@ -127,10 +200,17 @@ def main(a: argparse.Namespace) -> None:
         prompts += [tok.encode(t).ids for t in a.text]
     if not prompts:
         raise SystemExit("--model needs a prompt: --text '...' or --ids 1,2,3 (or --bench)")
-    eng = _engine(model, a, cuda_graph=not a.no_cuda_graph)
-    for r, p in enumerate(prompts):
-        eng.add_request(Request(r, p, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed))
+    kv = kv_setup(model, a, prompts[0])
+    fp8 = kv.scales is not None
+    eng = _engine(model, a, cuda_graph=not a.no_cuda_graph, kv=kv, record_logits=fp8)
+    requests = [Request(r, p, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed)
+                for r, p in enumerate(prompts)]
+    for req in requests:
+        eng.add_request(req)
     out = eng.run()
+    flushed = eng.flush_to_store()
+    store_line = eng.store.summary(flushed) if eng.store is not None else ""
+    eng.close()
     for r in range(len(prompts)):
         for s in out[r]:
             print(f"request {r} sample {s.index}: ids {s.output}")
@@ -138,4 +218,8 @@ def main(a: argparse.Namespace) -> None:
                 print(f"  text: {tok.decode(s.output)!r}")
     m = eng.metrics
     print(f"{m.generated_tokens} tokens in {m.total_s:.2f} s ({m.generated_tokens / m.total_s:.0f} tokens/s), "
-          f"{m.steps} steps, {eng.runner.graph_replays} CUDA graph replays")
+          f"{m.steps} steps, {eng.runner.graph_replays} CUDA graph replays; {kv.dtype or model.dtype_name} K/V")
+    if store_line:
+        print(store_line)
+    if fp8:
+        print("\n".join(compare_with_16bit(model, a, kv, requests, cuda_graph=not a.no_cuda_graph, fp8_run=out)))

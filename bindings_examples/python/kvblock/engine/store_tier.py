@@ -36,6 +36,8 @@ class StoreTier:
             raise ValueError(f"store {cfg.store!r} needs the host cache (host_cache=True, num_host_blocks > 0): "
                              "host blocks stage the store's bytes")
         model_id = cfg.store_model_id if cfg.store_model_id is not None else default_model_id(model_cfg)
+        if cfg.kv_scales is not None:  # fp8 bytes are x / scale: engines calibrated otherwise must not share them
+            model_id = default_model_id((model_id, cfg.kv_scales))
         self.store = open_store(cfg.store or "", host, model_id=model_id, write_through=True)
         self.mgr, self.cfg, self.host_transfers, self.mgr_clock = mgr, cfg, host_transfers, mgr_clock
         # An asynchronous device (CUDA) must finish its copies before the store reads or refills host blocks.
@@ -80,6 +82,13 @@ class StoreTier:
         put = mgr.stats()["store_put_blocks"] - before
         self.flushed_blocks += put
         return put
+
+    def summary(self, flushed: int) -> str:
+        """The CLIs' line on the store (after a run and flush(), which put `flushed` blocks)."""
+        st = self.mgr.stats()
+        return (f"store:             {self.cfg.store}: {st['store_hit_tokens']} hit tokens ({st['store_get_blocks']} "
+                f"blocks got, {st['store_get_failures']} failed, {st['store_recomputed_tokens']} tokens recomputed); "
+                f"{st['store_put_blocks']} blocks put ({flushed} at exit), {st['store_put_failures']} refused")
 
     def stats(self) -> Dict[str, int]:
         st = self.mgr.stats()

@@ -6,7 +6,7 @@ integer inputs in and the sampled tokens out."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -16,7 +16,11 @@ from .config import Clock, EngineConfig
 from .engine import Engine
 from .runner import ModelRunner
 from .sequence import Request
-from .torch_model import TorchModel
+from .torch_model import DTYPES, TorchModel
+
+# The torch engine's K/V cache dtypes (EngineConfig.kv_dtype): torch float8 tensors for the fp8 ones.
+_FP8 = {"float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+KV_DTYPES: Dict[str, torch.dtype] = {**DTYPES, **_FP8}
 
 
 class TorchEngine(Engine):
@@ -33,6 +37,16 @@ class TorchEngine(Engine):
         self._cuda_graph, self._profile = cuda_graph, profile  # for _make_runner, called by Engine.__init__
         super().__init__(model, cfg)
 
+    def _kv_dtype(self) -> Tuple[str, torch.dtype]:
+        """The K/V caches' dtype (EngineConfig.kv_dtype; None: the model's), by name and as torch's."""
+        name = self.cfg.kv_dtype or self.model.dtype_name
+        if name not in KV_DTYPES:
+            raise ValueError(f"EngineConfig.kv_dtype {name!r}: the torch engine's K/V caches are one of "
+                             f"{', '.join(KV_DTYPES)}")
+        if self.cfg.kv_scales is not None and name not in _FP8:
+            raise ValueError(f"EngineConfig.kv_scales: scales are for fp8 K/V caches, kv_dtype is {name!r}")
+        return name, KV_DTYPES[name]
+
     def _make_runner(self) -> ModelRunner:
         model = self.model
         if self._profile:
@@ -42,31 +56,37 @@ class TorchEngine(Engine):
             model.elementwise_clock = Clock(self.metrics, "elementwise_s", sync)
         else:
             model.matmul_clock = model.elementwise_clock = contextlib.nullcontext()
+        name, dtype = self._kv_dtype()
         return ModelRunner(model, self.cache, self.cfg.max_num_seqs,
-                           cuda_graph=False if self._profile else self._cuda_graph, kernel_clock=self._kernel_clock)
+                           cuda_graph=False if self._profile else self._cuda_graph, kernel_clock=self._kernel_clock,
+                           attn_dtype=None if name in _FP8 else dtype)
 
     def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
+        """K/V as torch tensors on the model's device (the host blocks' on the CPU, page-locked for CUDA):
+        in the model's dtype, another 16/32-bit one, or fp8 (float8_e4m3fn / float8_e5m2 tensors, stored =
+        x / scale with EngineConfig.kv_scales per layer, 1.0 without them; q and the new K/V stay in the
+        model's dtype, the kernels quantize and dequantize). On CUDA the library answers for what its CUDA
+        kernels take on fp8 caches."""
         mc, cfg, m = self.model.cfg, self.cfg, self.model
-        if cfg.kv_dtype.startswith("float8"):
-            raise ValueError(f"EngineConfig.kv_dtype {cfg.kv_dtype!r}: the torch engine keeps K/V in the model's dtype "
-                             f"({m.dtype}); fp8 K/V caches need CUDA prefill attention on fp8 caches, which libkvblock "
-                             "does not implement yet (KVB_ERR_UNSUPPORTED; CUDA decode reads them), use the numpy "
-                             "engine (python -m kvblock.engine --kv-dtype fp8_e4m3)")
+        name, dtype = self._kv_dtype()
+        scales: Dict[str, Any] = {}
+        if cfg.kv_scales is not None:
+            scales = dict(k_scale=np.asarray(cfg.kv_scales[0]), v_scale=np.asarray(cfg.kv_scales[1]))
         shape = (cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim)
 
         def layers() -> List[torch.Tensor]:
-            return [torch.zeros(shape, dtype=m.dtype, device=m.device) for _ in range(mc.num_layers)]
+            return [torch.zeros(shape, dtype=dtype, device=m.device) for _ in range(mc.num_layers)]
 
-        cache = KVCache.wrap(layers(), layers())
+        cache = KVCache.wrap(layers(), layers(), **scales)
         host = None
         if cfg.num_host_blocks:
             host_shape = (cfg.num_host_blocks,) + shape[1:]
             pin = m.device.type == "cuda"  # page-locked host blocks: swaps run as async copies
 
             def host_layers() -> List[torch.Tensor]:
-                return [torch.zeros(host_shape, dtype=m.dtype, pin_memory=pin) for _ in range(mc.num_layers)]
+                return [torch.zeros(host_shape, dtype=dtype, pin_memory=pin) for _ in range(mc.num_layers)]
 
-            host = KVCache.wrap(host_layers(), host_layers())
+            host = KVCache.wrap(host_layers(), host_layers(), **scales)
         return cache, host
 
     def add_request(self, req: Request) -> None:

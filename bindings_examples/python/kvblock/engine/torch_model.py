@@ -6,7 +6,7 @@ generation is token-exact against it and fp16 / bf16 logits stay close."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, Dict, Optional
+from typing import Any, Callable, ContextManager, Dict, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -112,3 +112,28 @@ class TorchModel:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self._linear(hidden, self.lm_head)
+
+    @torch.no_grad()
+    def dense_logits(self, tokens: Sequence[int],
+                     observe: Optional[Callable[[int, torch.Tensor, torch.Tensor], None]] = None) -> torch.Tensor:
+        """fp32 logits [vocab] of the last position by one dense causal prefill of `tokens` (no KV cache;
+        each layer's window and sinks applied). observe(layer, k, v), when given, sees every layer's K and V
+        [len(tokens), num_kv_heads, head_dim] in the model's dtype (fp8 scale calibration, kv_quant.py)."""
+        cfg = self.cfg
+        t = torch.as_tensor(list(tokens), dtype=torch.int64, device=self.device)
+        pos = torch.arange(t.shape[0], device=self.device)
+        group = cfg.num_q_heads // cfg.num_kv_heads
+
+        def full_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            if observe is not None:
+                observe(layer, k, v)
+            kk, vv = (x.float().repeat_interleave(group, dim=1) for x in (k, v))
+            scores = torch.einsum("nhd,thd->hnt", q.float(), kk) * cfg.head_dim ** -0.5
+            allowed = pos[None, :] <= pos[:, None]
+            window, sink = cfg.layer_window(layer)
+            if window:
+                allowed &= (pos[None, :] > pos[:, None] - window) | (pos[None, :] < sink)
+            probs = torch.softmax(scores.masked_fill(~allowed[None], float("-inf")), dim=-1)
+            return torch.einsum("hnt,thd->nhd", probs, vv).to(q.dtype).contiguous()
+
+        return self.logits(self.forward(t, pos, full_attention)[-1:])[0].float()

@@ -313,7 +313,9 @@ class Manager {
   // Writes n tokens into group t's blocks from position `from` on (the blocks must already exist); the
   // caller sets the sequence's num_tokens.
   void write_tokens(GroupTable& t, uint64_t from, const int64_t* tokens, size_t n);
-  size_t blocks_needed_to_append(const GroupTable& t, uint64_t num_tokens, size_t n) const;
+  // Free blocks an append of n tokens to s takes in all its groups (new blocks and copy-on-write
+  // copies); *copies (if not NULL): how many of them are copies.
+  size_t blocks_needed_to_append(const Sequence& s, size_t n, size_t* copies) const;
   // Block b of tier t (medium 0 device, 1 host) entered the index (stored) or left it (manager_events.cpp).
   void emit_block(const Tier& t, uint32_t medium, uint32_t type, int32_t b, bool stored);
   void emit_cleared();

@@ -152,11 +152,14 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   // Store hits' staging host blocks next, while lookup's count of takeable host blocks still holds (the
   // device evictions below offload into host blocks too).
   for (uint32_t j = 0; j < lk.store_hits; ++j) scratch_.store_hosts[j] = take_store_staging();
-  ChainLink parent = first;
   for (int32_t b : scratch_.hits) {
-    if (b < 0) b = load_from_host(-2 - b, parent);  // counts as cached: the load runs before the step
+    if (b < 0) {  // counts as cached: the load runs before the step
+      // Its parent: the block before it (held, or loaded, by now), whose link is read only here, not
+      // after every device hit.
+      const ChainLink parent = t.table.empty() ? first : link_after(device_.pool.meta(t.table.back()));
+      b = load_from_host(-2 - b, parent);
+    }
     t.table.push_back(b);
-    parent = link_after(device_.pool.meta(b));
   }
   // Sized once, then filled: push_back's capacity check and out-of-line call cost a quarter of the
   // bookkeeping of a missed block. (Nothing here throws; were it to, the slots not yet filled hold -1,
@@ -189,11 +192,12 @@ void Manager::write_tokens(GroupTable& t, uint64_t from, const int64_t* tokens, 
   // One division for the whole write (not two per block), and a whole 16-token block copied with a size
   // the compiler knows (inline moves, not a memcpy call), as is a decode step's one token: a prompt's copy
   // is a fifth of a miss's bookkeeping.
+  const int32_t* table = t.table.data();  // read once: the copies below may not change it
   size_t i = static_cast<size_t>(from / bs_);
   uint32_t off = static_cast<uint32_t>(from % bs_);
   while (n > 0) {
     const size_t take = std::min<size_t>(n, bs_ - off);
-    int64_t* dst = device_.pool.tokens(t.table[i]) + off;
+    int64_t* dst = device_.pool.tokens(table[i]) + off;
     if (take == 16) std::memcpy(dst, tokens, 16 * sizeof(int64_t));
     else if (take == 1) *dst = *tokens;  // a decode step's token
     else std::memcpy(dst, tokens, take * sizeof(int64_t));

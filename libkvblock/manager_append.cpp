@@ -72,22 +72,27 @@ void Manager::commit(int64_t id, size_t n) {
 
 // ---- append -------------------------------------------------------------------------------------
 
-size_t Manager::blocks_needed_to_append(const GroupTable& t, uint64_t num_tokens, size_t n) const {
-  if (n == 0) return 0;
-  uint64_t total = blocks_for(num_tokens + n, bs_);
-  size_t needed = static_cast<size_t>(total - t.table.size());
-  // Writing into a partial block that another sequence shares needs a private copy first.
-  if (num_tokens % bs_ != 0 && sequence_holders(t.table.back()) > 1) ++needed;
-  return needed;
+// Inline: on a decode step's append the call and its register saves cost as much as its loop.
+inline size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n, size_t* copies) const {
+  size_t needed = 0, cows = 0;
+  if (n > 0) {
+    const uint64_t total = blocks_for(s.num_tokens + n, bs_);
+    const bool partial = s.num_tokens % bs_ != 0;
+    for (const GroupTable& t : s.groups) {  // groups hold distinct blocks: their needs add up
+      needed += static_cast<size_t>(total - t.table.size());
+      // Writing into a partial block that another sequence shares needs a private copy first.
+      cows += partial && sequence_holders(t.table.back()) > 1;
+    }
+  }
+  if (copies) *copies = cows;
+  return needed + cows;
 }
 
 bool Manager::can_append(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     return false;
-  size_t needed = 0;
-  for (const GroupTable& t : s.groups) needed += blocks_needed_to_append(t, s.num_tokens, n);
-  return device_.pool.num_free() >= needed;
+  return device_.pool.num_free() >= blocks_needed_to_append(s, n, nullptr);
 }
 
 void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
@@ -96,18 +101,15 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens to %" PRIu64 " would exceed %u blocks", id, n,
          s.num_tokens, kMaxSeqBlocks);
-  size_t needed = 0;
-  for (const GroupTable& t : s.groups) needed += blocks_needed_to_append(t, s.num_tokens, n);
+  size_t cows;
+  const size_t needed = blocks_needed_to_append(s, n, &cows);
   if (device_.pool.num_free() < needed)
     fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
          plural_s(n), needed, plural_s(needed), device_.pool.num_free(), is_are(device_.pool.num_free()));
   // Reserve for every group first: nothing below allocates, so the append is all-or-nothing across groups.
   const size_t total = blocks_for(s.num_tokens + n, bs_);
-  size_t cows = 0;
-  for (GroupTable& t : s.groups) {
+  for (GroupTable& t : s.groups)
     if (total > t.table.capacity()) t.table.reserve(std::max(total, 2 * t.table.capacity()));
-    cows += s.num_tokens % bs_ != 0 && sequence_holders(t.table.back()) > 1;
-  }
   if (pending_.copies.size() + cows > pending_.copies.capacity())
     pending_.copies.reserve(std::max<size_t>(16, 2 * (pending_.copies.size() + cows)));
   for (GroupTable& t : s.groups) append_apply(s, t, tokens, n);

@@ -55,6 +55,21 @@ struct SeqOptions {
   uint32_t window = 0, sink = 0;
 };
 
+// The chain link before a sequence's first block in group g: none, or the cache salt; with g in the
+// key's high word, so that a cached block is keyed by its group and its whole history and groups never
+// hit each other's blocks, while the public hash (what events report, with the group index) is the same
+// in every group. Group 0, the one group of a manager without groups, keys exactly as the salt alone.
+inline ChainLink first_link_of(const SeqOptions& o, uint32_t group) {
+  ChainLink l;
+  if (o.has_salt) {
+    l.kind = ChainLink::salt;
+    l.hash = o.salt;
+    l.key = Key128{o.salt, 0};
+  }
+  l.key.hi ^= group;
+  return l;
+}
+
 // The options' extra keys block after block, for blocks visited in increasing order: one pass over the
 // sorted extra_key_blocks for a whole prompt (a search per block made a long prompt's lookup quadratic).
 class ExtraKeyCursor {

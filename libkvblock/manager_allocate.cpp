@@ -37,16 +37,6 @@ void Manager::validate_options(const SeqOptions& o, size_t n) const {
   (void)n;
 }
 
-static ChainLink first_link_of(const SeqOptions& o) {
-  ChainLink l;
-  if (o.has_salt) {
-    l.kind = ChainLink::salt;
-    l.hash = o.salt;
-    l.key = Key128{o.salt, 0};
-  }
-  return l;
-}
-
 void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
                      std::vector<int32_t>* hits_out, Lookup& out) {
   out = Lookup{};
@@ -100,7 +90,7 @@ bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& op
     return device_.pool.num_free() >= gl.needed + watermark_blocks_;
   }
   Lookup lk;
-  lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
+  lookup(tokens, n, first_link_of(opts, 0), opts, nullptr, lk);
   *num_cached = static_cast<size_t>(lk.hits) * bs_;
   uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
   return device_.pool.num_free() >= needed + watermark_blocks_;
@@ -114,7 +104,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
   if (!cfg_.groups.empty()) return allocate_groups(id, tokens, n, opts);
 
-  ChainLink first = first_link_of(opts);
+  ChainLink first = first_link_of(opts, 0);
   scratch_.hits.clear();
   Lookup lk;
   lookup(tokens, n, first, opts, &scratch_.hits, lk);
@@ -128,10 +118,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   try {
     t.table.reserve(lk.num_blocks);
     reserve_window_link(t, opts.window);
-    if (opts.num_extra_keys) {
-      s.extra_keys.reserve(opts.num_extra_keys);
-      for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
-    }
+    s.set_extra_keys(opts.extra_key_blocks, opts.extra_keys, opts.num_extra_keys);
     if (lk.store_hits) {
       store_.gets.reserve(store_.gets.size() + lk.store_hits);
       scratch_.store_hosts.resize(lk.store_hits);

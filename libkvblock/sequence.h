@@ -72,6 +72,12 @@ struct alignas(64) Sequence {
   std::vector<GroupTable> groups;
 
   uint32_t num_blocks() const { return static_cast<uint32_t>(groups[0].table.size()); }  // in every group
+  // The options' extra keys (blocks in increasing order), at allocation; may throw bad_alloc.
+  void set_extra_keys(const uint32_t* blocks, const uint64_t* keys, size_t n) {
+    extra_keys.clear();
+    extra_keys.reserve(n);
+    for (size_t i = 0; i < n; ++i) extra_keys.emplace_back(blocks[i], keys[i]);
+  }
   ExtraKey extra_key(uint32_t block_index) const {
     // Few entries per sequence (images, LoRA): a linear scan beats a map.
     for (const auto& e : extra_keys)

@@ -147,15 +147,13 @@ kvb_status kvb_seq_get_info(kvb_manager* m, int64_t seq_id, kvb_seq_info* info) 
     r.num_tokens = s.num_tokens;
     r.num_computed = s.num_computed;
     r.num_cached = s.num_cached;
-    r.num_blocks = s.table.size();
+    r.num_blocks = s.num_blocks();
     uint64_t held = 0;
-    for (int32_t b : s.swapped ? s.host_table : s.table) held += b >= 0;
-    for (const kvb::Sequence& g : s.more)  // the other KV cache groups (swapped with group 0)
-      if (g.live)
-        for (int32_t b : g.swapped ? g.host_table : g.table) held += b >= 0;
+    for (const kvb::GroupTable& g : s.groups)  // every KV cache group (they swap together)
+      for (int32_t b : s.swapped ? g.host_table : g.table) held += b >= 0;
     r.num_held_blocks = held;
-    r.window_tokens = s.window;
-    r.sink_tokens = s.sink;
+    r.window_tokens = s.groups[0].window;
+    r.sink_tokens = s.groups[0].sink;
     kvb::write_versioned(info, r);
   });
 }

@@ -55,6 +55,21 @@ struct SeqOptions {
   uint32_t window = 0, sink = 0;
 };
 
+// The chain link before a sequence's first block in group g: none, or the cache salt; with g in the
+// key's high word, so that a cached block is keyed by its group and its whole history and groups never
+// hit each other's blocks, while the public hash (what events report, with the group index) is the same
+// in every group. Group 0, the one group of a manager without groups, keys exactly as the salt alone.
+inline ChainLink first_link_of(const SeqOptions& o, uint32_t group) {
+  ChainLink l;
+  if (o.has_salt) {
+    l.kind = ChainLink::salt;
+    l.hash = o.salt;
+    l.key = Key128{o.salt, 0};
+  }
+  l.key.hi ^= group;
+  return l;
+}
+
 // The options' extra keys block after block, for blocks visited in increasing order: one pass over the
 // sorted extra_key_blocks for a whole prompt (a search per block made a long prompt's lookup quadratic).
 class ExtraKeyCursor {
@@ -198,9 +213,6 @@ class Manager {
     ChainLink chain;          // after the device and host hits (store hits are hashed when their gets end)
   };
 
-  // Group g of sequence s (s itself for g == 0).
-  static Sequence& grp(Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
-  static const Sequence& grp(const Sequence& s, uint32_t g) { return g == 0 ? s : s.more[g - 1]; }
   // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
   struct GroupLookup {
     uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
@@ -234,9 +246,11 @@ class Manager {
   void free_group_blocks(Sequence& s);   // free_seq with groups: ARCHITECTURE.md, "Eviction order with groups"
   // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
   // parked, parked for that sequence): to the queue tail.
-  void requeue_released(const Sequence::ReleasedBlock& r, int64_t id);
-  void append_apply(Sequence& s, const int64_t* tokens, size_t n);  // blocks checked and reserved
-  void rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
+  void requeue_released(const GroupTable::ReleasedBlock& r, int64_t id);
+  // One group's part of an append (blocks checked and reserved; s.num_tokens is still the old count) and
+  // of a rollback to len tokens, nb blocks (s's counts are set by the caller).
+  void append_apply(const Sequence& s, GroupTable& t, const int64_t* tokens, size_t n);
+  void rollback_apply(const Sequence& s, GroupTable& t, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
   Sequence& device_seq(int64_t id);      // ... and bad_state if swapped out
   Sequence* find_seq(int64_t id);
@@ -304,15 +318,19 @@ class Manager {
   static constexpr int32_t kUnknownHost = -2;
   void index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy = kUnknownHost);
   void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
-  void hash_committed_blocks(Sequence& s);
-  void apply_window(Sequence& s);        // releases blocks no coming query can attend (ARCHITECTURE.md)
+  void hash_committed_blocks(const Sequence& s, GroupTable& t);  // group t's committed full blocks
+  void apply_window(const Sequence& s, GroupTable& t);  // releases blocks no coming query can attend (ARCHITECTURE.md)
   // The first block the query of position p attends under a window of `window` tokens (sinks aside).
   uint32_t window_first_block(uint32_t window, uint64_t p) const;
   // A block that a rollback / fork_at to nb blocks, `computed` computed, would need but was released.
-  uint32_t first_released_needed(const Sequence& s, uint64_t computed, uint32_t nb) const;
-  void reserve_window_link(Sequence& s, uint32_t window);  // room for apply_window, before any change
-  void write_tokens(Sequence& s, const int64_t* tokens, size_t n);  // blocks must already exist
-  size_t blocks_needed_to_append(const Sequence& s, size_t n) const;
+  uint32_t first_released_needed(const GroupTable& t, uint64_t computed, uint32_t nb) const;
+  void reserve_window_link(GroupTable& t, uint32_t window);  // room for apply_window, before any change
+  // Writes n tokens into group t's blocks from position `from` on (the blocks must already exist); the
+  // caller sets the sequence's num_tokens.
+  void write_tokens(GroupTable& t, uint64_t from, const int64_t* tokens, size_t n);
+  // Free blocks an append of n tokens to s takes in all its groups (new blocks and copy-on-write
+  // copies); *copies (if not NULL): how many of them are copies.
+  size_t blocks_needed_to_append(const Sequence& s, size_t n, size_t* copies) const;
   // Block b of tier t (medium 0 device, 1 host) entered the index (stored) or left it (manager_events.cpp).
   void emit_block(const Tier& t, uint32_t medium, uint32_t type, int32_t b, bool stored);
   void emit_cleared();

@@ -37,16 +37,6 @@ void Manager::validate_options(const SeqOptions& o, size_t n) const {
   (void)n;
 }
 
-static ChainLink first_link_of(const SeqOptions& o) {
-  ChainLink l;
-  if (o.has_salt) {
-    l.kind = ChainLink::salt;
-    l.hash = o.salt;
-    l.key = Key128{o.salt, 0};
-  }
-  return l;
-}
-
 void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
                      std::vector<int32_t>* hits_out, Lookup& out) {
   out = Lookup{};
@@ -100,7 +90,7 @@ bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& op
     return device_.pool.num_free() >= gl.needed + watermark_blocks_;
   }
   Lookup lk;
-  lookup(tokens, n, first_link_of(opts), opts, nullptr, lk);
+  lookup(tokens, n, first_link_of(opts, 0), opts, nullptr, lk);
   *num_cached = static_cast<size_t>(lk.hits) * bs_;
   uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
   return device_.pool.num_free() >= needed + watermark_blocks_;
@@ -114,7 +104,7 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
   if (!cfg_.groups.empty()) return allocate_groups(id, tokens, n, opts);
 
-  ChainLink first = first_link_of(opts);
+  ChainLink first = first_link_of(opts, 0);
   scratch_.hits.clear();
   Lookup lk;
   lookup(tokens, n, first, opts, &scratch_.hits, lk);
@@ -124,13 +114,11 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
          plural_s(needed), watermark_blocks_, device_.pool.num_free(), is_are(device_.pool.num_free()));
 
   Sequence& s = new_seq(id);
+  GroupTable& t = s.groups[0];  // the one full group
   try {
-    s.table.reserve(lk.num_blocks);
-    reserve_window_link(s, opts.window);
-    if (opts.num_extra_keys) {
-      s.extra_keys.reserve(opts.num_extra_keys);
-      for (size_t i = 0; i < opts.num_extra_keys; ++i) s.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
-    }
+    t.table.reserve(lk.num_blocks);
+    reserve_window_link(t, opts.window);
+    s.set_extra_keys(opts.extra_key_blocks, opts.extra_keys, opts.num_extra_keys);
     if (lk.store_hits) {
       store_.gets.reserve(store_.gets.size() + lk.store_hits);
       scratch_.store_hosts.resize(lk.store_hits);
@@ -151,48 +139,52 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   // Store hits' staging host blocks next, while lookup's count of takeable host blocks still holds (the
   // device evictions below offload into host blocks too).
   for (uint32_t j = 0; j < lk.store_hits; ++j) scratch_.store_hosts[j] = take_store_staging();
-  ChainLink parent = first;
   for (int32_t b : scratch_.hits) {
-    if (b < 0) b = load_from_host(-2 - b, parent);  // counts as cached: the load runs before the step
-    s.table.push_back(b);
-    parent = link_after(device_.pool.meta(b));
+    if (b < 0) {  // counts as cached: the load runs before the step
+      // Its parent: the block before it (held, or loaded, by now), whose link is read only here, not
+      // after every device hit.
+      const ChainLink parent = t.table.empty() ? first : link_after(device_.pool.meta(t.table.back()));
+      b = load_from_host(-2 - b, parent);
+    }
+    t.table.push_back(b);
   }
   // Sized once, then filled: push_back's capacity check and out-of-line call cost a quarter of the
   // bookkeeping of a missed block. (Nothing here throws; were it to, the slots not yet filled hold -1,
   // which every walk over a table skips.)
-  const size_t first_new = s.table.size();
-  s.table.resize(lk.num_blocks, -1);
-  take_free_blocks(s.table.data() + first_new, lk.num_blocks - first_new);
+  const size_t first_new = t.table.size();
+  t.table.resize(lk.num_blocks, -1);
+  take_free_blocks(t.table.data() + first_new, lk.num_blocks - first_new);
   size_t cached = static_cast<size_t>(lk.hits) * bs_;
   // Store hits count as cached but are hashed (and indexed) only once their gets end good.
   const uint32_t hashed = lk.hits - lk.store_hits;
-  s.num_tokens = static_cast<size_t>(hashed) * bs_;
-  write_tokens(s, tokens + s.num_tokens, n - s.num_tokens);
+  const size_t written = static_cast<size_t>(hashed) * bs_;
+  write_tokens(t, written, tokens + written, n - written);
+  s.num_tokens = n;
   s.num_computed = s.num_cached = cached;
-  s.num_hashed = hashed;
-  s.first_link = first;
-  s.chain = lk.chain;
-  s.window = opts.window;
-  s.sink = opts.sink;
-  s.window_next = blocks_for(opts.sink, bs_);
+  t.num_hashed = hashed;
+  t.first_link = first;
+  t.chain = lk.chain;
+  t.window = opts.window;
+  t.sink = opts.sink;
+  t.window_next = blocks_for(opts.sink, bs_);
   counters_.query_tokens += n;
   counters_.hit_tokens += cached;
   counters_.host_hit_tokens += static_cast<uint64_t>(lk.host_hits) * bs_;
-  apply_window(s);
+  apply_window(s, t);
   if (lk.store_hits) store_start_gets(s, hashed, lk.store_hits);
   return cached;
 }
 
-void Manager::write_tokens(Sequence& s, const int64_t* tokens, size_t n) {
+void Manager::write_tokens(GroupTable& t, uint64_t from, const int64_t* tokens, size_t n) {
   // One division for the whole write (not two per block), and a whole 16-token block copied with a size
   // the compiler knows (inline moves, not a memcpy call), as is a decode step's one token: a prompt's copy
   // is a fifth of a miss's bookkeeping.
-  const uint64_t end = s.num_tokens + n;
-  size_t i = static_cast<size_t>(s.num_tokens / bs_);
-  uint32_t off = static_cast<uint32_t>(s.num_tokens % bs_);
+  const int32_t* table = t.table.data();  // read once: the copies below may not change it
+  size_t i = static_cast<size_t>(from / bs_);
+  uint32_t off = static_cast<uint32_t>(from % bs_);
   while (n > 0) {
     const size_t take = std::min<size_t>(n, bs_ - off);
-    int64_t* dst = device_.pool.tokens(s.table[i]) + off;
+    int64_t* dst = device_.pool.tokens(table[i]) + off;
     if (take == 16) std::memcpy(dst, tokens, 16 * sizeof(int64_t));
     else if (take == 1) *dst = *tokens;  // a decode step's token
     else std::memcpy(dst, tokens, take * sizeof(int64_t));
@@ -201,7 +193,6 @@ void Manager::write_tokens(Sequence& s, const int64_t* tokens, size_t n) {
     off = 0;
     ++i;
   }
-  s.num_tokens = end;
 }
 
 }  // namespace kvb

@@ -12,47 +12,47 @@ namespace kvb {
 
 // ---- commit -------------------------------------------------------------------------------------
 
-void Manager::hash_committed_blocks(Sequence& s) {
+void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
   const uint32_t end = static_cast<uint32_t>(s.num_computed / bs_);
-  if (s.num_hashed >= end) return;
-  if (s.uncacheable_from == kNoBlockIndex) {
+  if (t.num_hashed >= end) return;
+  if (t.uncacheable_from == kNoBlockIndex) {
     // In chunks of kChunk blocks: hash every block of the chunk, prefetching its index slot, then enter
     // them into the index in order. On large pools the index slots are the miss path's stall (DRAM
     // misses); a chunk's hashing gives its slots the time to load, all of them at once, where entering
     // each block one block after its hash left one hash of time for each miss. Hashing reads nothing
     // that entering writes, so the index ends as it would block by block (same order, same events).
     constexpr uint32_t kChunk = 32;
-    uint32_t i = s.num_hashed;
+    uint32_t i = t.num_hashed;
     while (i < end) {
       const uint32_t first = i;
-      const ChainLink first_parent = s.chain;
+      const ChainLink first_parent = t.chain;
       const uint32_t stop = std::min(end, first + kChunk);
       for (; i < stop; ++i) {
-        int32_t b = s.table[i];
+        int32_t b = t.table[i];
         ExtraKey extra = s.extra_keys.empty() ? ExtraKey{} : s.extra_key(i);
         const int64_t* toks = device_.pool.tokens(b);
         // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
         // its hash chain would describe content that the index cannot reproduce.
         if (!is_cacheable(toks, bs_, extra)) {
-          s.uncacheable_from = i;
+          t.uncacheable_from = i;
           break;
         }
         BlockMeta& m = device_.pool.meta(b);
-        keys_.hasher.hash_and_key(s.chain, toks, bs_, extra, &m.hash, &m.key);
+        keys_.hasher.hash_and_key(t.chain, toks, bs_, extra, &m.hash, &m.key);
         m.has_hash = 1;
         m.has_extra = extra.present;
         m.extra = extra.value;
         device_.index.prefetch(m.key);
-        s.chain = link_after(m);
+        t.chain = link_after(m);
       }
       // Each block's parent is the link of the block before it (the chunk's first: the chain it began with).
-      if (first < i) index_block(s.table[first], first_parent, s.group);
+      if (first < i) index_block(t.table[first], first_parent, t.group);
       for (uint32_t k = first + 1; k < i; ++k)
-        index_block(s.table[k], link_after(device_.pool.meta(s.table[k - 1])), s.group);
-      if (s.uncacheable_from != kNoBlockIndex) break;
+        index_block(t.table[k], link_after(device_.pool.meta(t.table[k - 1])), t.group);
+      if (t.uncacheable_from != kNoBlockIndex) break;
     }
   }
-  s.num_hashed = end;
+  t.num_hashed = end;
 }
 
 void Manager::commit(int64_t id, size_t n) {
@@ -61,34 +61,38 @@ void Manager::commit(int64_t id, size_t n) {
   if (n > uncomputed)
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
          plural_s(n), uncomputed, plural_s(uncomputed));
-  for (uint32_t g = 0; g < groups_.count; ++g) reserve_window_link(grp(s, g), grp(s, g).window);
+  for (GroupTable& t : s.groups) reserve_window_link(t, t.window);
   counters_.computed_tokens += n;
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    Sequence& gs = grp(s, g);
-    gs.num_computed += n;
-    hash_committed_blocks(gs);
-    apply_window(gs);
+  s.num_computed += n;
+  for (GroupTable& t : s.groups) {
+    hash_committed_blocks(s, t);
+    apply_window(s, t);
   }
 }
 
 // ---- append -------------------------------------------------------------------------------------
 
-size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n) const {
-  if (n == 0) return 0;
-  uint64_t total = blocks_for(s.num_tokens + n, bs_);
-  size_t needed = static_cast<size_t>(total - s.table.size());
-  // Writing into a partial block that another sequence shares needs a private copy first.
-  if (s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1) ++needed;
-  return needed;
+// Inline: on a decode step's append the call and its register saves cost as much as its loop.
+inline size_t Manager::blocks_needed_to_append(const Sequence& s, size_t n, size_t* copies) const {
+  size_t needed = 0, cows = 0;
+  if (n > 0) {
+    const uint64_t total = blocks_for(s.num_tokens + n, bs_);
+    const bool partial = s.num_tokens % bs_ != 0;
+    for (const GroupTable& t : s.groups) {  // groups hold distinct blocks: their needs add up
+      needed += static_cast<size_t>(total - t.table.size());
+      // Writing into a partial block that another sequence shares needs a private copy first.
+      cows += partial && sequence_holders(t.table.back()) > 1;
+    }
+  }
+  if (copies) *copies = cows;
+  return needed + cows;
 }
 
 bool Manager::can_append(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     return false;
-  size_t needed = 0;
-  for (uint32_t g = 0; g < groups_.count; ++g) needed += blocks_needed_to_append(grp(s, g), n);
-  return device_.pool.num_free() >= needed;
+  return device_.pool.num_free() >= blocks_needed_to_append(s, n, nullptr);
 }
 
 void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
@@ -97,29 +101,26 @@ void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens to %" PRIu64 " would exceed %u blocks", id, n,
          s.num_tokens, kMaxSeqBlocks);
-  size_t needed = 0;
-  for (uint32_t g = 0; g < groups_.count; ++g) needed += blocks_needed_to_append(grp(s, g), n);
+  size_t cows;
+  const size_t needed = blocks_needed_to_append(s, n, &cows);
   if (device_.pool.num_free() < needed)
     fail(Code::out_of_blocks, "seq %" PRId64 ": append of %zu token%s needs %zu free block%s, %u %s free", id, n,
          plural_s(n), needed, plural_s(needed), device_.pool.num_free(), is_are(device_.pool.num_free()));
   // Reserve for every group first: nothing below allocates, so the append is all-or-nothing across groups.
   const size_t total = blocks_for(s.num_tokens + n, bs_);
-  size_t cows = 0;
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    Sequence& gs = grp(s, g);
-    if (total > gs.table.capacity()) gs.table.reserve(std::max(total, 2 * gs.table.capacity()));
-    cows += gs.num_tokens % bs_ != 0 && sequence_holders(gs.table.back()) > 1;
-  }
+  for (GroupTable& t : s.groups)
+    if (total > t.table.capacity()) t.table.reserve(std::max(total, 2 * t.table.capacity()));
   if (pending_.copies.size() + cows > pending_.copies.capacity())
     pending_.copies.reserve(std::max<size_t>(16, 2 * (pending_.copies.size() + cows)));
-  for (uint32_t g = 0; g < groups_.count; ++g) append_apply(grp(s, g), tokens, n);
+  for (GroupTable& t : s.groups) append_apply(s, t, tokens, n);
+  s.num_tokens += n;
 }
 
-void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
+void Manager::append_apply(const Sequence& s, GroupTable& t, const int64_t* tokens, size_t n) {
   const size_t total = blocks_for(s.num_tokens + n, bs_);
-  const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(s.table.back()) > 1;
+  const bool cow = s.num_tokens % bs_ != 0 && sequence_holders(t.table.back()) > 1;
   if (cow) {
-    int32_t src = s.table.back();
+    int32_t src = t.table.back();
     int32_t dst = take_free_block();
     std::memcpy(device_.pool.tokens(dst), device_.pool.tokens(src), (s.num_tokens % bs_) * sizeof(int64_t));
     // The sequence's reference on src passes to the pending copy, so src cannot be reused before the
@@ -134,14 +135,14 @@ void Manager::append_apply(Sequence& s, const int64_t* tokens, size_t n) {
     }
     pending_.copies.emplace_back(from, dst);
     ++counters_.cow_copies;
-    s.table.back() = dst;
-  } else if (s.num_tokens % bs_ != 0 && device_.pool.meta(s.table.back()).has_hash) {
+    t.table.back() = dst;
+  } else if (s.num_tokens % bs_ != 0 && device_.pool.meta(t.table.back()).has_hash) {
     // A committed full block that this sequence shares only partially (fork_at or rollback into a block
     // that was shared then) and now holds alone: writing changes its content, so it leaves the index.
-    forget_hash(s.table.back());
+    forget_hash(t.table.back());
   }
-  while (s.table.size() < total) s.table.push_back(take_free_block());
-  write_tokens(s, tokens, n);
+  while (t.table.size() < total) t.table.push_back(take_free_block());
+  write_tokens(t, s.num_tokens, tokens, n);
   // No window release here: the new tokens' queries attend back from their own positions (see
   // apply_window), and a rejected draft must be rollback-able.
 }

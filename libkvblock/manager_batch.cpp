@@ -79,12 +79,13 @@ void Manager::find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, P
   if (g.cands.capacity() < n) g.cands.reserve(std::max(n, 2 * g.cands.capacity()));
   g.cands.clear();
   for (size_t i = 0; i < n; ++i) {
-    const Sequence& s = grp(*find_seq(ids[i]), group);
-    const int32_t* t = s.table.data();
+    const Sequence& s = *find_seq(ids[i]);
+    const std::vector<int32_t>& table = s.groups[group].table;
+    const int32_t* t = table.data();
     g.table[i] = t;
     g.next[i] = -1;
     // Shareable: full blocks whose tokens are all computed, up to the first window-released entry.
-    uint32_t limit = static_cast<uint32_t>(std::min<uint64_t>(s.num_computed / bs_, s.table.size()));
+    uint32_t limit = static_cast<uint32_t>(std::min<uint64_t>(s.num_computed / bs_, table.size()));
     uint32_t share = 0;
     while (share < limit && t[share] >= 0) ++share;
     if (share < k) continue;
@@ -151,12 +152,13 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
   // each copy leaves one holder less, so k appenders among h holders make min(k, h - 1) copies.
   size_t needed = 0;
   scratch.shared_partial.clear();
-  for (size_t i = 0; i < n; ++i)
-    for (uint32_t g = 0; g < groups_.count; ++g) {  // groups hold distinct blocks: their needs add up
-      const Sequence& s = grp(*find_seq(ids[i]), g);
+  for (size_t i = 0; i < n; ++i) {
+    const Sequence& s = *find_seq(ids[i]);
+    for (const GroupTable& t : s.groups) {  // groups hold distinct blocks: their needs add up
       if (s.num_tokens % bs_ == 0) ++needed;
-      else if (sequence_holders(s.table.back()) > 1) scratch.shared_partial.push_back(s.table.back());
+      else if (sequence_holders(t.table.back()) > 1) scratch.shared_partial.push_back(t.table.back());
     }
+  }
   if (!scratch.shared_partial.empty()) {
     std::vector<int32_t>& sp = scratch.shared_partial;
     std::sort(sp.begin(), sp.end());
@@ -171,12 +173,12 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
     fail(Code::out_of_blocks, "batch append of %zu token%s needs %zu free block%s, %u %s free", n, plural_s(n), needed,
          plural_s(needed), device_.pool.num_free(), is_are(device_.pool.num_free()));
   // Reserve every container the appends may grow, so that nothing below can fail half-way.
-  for (size_t i = 0; i < n; ++i)
-    for (uint32_t g = 0; g < groups_.count; ++g) {
-      Sequence& s = grp(*find_seq(ids[i]), g);
-      size_t total = static_cast<size_t>(s.num_tokens / bs_) + 1;
-      if (total > s.table.capacity()) s.table.reserve(std::max(total, 2 * s.table.capacity()));
-    }
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& s = *find_seq(ids[i]);
+    const size_t total = static_cast<size_t>(s.num_tokens / bs_) + 1;
+    for (GroupTable& t : s.groups)
+      if (total > t.table.capacity()) t.table.reserve(std::max(total, 2 * t.table.capacity()));
+  }
   pending_.copies.reserve(pending_.copies.size() + scratch.shared_partial.size());
   for (size_t i = 0; i < n; ++i) append(ids[i], tokens + i, 1);
 }
@@ -195,10 +197,7 @@ void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
   // every group of every sequence before the first commit, so that running out of memory cannot stop the
   // batch half-way.
   for (size_t i = 0; i < n; ++i)
-    for (uint32_t g = 0; g < groups_.count; ++g) {
-      Sequence& s = grp(*find_seq(ids[i]), g);
-      reserve_window_link(s, s.window);
-    }
+    for (GroupTable& t : find_seq(ids[i])->groups) reserve_window_link(t, t.window);
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = *find_seq(ids[i]);
     commit(ids[i], counts ? counts[i] : static_cast<size_t>(s.num_tokens - s.num_computed));
@@ -245,16 +244,17 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
   size_t k = 0;
   if (out.query_start) out.query_start[0] = 0;
   for (size_t i = 0; i < n; ++i) {
-    const Sequence& s = grp(*find_seq(ids[i]), out.group);
+    const Sequence& s = *find_seq(ids[i]);
+    const std::vector<int32_t>& table = s.groups[out.group].table;
     if (out.block_tables) {
       int32_t* row = out.block_tables + i * out.max_blocks_per_seq;
-      std::copy(s.table.begin(), s.table.end(), row);
-      std::fill(row + s.table.size(), row + out.max_blocks_per_seq, -1);
+      std::copy(table.begin(), table.end(), row);
+      std::fill(row + table.size(), row + out.max_blocks_per_seq, -1);
     }
     if (out.seq_lens) out.seq_lens[i] = static_cast<int32_t>(s.num_tokens);
     if (out.slot_mapping)
       for (uint64_t pos = s.num_computed; pos < s.num_tokens; ++pos)
-        out.slot_mapping[k++] = static_cast<int64_t>(s.table[pos / bs_]) * bs_ + static_cast<int64_t>(pos % bs_);
+        out.slot_mapping[k++] = static_cast<int64_t>(table[pos / bs_]) * bs_ + static_cast<int64_t>(pos % bs_);
     else
       k += s.num_tokens - s.num_computed;
     if (out.query_start) out.query_start[i + 1] = static_cast<int32_t>(k);

@@ -54,7 +54,7 @@ void Manager::check_invariants() const {
     std::vector<uint8_t> owned(N, 0);
     for (const Sequence& s0 : seqs_.pool)
       for (uint32_t g = 0; s0.live && g < groups_.count; ++g)
-        for (const Sequence::ReleasedBlock& r : grp(s0, g).released_blocks)
+        for (const GroupTable::ReleasedBlock& r : s0.groups[g].released_blocks)
           if (r.block >= 0 && static_cast<uint32_t>(r.block) < N && device_.pool.meta(r.block).key == r.key &&
               groups_.parked_for[r.block] == s0.id)
             owned[r.block] = 1;
@@ -70,13 +70,11 @@ void Manager::check_invariants() const {
     if (!s0.live) continue;
     ++live;
     KVB_INVARIANT(find_seq_const(s0.id) == &s0, "seq %" PRId64 " is not reachable through the sequence table", s0.id);
-    KVB_INVARIANT(s0.more.size() + 1 >= groups_.count, "seq %" PRId64 " has %zu groups, the manager %u", s0.id,
-                  s0.more.size() + 1, groups_.count);
+    KVB_INVARIANT(s0.groups.size() == groups_.count, "seq %" PRId64 " has %zu groups, the manager %u", s0.id,
+                  s0.groups.size(), groups_.count);
    for (uint32_t g = 0; g < groups_.count; ++g) {
-    const Sequence& s = grp(s0, g);
-    KVB_INVARIANT(s.group == g && s.id == s0.id && s.num_tokens == s0.num_tokens && s.num_computed == s0.num_computed &&
-                      s.swapped == s0.swapped,
-                  "seq %" PRId64 " group %u: group index, token counts or location differ from group 0", s0.id, g);
+    const GroupTable& s = s0.groups[g];
+    KVB_INVARIANT(s.group == g, "seq %" PRId64 " group %u: its table says group %u", s0.id, g, s.group);
     if (!cfg_.groups.empty()) {
       const GroupSpec& spec = cfg_.groups[g];
       KVB_INVARIANT(s.window == (spec.window ? spec.window_tokens : 0) && s.sink == (spec.window ? spec.sink_tokens : 0),
@@ -84,23 +82,23 @@ void Manager::check_invariants() const {
       KVB_INVARIANT(s.first_link.key.hi == g,
                     "seq %" PRId64 " group %u: first link is not keyed by its group", s0.id, g);
     }
-    KVB_INVARIANT(s.num_computed <= s.num_tokens, "seq %" PRId64 ": computed %" PRIu64 " > tokens %" PRIu64, s.id,
-                  s.num_computed, s.num_tokens);
-    KVB_INVARIANT(s.num_tokens >= 1, "seq %" PRId64 " has no tokens", s.id);
-    KVB_INVARIANT(s.table.size() == blocks_for(s.num_tokens, bs_), "seq %" PRId64 ": %zu table entries for %" PRIu64
-                  " tokens", s.id, s.table.size(), s.num_tokens);
+    KVB_INVARIANT(s0.num_computed <= s0.num_tokens, "seq %" PRId64 ": computed %" PRIu64 " > tokens %" PRIu64, s0.id,
+                  s0.num_computed, s0.num_tokens);
+    KVB_INVARIANT(s0.num_tokens >= 1, "seq %" PRId64 " has no tokens", s0.id);
+    KVB_INVARIANT(s.table.size() == blocks_for(s0.num_tokens, bs_), "seq %" PRId64 ": %zu table entries for %" PRIu64
+                  " tokens", s0.id, s.table.size(), s0.num_tokens);
     // A sequence filling from the store hashes its store blocks when its last get ends.
-    KVB_INVARIANT(s.num_hashed == s.num_computed / bs_ || (s.store_filling && s.num_hashed < s.num_computed / bs_),
+    KVB_INVARIANT(s.num_hashed == s0.num_computed / bs_ || (s0.store_filling && s.num_hashed < s0.num_computed / bs_),
                   "seq %" PRId64 ": %u blocks hashed, %" PRIu64
-                  " full computed blocks", s.id, s.num_hashed, s.num_computed / bs_);
+                  " full computed blocks", s0.id, s.num_hashed, s0.num_computed / bs_);
     // A swapped-out sequence (every group of it) holds host blocks in host_table instead, with the same
     // released slots and the same content: the chain check below reads whichever table holds the blocks.
-    const BlockPool& pool = s.swapped ? host_.pool : device_.pool;
-    const std::vector<int32_t>& table = s.swapped ? s.host_table : s.table;
-    if (s.swapped) {
-      KVB_INVARIANT(s.host_table.size() == s.table.size(), "swapped seq %" PRId64 ": host table size", s.id);
+    const BlockPool& pool = s0.swapped ? host_.pool : device_.pool;
+    const std::vector<int32_t>& table = s0.swapped ? s.host_table : s.table;
+    if (s0.swapped) {
+      KVB_INVARIANT(s.host_table.size() == s.table.size(), "swapped seq %" PRId64 ": host table size", s0.id);
       for (size_t i = 0; i < s.table.size(); ++i) {
-        KVB_INVARIANT(s.table[i] == -1, "swapped seq %" PRId64 " still names device block %d", s.id, s.table[i]);
+        KVB_INVARIANT(s.table[i] == -1, "swapped seq %" PRId64 " still names device block %d", s0.id, s.table[i]);
         int32_t h = s.host_table[i];
         if (h < 0) continue;
         KVB_INVARIANT(static_cast<uint32_t>(h) < cfg_.num_host_blocks && !host_held[h],
@@ -108,22 +106,22 @@ void Manager::check_invariants() const {
         host_held[h] = 1;
       }
     } else {
-      KVB_INVARIANT(s.host_table.empty(), "seq %" PRId64 " on device has a host table", s.id);
+      KVB_INVARIANT(s.host_table.empty(), "seq %" PRId64 " on device has a host table", s0.id);
     }
-    KVB_INVARIANT(table.back() >= 0, "seq %" PRId64 ": last block released", s.id);
+    KVB_INVARIANT(table.back() >= 0, "seq %" PRId64 ": last block released", s0.id);
     for (size_t i = 0; i < s.released_links.size(); ++i) {
       uint32_t k = s.released_links[i].first;
       KVB_INVARIANT(k + 1 < table.size() && table[k] < 0 && (i == 0 || s.released_links[i - 1].first < k),
-                    "seq %" PRId64 ": released link of block %u names a held, missing or unordered block", s.id, k);
+                    "seq %" PRId64 ": released link of block %u names a held, missing or unordered block", s0.id, k);
     }
     KVB_INVARIANT(s.released_blocks.empty() || (!cfg_.groups.empty() && s.window),
-                  "seq %" PRId64 " group %u: released blocks remembered outside a window group", s.id, g);
+                  "seq %" PRId64 " group %u: released blocks remembered outside a window group", s0.id, g);
     for (size_t i = 0; i < s.released_blocks.size(); ++i) {
-      const Sequence::ReleasedBlock& r = s.released_blocks[i];
+      const GroupTable::ReleasedBlock& r = s.released_blocks[i];
       KVB_INVARIANT(r.index < s.table.size() && s.table[r.index] < 0 && r.block >= 0 &&
                     static_cast<uint32_t>(r.block) < N && (i == 0 || s.released_blocks[i - 1].index < r.index),
                     "seq %" PRId64 " group %u: released block entry %zu (index %u, block %d) names a held, missing or "
-                    "unordered block", s.id, g, i, r.index, r.block);
+                    "unordered block", s0.id, g, i, r.index, r.block);
     }
     // Each hashed block still held must carry the hash its chain position implies.
     ChainLink chain = s.first_link;
@@ -133,35 +131,35 @@ void Manager::check_invariants() const {
       if (b < 0) {
         // Released by a sliding window, which may have been switched off or resized since; never the last
         // block (checked above).
-        KVB_INVARIANT(i + 1 < table.size(), "seq %" PRId64 ": block %zu released", s.id, i);
+        KVB_INVARIANT(i + 1 < table.size(), "seq %" PRId64 ": block %zu released", s0.id, i);
         chain_known = false;
         continue;
       }
-      if (!s.swapped) {
-        KVB_INVARIANT(b < static_cast<int32_t>(N), "seq %" PRId64 " holds block id %d", s.id, b);
+      if (!s0.swapped) {
+        KVB_INVARIANT(b < static_cast<int32_t>(N), "seq %" PRId64 " holds block id %d", s0.id, b);
         ++refs[b];
       }
       if (i >= s.num_hashed || (s.uncacheable_from != kNoBlockIndex && i >= s.uncacheable_from)) continue;
       const BlockMeta& m = pool.meta(b);
-      KVB_INVARIANT(m.has_hash, "seq %" PRId64 ": committed full block %zu (%s block %d) has no hash", s.id, i,
-                    s.swapped ? "host" : "device", b);
+      KVB_INVARIANT(m.has_hash, "seq %" PRId64 ": committed full block %zu (%s block %d) has no hash", s0.id, i,
+                    s0.swapped ? "host" : "device", b);
       if (chain_known) {
-        ExtraKey extra = s.extra_key(static_cast<uint32_t>(i));
+        ExtraKey extra = s0.extra_key(static_cast<uint32_t>(i));
         uint64_t h;
         Key128 k;
         keys_.hasher.hash_and_key(chain, pool.tokens(b), bs_, extra, &h, &k);
         KVB_INVARIANT(h == m.hash && k == m.key, "seq %" PRId64 " group %u: block %zu (%s block %d) hash does not match "
-                      "its chain", s.id, g, i, s.swapped ? "host" : "device", b);
+                      "its chain", s0.id, g, i, s0.swapped ? "host" : "device", b);
       }
-      if (!device_.group.empty() && !s.swapped)
-        KVB_INVARIANT(!m.indexed || device_.group[b] == g, "seq %" PRId64 " group %u holds block %d of group %u", s.id, g,
+      if (!device_.group.empty() && !s0.swapped)
+        KVB_INVARIANT(!m.indexed || device_.group[b] == g, "seq %" PRId64 " group %u holds block %d of group %u", s0.id, g,
                       b, device_.group[b]);
       chain = link_after(m);
       chain_known = true;
     }
     if (s.uncacheable_from == kNoBlockIndex && chain_known)
       KVB_INVARIANT(s.chain.kind == chain.kind && s.chain.hash == chain.hash && s.chain.key == chain.key,
-                    "seq %" PRId64 ": stored chain link differs from its last hashed block", s.id);
+                    "seq %" PRId64 ": stored chain link differs from its last hashed block", s0.id);
    }
   }
   KVB_INVARIANT(live == seqs_.live, "%zu live sequences, counter says %zu", live, seqs_.live);

@@ -12,12 +12,13 @@ namespace kvb {
 // The chain link that block `num_hashed` of s would hash against, recomputed after num_hashed moved
 // back (fork at an earlier position, rollback). The block before may have been released by the
 // window: its link was kept then (released_links) while its next block is held.
-static ChainLink chain_at(const Sequence& s, uint32_t num_hashed, const BlockPool& pool, const char* what) {
-  if (num_hashed == s.num_hashed) return s.chain;
-  if (num_hashed == 0) return s.first_link;
-  int32_t b = s.table[num_hashed - 1];
+static ChainLink chain_at(const Sequence& s, const GroupTable& t, uint32_t num_hashed, const BlockPool& pool,
+                          const char* what) {
+  if (num_hashed == t.num_hashed) return t.chain;
+  if (num_hashed == 0) return t.first_link;
+  int32_t b = t.table[num_hashed - 1];
   if (b < 0) {
-    if (const ChainLink* l = s.released_link(num_hashed - 1)) return *l;
+    if (const ChainLink* l = t.released_link(num_hashed - 1)) return *l;
     fail(Code::bad_state, "seq %" PRId64 ": %s needs the hash of block %u, which the sliding window released", s.id,
          what, num_hashed - 1);
   }
@@ -44,27 +45,27 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     fail(Code::bad_state, "seq %" PRId64 ": fork of %zu token%s but only %" PRIu64 " %s committed", parent_id, pos,
          plural_s(pos), p.num_computed, is_are(p.num_computed));
   const uint32_t nb = blocks_for(pos, bs_);
-  const uint32_t hashed = std::min<uint32_t>(p.num_hashed, static_cast<uint32_t>(pos / bs_));
+  const uint32_t hashed = std::min<uint32_t>(p.groups[0].num_hashed, static_cast<uint32_t>(pos / bs_));
   ChainLink chains[kMaxForkGroups];
   for (uint32_t g = 0; g < groups_.count; ++g) {  // every group is checked before anything changes
-    const Sequence& pg = grp(p, g);
+    const GroupTable& pg = p.groups[g];
     const uint32_t released = first_released_needed(pg, pos, nb);
     if (released != kNoBlockIndex)
       fail(Code::bad_state, "seq %" PRId64 ": a fork at %zu token%s needs block %u (the window of its next query), which "
            "the sliding window released%s", parent_id, pos, plural_s(pos), released,
            groups_.count > 1 ? " (in a window group)" : "");
-    chains[g] = chain_at(pg, hashed, device_.pool, "fork position");
+    chains[g] = chain_at(p, pg, hashed, device_.pool, "fork position");
   }
 
   const size_t parent_index = static_cast<size_t>(&p - seqs_.pool.data());  // new_seq may move seqs_.pool
   Sequence& c = new_seq(child_id);
   Sequence& par = seqs_.pool[parent_index];
   try {
+    c.extra_keys = par.extra_keys;
     for (uint32_t g = 0; g < groups_.count; ++g) {
-      Sequence& cg = grp(c, g);
-      const Sequence& pg = grp(par, g);
+      GroupTable& cg = c.groups[g];
+      const GroupTable& pg = par.groups[g];
       cg.table.assign(pg.table.begin(), pg.table.begin() + nb);
-      cg.extra_keys = pg.extra_keys;
       for (const auto& e : pg.released_links)
         if (e.first + 1 < nb) cg.released_links.push_back(e);
       for (const auto& e : pg.released_blocks)  // the shared prefix ages with the child too
@@ -75,15 +76,15 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     drop_seq(c);
     throw;
   }
+  c.num_tokens = c.num_computed = pos;
+  c.num_cached = std::min<uint64_t>(par.num_cached, pos);
   // Group 0 last: the order in which apply_window's releases reach the free queue.
   for (uint32_t k = 1; k <= groups_.count; ++k) {
     const uint32_t g = k % groups_.count;
-    Sequence& cg = grp(c, g);
-    const Sequence& pg = grp(par, g);
+    GroupTable& cg = c.groups[g];
+    const GroupTable& pg = par.groups[g];
     for (int32_t b : cg.table)
       if (b >= 0) acquire_cached(b);
-    cg.num_tokens = cg.num_computed = pos;
-    cg.num_cached = std::min<uint64_t>(pg.num_cached, pos);
     cg.num_hashed = hashed;
     cg.uncacheable_from = pg.uncacheable_from < hashed ? pg.uncacheable_from : kNoBlockIndex;
     cg.chain = chains[g];
@@ -91,7 +92,7 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
     cg.window = pg.window;
     cg.sink = pg.sink;
     cg.window_next = std::min(pg.window_next, nb);
-    apply_window(cg);
+    apply_window(c, cg);
   }
 }
 
@@ -106,40 +107,41 @@ void Manager::rollback(int64_t id, size_t n) {
          s.num_tokens);
   const uint64_t len = s.num_tokens - n;
   const uint32_t nb = blocks_for(len, bs_);
-  const uint32_t hashed = std::min<uint32_t>(s.num_hashed, static_cast<uint32_t>(len / bs_));
+  const uint32_t hashed = std::min<uint32_t>(s.groups[0].num_hashed, static_cast<uint32_t>(len / bs_));
   ChainLink chains[kMaxForkGroups];
   for (uint32_t g = 0; g < groups_.count; ++g) {  // every group is checked before anything changes
-    const Sequence& sg = grp(s, g);
+    const GroupTable& sg = s.groups[g];
     const uint32_t released = first_released_needed(sg, std::min(s.num_computed, len), nb);
     if (released != kNoBlockIndex)
       fail(Code::bad_state, "seq %" PRId64 ": rollback to %" PRIu64 " token%s needs block %u (its last block or the "
            "window of its next query), which the sliding window released (only committed tokens can lie there)%s",
            id, len, plural_s(len), released, groups_.count > 1 ? " (in a window group)" : "");
-    chains[g] = chain_at(sg, hashed, device_.pool, "rollback");
+    chains[g] = chain_at(s, sg, hashed, device_.pool, "rollback");
   }
-  for (uint32_t g = groups_.count; g-- > 0;) rollback_apply(grp(s, g), len, nb, hashed, chains[g]);
-}
-
-void Manager::rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain) {
-  for (size_t i = s.table.size(); i-- > nb;)
-    if (s.table[i] >= 0) release_block(s.table[i]);
-  s.table.resize(nb);
-  while (!s.released_links.empty() && s.released_links.back().first + 1 >= nb) s.released_links.pop_back();
-  for (; !s.released_blocks.empty() && s.released_blocks.back().index >= nb; s.released_blocks.pop_back())
-    requeue_released(s.released_blocks.back(), s.id);
-  // A committed full block that is about to be overwritten leaves the index, unless another sequence
-  // still holds it as it is (the next append here then copies it first).
-  if (len % bs_ != 0) {
-    int32_t last = s.table.back();
-    if (device_.pool.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
-  }
+  for (uint32_t g = groups_.count; g-- > 0;) rollback_apply(s, s.groups[g], len, nb, hashed, chains[g]);
   s.num_tokens = len;
   s.num_computed = std::min(s.num_computed, len);
   s.num_cached = std::min(s.num_cached, len);
-  s.num_hashed = hashed;
-  s.chain = chain;
-  if (s.uncacheable_from >= hashed) s.uncacheable_from = kNoBlockIndex;
-  s.window_next = std::min(s.window_next, nb);
+}
+
+void Manager::rollback_apply(const Sequence& s, GroupTable& t, uint64_t len, uint32_t nb, uint32_t hashed,
+                             const ChainLink& chain) {
+  for (size_t i = t.table.size(); i-- > nb;)
+    if (t.table[i] >= 0) release_block(t.table[i]);
+  t.table.resize(nb);
+  while (!t.released_links.empty() && t.released_links.back().first + 1 >= nb) t.released_links.pop_back();
+  for (; !t.released_blocks.empty() && t.released_blocks.back().index >= nb; t.released_blocks.pop_back())
+    requeue_released(t.released_blocks.back(), s.id);
+  // A committed full block that is about to be overwritten leaves the index, unless another sequence
+  // still holds it as it is (the next append here then copies it first).
+  if (len % bs_ != 0) {
+    int32_t last = t.table.back();
+    if (device_.pool.meta(last).has_hash && sequence_holders(last) == 1) forget_hash(last);
+  }
+  t.num_hashed = hashed;
+  t.chain = chain;
+  if (t.uncacheable_from >= hashed) t.uncacheable_from = kNoBlockIndex;
+  t.window_next = std::min(t.window_next, nb);
 }
 
 

@@ -1,6 +1,10 @@
 // KV cache groups (kvb_config.groups): the prefix lookup whose hit is valid for every group, and
-// allocation with one block table per group. Every other operation loops over the groups of a sequence
-// in its own file (Manager::grp); a manager without groups never reaches this code.
+// allocation with one block table per group, and the order in which a freed sequence's blocks of every
+// group reach the free queue. Every other operation loops over the group tables of a sequence
+// (Sequence::groups) in its own file. A manager without groups (one full group) looks up, allocates
+// and frees through manager_allocate.cpp and manager_seqs.cpp instead: its per-sequence windows and
+// the store tier live there, and this code costs it more (a cached prompt 1.8x the instructions per
+// block, a missed one 3%; docs/perf/new-house.md).
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
@@ -9,20 +13,6 @@
 #include "manager.h"
 
 namespace kvb {
-
-// The chain of group g starts from the salt (or nothing) with g in the key's high word: a cached block
-// is keyed by its group and its whole history, so groups never hit each other's blocks, while the public
-// hash (what events report, with the group index) stays the same in every group.
-static ChainLink group_first_link(const SeqOptions& o, uint32_t g) {
-  ChainLink l;
-  if (o.has_salt) {
-    l.kind = ChainLink::salt;
-    l.hash = o.salt;
-    l.key = Key128{o.salt, 0};
-  }
-  l.key.hi ^= g;
-  return l;
-}
 
 bool Manager::group_takes(uint32_t g, uint32_t k, uint32_t i) const {
   const GroupSpec& spec = cfg_.groups[g];
@@ -51,7 +41,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
   // least 1 (a candidate k needs blocks k - min(k, run) .. k - 1 in the group).
   uint32_t windows[kMaxForkGroups], run[kMaxForkGroups], num_windows = 0;
   for (uint32_t g = 0; g < G; ++g) {
-    link[g] = group_first_link(opts, g);
+    link[g] = first_link_of(opts, g);
     last_miss1[g] = 0;
     left[g] = groups_.cached[g];
     exhausted |= left[g] == 0;
@@ -165,12 +155,11 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
   Sequence& s = new_seq(id);
   try {
     for (uint32_t g = 0; g < G; ++g) {
-      Sequence& gs = grp(s, g);
-      gs.table.reserve(gl.num_blocks);
-      reserve_window_link(gs, cfg_.groups[g].window_tokens);
-      gs.extra_keys.reserve(opts.num_extra_keys);
-      for (size_t i = 0; i < opts.num_extra_keys; ++i) gs.extra_keys.emplace_back(opts.extra_key_blocks[i], opts.extra_keys[i]);
+      GroupTable& t = s.groups[g];
+      t.table.reserve(gl.num_blocks);
+      reserve_window_link(t, cfg_.groups[g].window_tokens);
     }
+    s.set_extra_keys(opts.extra_key_blocks, opts.extra_keys, opts.num_extra_keys);
   } catch (const std::bad_alloc&) {
     drop_seq(s);
     fail_seq_tables(id, G, gl.num_blocks, opts.num_extra_keys);
@@ -194,8 +183,10 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
       else pin_host(-2 - e.block);
     }
   const size_t cached = static_cast<size_t>(k) * bs_;
+  s.num_tokens = n;
+  s.num_computed = s.num_cached = cached;
   for (uint32_t g = 0; g < G; ++g) {
-    Sequence& gs = grp(s, g);
+    GroupTable& gs = s.groups[g];
     const GroupSpec& spec = cfg_.groups[g];
     // The group's hit for block i (every block it takes is a hit, since k is valid for every group).
     uint32_t j = gl.first[g];
@@ -224,16 +215,14 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
       took = take;
     }
     while (gs.table.size() < gl.num_blocks) gs.table.push_back(take_free_block());
-    gs.num_tokens = cached;
-    write_tokens(gs, tokens + cached, n - cached);
-    gs.num_computed = gs.num_cached = cached;
+    write_tokens(gs, cached, tokens + cached, n - cached);
     gs.num_hashed = k;
-    gs.first_link = group_first_link(opts, g);
+    gs.first_link = first_link_of(opts, g);
     gs.chain = k ? link_after(device_.pool.meta(gs.table[k - 1])) : gs.first_link;  // block k - 1 is taken: held
     gs.window = spec.window ? spec.window_tokens : 0;
     gs.sink = spec.window ? spec.sink_tokens : 0;
     gs.window_next = blocks_for(gs.sink, bs_);
-    apply_window(gs);
+    apply_window(s, gs);  // before the next group takes its blocks: the order blocks reach the free queue
   }
   counters_.query_tokens += n;
   counters_.hit_tokens += cached;
@@ -265,17 +254,22 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
 void Manager::free_group_blocks(Sequence& s) {
   const uint32_t G = groups_.count;
   size_t left[kMaxForkGroups];  // per group: released_blocks entries not yet visited (from the end)
-  for (uint32_t g = 0; g < G; ++g) left[g] = grp(s, g).released_blocks.size();
-  for (size_t i = s.table.size(); i-- > 0;) {  // every group's table has the same length
+  const int32_t* tables[kMaxForkGroups];  // read once (releasing a block changes no table)
+  for (uint32_t g = 0; g < G; ++g) {
+    left[g] = s.groups[g].released_blocks.size();
+    tables[g] = s.groups[g].table.data();
+  }
+  for (size_t i = s.num_blocks(); i-- > 0;) {  // every group's table has the same length
     for (uint32_t g = 0; g < G; ++g) {
-      Sequence& gs = grp(s, g);
-      if (gs.table[i] >= 0) release_block(gs.table[i]);
-      else if (left[g] > 0 && gs.released_blocks[left[g] - 1].index == i) requeue_released(gs.released_blocks[--left[g]], s.id);
+      const int32_t b = tables[g][i];
+      if (b >= 0) release_block(b);
+      else if (left[g] > 0 && s.groups[g].released_blocks[left[g] - 1].index == i)
+        requeue_released(s.groups[g].released_blocks[--left[g]], s.id);
     }
   }
 }
 
-void Manager::requeue_released(const Sequence::ReleasedBlock& r, int64_t id) {
+void Manager::requeue_released(const GroupTable::ReleasedBlock& r, int64_t id) {
   const BlockMeta& m = device_.pool.meta(r.block);
   if (!m.in_free || !m.indexed || m.key != r.key) return;  // taken since, or holding other content
   // Another sequence hit the block and its window parked it again: that sequence still runs.

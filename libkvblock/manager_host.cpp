@@ -190,8 +190,8 @@ void Manager::clear_host_cache() {
 
 size_t Manager::held_blocks(const Sequence& s, bool host) const {
   size_t n = 0;
-  for (uint32_t g = 0; g < groups_.count; ++g)
-    for (int32_t b : host ? grp(s, g).host_table : grp(s, g).table) n += b >= 0;
+  for (const GroupTable& t : s.groups)
+    for (int32_t b : host ? t.host_table : t.table) n += b >= 0;
   return n;
 }
 
@@ -228,8 +228,8 @@ void Manager::swap_out(int64_t id, int32_t* pairs) {
   if (need > host_available())
     fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, %zu %s free", id, need,
          plural_s(need), host_available(), is_are(host_available()));
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    const std::vector<int32_t>& table = grp(s, g).table;
+  for (const GroupTable& t : s.groups) {
+    const std::vector<int32_t>& table = t.table;
     for (const BlockPair& p : pending_.copies)
       if (std::find(table.begin(), table.end(), p.second) != table.end())
         fail(Code::bad_state, "seq %" PRId64 ": block %d has a pending copy-on-write copy; drain and run copies first",
@@ -240,10 +240,9 @@ void Manager::swap_out(int64_t id, int32_t* pairs) {
              p.second);
   }
   // The only allocations, before any change: the host tables stay empty until every one has room.
-  for (uint32_t g = 0; g < groups_.count; ++g) grp(s, g).host_table.reserve(grp(s, g).table.size());
+  for (GroupTable& t : s.groups) t.host_table.reserve(t.table.size());
   size_t k = 0;
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    Sequence& gs = grp(s, g);
+  for (GroupTable& gs : s.groups) {
     gs.host_table.assign(gs.table.size(), -1);
     for (size_t i = 0; i < gs.table.size(); ++i) {
       int32_t b = gs.table[i];
@@ -261,21 +260,18 @@ void Manager::swap_out(int64_t id, int32_t* pairs) {
     }
   }
   // The device copies stay valid until reused, so cached ones remain findable until evicted.
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    Sequence& gs = grp(s, g);
+  for (GroupTable& gs : s.groups)
     for (size_t i = gs.table.size(); i-- > 0;)
       if (gs.table[i] >= 0) {
         release_block(gs.table[i]);
         gs.table[i] = -1;
       }
-    gs.swapped = true;
-  }
+  s.swapped = true;
   counters_.swapped_out += k;
 }
 
 void Manager::release_swapped(Sequence& s) {
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    Sequence& gs = grp(s, g);
+  for (const GroupTable& gs : s.groups) {
     for (size_t i = gs.host_table.size(); i-- > 0;) {
       int32_t h = gs.host_table[i];
       if (h < 0) continue;
@@ -297,7 +293,7 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
          device_.pool.num_free(), is_are(device_.pool.num_free()));
   size_t k = 0;
   for (uint32_t g = 0; g < groups_.count; ++g) {
-    Sequence& gs = grp(s, g);
+    GroupTable& gs = s.groups[g];
     ChainLink parent = gs.first_link;  // the link of the next block, while the chain is unbroken
     bool parent_known = true;
     for (size_t i = 0; i < gs.host_table.size(); ++i) {
@@ -321,10 +317,8 @@ void Manager::swap_in(int64_t id, int32_t* pairs) {
     }
   }
   release_swapped(s);
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    grp(s, g).host_table.clear();
-    grp(s, g).swapped = false;
-  }
+  for (GroupTable& t : s.groups) t.host_table.clear();
+  s.swapped = false;
   counters_.swapped_in += k;
 }
 

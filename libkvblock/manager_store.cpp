@@ -96,7 +96,7 @@ void Manager::store_start_gets(Sequence& s, uint32_t first, uint32_t count) {
   store_.hit_tokens += static_cast<uint64_t>(count) * bs_;
   const uint64_t first_ticket = store_.next_ticket;
   for (uint32_t j = 0; j < count; ++j) {  // capacity reserved by allocate
-    store_.gets.push_back(StoreGet{store_.next_ticket++, s.store_serial, s.id, first + j, scratch_.store_hosts[j], s.table[first + j]});
+    store_.gets.push_back(StoreGet{store_.next_ticket++, s.store_serial, s.id, first + j, scratch_.store_hosts[j], s.groups[0].table[first + j]});
     ++s.store_filling;
   }
   // Started after the bookkeeping: a get refused at once ends like a failed completion.
@@ -149,7 +149,8 @@ void Manager::store_complete(size_t k, int32_t status) {
   } else {
     store_release_staging(g.host);
   }
-  if (s->store_filling == 0) hash_committed_blocks(*s);  // the good store blocks enter the index
+  if (s->store_filling == 0)  // the good store blocks enter the index
+    for (GroupTable& t : s->groups) hash_committed_blocks(*s, t);
 }
 
 void Manager::store_through_offloaded() {
@@ -255,8 +256,8 @@ void Manager::check_store_invariants(std::vector<int32_t>& host_refs) const {
     const Sequence* s = find_seq_const(g.seq_id);
     if (!s || s->store_serial != g.serial) continue;
     ++filling[static_cast<size_t>(s - seqs_.pool.data())];
-    KVB_INVARIANT(g.index < s->table.size() && s->table[g.index] == g.device && device_.pool.meta(g.device).ref > 0 &&
-                      !device_.pool.meta(g.device).indexed && g.index >= s->num_hashed,
+    KVB_INVARIANT(g.index < s->num_blocks() && s->groups[0].table[g.index] == g.device && device_.pool.meta(g.device).ref > 0 &&
+                      !device_.pool.meta(g.device).indexed && g.index >= s->groups[0].num_hashed,
                   "seq %" PRId64 ": block %u (device %d) filling from the store is not held, or is indexed", s->id,
                   g.index, g.device);
   }

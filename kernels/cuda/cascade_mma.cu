@@ -425,7 +425,9 @@ void cascade_mma_splits(int64_t ctas, int64_t max_tokens, int64_t head_dim, int6
                         int* split_tokens) {
   constexpr int64_t kTargetCtas = 264, kMinSplitTokens = 512;
   const int64_t bn = ctiles::key_tile(int(head_dim));
-  int64_t ns = std::max<int64_t>(1, (kTargetCtas + ctas - 1) / std::max<int64_t>(1, ctas));
+  // Rounded, not ceiled: 128 CTAs per split (256 members x 4 heads, 8 kv heads) take 2 splits, one wave
+  // of 256 at two CTAs per SM, rather than 3 (384: a wave and a half-empty one).
+  int64_t ns = std::max<int64_t>(1, (kTargetCtas + ctas / 2) / std::max<int64_t>(1, ctas));
   ns = std::min(ns, std::max<int64_t>(1, max_tokens / kMinSplitTokens));
   ns = std::min(ns, max_splits);
   const int64_t st = (max_tokens + ns - 1) / ns;

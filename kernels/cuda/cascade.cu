@@ -483,7 +483,9 @@ void check_prefix_groups(int64_t num_seqs, int64_t max_blocks, const kvb_prefix_
          "shared_blocks", kernel, g.num_groups);
   if (g.group_start[0] != 0)
     fail(Code::invalid_argument, "%s: prefix_groups.group_start[0] = %d is not 0", kernel, g.group_start[0]);
-  std::vector<char> seen(size_t(num_seqs), 0);
+  // Per-thread scratch reused across calls: a warm decode / prefill loop allocates nothing here.
+  thread_local std::vector<char> seen;
+  seen.assign(size_t(num_seqs), 0);
   for (uint32_t gi = 0; gi < g.num_groups; ++gi) {
     const int64_t m0 = g.group_start[gi], m1 = g.group_start[gi + 1];
     if (m1 <= m0 || m1 - m0 > num_seqs)

@@ -1,7 +1,9 @@
 // CUDA shared-prefix ("cascade") decode attention (kvb_prefix_groups on a CUDA cache).
 //
 // Two kernels on the caller's stream:
-//  1. cascade_shared, grid (tile, kv head, key split): a tile stacks the query rows of up to kRows / group
+//  1. The shared part: fp16 / bf16 caches run cascade_mma_kernel (cascade_mma.cu: tensor cores, 64-row
+//     tiles of members x GQA heads, written per member as below); fp32 caches run
+//     cascade_shared, grid (tile, kv head, key split): a tile stacks the query rows of up to kRows / group
 //     members of one group (every query head of the kv head, so GQA heads share the keys too) and runs
 //     them over one split of the group's shared keys, read once per tile through the first member's
 //     table; each row's state (max m, sum l, unnormalised acc) goes to the workspace.
@@ -10,8 +12,8 @@
 //     splits (the split-KV decode's rule: out = sum acc_i 2^(m_i - M) / sum l_i 2^(m_i - M)).
 // The description (members, tiles, shared lengths) travels by value in the launch parameters, so that a
 // captured CUDA graph keeps it and nothing is copied to the device; descriptions too large for them run
-// the plain kernel (cascade_decode returns false). The scores and the value sums are CUDA-core fp32 (a
-// first version: correct for every dtype / head_dim the plain kernels take; tensor cores remain to do).
+// the plain kernel (cascade_decode returns false). cascade_shared's scores and value sums are CUDA-core
+// fp32 (it serves fp32 caches); cascade_own is CUDA-core fp32 for every dtype.
 #include <algorithm>
 #include <climits>
 #include <cmath>

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -281,10 +282,38 @@ void test_batches_valid_on_cpu() {
   CHECK(bad == 0);
 }
 
+// The workspace queries on a CUDA cache (shapes only: no device needed, only a CUDA build): with the
+// description fp16 / bf16 ask for the shared path's parts (more than the plain plan), fp32 for the plain
+// plan only; a bad description fails the query naming the value.
+void test_workspace_query_counts_the_shared_path() {
+  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+  for (uint32_t dt : dtypes) {
+    Config c{dt, 128, 16, 2, 4, 0, 0, 0.f, 5, false};
+    Batch b(c);
+    HostCache dev(b.cache);
+    dev.desc.device_type = KVB_DEVICE_CUDA;
+    kvb_prefix_groups g = b.groups();
+    size_t plain = 0, grouped = 0;
+    kvb_prefill_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+    CHECK_OK(kvb_prefill_attention_workspace_size(&dev.desc, &a, &plain));
+    a.prefix_groups = &g;
+    CHECK_OK(kvb_prefill_attention_workspace_size(&dev.desc, &a, &grouped));
+    // parts x (head_dim + 2) floats per (query row, head): at least 2 parts.
+    const size_t least = size_t(b.total_q) * b.num_q_heads * 2 * (c.head_dim + 2) * 4;
+    if (dt == KVB_DTYPE_FP32) CHECK(grouped == plain);
+    else CHECK(grouped >= least && grouped > plain);
+    b.members[0] = int32_t(b.num_seqs);  // not a row of the batch
+    CHECK_STATUS(kvb_prefill_attention_workspace_size(&dev.desc, &a, &grouped), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(kvb_last_error(), "prefix_groups.members[0]") != nullptr);
+  }
+}
+
 }  // namespace
 
 int main() {
   RUN_TEST(test_batches_valid_on_cpu);
+  if (cuda_built()) RUN_TEST(test_workspace_query_counts_the_shared_path);
+  else SKIP_TEST(test_workspace_query_counts_the_shared_path, "built without CUDA");
 #if KVB_WITH_CUDA
   if (cuda_devices() > 0) {
     RUN_TEST(test_cuda_groups_equal_plain);

@@ -543,15 +543,17 @@ KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
    <= seq_lens[row] and, over the shared columns, the very block ids of the group's first member, every
    one in [0, num_blocks); a row in two groups is an error. Soft cap, window + sinks (each member's own
    window masks its part of the shared keys) and every dtype are as in the plain kernels; the work
-   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches (fp16 / bf16 / fp32),
-   kvb_paged_attention only: the description's values travel in the launch parameters (a captured CUDA
-   graph keeps those of capture time); its states need workspace, which
-   kvb_paged_attention_workspace_size counts when args.prefix_groups is set; a description beyond the
-   kernel's limits (more than 32 groups, 512 members, 32 query heads per kv head), or a workspace sized
-   without it, runs the plain kernel (same results). On the device a member whose seq_len is below the
+   areas are allocated per call, like the CPU kernels' other scratch. CUDA caches: kvb_paged_attention
+   (fp16 / bf16 / fp32) and kvb_prefill_attention (fp16 / bf16; fp32 runs the plain kernel); fp16 / bf16
+   compute the shared part on tensor cores. The description's values travel in the launch parameters (a
+   captured CUDA graph keeps those of capture time); its states need workspace, which
+   kvb_paged_attention_workspace_size / kvb_prefill_attention_workspace_size count when
+   args.prefix_groups is set; a description beyond the kernels' limits (more than 32 groups or 512
+   members; fp32 decode: 32 query heads per kv head), or a workspace sized without it, runs the plain
+   kernel (same results). On the device a member whose seq_len is below the
    shared tokens, or whose shared columns differ from the first member's, is a fault (NaN outputs,
-   kvb_cuda_take_fault). CUDA prefill / extend and FP8 caches (for now): the description is ignored and
-   the plain kernel runs (same results, no speed-up yet).
+   kvb_cuda_take_fault). FP8 caches (for now): the description is ignored and the plain kernel runs (same
+   results, no speed-up yet).
 
    Worked example (block_size 16). Rows 0 and 2 forked from one 70-token prompt: their tables begin with
    the blocks 7 8 9 4 (64 computed tokens), then each has its own copy of the partial block (11, 12);

@@ -1,8 +1,7 @@
 // C boundary of paged prefill / extend attention and its workspace query.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
-
-#include <cstddef>
 
 #include "../libkvblock/capi_guard.h"
 #include "cache.h"
@@ -12,6 +11,12 @@
 
 using namespace kvb;
 using namespace kvb::kern;
+
+namespace {
+bool has_prefix_groups(const kvb_prefill_args* args) {
+  return args->struct_size >= offsetof(kvb_prefill_args, prefix_groups) + sizeof(void*);
+}
+}  // namespace
 
 namespace kvb {
 namespace kern {
@@ -60,7 +65,11 @@ KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* ca
   return guarded([&] {
     KVB_REQUIRE_ARG(bytes != nullptr, "bytes is NULL");
     Cache c = read_cache(cache, "cache");
-    *bytes = read_prefill(c, args, false).plan.workspace_bytes;
+    Prefill a = read_prefill(c, args, false);
+    *bytes = a.plan.workspace_bytes;
+    // CUDA shared-prefix prefill: its workspace when the description is set (the larger of the two).
+    const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
+    if (cg) *bytes = std::max(*bytes, cuda::cascade_prefill_workspace(c, a, *cg));
   });
 }
 
@@ -71,10 +80,10 @@ KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_
     require_backend(c, "cache");
     if (a.num_seqs == 0) return;
     // Shared-prefix attention (kvb_prefix_groups) where prefix_groups_to_use says it applies.
-    const kvb_prefix_groups* pg = args->struct_size >= offsetof(kvb_prefill_args, prefix_groups) + sizeof(void*)
-                                      ? prefix_groups_to_use(c, args->prefix_groups)
-                                      : nullptr;
+    const kvb_prefix_groups* pg = has_prefix_groups(args) ? prefix_groups_to_use(c, args->prefix_groups) : nullptr;
     if (pg) return cpu::cascade_attention(c, cascade_of(a), *pg);
+    const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
+    if (cg && cuda::cascade_prefill(c, a, *cg, args->workspace, args->workspace_size, stream)) return;
     if (c.cuda) {
       cuda::Tf32Scope tf32(a.allow_tf32);
       cuda::prefill_attention(c, a, stream);

@@ -44,8 +44,8 @@ CascadeCall cascade_of(const Prefill& a);
 // pg's struct_size is checked in every case.
 const kvb_prefix_groups* prefix_groups_to_use(const Cache& c, const kvb_prefix_groups* pg);
 
-// The description for the CUDA shared-prefix decode: pg when the cache is a CUDA cache that is not FP8
-// and pg has groups (struct_size checked); else NULL.
+// The description for the CUDA shared-prefix decode and prefill / extend: pg when the cache is a CUDA
+// cache that is not FP8 and pg has groups (struct_size checked); else NULL (FP8 caches: the plain kernels).
 const kvb_prefix_groups* cuda_prefix_groups(const Cache& c, const kvb_prefix_groups* pg);
 
 namespace cuda {
@@ -58,6 +58,11 @@ size_t cascade_workspace(const Cache& c, const Attention& a, const kvb_prefix_gr
 // cascade_workspace, a device without the shared memory): the caller then runs the plain kernel.
 bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups& g, void* workspace,
                     size_t workspace_size, void* stream);
+// The same for prefill / extend (kernels/cuda/cascade_prefill.cu; fp16 / bf16 caches, head_dim 64 / 128
+// / 256: 0 / false for any other cache, whose plain kernel then runs).
+size_t cascade_prefill_workspace(const Cache& c, const Prefill& a, const kvb_prefix_groups& g);
+bool cascade_prefill(const Cache& c, const Prefill& a, const kvb_prefix_groups& g, void* workspace,
+                     size_t workspace_size, void* stream);
 }  // namespace cuda
 
 namespace cpu {

@@ -32,6 +32,8 @@ void free_pinned(void*) { no_cuda(); }
 // No CUDA cache reaches these in such a build (require_backend refuses it); the plain path's error stands.
 size_t cascade_workspace(const Cache&, const Attention&, const kvb_prefix_groups&) { return 0; }
 bool cascade_decode(const Cache&, const Attention&, const kvb_prefix_groups&, void*, size_t, void*) { return false; }
+size_t cascade_prefill_workspace(const Cache&, const Prefill&, const kvb_prefix_groups&) { return 0; }
+bool cascade_prefill(const Cache&, const Prefill&, const kvb_prefix_groups&, void*, size_t, void*) { return false; }
 
 }  // namespace cuda
 }  // namespace kern

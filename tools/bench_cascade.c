@@ -4,8 +4,11 @@
    CPU: 64 sequences sharing 4,096 tokens with 128 own tokens each (one group of 64), and 64 sequences of
    4,224 tokens sharing nothing (a description with no groups). CUDA (kernels/cuda/cascade.cu, decode):
    256 sequences sharing 16,384 tokens with 256 own tokens each, and 64 sequences of 8,192 tokens sharing
-   2,048 (the H100 targets of PERFORMANCE.md). The ceiling is the plain call of the same run (its K+V bytes
-   against the read ceiling). */
+   2,048 (the H100 targets of PERFORMANCE.md), and an extend row: kvb_prefill_attention for 64 sequences
+   sharing 4,096 tokens, each adding 16 new tokens after 112 own cached ones (speculative decoding / chunked
+   extends of n > 1 samples). The ceiling is the plain call of the same run (its K+V bytes against the
+   read ceiling). GPU calls are fenced on both sides (fence()): a sample is the kernels' time, not the
+   launch's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,8 +16,10 @@
 #include "util.h"
 
 typedef struct cascade_ctx {
-  kcache cache, q, out, tables, lens, ws;
+  kcache cache, q, out, tables, lens, ws, qstart;
+  uint32_t q_len; /* 0: decode (kvb_paged_attention); else new tokens per sequence (kvb_prefill_attention) */
   kvb_attention_args a;
+  kvb_prefill_args p;
   kvb_prefix_groups g;
   int32_t group_start[2], members[256], shared_blocks[1];
 } cascade_ctx;
@@ -36,20 +41,26 @@ static void cascade_free(cascade_ctx* c) {
   kc_free(&c->tables);
   kc_free(&c->lens);
   kc_free(&c->ws);
+  kc_free(&c->qstart);
 }
 
 /* batch sequences of shared + own tokens; shared > 0: the first shared / BS columns of every row are
-   the same blocks (one group), the rest each row's own. */
-static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t shared, uint32_t own) {
+   the same blocks (one group), the rest each row's own. q_len > 0: an extend of the last q_len of the own
+   tokens (kvb_prefill_attention); 0: a decode. */
+static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t shared, uint32_t own, uint32_t q_len) {
   uint32_t i, b, sb = shared / BS, ob = own / BS, maxb = sb + ob, nblocks = sb + batch * ob;
-  size_t qbytes = (size_t)batch * HQ * HD * 2;
+  uint32_t rows = batch * (q_len ? q_len : 1);
+  size_t qbytes = (size_t)rows * HQ * HD * 2;
   int32_t *t, *perm;
   kvb_status st;
   memset(c, 0, sizeof *c);
+  c->q_len = q_len;
   if (!kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) || !kc_fill_random(e, &c->cache) ||
       !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
-      !kc_buffer(e, &c->tables, (size_t)batch * maxb * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
+      !kc_buffer(e, &c->tables, (size_t)batch * maxb * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4) ||
+      !kc_buffer(e, &c->qstart, ((size_t)batch + 1) * 4))
     return 0;
+  for (i = 0; i <= batch; i++) ((int32_t*)c->qstart.host.k)[i] = (int32_t)(i * q_len);
   fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
   perm = (int32_t*)xcalloc(nblocks, sizeof *perm);
   random_tables(perm, nblocks, &e->seed);
@@ -61,6 +72,9 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
     if (i < 256) c->members[i] = (int32_t)i;
   }
   free(perm);
+  /* GPU: q, tables, lengths and query_start to the device (the staging side is what was filled). */
+  if (!kc_upload(e, &c->q) || !kc_upload(e, &c->tables) || !kc_upload(e, &c->lens) || !kc_upload(e, &c->qstart))
+    return 0;
   kvb_prefix_groups_init(&c->g);
   c->group_start[0] = 0;
   c->group_start[1] = (int32_t)(batch < 256 ? batch : 256);
@@ -70,6 +84,26 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
   c->g.shared_blocks = c->shared_blocks;
   c->g.num_groups = sb > 0 ? 1 : 0;
   c->g.num_members = sb > 0 ? (uint32_t)c->group_start[1] : 0;
+  if (q_len) {
+    kvb_prefill_args_init(&c->p);
+    c->p.num_seqs = batch;
+    c->p.num_q_heads = HQ;
+    c->p.max_blocks_per_seq = maxb;
+    c->p.total_q_tokens = rows;
+    c->p.prefix_groups = &c->g;
+    if ((st = kvb_prefill_attention_workspace_size(&c->cache.dev, &c->p, &c->p.workspace_size)) != KVB_OK) {
+      lib_error("kvb_prefill_attention_workspace_size", st);
+      return 0;
+    }
+    if (c->p.workspace_size && !kc_buffer(e, &c->ws, c->p.workspace_size)) return 0;
+    c->p.q = c->q.dev.k;
+    c->p.out = c->out.dev.k;
+    c->p.query_start = (const int32_t*)c->qstart.dev.k;
+    c->p.block_tables = (const int32_t*)c->tables.dev.k;
+    c->p.seq_lens = (const int32_t*)c->lens.dev.k;
+    c->p.workspace = c->p.workspace_size ? c->ws.dev.k : NULL;
+    return 1;
+  }
   kvb_attention_args_init(&c->a);
   c->a.num_seqs = batch;
   c->a.num_q_heads = HQ;
@@ -88,29 +122,39 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
   return 1;
 }
 
-static int call(cascade_ctx* c, int with_groups, double* seconds) {
+static int call(kenv* e, cascade_ctx* c, int with_groups, double* seconds) {
   kvb_status st;
-  double t0 = now_s();
-  c->a.prefix_groups = with_groups ? &c->g : NULL;
-  if ((st = kvb_paged_attention(&c->cache.dev, &c->a, NULL)) != KVB_OK) {
-    lib_error("kvb_paged_attention", st);
+  double t0;
+  if (!fence(e)) return 0; /* GPU: nothing of the previous call runs into this sample */
+  t0 = now_s();
+  if (c->q_len) {
+    c->p.prefix_groups = with_groups ? &c->g : NULL;
+    st = kvb_prefill_attention(&c->cache.dev, &c->p, NULL);
+  } else {
+    c->a.prefix_groups = with_groups ? &c->g : NULL;
+    st = kvb_paged_attention(&c->cache.dev, &c->a, NULL);
+  }
+  if (st != KVB_OK) {
+    lib_error(c->q_len ? "kvb_prefill_attention" : "kvb_paged_attention", st);
     return 0;
   }
+  if (!fence(e)) return 0; /* GPU: the kernels are done */
   *seconds = now_s() - t0;
   return 1;
 }
 
 /* Plain and cascade calls alternate (plain first on even samples, cascade first on odd ones). */
-static int run_case(kenv* e, const char* key, const char* label, uint32_t batch, uint32_t shared, uint32_t own) {
+static int run_case(kenv* e, const char* key, const char* label, uint32_t batch, uint32_t shared, uint32_t own,
+                    uint32_t q_len) {
   cascade_ctx c;
   double plain[KMAX_REPS], casc[KMAX_REPS], mp, mc, bytes, t;
   uint64_t rep;
-  int ok = cascade_setup(e, &c, batch, shared, own);
+  int ok = cascade_setup(e, &c, batch, shared, own, q_len);
   report* r = e->r;
-  ok = ok && call(&c, 0, &t) && call(&c, 1, &t); /* warm-up */
+  ok = ok && call(e, &c, 0, &t) && call(e, &c, 1, &t); /* warm-up */
   for (rep = 0; ok && rep < e->reps && rep < KMAX_REPS; rep++) {
     int first = (int)(rep % 2);
-    ok = call(&c, first, first ? &casc[rep] : &plain[rep]) && call(&c, !first, first ? &plain[rep] : &casc[rep]);
+    ok = call(e, &c, first, first ? &casc[rep] : &plain[rep]) && call(e, &c, !first, first ? &plain[rep] : &casc[rep]);
   }
   if (ok) {
     size_t n = (size_t)(e->reps < KMAX_REPS ? e->reps : KMAX_REPS);
@@ -140,13 +184,17 @@ int bench_cascade(kenv* e) {
   if (!e->r->json)
     fprintf(e->r->f, "  %-38s %10s %10s  %s\n", "shared prefix (decode)", "plain us", "cascade us", "speed-up");
   if (e->cuda && e->quick)
-    return run_case(e, "cascade_64x2048+256", "64 seqs share 2048 + 256 own tokens", 64, 2048, 256);
+    return run_case(e, "cascade_64x2048+256", "64 seqs share 2048 + 256 own tokens", 64, 2048, 256, 0) &&
+           run_case(e, "cascade_extend_16x1024+64q16", "extend: 16 seqs share 1024, +16 new (64 own)", 16, 1024, 64,
+                    16);
   if (e->cuda)
-    return run_case(e, "cascade_256x16384+256", "256 seqs share 16384 + 256 own tokens", 256, 16384, 256) &&
-           run_case(e, "cascade_64x2048+6144", "64 seqs share 2048 of 8192 tokens", 64, 2048, 6144);
+    return run_case(e, "cascade_256x16384+256", "256 seqs share 16384 + 256 own tokens", 256, 16384, 256, 0) &&
+           run_case(e, "cascade_64x2048+6144", "64 seqs share 2048 of 8192 tokens", 64, 2048, 6144, 0) &&
+           run_case(e, "cascade_extend_64x4096+128q16", "extend: 64 seqs share 4096, +16 new (128 own)", 64, 4096,
+                    128, 16);
   if (e->quick)
-    return run_case(e, "cascade_16x512+64", "16 seqs share 512 + 64 own tokens", 16, 512, 64) &&
-           run_case(e, "cascade_none_16x576", "16 seqs x 576 tokens, none shared", 16, 0, 576);
-  return run_case(e, "cascade_64x4096+128", "64 seqs share 4096 + 128 own tokens", 64, 4096, 128) &&
-         run_case(e, "cascade_none_64x4224", "64 seqs x 4224 tokens, none shared", 64, 0, 4224);
+    return run_case(e, "cascade_16x512+64", "16 seqs share 512 + 64 own tokens", 16, 512, 64, 0) &&
+           run_case(e, "cascade_none_16x576", "16 seqs x 576 tokens, none shared", 16, 0, 576, 0);
+  return run_case(e, "cascade_64x4096+128", "64 seqs share 4096 + 128 own tokens", 64, 4096, 128, 0) &&
+         run_case(e, "cascade_none_64x4224", "64 seqs x 4224 tokens, none shared", 64, 0, 4224, 0);
 }

@@ -1,7 +1,9 @@
 // CUDA shared-prefix ("cascade") decode attention (kvb_prefix_groups on a CUDA cache).
 //
 // Two kernels on the caller's stream:
-//  1. cascade_shared, grid (tile, kv head, key split): a tile stacks the query rows of up to kRows / group
+//  1. The shared part: fp16 / bf16 caches run cascade_mma_kernel (cascade_mma.cu: tensor cores, 64-row
+//     tiles of members x GQA heads, written per member as below); fp32 caches run
+//     cascade_shared, grid (tile, kv head, key split): a tile stacks the query rows of up to kRows / group
 //     members of one group (every query head of the kv head, so GQA heads share the keys too) and runs
 //     them over one split of the group's shared keys, read once per tile through the first member's
 //     table; each row's state (max m, sum l, unnormalised acc) goes to the workspace.
@@ -10,8 +12,8 @@
 //     splits (the split-KV decode's rule: out = sum acc_i 2^(m_i - M) / sum l_i 2^(m_i - M)).
 // The description (members, tiles, shared lengths) travels by value in the launch parameters, so that a
 // captured CUDA graph keeps it and nothing is copied to the device; descriptions too large for them run
-// the plain kernel (cascade_decode returns false). The scores and the value sums are CUDA-core fp32 (a
-// first version: correct for every dtype / head_dim the plain kernels take; tensor cores remain to do).
+// the plain kernel (cascade_decode returns false). cascade_shared's scores and value sums are CUDA-core
+// fp32 (it serves fp32 caches); cascade_own is CUDA-core fp32 for every dtype.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -21,7 +23,9 @@
 #include "../attention.h"
 #include "../cache.h"
 #include "../cascade.h"
+#include "../cascade_tiles.h"
 #include "attention_common.cuh"
+#include "cascade_mma.cuh"
 #include "common.cuh"
 
 namespace kvb {
@@ -54,8 +58,6 @@ struct CascadeParams : PagedIo {
   int16_t group_lead[kMaxGroups];   // the group's first member (whose table the shared kernel reads)
 };
 static_assert(sizeof(CascadeParams) <= 4096, "launch parameters are limited to 4 KB");
-
-__device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 
 // Key k is masked for a row at position pos with window bounds lo (first key in the window) and sink.
 __device__ __forceinline__ bool masked(int k, int pos, int lo, int sink) { return k > pos || (k < lo && k >= sink); }
@@ -390,9 +392,19 @@ bool kernels_for_type(int D, bool cap, KernelFn* shared_fn, KernelFn* own_fn, si
   }
 }
 
+// cascade_own alone, for the tensor-core shared part (fp16 / bf16).
+template <typename T>
+KernelFn own_kernel(int D, bool cap) {
+  switch (D) {
+    case 64: return cap ? cascade_own<T, 64, true> : cascade_own<T, 64, false>;
+    case 128: return cap ? cascade_own<T, 128, true> : cascade_own<T, 128, false>;
+    default: return cap ? cascade_own<T, 256, true> : cascade_own<T, 256, false>;
+  }
+}
+
 // The launch shape of a description, or fits = false (the plain kernel runs).
 struct Shape {
-  bool fits = false;
+  bool fits = false, mma = false;
   int num_tiles = 0, num_members = 0, num_splits = 1, split_tokens = 0;
   size_t workspace_bytes = 0;
 };
@@ -400,7 +412,10 @@ struct Shape {
 Shape shape_of(const Cache& c, const Attention& a, const kvb_prefix_groups& g) {
   Shape s;
   const int64_t G = a.num_q_heads / c.num_kv_heads;
-  if (g.num_groups == 0 || g.num_groups > uint32_t(kMaxGroups) || G > kRows || a.num_seqs > INT16_MAX) return s;
+  // fp16 / bf16: the tensor-core shared kernel (cascade_mma.cu), 64-row tiles a member may span.
+  s.mma = cascade_mma_supported(c);
+  if (g.num_groups == 0 || g.num_groups > uint32_t(kMaxGroups) || (!s.mma && G > kRows) || a.num_seqs > INT16_MAX)
+    return s;
   if (!(c.dtype == Dtype::f16 || c.dtype == Dtype::bf16 || c.dtype == Dtype::f32)) return s;
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) return s;
   const int64_t per_tile = kRows / G;
@@ -408,64 +423,100 @@ Shape shape_of(const Cache& c, const Attention& a, const kvb_prefix_groups& g) {
   for (uint32_t gi = 0; gi < g.num_groups; ++gi) {
     const int64_t n = int64_t(g.group_start[gi + 1]) - g.group_start[gi];
     members += n;
-    tiles += (n + per_tile - 1) / per_tile;
+    tiles += s.mma ? (n * G + ctiles::kTileRows - 1) / ctiles::kTileRows : (n + per_tile - 1) / per_tile;
     max_shared = std::max<int64_t>(max_shared, int64_t(g.shared_blocks[gi]) * c.block_size);
   }
-  if (members > kMaxMembers || tiles > kMaxTiles || max_shared > INT_MAX / 2) return s;
+  if (members > kMaxMembers || (!s.mma && tiles > kMaxTiles) || tiles > INT_MAX / 2 || max_shared > INT_MAX / 2)
+    return s;
   s.fits = true;
   s.num_tiles = int(tiles);
   s.num_members = int(members);
   const int64_t ctas = tiles * c.num_kv_heads;
-  int64_t ns = std::max<int64_t>(1, (kTargetCtas + ctas - 1) / ctas);
-  ns = std::min<int64_t>(ns, std::max<int64_t>(1, max_shared / kMinSplitTokens));
-  ns = std::min<int64_t>(ns, 65535);
-  s.num_splits = int(ns);
-  int64_t st = (max_shared + ns - 1) / ns;
-  s.split_tokens = int(std::max<int64_t>(kKeys, (st + kKeys - 1) / kKeys * kKeys));
-  const size_t rows = size_t(members) * size_t(a.num_q_heads) * size_t(ns);
+  if (s.mma) {
+    cascade_mma_splits(ctas, max_shared, c.head_dim, 65535, &s.num_splits, &s.split_tokens);
+  } else {
+    int64_t ns = std::max<int64_t>(1, (kTargetCtas + ctas - 1) / ctas);
+    ns = std::min<int64_t>(ns, std::max<int64_t>(1, max_shared / kMinSplitTokens));
+    ns = std::min<int64_t>(ns, 65535);
+    s.num_splits = int(ns);
+    int64_t st = (max_shared + ns - 1) / ns;
+    s.split_tokens = int(std::max<int64_t>(kKeys, (st + kKeys - 1) / kKeys * kKeys));
+  }
+  const size_t rows = size_t(members) * size_t(a.num_q_heads) * size_t(s.num_splits);
   s.workspace_bytes = rows * (size_t(c.head_dim) + 2) * sizeof(float) + 64;
   return s;
 }
 
+// The tensor-core shared kernel's parameters for a decode: the shared tiles only (cascade_own does
+// each member's own keys and the merge), writing the parts cascade_own reads ([member][head][split]).
+CascadeMmaParams mma_params(const Attention& a, const CascadeParams& p, const Shape& s) {
+  CascadeMmaParams mp{};
+  PrefillParams& b = mp.b;
+  b.k = p.k, b.v = p.v;
+  b.block_stride = p.block_stride, b.token_stride = p.token_stride, b.head_stride = p.head_stride;
+  b.q = p.q;
+  b.q_token_stride = p.q_seq_stride, b.q_head_stride = p.q_head_stride;
+  b.out = p.out;
+  b.out_token_stride = p.out_seq_stride, b.out_head_stride = p.out_head_stride;
+  b.query_start = nullptr;
+  b.seq_lens = p.seq_lens;
+  b.block_tables = p.block_tables;
+  b.ws_m = p.ws_m, b.ws_l = p.ws_l, b.ws_o = p.ws_o;
+  b.num_seqs = int(a.num_seqs), b.total_q = int(a.num_seqs);
+  b.num_blocks = p.num_blocks, b.block_shift = p.block_shift, b.max_blocks = p.max_blocks;
+  b.num_q_heads = p.num_q_heads, b.group = p.group, b.window = p.window, b.sink = p.sink;
+  b.num_splits = s.num_splits, b.split_tokens = s.split_tokens;
+  b.scale = a.scale, b.soft_cap = a.soft_cap, b.q_scale = a.scale * kLog2e;
+  b.fault = p.fault;
+  mp.shared_tiles = s.num_tiles, mp.own_tiles = 0;
+  mp.shared_splits = s.num_splits, mp.own_splits = 0, mp.parts = s.num_splits;
+  mp.shared_split_tokens = s.split_tokens, mp.own_split_tokens = s.split_tokens;
+  mp.by_member = 1;
+  mp.kernel = KVB_KERNEL_PAGED_ATTENTION;
+  return mp;
+}
+
+}  // namespace
+
 // The host arrays of the description against the batch (the device arrays are the kernels' to check).
-void check_description(const Attention& a, const kvb_prefix_groups& g) {
+void check_prefix_groups(int64_t num_seqs, int64_t max_blocks, const kvb_prefix_groups& g, const char* kernel) {
   if (!g.group_start || !g.members || !g.shared_blocks)
-    fail(Code::invalid_argument, "paged attention: prefix_groups has %u groups but a NULL group_start, members or "
-         "shared_blocks", g.num_groups);
+    fail(Code::invalid_argument, "%s: prefix_groups has %u groups but a NULL group_start, members or "
+         "shared_blocks", kernel, g.num_groups);
   if (g.group_start[0] != 0)
-    fail(Code::invalid_argument, "paged attention: prefix_groups.group_start[0] = %d is not 0", g.group_start[0]);
-  std::vector<char> seen(size_t(a.num_seqs), 0);
+    fail(Code::invalid_argument, "%s: prefix_groups.group_start[0] = %d is not 0", kernel, g.group_start[0]);
+  // Per-thread scratch reused across calls: a warm decode / prefill loop allocates nothing here.
+  thread_local std::vector<char> seen;
+  seen.assign(size_t(num_seqs), 0);
   for (uint32_t gi = 0; gi < g.num_groups; ++gi) {
     const int64_t m0 = g.group_start[gi], m1 = g.group_start[gi + 1];
-    if (m1 <= m0 || m1 - m0 > a.num_seqs)
-      fail(Code::invalid_argument, "paged attention: prefix_groups.group_start[%u] = %lld, [%u] = %lld: a group needs 1 "
-           "to num_seqs members", gi, (long long)m0, gi + 1, (long long)m1);
-    if (g.shared_blocks[gi] < 0 || g.shared_blocks[gi] > a.max_blocks)
-      fail(Code::invalid_argument, "paged attention: prefix_groups.shared_blocks[%u] = %d is not in [0, "
-           "max_blocks_per_seq = %lld]", gi, g.shared_blocks[gi], (long long)a.max_blocks);
+    if (m1 <= m0 || m1 - m0 > num_seqs)
+      fail(Code::invalid_argument, "%s: prefix_groups.group_start[%u] = %lld, [%u] = %lld: a group needs 1 "
+           "to num_seqs members", kernel, gi, (long long)m0, gi + 1, (long long)m1);
+    if (g.shared_blocks[gi] < 0 || g.shared_blocks[gi] > max_blocks)
+      fail(Code::invalid_argument, "%s: prefix_groups.shared_blocks[%u] = %d is not in [0, "
+           "max_blocks_per_seq = %lld]", kernel, gi, g.shared_blocks[gi], (long long)max_blocks);
     for (int64_t k = m0; k < m1; ++k) {
       const int32_t s = g.members[k];
-      if (s < 0 || s >= a.num_seqs)
-        fail(Code::invalid_argument, "paged attention: prefix_groups.members[%lld] = %d is not a row in [0, %lld)",
-             (long long)k, s, (long long)a.num_seqs);
+      if (s < 0 || s >= num_seqs)
+        fail(Code::invalid_argument, "%s: prefix_groups.members[%lld] = %d is not a row in [0, %lld)", kernel,
+             (long long)k, s, (long long)num_seqs);
       if (seen[size_t(s)])
-        fail(Code::invalid_argument, "paged attention: prefix_groups.members[%lld] = %d is in two groups", (long long)k, s);
+        fail(Code::invalid_argument, "%s: prefix_groups.members[%lld] = %d is in two groups", kernel, (long long)k, s);
       seen[size_t(s)] = 1;
     }
   }
 }
 
-}  // namespace
-
 size_t cascade_workspace(const Cache& c, const Attention& a, const kvb_prefix_groups& g) {
-  check_description(a, g);
+  check_prefix_groups(a.num_seqs, a.max_blocks, g, "paged attention");
   const Shape s = shape_of(c, a, g);
   return s.fits ? s.workspace_bytes : 0;
 }
 
 bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups& g, void* workspace,
                     size_t workspace_size, void* stream) {
-  check_description(a, g);
+  check_prefix_groups(a.num_seqs, a.max_blocks, g, "paged attention");
   const Shape s = shape_of(c, a, g);
   if (!s.fits || workspace == nullptr || workspace_size < s.workspace_bytes) return false;
   const int64_t es = int64_t(c.elem());
@@ -518,19 +569,32 @@ bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups&
       p.members[k] = int16_t(g.members[k]);
       p.member_group[k] = int16_t(gi);
     }
-    for (int k = m0; k < m1; k += per_tile, ++nt) {
+    for (int k = m0; k < m1 && !s.mma; k += per_tile, ++nt) {  // the CUDA-core shared tiles
       p.tile_first[nt] = int16_t(k);
       p.tile_count[nt] = uint8_t(std::min(per_tile, m1 - k));
     }
   }
 
+  cudaStream_t st = as_stream(stream);
   KernelFn shared_fn = nullptr, own_fn = nullptr;
   size_t smem = 0;
   bool ok = false;
+  if (s.mma) {
+    // 16-byte cp.async of q rows (the plain kernel runs otherwise).
+    const uint64_t qalign = uint64_t(uintptr_t(a.q)) | uint64_t(a.q_seq_stride * es) | uint64_t(a.q_head_stride * es);
+    if (qalign % 16 != 0) return false;
+    CascadeMmaParams mp = mma_params(a, p, s);
+    cascade_mma_describe(mp, g, c.block_size);
+    if (!launch_cascade_mma(mp, c, cap, st)) return false;
+    own_fn = c.dtype == Dtype::f16 ? own_kernel<__half>(int(c.head_dim), cap)
+                                   : own_kernel<__nv_bfloat16>(int(c.head_dim), cap);
+    const unsigned head_blocks = unsigned((a.num_q_heads + kThreads / 32 - 1) / (kThreads / 32));
+    launch(own_fn, dim3(head_blocks, unsigned(a.num_seqs)), dim3(kThreads), 0, st, "cascade_own", p);
+    return true;
+  }
   switch (c.dtype) {
-    case Dtype::f16: ok = kernels_for_type<__half>(int(c.head_dim), cap, &shared_fn, &own_fn, &smem); break;
-    case Dtype::bf16: ok = kernels_for_type<__nv_bfloat16>(int(c.head_dim), cap, &shared_fn, &own_fn, &smem); break;
-    default: ok = kernels_for_type<float>(int(c.head_dim), cap, &shared_fn, &own_fn, &smem); break;
+    case Dtype::f32: ok = kernels_for_type<float>(int(c.head_dim), cap, &shared_fn, &own_fn, &smem); break;
+    default: break;  // fp16 / bf16 took the tensor-core path above
   }
   if (!ok) return false;
   {
@@ -543,7 +607,6 @@ bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups&
       return false;
     }
   }
-  cudaStream_t st = as_stream(stream);
   launch(shared_fn, dim3(unsigned(s.num_tiles), unsigned(c.num_kv_heads), unsigned(s.num_splits)), dim3(kThreads), smem,
          st, "cascade_shared", p);
   const unsigned head_blocks = unsigned((a.num_q_heads + kThreads / 32 - 1) / (kThreads / 32));

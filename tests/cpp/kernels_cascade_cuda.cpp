@@ -1,8 +1,9 @@
-// CUDA shared-prefix decode (kernels/cuda/cascade.cu): kvb_paged_attention on a CUDA cache with a
+// CUDA shared-prefix decode (kernels/cuda/cascade.cu; fp16 / bf16 shared part on tensor cores in
+// cascade_mma.cu): kvb_paged_attention on a CUDA cache with a
 // kvb_prefix_groups description against the plain CUDA call and the plain CPU call on the same inputs,
 // over random decode batches (several groups, a group of one, sequences in no group, members whose whole
 // sequence is shared, windows + sinks, soft caps, fp16 / bf16 / fp32, head dims 64 / 128 / 256, GQA
-// groups 1 / 4 / 8, block sizes 1 / 16), one batch of 64 members sharing 4096 tokens (split keys), a
+// groups 1 / 4 / 8 / 16 / 32 / 64, block sizes 1 / 16), one batch of 64 members sharing 4096 tokens (split keys), a
 // CUDA graph capture; the workspace query sizes the shared path; a member whose shared columns differ
 // from its group's first member gets NaN outputs and a BLOCK_ID fault. Without a CUDA device: SKIP
 // (the coordinator's `make gpu-check` packs this file with the other kernels_* tests).
@@ -166,6 +167,9 @@ std::vector<Config> configs() {
     }
   if (quick()) return out;
   out.push_back({KVB_DTYPE_FP16, 128, 16, 2, 32, 0, 0, 0.f, seed++, false});  // 32 heads per kv head: 1 member a tile
+  // 64 heads per kv head: a member spans the tensor-core kernel's whole 64-row tile (fp32: the plain kernel).
+  out.push_back({KVB_DTYPE_BF16, 64, 16, 1, 64, 0, 0, 0.f, seed++, false});
+  out.push_back({KVB_DTYPE_FP16, 256, 16, 2, 16, 40, 0, 25.f, seed++, false});
   out.push_back({KVB_DTYPE_FP16, 128, 16, 8, 4, 0, 0, 0.f, seed++, true});
   out.push_back({KVB_DTYPE_BF16, 128, 16, 8, 4, 1000, 16, 0.f, seed++, true});
   return out;

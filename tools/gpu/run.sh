@@ -115,7 +115,8 @@ if [ $quick = 0 ]; then
   if [ $gpu = 1 ] && [ -n "$sanitizer" ]; then
     for spec in memcheck:cpp_kernels_ops memcheck:cpp_kernels_prefill memcheck:cpp_kernels_attention \
                 memcheck:cpp_kernels_bad_input memcheck:cpp_kernels_fp8_cuda racecheck:cpp_kernels_prefill \
-                racecheck:cpp_kernels_attention memcheck:cpp_kernels_cascade_cuda racecheck:cpp_kernels_cascade_cuda; do
+                racecheck:cpp_kernels_attention memcheck:cpp_kernels_cascade_cuda racecheck:cpp_kernels_cascade_cuda \
+                memcheck:cpp_kernels_cascade_prefill_cuda racecheck:cpp_kernels_cascade_prefill_cuda; do
       tool=${spec%%:*} t=${spec#*:}
       name="${tool}_${t#cpp_}"
       ( KVB_TEST_QUICK=1 timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 1 "$here/tests/$t" \

@@ -1,0 +1,330 @@
+// CUDA shared-prefix prefill / extend (kernels/cuda/cascade_prefill.cu + cascade_mma.cu):
+// kvb_prefill_attention on a CUDA cache with a kvb_prefix_groups description against the plain CUDA
+// call and the plain CPU call on the same inputs, over random batches: members extending a shared
+// prefix by 1 to 40 tokens each (several groups, a group of one, a member whose cached part is all
+// shared), sequences in no group prefilling from scratch or extending, mixed decode (q_len 1) and
+// extend rows, zero-length queries, windows + sinks (cutting into the shared keys), soft caps, fp16 /
+// bf16 (fp32: the plain kernel runs, same results), head dims 64 / 128 / 256, GQA groups 1 / 4 / 8 /
+// 16, block sizes 1 / 16; one batch of 32 members sharing 2048 tokens with 16 new tokens each (key
+// splits); a CUDA graph capture; the workspace query sizes the shared path; a member whose shared
+// columns differ from its group's first member gets NaN rows and a BLOCK_ID fault. Without a CUDA
+// device the batches run on the CPU only (CPU groups against CPU plain), and the CUDA tests SKIP.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels_util.h"
+
+using namespace kt;
+
+namespace {
+
+struct Config {
+  uint32_t dtype, head_dim, block_size, num_kv_heads, group, window, sink;
+  float soft_cap;
+  unsigned seed;
+  bool big;  // one group of 32 sharing 2048 tokens, 16 new tokens each
+};
+
+struct Batch {
+  Config cf;
+  uint32_t num_seqs = 0, max_blocks = 0, num_q_heads = 0, num_blocks = 0, total_q = 0;
+  std::vector<int32_t> lens, qstart{0}, tables, group_start{0}, members, shared_blocks;
+  HostCache cache;
+  Tensor q;
+
+  static uint32_t blocks_for(const Config& c) {
+    return c.big ? 2048 / c.block_size + 32 * (64 / c.block_size) + 8 : std::max(600u, 8000 / c.block_size);
+  }
+
+  explicit Batch(const Config& c)
+      : cf(c), num_blocks(blocks_for(c)), cache(c.dtype, blocks_for(c), c.block_size, c.num_kv_heads, c.head_dim) {
+    std::mt19937 rng(c.seed);
+    num_q_heads = c.num_kv_heads * c.group;
+    const int32_t bs = int32_t(c.block_size);
+    std::vector<int32_t> ids(num_blocks);
+    for (uint32_t i = 0; i < num_blocks; ++i) ids[i] = int32_t(i);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    size_t next = 0;
+    struct Seq {
+      int32_t group, len, q_len;
+      std::vector<int32_t> table;
+    };
+    std::vector<Seq> seqs;
+    const int ngroups = c.big ? 1 : 1 + int(rng() % 3);
+    std::vector<int32_t> nshared;
+    for (int g = 0; g < ngroups; ++g) {
+      const int32_t nb = c.big ? 2048 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 150) / uint32_t(bs)));
+      std::vector<int32_t> head;
+      for (int32_t k = 0; k < nb; ++k) head.push_back(ids.at(next++));
+      nshared.push_back(nb);
+      const int nm = c.big ? 32 : g == 1 ? 1 : 2 + int(rng() % 7);
+      for (int k = 0; k < nm; ++k) {
+        // New tokens after the shared prefix (and after own cached ones): decode, short or longer extends.
+        const int32_t q_len = c.big ? 16 : k % 3 == 0 ? 1 : k % 3 == 1 ? 1 + int32_t(rng() % 40) : int32_t(rng() % 3);
+        const int32_t cached_own = c.big ? 0 : (k == 0 ? 0 : int32_t(rng() % 60));
+        seqs.push_back(Seq{g, nb * bs + cached_own + q_len, q_len, head});
+      }
+    }
+    const int nplain = c.big ? 0 : 1 + int(rng() % 3);
+    for (int k = 0; k < nplain; ++k) {
+      const int32_t len = 1 + int32_t(rng() % 200);
+      seqs.push_back(Seq{-1, len, k == 0 ? len : std::min(len, 1 + int32_t(rng() % 20)), {}});  // a prefill, extends
+    }
+    std::shuffle(seqs.begin(), seqs.end(), rng);
+    num_seqs = uint32_t(seqs.size());
+    for (Seq& s : seqs) {
+      while (int32_t(s.table.size()) * bs < s.len) s.table.push_back(ids.at(next++));
+      max_blocks = std::max(max_blocks, uint32_t(s.table.size()));
+    }
+    tables.assign(size_t(num_seqs) * max_blocks, -1);
+    for (uint32_t i = 0; i < num_seqs; ++i) {
+      lens.push_back(seqs[i].len);
+      qstart.push_back(qstart.back() + seqs[i].q_len);
+      for (size_t b = 0; b < seqs[i].table.size(); ++b) tables[i * max_blocks + b] = seqs[i].table[b];
+    }
+    total_q = uint32_t(qstart.back());
+    for (int g = 0; g < ngroups; ++g) {
+      for (uint32_t i = 0; i < num_seqs; ++i)
+        if (seqs[i].group == g) members.push_back(int32_t(i));
+      group_start.push_back(int32_t(members.size()));
+      shared_blocks.push_back(nshared[size_t(g)]);
+    }
+    cache.k.fill_random(rng);
+    cache.v.fill_random(rng);
+    q = Tensor(c.dtype, size_t(std::max(1u, total_q)) * num_q_heads * c.head_dim);
+    q.fill_random(rng, -2.f, 2.f);
+  }
+
+  kvb_prefix_groups groups() {
+    kvb_prefix_groups g;
+    kvb_prefix_groups_init(&g);
+    g.group_start = group_start.data();
+    g.members = members.data();
+    g.shared_blocks = shared_blocks.data();
+    g.num_groups = uint32_t(shared_blocks.size());
+    g.num_members = uint32_t(members.size());
+    return g;
+  }
+
+  kvb_prefill_args args(const void* qp, void* op, const int32_t* qs, const int32_t* len, const int32_t* tab, void* ws,
+                        size_t wss, const kvb_prefix_groups* g) const {
+    kvb_prefill_args a;
+    kvb_prefill_args_init(&a);
+    a.num_seqs = num_seqs;
+    a.num_q_heads = num_q_heads;
+    a.max_blocks_per_seq = max_blocks;
+    a.total_q_tokens = total_q;
+    a.q = qp;
+    a.out = op;
+    a.query_start = qs;
+    a.seq_lens = len;
+    a.block_tables = tab;
+    a.logits_soft_cap = cf.soft_cap;
+    a.window_tokens = cf.window;
+    a.sink_tokens = cf.sink;
+    a.workspace = ws;
+    a.workspace_size = wss;
+    a.prefix_groups = g;
+    return a;
+  }
+
+  Tensor cpu(const kvb_prefix_groups* g) {
+    Tensor out(cf.dtype, q.n);
+    out.poison();
+    size_t ws = 0;
+    kvb_prefill_args a = args(q.data(), out.data(), qstart.data(), lens.data(), tables.data(), nullptr, 0, g);
+    CHECK_OK(kvb_prefill_attention_workspace_size(&cache.desc, &a, &ws));
+    std::vector<uint64_t> work(ws / 8 + 2);
+    a.workspace = ws ? work.data() : nullptr;
+    a.workspace_size = ws;
+    CHECK_OK(kvb_prefill_attention(&cache.desc, &a, nullptr));
+    return out;
+  }
+
+  size_t valid_elems() const { return size_t(total_q) * num_q_heads * cf.head_dim; }
+
+  const char* name() const {
+    static char buf[160];
+    snprintf(buf, sizeof buf, "%s D%u bs%u hkv%u g%u win%u sink%u cap%g seed%u%s", dname(cf.dtype), cf.head_dim,
+             cf.block_size, cf.num_kv_heads, cf.group, cf.window, cf.sink, double(cf.soft_cap), cf.seed,
+             cf.big ? " big" : "");
+    return buf;
+  }
+};
+
+int compare(const Tensor& got, const Tensor& want, size_t n, uint32_t dtype, const char* what, const char* name) {
+  int bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!close(got.get(i), want.get(i), dtype) && bad++ < 3)
+      fprintf(stderr, "  %s %s: element %zu = %g, want %g\n", name, what, i, double(got.get(i)), double(want.get(i)));
+  return bad;
+}
+
+bool quick() { return std::getenv("KVB_TEST_QUICK") != nullptr; }
+
+std::vector<Config> configs() {
+  std::vector<Config> out;
+  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+  const uint32_t dims[] = {64, 128, 256};
+  unsigned seed = 101;
+  for (uint32_t dt : dtypes)
+    for (uint32_t d : dims) {
+      out.push_back({dt, d, 16, 2, 4, 0, 0, 0.f, seed++, false});
+      if (quick()) continue;
+      out.push_back({dt, d, 16, 1, 8, 48, 4, 0.f, seed++, false});  // the window cuts into the shared keys
+      out.push_back({dt, d, 1, 3, 1, 0, 0, 30.f, seed++, false});
+    }
+  if (quick()) return out;
+  out.push_back({KVB_DTYPE_FP16, 128, 16, 2, 16, 0, 0, 0.f, seed++, false});
+  out.push_back({KVB_DTYPE_BF16, 64, 16, 4, 4, 100, 0, 20.f, seed++, false});
+  out.push_back({KVB_DTYPE_FP16, 128, 16, 8, 4, 0, 0, 0.f, seed++, true});
+  out.push_back({KVB_DTYPE_BF16, 128, 16, 8, 4, 1000, 16, 0.f, seed++, true});
+  return out;
+}
+
+#if KVB_WITH_CUDA
+struct DeviceBatch {
+  HostCache dev;
+  DeviceBuffer k, v, q, qs, tab, len;
+  explicit DeviceBatch(Batch& b)
+      : dev(b.cache),
+        k(b.cache.k.data(), b.cache.k.bytes()),
+        v(b.cache.v.data(), b.cache.v.bytes()),
+        q(b.q.data(), b.q.bytes()),
+        qs(b.qstart.data(), b.qstart.size() * 4),
+        tab(b.tables.data(), b.tables.size() * 4),
+        len(b.lens.data(), b.lens.size() * 4) {
+    dev.desc.device_type = KVB_DEVICE_CUDA;
+    dev.desc.k = k.p;
+    dev.desc.v = v.p;
+  }
+  Tensor run(Batch& b, const kvb_prefix_groups* g, bool graph, size_t* ws_out = nullptr) {
+    Tensor out(b.cf.dtype, b.q.n);
+    out.poison();
+    DeviceBuffer o(out.data(), out.bytes());
+    size_t ws = 0;
+    kvb_prefill_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, g);
+    CHECK_OK(kvb_prefill_attention_workspace_size(&dev.desc, &a, &ws));
+    if (ws_out) *ws_out = ws;
+    DeviceBuffer work(ws);
+    a = b.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p),
+               work.p, ws, g);
+    run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_prefill_attention(&dev.desc, &a, stream)); });
+    o.to_host(out.data());
+    return out;
+  }
+};
+
+void test_cuda_groups_equal_plain() {
+  int bad = 0, i = 0;
+  for (const Config& c : configs()) {
+    Batch b(c);
+    const Tensor cpu = b.cpu(nullptr);
+    DeviceBatch d(b);
+    kvb_prefix_groups g = b.groups();
+    size_t ws_plain = 0, ws_groups = 0;
+    const Tensor plain = d.run(b, nullptr, false, &ws_plain);
+    const Tensor grouped = d.run(b, &g, (i++ % 5) == 2, &ws_groups);
+    const size_t n = b.valid_elems();
+    bad += compare(plain, cpu, n, c.dtype, "cuda plain vs cpu", b.name());
+    bad += compare(grouped, cpu, n, c.dtype, "cuda groups vs cpu", b.name());
+    bad += compare(grouped, plain, n, c.dtype, "cuda groups vs cuda plain", b.name());
+    if (ws_groups < ws_plain && bad++ < 3)
+      fprintf(stderr, "  %s: workspace %zu with groups, %zu without\n", b.name(), ws_groups, ws_plain);
+    // fp16 / bf16 take the shared path: its workspace is asked for.
+    if (c.dtype != KVB_DTYPE_FP32 && ws_groups == ws_plain && bad++ < 3)
+      fprintf(stderr, "  %s: the workspace query did not count the shared path\n", b.name());
+  }
+  CHECK(bad == 0);
+}
+
+void test_cuda_member_with_other_blocks_faults() {
+  Config c{KVB_DTYPE_FP16, 128, 16, 2, 4, 0, 0, 0.f, 177, false};
+  Batch b(c);
+  // The last member of group 0 with new tokens (its rows show the NaN), not the first (whose table is read).
+  const int32_t lead = b.members[0];
+  int32_t other = -1;
+  for (int32_t k = b.group_start[1] - 1; k > 0 && other < 0; --k)
+    if (b.qstart[size_t(b.members[size_t(k)]) + 1] > b.qstart[size_t(b.members[size_t(k)])]) other = b.members[size_t(k)];
+  CHECK(other >= 0);
+  if (other < 0) return;
+  b.tables[size_t(other) * b.max_blocks] = (b.tables[size_t(lead) * b.max_blocks] + 1) % int32_t(b.num_blocks);
+  DeviceBatch d(b);
+  kvb_prefix_groups g = b.groups();
+  kvb_kernel_fault f;
+  kvb_kernel_fault_init(&f);
+  CHECK_OK(kvb_cuda_take_fault(0, nullptr, &f));  // nothing left over from earlier tests
+  const Tensor out = d.run(b, &g, false);
+  CHECK_STATUS(kvb_cuda_take_fault(0, nullptr, &f), KVB_ERR_INVALID_ARGUMENT);
+  CHECK(f.kind == KVB_FAULT_BLOCK_ID && f.index == other && f.column == 0);
+  const size_t rowlen = size_t(b.num_q_heads) * c.head_dim;
+  if (b.qstart[size_t(other) + 1] > b.qstart[size_t(other)])
+    CHECK(std::isnan(out.get(size_t(b.qstart[size_t(other)]) * rowlen)));
+  if (b.qstart[size_t(lead) + 1] > b.qstart[size_t(lead)])
+    CHECK(std::isfinite(out.get(size_t(b.qstart[size_t(lead)]) * rowlen)));
+}
+#endif
+
+// Without a device the batches still run on the CPU: the CPU call with and without the description
+// agree (the generator's batches are valid descriptions).
+void test_batches_valid_on_cpu() {
+  int bad = 0;
+  for (const Config& c : configs()) {
+    if (c.big) continue;
+    Batch b(c);
+    kvb_prefix_groups g = b.groups();
+    bad += compare(b.cpu(&g), b.cpu(nullptr), b.valid_elems(), c.dtype, "cpu groups vs cpu plain", b.name());
+  }
+  CHECK(bad == 0);
+}
+
+// The workspace queries on a CUDA cache (shapes only: no device needed, only a CUDA build): with the
+// description fp16 / bf16 ask for the shared path's parts (more than the plain plan), fp32 for the plain
+// plan only; a bad description fails the query naming the value.
+void test_workspace_query_counts_the_shared_path() {
+  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+  for (uint32_t dt : dtypes) {
+    Config c{dt, 128, 16, 2, 4, 0, 0, 0.f, 5, false};
+    Batch b(c);
+    HostCache dev(b.cache);
+    dev.desc.device_type = KVB_DEVICE_CUDA;
+    kvb_prefix_groups g = b.groups();
+    size_t plain = 0, grouped = 0;
+    kvb_prefill_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr);
+    CHECK_OK(kvb_prefill_attention_workspace_size(&dev.desc, &a, &plain));
+    a.prefix_groups = &g;
+    CHECK_OK(kvb_prefill_attention_workspace_size(&dev.desc, &a, &grouped));
+    // parts x (head_dim + 2) floats per (query row, head): at least 2 parts.
+    const size_t least = size_t(b.total_q) * b.num_q_heads * 2 * (c.head_dim + 2) * 4;
+    if (dt == KVB_DTYPE_FP32) CHECK(grouped == plain);
+    else CHECK(grouped >= least && grouped > plain);
+    b.members[0] = int32_t(b.num_seqs);  // not a row of the batch
+    CHECK_STATUS(kvb_prefill_attention_workspace_size(&dev.desc, &a, &grouped), KVB_ERR_INVALID_ARGUMENT);
+    CHECK(std::strstr(kvb_last_error(), "prefix_groups.members[0]") != nullptr);
+  }
+}
+
+}  // namespace
+
+int main() {
+  RUN_TEST(test_batches_valid_on_cpu);
+  if (cuda_built()) RUN_TEST(test_workspace_query_counts_the_shared_path);
+  else SKIP_TEST(test_workspace_query_counts_the_shared_path, "built without CUDA");
+#if KVB_WITH_CUDA
+  if (cuda_devices() > 0) {
+    RUN_TEST(test_cuda_groups_equal_plain);
+    RUN_TEST(test_cuda_member_with_other_blocks_faults);
+  } else {
+    SKIP_TEST(test_cuda_groups_equal_plain, "no CUDA device");
+    SKIP_TEST(test_cuda_member_with_other_blocks_faults, "no CUDA device");
+  }
+#else
+  SKIP_TEST(test_cuda_groups_equal_plain, "built without CUDA");
+  SKIP_TEST(test_cuda_member_with_other_blocks_faults, "built without CUDA");
+#endif
+  TEST_SUMMARY();
+}

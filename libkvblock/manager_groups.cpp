@@ -4,7 +4,7 @@
 // (Sequence::groups) in its own file. A manager without groups (one full group) looks up, allocates
 // and frees through manager_allocate.cpp and manager_seqs.cpp instead: its per-sequence windows and
 // the store tier live there, and this code costs it more (a cached prompt 1.8x the instructions per
-// block, a missed one 3%; docs/perf/new-house.md).
+// block, a missed one 3%; docs/perf/manager.md, "Sequence split").
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>

@@ -95,7 +95,7 @@ void Manager::free_seq(int64_t id) {
     free_group_blocks(s);  // every group's blocks age together (manager_groups.cpp)
   } else {
     // The one full group: the order free_group_blocks gives it (last block first), without its per-group
-    // bookkeeping, which cost a miss 8 instructions per block (1%; docs/perf/new-house.md).
+    // bookkeeping, which cost a miss 8 instructions per block (1%; docs/perf/manager.md, "Sequence split").
     const std::vector<int32_t>& table = s.groups[0].table;
     for (size_t i = table.size(); i-- > 0;)
       if (table[i] >= 0) release_block(table[i]);

@@ -1,7 +1,7 @@
 /* house_ir_driver.c - the miss, hit and decode loops of `kvblock bench` (tools/bench_manager.c), alone
    and in functions of their own, so that callgrind can count the instructions of exactly the measured
    loop (--toggle-collect=measured_*), per block or per token, against any build of the library (same
-   ABI). Used for docs/perf/new-house.md; not part of the build.
+   ABI). Used for docs/perf/manager.md ("Sequence split"); not part of the build.
      cc -O2 -g -Iabi -o /tmp/ir_driver docs/perf/house_ir_driver.c -Lbuild/lib -lkvblock
      LD_LIBRARY_PATH=build/lib valgrind --tool=callgrind --toggle-collect='measured_*' /tmp/ir_driver miss 0
    Second argument: 0 = no KV cache groups, 1 = one full-attention group (kvb_config.groups). */

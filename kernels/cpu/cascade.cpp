@@ -20,6 +20,8 @@
 
 #include "../../libkvblock/error.h"
 #include "../paged.h"
+#include "amx.h"
+#include "cascade_rows.h"
 #include "convert.h"
 #include "parallel.h"
 #include "simd.h"
@@ -28,51 +30,14 @@ namespace kvb {
 namespace kern {
 namespace cpu {
 
+using namespace casc;
+
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int kKeyTile = 32;
 constexpr int64_t kSharedRows = 256;  // query rows per shared item: the shared K/V are read once per 256
 constexpr int64_t kOwnRows = 128;     // query rows per own item (as the prefill kernel's tiles)
 constexpr int64_t kMinPartition = 512;  // shared keys per partition when split for the threads
 constexpr int64_t kParallelFlops = int64_t(8) << 20;
-
-struct Mask {
-  float soft_cap;
-  int64_t window, sink;
-  bool whole_rows;  // prefetch every kv head's rows of each token (see cascade_tile.inc)
-};
-
-// Per-thread state of R query rows (arrays 64-byte aligned).
-struct Rows {
-  int64_t R = 0;
-  float* q;      // [R4][D] pre-scaled queries
-  float* acc;    // [R4][D]
-  float* m;      // [R4]
-  float* l;      // [R4]
-  float* s;      // [R4][kKeyTile]
-  float* kt;     // [D][kKeyTile]
-  float* vt;     // [kKeyTile][D]
-  int64_t* pos;  // [R4]
-
-  static int64_t pad(int64_t n) { return (n + 15) / 16 * 16; }
-  static size_t floats(int64_t RM, int64_t D) {
-    return size_t(2 * pad(RM * D) + 2 * pad(RM) + pad(RM * kKeyTile) + 2 * pad(D * kKeyTile) + 2 * pad(RM));
-  }
-  Rows(float* base, int64_t RM, int64_t D) {
-    q = base;
-    acc = q + pad(RM * D);
-    m = acc + pad(RM * D);
-    l = m + pad(RM);
-    s = l + pad(RM);
-    kt = s + pad(RM * kKeyTile);
-    vt = kt + pad(D * kKeyTile);
-    pos = reinterpret_cast<int64_t*>(vt + pad(D * kKeyTile));
-  }
-};
-
-using AttendFn = void (*)(const Cache&, int64_t, const int32_t*, int64_t, int64_t, const Mask&, Rows&);
 
 #define KVB_SIMD_BODY "cascade_tile.inc"  // once per code path
 #include "simd_variants.inc"
@@ -197,9 +162,10 @@ void load_query(const Work& w, Rows& rw, int64_t r, int64_t s, int64_t j, int64_
   rw.l[r] = 0.f;
 }
 
-// Padding rows (up to a multiple of 8, the staged tiles' row blocks) score 0 and are never output.
+// Padding rows (up to a multiple of 16: the staged tiles' row blocks, the AMX row tiles) score 0 and are
+// never output.
 void finish_rows(const Work& w, Rows& rw) {
-  const int64_t R4 = (rw.R + 7) / 8 * 8, D = w.D;
+  const int64_t R4 = (rw.R + 15) / 16 * 16, D = w.D;
   for (int64_t r = rw.R; r < R4; ++r) {
     std::memset(rw.q + r * D, 0, sizeof(float) * size_t(D));
     rw.m[r] = kNegInf;
@@ -358,7 +324,7 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
 
   const int64_t n_shared = int64_t(sitems.size()) * w.NP, n_own = int64_t(oitems.size());
   const int64_t threads = threads_for(int64_t(std::min(flops, 1e18)), kParallelFlops, std::max(n_shared, n_own));
-  const int64_t RM = std::max(tile_shared, tile_own) * G + 8;
+  const int64_t RM = std::max(tile_shared, tile_own) * G + 16;
   const size_t per = Rows::floats(RM, D);
   std::vector<float> scratch(per * size_t(threads) + 16);
   float* base = scratch.data();

@@ -8,13 +8,10 @@
 
 #include "simd.h"
 
-#if KVB_SIMD_X86 && defined(__linux__)
+#if KVB_AMX_BUILD
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#define KVB_AMX_BUILD 1
-#else
-#define KVB_AMX_BUILD 0
 #endif
 
 namespace kvb {

@@ -8,6 +8,15 @@
 // `baseline` turn it off (the named vector path without tiles).
 #pragma once
 
+#include "simd.h"
+
+// The AMX code is built on x86-64 Linux (the tile permission is a Linux call) with GCC 11+ or Clang.
+#if KVB_SIMD_X86 && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 11)
+#define KVB_AMX_BUILD 1
+#else
+#define KVB_AMX_BUILD 0
+#endif
+
 namespace kvb {
 namespace kern {
 namespace cpu {

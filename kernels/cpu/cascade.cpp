@@ -21,6 +21,7 @@
 #include "../../libkvblock/error.h"
 #include "../paged.h"
 #include "amx.h"
+#include "cascade_amx.h"
 #include "cascade_rows.h"
 #include "convert.h"
 #include "parallel.h"
@@ -38,6 +39,9 @@ constexpr int64_t kSharedRows = 256;  // query rows per shared item: the shared 
 constexpr int64_t kOwnRows = 128;     // query rows per own item (as the prefill kernel's tiles)
 constexpr int64_t kMinPartition = 512;  // shared keys per partition when split for the threads
 constexpr int64_t kParallelFlops = int64_t(8) << 20;
+// Row blocks of more rows than this run on AMX tiles where active (amx.h): fewer (a sequence's own keys
+// at decode) stay on the vector loop, which reads K and V straight from the cache without packing them.
+constexpr int64_t kAmxMinRows = 9;
 
 #define KVB_SIMD_BODY "cascade_tile.inc"  // once per code path
 #include "simd_variants.inc"
@@ -137,6 +141,7 @@ struct Work {
   const CascadeCall* a;
   const kvb_prefix_groups* g;
   AttendFn attend;
+  AttendFn attend_wide;  // for kAmxMinRows rows or more: AMX where active, else attend
   Mask mk;
   int64_t G, D, es, NP, P;
   float q_scale;
@@ -186,7 +191,7 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
   const int64_t k0 = p * w.P, k1 = std::min(w.shared[size_t(gi)], k0 + w.P);
   Mask mk = w.mk;
   mk.whole_rows = kvh == 0;
-  w.attend(*w.c, kvh, lead, k0, k1, mk, rw);
+  (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, lead, k0, k1, mk, rw);
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t gq = 0; gq < G; ++gq) {
       const int64_t r = (t - t0) * G + gq;
@@ -216,7 +221,7 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
   const int64_t S = gi >= 0 ? w.shared[size_t(gi)] : 0;
   Mask mk = w.mk;
   mk.whole_rows = kvh == 0;
-  w.attend(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
+  (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
   const int64_t nparts = gi >= 0 ? (S + w.P - 1) / w.P : 0;
   for (int64_t j = j0; j < j1; ++j)
     for (int64_t gq = 0; gq < G; ++gq) {
@@ -268,6 +273,8 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   w.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   w.attend = pick_attend(w.D, c.dtype);
   if (!w.attend) fail(Code::invalid_argument, "%s: head_dim %lld is not supported", a.kernel, (long long)w.D);
+  w.attend_wide = amx::active() ? amx_attend(w.D, c.dtype) : nullptr;
+  if (!w.attend_wide) w.attend_wide = w.attend;
   const int64_t G = w.G, D = w.D, NG = g.num_groups;
 
   // Members' tokens, group after group.

@@ -42,6 +42,7 @@ constexpr int64_t kParallelFlops = int64_t(8) << 20;
 // Row blocks of more rows than this run on AMX tiles where active (amx.h): fewer (a sequence's own keys
 // at decode) stay on the vector loop, which reads K and V straight from the cache without packing them.
 constexpr int64_t kAmxMinRows = 9;
+constexpr int64_t kSharedItemsPerThread = 4;
 
 #define KVB_SIMD_BODY "cascade_tile.inc"  // once per code path
 #include "simd_variants.inc"
@@ -144,6 +145,7 @@ struct Work {
   AttendFn attend_wide;  // for kAmxMinRows rows or more: AMX where active, else attend
   Mask mk;
   int64_t G, D, es, NP, P;
+  int64_t HG;  // kv head groups per shared item (more items for the threads to share out)
   float q_scale;
   std::vector<int32_t> group_of;
   std::vector<int64_t> shared;      // tokens per group
@@ -190,7 +192,7 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
   const int32_t* lead = a.block_tables + int64_t(w.g->members[w.g->group_start[gi]]) * a.max_blocks;
   const int64_t k0 = p * w.P, k1 = std::min(w.shared[size_t(gi)], k0 + w.P);
   Mask mk = w.mk;
-  mk.whole_rows = kvh == 0;
+  mk.whole_rows = kvh == 0 && w.HG == 1;
   (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, lead, k0, k1, mk, rw);
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t gq = 0; gq < G; ++gq) {
@@ -202,10 +204,11 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
     }
 }
 
-// Shared item: every kv head in turn (the first fetches the tokens' rows of all heads, which the others
-// then find in the CPU caches).
-void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t p) {
-  for (int64_t kvh = 0; kvh < w.c->num_kv_heads; ++kvh) shared_head(w, rw, gi, t0, t1, kvh, p);
+// Shared item: the kv heads of head group hg in turn (with one group, the first head fetches the tokens'
+// rows of all heads, which the others then find in the CPU caches).
+void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t p, int64_t hg) {
+  const int64_t H = w.c->num_kv_heads, per = (H + w.HG - 1) / w.HG;
+  for (int64_t kvh = hg * per; kvh < std::min(H, (hg + 1) * per); ++kvh) shared_head(w, rw, gi, t0, t1, kvh, p);
 }
 
 // Tokens [j0, j1) of sequence s, kv head kvh: keys after its group's shared prefix, then the merge with
@@ -329,7 +332,12 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   w.st_l.assign(slots, 0.f);
   w.st_acc.assign(slots * size_t(D), 0.f);
 
-  const int64_t n_shared = int64_t(sitems.size()) * w.NP, n_own = int64_t(oitems.size());
+  // With AMX a shared item is short: kv heads in groups, so that every thread gets several items and a
+  // thread the OS preempts does not hold the others up at the end of the round.
+  const int64_t per_thread = w.attend_wide != w.attend ? kSharedItemsPerThread : 0;
+  w.HG = 1;
+  while (int64_t(sitems.size()) * w.NP * w.HG < per_thread * hw_threads && w.HG < c.num_kv_heads) w.HG *= 2;
+  const int64_t n_shared = int64_t(sitems.size()) * w.NP * w.HG, n_own = int64_t(oitems.size());
   const int64_t threads = threads_for(int64_t(std::min(flops, 1e18)), kParallelFlops, std::max(n_shared, n_own));
   const int64_t RM = std::max(tile_shared, tile_own) * G + 16;
   const size_t per = Rows::floats(RM, D);
@@ -338,11 +346,11 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
 
   parallel_for(n_shared, threads, [&](int64_t tid, int64_t i) {
-    const int64_t p = i % w.NP;
-    const SharedItem& it = sitems[size_t(i / w.NP)];
+    const int64_t p = i % w.NP, hg = i / w.NP % w.HG;
+    const SharedItem& it = sitems[size_t(i / w.NP / w.HG)];
     if (p * w.P >= w.shared[size_t(it.g)]) return;  // this group's prefix has fewer partitions
     Rows rw(base + per * size_t(tid), RM, D);
-    shared_item(w, rw, it.g, it.t0, it.t1, p);
+    shared_item(w, rw, it.g, it.t0, it.t1, p, hg);
   });
   parallel_for(n_own, threads, [&](int64_t tid, int64_t i) {
     const OwnItem& it = oitems[size_t(i)];

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "../../libkvblock/error.h"
@@ -153,7 +154,7 @@ struct Work {
   std::vector<int64_t> tok_begin;   // [num_groups + 1] into toks
   std::vector<int64_t> tok_of_seq;  // first index into toks of a member's tokens; -1 for others
   // Shared states: slot ((toks index * num_q_heads + head) * NP + part).
-  std::vector<float> st_m, st_l, st_acc;
+  std::unique_ptr<float[]> st_m, st_l, st_acc;
 };
 
 // Row r of rw = query token j of sequence s, query head h: pre-scaled query, position, empty state.
@@ -172,7 +173,7 @@ void load_query(const Work& w, Rows& rw, int64_t r, int64_t s, int64_t j, int64_
 // Padding rows (up to a multiple of 16: the staged tiles' row blocks, the AMX row tiles) score 0 and are
 // never output.
 void finish_rows(const Work& w, Rows& rw) {
-  const int64_t R4 = (rw.R + 15) / 16 * 16, D = w.D;
+  const int64_t R4 = rw.R >= kAmxMinRows ? (rw.R + 15) / 16 * 16 : (rw.R + 7) / 8 * 8, D = w.D;
   for (int64_t r = rw.R; r < R4; ++r) {
     std::memset(rw.q + r * D, 0, sizeof(float) * size_t(D));
     rw.m[r] = kNegInf;
@@ -323,20 +324,26 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   // Split the shared keys when there would be too few shared items to keep every thread busy. (Smaller
   // partitions, sized so that every kv head's K+V of one fit in L2, measured slower: 1.12x instead of
   // 1.3-1.5x over plain at 64 x (4096 + 128), the queries reloaded and more states merged.)
+  // With AMX a shared item is short: split by kv head groups first (every partition costs the own items
+  // a merge and the queries a reload), so that every thread gets several items and a thread the OS
+  // preempts does not hold the others up at the end of the round; then by partitions.
+  const int64_t n_si = int64_t(sitems.size());
   w.NP = 1;
-  while (int64_t(sitems.size()) * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
+  w.HG = 1;
+  if (w.attend_wide != w.attend) {
+    while (n_si * w.HG < kSharedItemsPerThread * hw_threads && w.HG < c.num_kv_heads) w.HG *= 2;
+    while (n_si * w.HG * w.NP < kSharedItemsPerThread * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
+  } else {
+    while (n_si * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
+  }
   w.P = std::max<int64_t>(kKeyTile, (max_shared + w.NP - 1) / w.NP);
   w.P = (w.P + kKeyTile - 1) / kKeyTile * kKeyTile;
+  // Every slot an own item reads is written by a shared item first: no fill (4 MiB a call at 64 x 4096).
   const size_t slots = w.toks.size() * size_t(a.num_q_heads * w.NP);
-  w.st_m.assign(slots, kNegInf);
-  w.st_l.assign(slots, 0.f);
-  w.st_acc.assign(slots * size_t(D), 0.f);
+  w.st_m.reset(new float[slots]);
+  w.st_l.reset(new float[slots]);
+  w.st_acc.reset(new float[slots * size_t(D)]);
 
-  // With AMX a shared item is short: kv heads in groups, so that every thread gets several items and a
-  // thread the OS preempts does not hold the others up at the end of the round.
-  const int64_t per_thread = w.attend_wide != w.attend ? kSharedItemsPerThread : 0;
-  w.HG = 1;
-  while (int64_t(sitems.size()) * w.NP * w.HG < per_thread * hw_threads && w.HG < c.num_kv_heads) w.HG *= 2;
   const int64_t n_shared = int64_t(sitems.size()) * w.NP * w.HG, n_own = int64_t(oitems.size());
   const int64_t threads = threads_for(int64_t(std::min(flops, 1e18)), kParallelFlops, std::max(n_shared, n_own));
   const int64_t RM = std::max(tile_shared, tile_own) * G + 16;

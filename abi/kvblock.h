@@ -860,7 +860,9 @@ KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cach
                                                       size_t* bytes);
 /* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). On the CPU
    the vector code path (AVX-512, AVX2+FMA+F16C, or portable) is chosen once at run time; the environment
-   variable KVB_CPU_ISA=avx512|avx2|baseline narrows it (for testing and comparisons).
+   variable KVB_CPU_ISA=avx512|avx2|baseline narrows it (for testing and comparisons). With prefix_groups,
+   the shared-prefix product of fp16 / bf16 caches also runs on AMX-BF16 tiles where the CPU and OS allow
+   it (KVB_CPU_ISA unset or amx; any of the three names above turns the tiles off).
    seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
    that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
    too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks

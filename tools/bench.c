@@ -16,6 +16,7 @@ static int run_kernels(const bench_opts* o, report* r) {
   ko.device = o->device;
   ko.reps = o->reps;
   ko.quick = o->quick;
+  ko.cascade_only = o->cascade_only;
   return bench_kernels(&ko, r);
 }
 

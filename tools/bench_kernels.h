@@ -12,6 +12,7 @@ typedef struct kbench_opts {
   const char* device; /* "cpu", "auto" (CPU, then the GPU when one is usable) or "cuda" (GPU only) */
   uint64_t reps;      /* timed repetitions after one warm-up */
   int quick;          /* smaller shapes */
+  int cascade_only;   /* only the shared-prefix rows (after the ceilings) */
 } kbench_opts;
 
 /* 0 (with a message) when device is "cuda" and no CUDA device is usable; else 1. */

@@ -25,6 +25,7 @@ typedef struct bench_opts {
   int quick;
   const char* only;        /* run just this case (profiling); NULL = all */
   const char* device;      /* kernels: cpu, auto or cuda */
+  int cascade_only;        /* --only cascade: only = "kernels", and of those the shared-prefix rows */
 } bench_opts;
 
 typedef struct bench_case {

@@ -102,7 +102,8 @@ void bench_help(FILE* f) {
       "                         kernel shapes (under 3 s)\n"
       "    --only CASE          run one case (hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap,\n"
       "                         batch, hosthit) or only the kernels (kernels), e.g. under a profiler; the warm-up\n"
-      "                         still runs the first five manager cases; a manager case skips the kernels\n"
+      "                         still runs the first five manager cases; a manager case skips the kernels;\n"
+      "                         cascade: only the kernels' shared-prefix rows (after the read ceiling)\n"
       "    --device DEV         where the kernels run: cpu (default), auto (the CPU, then the GPU when a\n"
       "                         CUDA device is usable, else a note that it was skipped) or cuda (the GPU\n"
       "                         only; exit status 1 if no CUDA device is usable or the library was built\n"
@@ -140,7 +141,7 @@ static int known_case(const char* name) {
   int k;
   for (k = 0; k < NUM_CASES; k++)
     if (!strcmp(name, bench_case_keys[k])) return 1;
-  return !strcmp(name, "kernels");
+  return !strcmp(name, "kernels") || !strcmp(name, "cascade");
 }
 
 int bench_parse_args(int argc, char** argv, bench_opts* o) {
@@ -162,10 +163,14 @@ int bench_parse_args(int argc, char** argv, bench_opts* o) {
     } else if (OPT("--only")) {
       if (got < 0) return EXIT_USAGE;
       if (!known_case(val)) {
-        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch or kernels");
+        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, kernels or cascade");
         return EXIT_USAGE;
       }
       o->only = val;
+      if (!strcmp(val, "cascade")) { /* the kernel section, reduced to its shared-prefix rows */
+        o->only = "kernels";
+        o->cascade_only = 1;
+      }
     } else if (OPT("--device")) {
       if (got < 0) return EXIT_USAGE;
       if (strcmp(val, "cpu") && strcmp(val, "auto") && strcmp(val, "cuda")) {

@@ -16,10 +16,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "../../libkvblock/error.h"
 #include "../paged.h"
+#include "amx.h"
+#include "cascade_amx.h"
+#include "cascade_rows.h"
 #include "convert.h"
 #include "parallel.h"
 #include "simd.h"
@@ -28,51 +32,18 @@ namespace kvb {
 namespace kern {
 namespace cpu {
 
+using namespace casc;
+
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int kKeyTile = 32;
 constexpr int64_t kSharedRows = 256;  // query rows per shared item: the shared K/V are read once per 256
 constexpr int64_t kOwnRows = 128;     // query rows per own item (as the prefill kernel's tiles)
 constexpr int64_t kMinPartition = 512;  // shared keys per partition when split for the threads
 constexpr int64_t kParallelFlops = int64_t(8) << 20;
-
-struct Mask {
-  float soft_cap;
-  int64_t window, sink;
-  bool whole_rows;  // prefetch every kv head's rows of each token (see cascade_tile.inc)
-};
-
-// Per-thread state of R query rows (arrays 64-byte aligned).
-struct Rows {
-  int64_t R = 0;
-  float* q;      // [R4][D] pre-scaled queries
-  float* acc;    // [R4][D]
-  float* m;      // [R4]
-  float* l;      // [R4]
-  float* s;      // [R4][kKeyTile]
-  float* kt;     // [D][kKeyTile]
-  float* vt;     // [kKeyTile][D]
-  int64_t* pos;  // [R4]
-
-  static int64_t pad(int64_t n) { return (n + 15) / 16 * 16; }
-  static size_t floats(int64_t RM, int64_t D) {
-    return size_t(2 * pad(RM * D) + 2 * pad(RM) + pad(RM * kKeyTile) + 2 * pad(D * kKeyTile) + 2 * pad(RM));
-  }
-  Rows(float* base, int64_t RM, int64_t D) {
-    q = base;
-    acc = q + pad(RM * D);
-    m = acc + pad(RM * D);
-    l = m + pad(RM);
-    s = l + pad(RM);
-    kt = s + pad(RM * kKeyTile);
-    vt = kt + pad(D * kKeyTile);
-    pos = reinterpret_cast<int64_t*>(vt + pad(D * kKeyTile));
-  }
-};
-
-using AttendFn = void (*)(const Cache&, int64_t, const int32_t*, int64_t, int64_t, const Mask&, Rows&);
+// Row blocks of more rows than this run on AMX tiles where active (amx.h): fewer (a sequence's own keys
+// at decode) stay on the vector loop, which reads K and V straight from the cache without packing them.
+constexpr int64_t kAmxMinRows = 9;
+constexpr int64_t kSharedItemsPerThread = 4;
 
 #define KVB_SIMD_BODY "cascade_tile.inc"  // once per code path
 #include "simd_variants.inc"
@@ -172,8 +143,10 @@ struct Work {
   const CascadeCall* a;
   const kvb_prefix_groups* g;
   AttendFn attend;
+  AttendFn attend_wide;  // for kAmxMinRows rows or more: AMX where active, else attend
   Mask mk;
   int64_t G, D, es, NP, P;
+  int64_t HG;  // kv head groups per shared item (more items for the threads to share out)
   float q_scale;
   std::vector<int32_t> group_of;
   std::vector<int64_t> shared;      // tokens per group
@@ -181,7 +154,7 @@ struct Work {
   std::vector<int64_t> tok_begin;   // [num_groups + 1] into toks
   std::vector<int64_t> tok_of_seq;  // first index into toks of a member's tokens; -1 for others
   // Shared states: slot ((toks index * num_q_heads + head) * NP + part).
-  std::vector<float> st_m, st_l, st_acc;
+  std::unique_ptr<float[]> st_m, st_l, st_acc;
 };
 
 // Row r of rw = query token j of sequence s, query head h: pre-scaled query, position, empty state.
@@ -197,9 +170,10 @@ void load_query(const Work& w, Rows& rw, int64_t r, int64_t s, int64_t j, int64_
   rw.l[r] = 0.f;
 }
 
-// Padding rows (up to a multiple of 8, the staged tiles' row blocks) score 0 and are never output.
+// Padding rows (up to a multiple of 16: the staged tiles' row blocks, the AMX row tiles) score 0 and are
+// never output.
 void finish_rows(const Work& w, Rows& rw) {
-  const int64_t R4 = (rw.R + 7) / 8 * 8, D = w.D;
+  const int64_t R4 = rw.R >= kAmxMinRows ? (rw.R + 15) / 16 * 16 : (rw.R + 7) / 8 * 8, D = w.D;
   for (int64_t r = rw.R; r < R4; ++r) {
     std::memset(rw.q + r * D, 0, sizeof(float) * size_t(D));
     rw.m[r] = kNegInf;
@@ -219,8 +193,8 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
   const int32_t* lead = a.block_tables + int64_t(w.g->members[w.g->group_start[gi]]) * a.max_blocks;
   const int64_t k0 = p * w.P, k1 = std::min(w.shared[size_t(gi)], k0 + w.P);
   Mask mk = w.mk;
-  mk.whole_rows = kvh == 0;
-  w.attend(*w.c, kvh, lead, k0, k1, mk, rw);
+  mk.whole_rows = kvh == 0 && w.HG == 1;
+  (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, lead, k0, k1, mk, rw);
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t gq = 0; gq < G; ++gq) {
       const int64_t r = (t - t0) * G + gq;
@@ -231,10 +205,11 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
     }
 }
 
-// Shared item: every kv head in turn (the first fetches the tokens' rows of all heads, which the others
-// then find in the CPU caches).
-void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t p) {
-  for (int64_t kvh = 0; kvh < w.c->num_kv_heads; ++kvh) shared_head(w, rw, gi, t0, t1, kvh, p);
+// Shared item: the kv heads of head group hg in turn (with one group, the first head fetches the tokens'
+// rows of all heads, which the others then find in the CPU caches).
+void shared_item(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t p, int64_t hg) {
+  const int64_t H = w.c->num_kv_heads, per = (H + w.HG - 1) / w.HG;
+  for (int64_t kvh = hg * per; kvh < std::min(H, (hg + 1) * per); ++kvh) shared_head(w, rw, gi, t0, t1, kvh, p);
 }
 
 // Tokens [j0, j1) of sequence s, kv head kvh: keys after its group's shared prefix, then the merge with
@@ -250,7 +225,7 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
   const int64_t S = gi >= 0 ? w.shared[size_t(gi)] : 0;
   Mask mk = w.mk;
   mk.whole_rows = kvh == 0;
-  w.attend(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
+  (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
   const int64_t nparts = gi >= 0 ? (S + w.P - 1) / w.P : 0;
   for (int64_t j = j0; j < j1; ++j)
     for (int64_t gq = 0; gq < G; ++gq) {
@@ -302,6 +277,8 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   w.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   w.attend = pick_attend(w.D, c.dtype);
   if (!w.attend) fail(Code::invalid_argument, "%s: head_dim %lld is not supported", a.kernel, (long long)w.D);
+  w.attend_wide = amx::active() ? amx_attend(w.D, c.dtype) : nullptr;
+  if (!w.attend_wide) w.attend_wide = w.attend;
   const int64_t G = w.G, D = w.D, NG = g.num_groups;
 
   // Members' tokens, group after group.
@@ -347,29 +324,40 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   // Split the shared keys when there would be too few shared items to keep every thread busy. (Smaller
   // partitions, sized so that every kv head's K+V of one fit in L2, measured slower: 1.12x instead of
   // 1.3-1.5x over plain at 64 x (4096 + 128), the queries reloaded and more states merged.)
+  // With AMX a shared item is short: split by kv head groups first (every partition costs the own items
+  // a merge and the queries a reload), so that every thread gets several items and a thread the OS
+  // preempts does not hold the others up at the end of the round; then by partitions.
+  const int64_t n_si = int64_t(sitems.size());
   w.NP = 1;
-  while (int64_t(sitems.size()) * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
+  w.HG = 1;
+  if (w.attend_wide != w.attend) {
+    while (n_si * w.HG < kSharedItemsPerThread * hw_threads && w.HG < c.num_kv_heads) w.HG *= 2;
+    while (n_si * w.HG * w.NP < kSharedItemsPerThread * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
+  } else {
+    while (n_si * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
+  }
   w.P = std::max<int64_t>(kKeyTile, (max_shared + w.NP - 1) / w.NP);
   w.P = (w.P + kKeyTile - 1) / kKeyTile * kKeyTile;
+  // Every slot an own item reads is written by a shared item first: no fill (4 MiB a call at 64 x 4096).
   const size_t slots = w.toks.size() * size_t(a.num_q_heads * w.NP);
-  w.st_m.assign(slots, kNegInf);
-  w.st_l.assign(slots, 0.f);
-  w.st_acc.assign(slots * size_t(D), 0.f);
+  w.st_m.reset(new float[slots]);
+  w.st_l.reset(new float[slots]);
+  w.st_acc.reset(new float[slots * size_t(D)]);
 
-  const int64_t n_shared = int64_t(sitems.size()) * w.NP, n_own = int64_t(oitems.size());
+  const int64_t n_shared = int64_t(sitems.size()) * w.NP * w.HG, n_own = int64_t(oitems.size());
   const int64_t threads = threads_for(int64_t(std::min(flops, 1e18)), kParallelFlops, std::max(n_shared, n_own));
-  const int64_t RM = std::max(tile_shared, tile_own) * G + 8;
+  const int64_t RM = std::max(tile_shared, tile_own) * G + 16;
   const size_t per = Rows::floats(RM, D);
   std::vector<float> scratch(per * size_t(threads) + 16);
   float* base = scratch.data();
   while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
 
   parallel_for(n_shared, threads, [&](int64_t tid, int64_t i) {
-    const int64_t p = i % w.NP;
-    const SharedItem& it = sitems[size_t(i / w.NP)];
+    const int64_t p = i % w.NP, hg = i / w.NP % w.HG;
+    const SharedItem& it = sitems[size_t(i / w.NP / w.HG)];
     if (p * w.P >= w.shared[size_t(it.g)]) return;  // this group's prefix has fewer partitions
     Rows rw(base + per * size_t(tid), RM, D);
-    shared_item(w, rw, it.g, it.t0, it.t1, p);
+    shared_item(w, rw, it.g, it.t0, it.t1, p, hg);
   });
   parallel_for(n_own, threads, [&](int64_t tid, int64_t i) {
     const OwnItem& it = oitems[size_t(i)];

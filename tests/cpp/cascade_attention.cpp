@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels_util.h"
+#include "../../kernels/cpu/amx.h"
 #include "../../kernels/cpu/simd.h"
 
 using namespace kt;
@@ -204,11 +205,13 @@ struct Batch {
     return kvb_paged_attention(&cache.desc, &a, nullptr);
   }
 
-  // got against want (a host copy of another output, or the reference when want is NULL).
-  int compare(const Tensor* want, const char* what) const {
+  // got against want (a host copy of another output, or the reference when want is NULL); the largest
+  // |got - want| goes to *worst when given.
+  int compare(const Tensor* want, const char* what, double* worst = nullptr) const {
     int bad = 0;
     for (size_t i = 0; i < out.n; ++i) {
       const double w = want ? double(want->get(i)) : ref[i], g = out.get(i);
+      if (worst) *worst = std::max(*worst, std::isfinite(g) ? std::fabs(g - w) : INFINITY);
       if (!close(g, w, cf.dtype) && bad++ < 3)
         fprintf(stderr, "  %s %s %s D=%u bs=%u G=%u win=%u sink=%u cap=%g seed=%u: element %zu got %g want %g\n", what,
                 cf.prefill ? "prefill" : "decode", dname(cf.dtype), cf.head_dim, cf.block_size, cf.group, cf.window,
@@ -241,31 +244,44 @@ std::vector<Config> configs() {
 
 namespace simd = kvb::kern::cpu::simd;
 
-// Cascade = plain = reference, on every vector path, several random batches per configuration.
+// Cascade = plain = reference, on every vector path (AVX-512 twice where AMX is available: with and
+// without the tiles), several random batches per configuration; the largest error against the float64
+// reference per path and dtype is printed.
 void test_against_plain_and_reference() {
+  namespace amx = kvb::kern::cpu::amx;
   const simd::Isa start = simd::isa();
+  const bool amx_start = amx::active();
   // KVB_TEST_QUICK (valgrind): one batch per configuration and every other configuration (each dtype,
   // head dim and group still runs on some path), since a run under valgrind is ~50x slower.
   const bool quick = std::getenv("KVB_TEST_QUICK") != nullptr;
+  if (!amx::supported()) printf("  AMX path not tested: %s\n", amx::why_not());
   int bad = 0;
-  for (int isa = 0; isa < simd::kNumIsas; ++isa) {
-    if (!simd::force_isa(simd::Isa(isa))) continue;
-    const std::vector<Config> all = configs();
-    for (size_t ci = 0; ci < all.size(); ci += quick ? 2 : 1)
-      for (unsigned rep = 0, reps = quick ? 1 : 3; rep < reps; ++rep) {
-        Config cf = all[ci];
-        cf.seed = cf.seed * 7 + rep + 1000u * unsigned(isa);
-        Batch b(cf);
-        CHECK_OK(b.run(nullptr));
-        Tensor plain = b.out;
-        bad += b.compare(nullptr, "plain vs reference");
-        kvb_prefix_groups g = b.groups();
-        CHECK_OK(b.run(&g));
-        bad += b.compare(&plain, "cascade vs plain");
-        bad += b.compare(nullptr, "cascade vs reference");
-      }
-  }
+  for (int isa = 0; isa < simd::kNumIsas; ++isa)
+    for (bool tiles : {false, true}) {
+      if (!simd::force_isa(simd::Isa(isa))) continue;
+      if (tiles && (simd::Isa(isa) != simd::Isa::avx512 || !amx::supported())) continue;
+      amx::force(tiles);
+      double worst_casc[3] = {0, 0, 0}, worst_plain[3] = {0, 0, 0};  // by dtype
+      const std::vector<Config> all = configs();
+      for (size_t ci = 0; ci < all.size(); ci += quick ? 2 : 1)
+        for (unsigned rep = 0, reps = quick ? 1 : 3; rep < reps; ++rep) {
+          Config cf = all[ci];
+          cf.seed = cf.seed * 7 + rep + 1000u * unsigned(isa);
+          Batch b(cf);
+          CHECK_OK(b.run(nullptr));
+          Tensor plain = b.out;
+          bad += b.compare(nullptr, "plain vs reference", &worst_plain[cf.dtype]);
+          kvb_prefix_groups g = b.groups();
+          CHECK_OK(b.run(&g));
+          bad += b.compare(&plain, "cascade vs plain");
+          bad += b.compare(nullptr, "cascade vs reference", &worst_casc[cf.dtype]);
+        }
+      printf("  %s%s: max |out - float64| fp16 %.3g, bf16 %.3g, fp32 %.3g (plain kernel: %.3g, %.3g, %.3g)\n",
+             simd::isa_name(simd::Isa(isa)), tiles ? " + AMX" : "", worst_casc[KVB_DTYPE_FP16], worst_casc[KVB_DTYPE_BF16],
+             worst_casc[KVB_DTYPE_FP32], worst_plain[KVB_DTYPE_FP16], worst_plain[KVB_DTYPE_BF16], worst_plain[KVB_DTYPE_FP32]);
+    }
   simd::force_isa(start);
+  amx::force(amx_start);
   CHECK(bad == 0);
 }
 

@@ -27,6 +27,12 @@ check "bench --only miss --json: no ratio without its baseline" sh -c "! grep -q
 check "bench json (all cases): miss has its ratios" grep -q '"ratio_to_hash": ' "$TMP/b.json"
 "$KVB" bench --quick --only hash --prompt-tokens 256 >"$TMP/oh.txt"
 check "bench --only hash: its own ratio 1.00x" grep -Eq '^  bare XXH64 of one block .* 1\.00x +-  ns/block$' "$TMP/oh.txt"
+# --only cascade: the kernel section's shared-prefix rows alone (wall and process CPU time), no other kernel row.
+"$KVB" bench --quick --only cascade >"$TMP/oc.txt"
+check "bench --only cascade: exit 0" [ $? -eq 0 ]
+check "bench --only cascade: the shared-prefix rows" grep -q 'seqs share .* own tokens .*x[0-9]' "$TMP/oc.txt"
+check "bench --only cascade: CPU time row" grep -q 'process CPU time' "$TMP/oc.txt"
+check "bench --only cascade: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|prefill' '$TMP/oc.txt'"
 # Each new case alone: its row only, no kernels.
 for c in fork cow swap batch; do
   "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "hash.h"
+#include "large_alloc.h"
 
 namespace kvb {
 
@@ -67,8 +68,8 @@ class BlockPool {
   uint32_t num_free_ = 0, num_parked_ = 0;
   int32_t head_ = -1, tail_ = -1;
   Ends parked_;
-  std::unique_ptr<BlockMeta[]> meta_;
-  std::unique_ptr<int64_t[]> tokens_;  // left uninitialised: pages are touched only when used
+  LargeArray<BlockMeta> meta_;  // both on huge pages when large (large_alloc.h)
+  LargeArray<int64_t> tokens_;  // left uninitialised: pages are touched only when used
 };
 
 // The queue operations every miss, hit and free performs, inline: out of line, their calls cost as much as

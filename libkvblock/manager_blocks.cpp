@@ -43,6 +43,9 @@ void Manager::take_free_blocks(int32_t* out, size_t n) {
   auto step_ahead = [&] {
     const BlockMeta& m = device_.pool.meta(ahead);
     if (m.indexed) device_.index.prefetch(m.key);
+    const char* t = reinterpret_cast<const char*>(device_.pool.tokens(ahead));
+    __builtin_prefetch(t, 1);
+    __builtin_prefetch(t + 64, 1);
     ahead = m.next;
   };
   for (size_t k = 0; k < kAhead && k < n && ahead >= 0; ++k) step_ahead();

@@ -93,6 +93,10 @@ void Manager::commit(int64_t id, size_t n) {
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
          plural_s(n), uncomputed, plural_s(uncomputed));
   for (uint32_t g = 0; g < groups_.count; ++g) reserve_window_link(grp(s, g), grp(s, g).window);
+  commit_apply(s, n);
+}
+
+void Manager::commit_apply(Sequence& s, size_t n) {
   counters_.computed_tokens += n;
   for (uint32_t g = 0; g < groups_.count; ++g) {
     Sequence& gs = grp(s, g);

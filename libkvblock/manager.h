@@ -236,7 +236,17 @@ class Manager {
   // parked, parked for that sequence): to the queue tail.
   void requeue_released(const Sequence::ReleasedBlock& r, int64_t id);
   void append_apply(Sequence& s, const int64_t* tokens, size_t n);  // blocks checked and reserved
-  void commit_apply(Sequence& s, size_t n);  // commit() once n is checked and window links reserved
+  void commit_apply(Sequence& s, size_t n) {  // commit() once n is checked and window links reserved
+    // In the class: commit() and batch_commit() (two files) run it once per decode token.
+    counters_.computed_tokens += n;
+    for (uint32_t g = 0; g < groups_.count; ++g) {
+      Sequence& gs = grp(s, g);
+      gs.num_computed += n;
+      // Most decode commits fill no block: no call then (hash_committed_blocks tests this too).
+      if (gs.num_computed / bs_ > gs.num_hashed) hash_committed_blocks(gs);
+      apply_window(gs);
+    }
+  }
   void rollback_apply(Sequence& s, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
   Sequence& device_seq(int64_t id);      // ... and bad_state if swapped out

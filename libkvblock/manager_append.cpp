@@ -96,15 +96,6 @@ void Manager::commit(int64_t id, size_t n) {
   commit_apply(s, n);
 }
 
-void Manager::commit_apply(Sequence& s, size_t n) {
-  counters_.computed_tokens += n;
-  for (uint32_t g = 0; g < groups_.count; ++g) {
-    Sequence& gs = grp(s, g);
-    gs.num_computed += n;
-    hash_committed_blocks(gs);
-    apply_window(gs);
-  }
-}
 
 // ---- append -------------------------------------------------------------------------------------
 

@@ -50,6 +50,9 @@ class BlockPool {
   // Unlinks the queue head, the parked head if the queue proper is empty (the caller has checked
   // num_free() > 0).
   int32_t pop_head();
+  // pop_head when the queue proper is not empty (free_head() >= 0): the miss path's pop, without unlink's
+  // tests for the parked queue and for a block in the middle.
+  int32_t pop_queue_head();
   // Unlinks b from anywhere in either part in O(1) (a prefix hit on a cached-free block).
   void unlink(int32_t b);
   // Appends b at the tail.
@@ -77,6 +80,17 @@ class BlockPool {
 inline int32_t BlockPool::pop_head() {
   int32_t b = head_ >= 0 ? head_ : parked_.head;
   unlink(b);
+  return b;
+}
+
+inline int32_t BlockPool::pop_queue_head() {
+  const int32_t b = head_;
+  BlockMeta& m = meta_[b];
+  head_ = m.next;
+  if (head_ >= 0) meta_[head_].prev = -1; else tail_ = -1;
+  m.next = -1;  // (prev is -1 already: b was the head)
+  m.in_free = 0;
+  --num_free_;
   return b;
 }
 

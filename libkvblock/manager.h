@@ -295,6 +295,7 @@ class Manager {
   }
   // Drops a reference; at zero the block goes to the queue tail, or is parked for the window of `parker`.
   void release_block(int32_t b, const Sequence* parker = nullptr);
+  void drop_copy_into(int32_t b);  // release_block's rare part (a pending copy into b), out of its line
   int32_t sequence_holders(int32_t b) const {  // ref count less pending copies reading b
     // Pending copies read b before the next forward step writes anything, so they do not make b shared.
     int32_t n = device_.pool.meta(b).ref;

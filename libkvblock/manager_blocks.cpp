@@ -35,7 +35,7 @@ void Manager::take_free_blocks(int32_t* out, size_t n) {
   const bool plain = !cfg_.host_cache && groups_.cached.empty() && !events_.enabled();
   auto take = [&]() -> int32_t {
     if (!plain) return take_free_block();
-    const int32_t b = device_.pool.pop_head();
+    const int32_t b = device_.pool.free_head() >= 0 ? device_.pool.pop_queue_head() : device_.pool.pop_head();
     BlockMeta& m = device_.pool.meta(b);
     if (m.indexed) {
       device_.index.erase_if_points_to(m.key, b);
@@ -89,6 +89,10 @@ void Manager::release_block(int32_t b, const Sequence* parker) {
     device_.pool.push_tail(b);
   }
   if (m.indexed) ++counters_.cached_free;
+  if (!pending_.copies.empty()) drop_copy_into(b);
+}
+
+void Manager::drop_copy_into(int32_t b) {
   // A copy into a block nobody holds any more must not run once the block is reused; dropping it
   // releases the reference it held on its source. (Destinations are unique.)
   for (size_t i = 0; i < pending_.copies.size(); ++i) {

@@ -4,6 +4,8 @@
 # object into a scratch tree (CUDA=0: a few seconds), never the tree under test.
 . tests/scripts/tool_common.inc
 MAKE=${MAKE:-make}
+# Run from `make check`: the outer make's flags (-j, its jobserver) would change what the inner one prints.
+unset MAKEFLAGS MFLAGS MAKELEVEL
 obj="$TMP/qb/obj/cpu/libkvblock/error.o"
 $MAKE --no-print-directory BUILD="$TMP/qb" CUDA=0 "$obj" >"$TMP/quiet.txt" 2>&1
 check "quiet build: exit 0" [ $? -eq 0 ]

@@ -17,7 +17,23 @@ import numpy as np
 
 from . import _lib
 from ._batch_calls import BatchCalls
-from ._convert import I64_MAX, I64_MIN, U32_MAX, U64_MAX, TokenLike, i32, i64, int64_ptr, real, scalar, size, u32, u64
+from ._convert import (
+    _I64_ARRAY,
+    I64_MAX,
+    I64_MIN,
+    U32_MAX,
+    U64_MAX,
+    TokenLike,
+    _newp,
+    i32,
+    i64,
+    int64_ptr,
+    real,
+    scalar,
+    size,
+    u32,
+    u64,
+)
 from ._guard import GuardedHandle, inline_call
 from ._nocopy import OwnsHandle
 from .batch_buffers import Batch as Batch  # (re-exported: kvblock.Batch)
@@ -276,7 +292,10 @@ class Manager(BatchCalls, OwnsHandle):
     def append(self, seq_id: int, tokens: TokenLike) -> None:
         if type(seq_id) is not int or not I64_MIN <= seq_id <= I64_MAX:  # (as in commit)
             seq_id = i64(seq_id, "seq_id")
-        buf, n = int64_ptr(tokens)
+        if type(tokens) is list and len(tokens) == 1 and type(tokens[0]) is int and I64_MIN <= tokens[0] <= I64_MAX:
+            buf, n = _newp(_I64_ARRAY, tokens), 1  # a decode step's [token]: int64_ptr's fast case, without its frame
+        else:
+            buf, n = int64_ptr(tokens)
         g: GuardedHandle = self._guard  # type: ignore[assignment]
         busy = g._busy
         busy.append(None)

@@ -9,8 +9,8 @@ namespace kvb {
 BlockPool::BlockPool(uint32_t num_blocks, uint32_t block_size, const char* what) try
     : num_blocks_(num_blocks),
       block_size_(block_size),
-      meta_(new BlockMeta[num_blocks]),
-      tokens_(new int64_t[static_cast<size_t>(num_blocks) * block_size]) {
+      meta_(num_blocks, true),
+      tokens_(static_cast<size_t>(num_blocks) * block_size, false) {
   for (uint32_t b = 0; b < num_blocks; ++b) push_tail(static_cast<int32_t>(b));
 } catch (const std::bad_alloc&) {
   const unsigned long long per = sizeof(BlockMeta) + static_cast<unsigned long long>(block_size) * sizeof(int64_t);

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "hash.h"
+#include "large_alloc.h"
 
 namespace kvb {
 
@@ -49,6 +50,9 @@ class BlockPool {
   // Unlinks the queue head, the parked head if the queue proper is empty (the caller has checked
   // num_free() > 0).
   int32_t pop_head();
+  // pop_head when the queue proper is not empty (free_head() >= 0): the miss path's pop, without unlink's
+  // tests for the parked queue and for a block in the middle.
+  int32_t pop_queue_head();
   // Unlinks b from anywhere in either part in O(1) (a prefix hit on a cached-free block).
   void unlink(int32_t b);
   // Appends b at the tail.
@@ -67,8 +71,8 @@ class BlockPool {
   uint32_t num_free_ = 0, num_parked_ = 0;
   int32_t head_ = -1, tail_ = -1;
   Ends parked_;
-  std::unique_ptr<BlockMeta[]> meta_;
-  std::unique_ptr<int64_t[]> tokens_;  // left uninitialised: pages are touched only when used
+  LargeArray<BlockMeta> meta_;  // both on huge pages when large (large_alloc.h)
+  LargeArray<int64_t> tokens_;  // left uninitialised: pages are touched only when used
 };
 
 // The queue operations every miss, hit and free performs, inline: out of line, their calls cost as much as
@@ -76,6 +80,17 @@ class BlockPool {
 inline int32_t BlockPool::pop_head() {
   int32_t b = head_ >= 0 ? head_ : parked_.head;
   unlink(b);
+  return b;
+}
+
+inline int32_t BlockPool::pop_queue_head() {
+  const int32_t b = head_;
+  BlockMeta& m = meta_[b];
+  head_ = m.next;
+  if (head_ >= 0) meta_[head_].prev = -1; else tail_ = -1;
+  m.next = -1;  // (prev is -1 already: b was the head)
+  m.in_free = 0;
+  --num_free_;
   return b;
 }
 

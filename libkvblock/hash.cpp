@@ -108,9 +108,7 @@ void BlockHasher::hash_and_key(const ChainLink& link, const int64_t* tokens, siz
   if (n == 16 && !extra.present && link.kind != ChainLink::none) {
     // The commit path's usual block: both hashes straight-line in one function, so that the compiler
     // interleaves their independent multiply chains.
-    *hash = xxh64_head_16_tokens(link.hash, tokens);
-    mid_.hash_16_tokens(layout_tag(link, n, extra), tokens, link.key.lo, link.key.hi, &key->lo,
-                        &key->hi);
+    hash_and_key_16(link, tokens, hash, key);
     return;
   }
   *hash = public_block_hash(link, tokens, n, extra);

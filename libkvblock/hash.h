@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "xxh3_words.h"
+#include "xxh64_words.h"
 
 namespace kvb {
 
@@ -49,6 +50,15 @@ class BlockHasher {
   // Public hash and index key together (commit).
   void hash_and_key(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra, uint64_t* hash,
                     Key128* key) const;
+  // hash_and_key of the commit path's usual block (16 tokens, no extra key, a parent or salt link), inline
+  // in the commit loop: both hashes straight-line, so that the compiler interleaves their independent
+  // multiply chains, and no call.
+  __attribute__((always_inline)) void hash_and_key_16(const ChainLink& link, const int64_t* tokens, uint64_t* hash,
+                                                     Key128* key) const {
+    *hash = xxh64_head_16_tokens(link.hash, tokens);
+    mid_.hash_16_tokens(static_cast<uint64_t>(link.kind) | (uint64_t{16} << 16), tokens, link.key.lo, link.key.hi,
+                        &key->lo, &key->hi);
+  }
   // The index key alone (prefix lookup needs no public hash).
   Key128 key(const ChainLink& link, const int64_t* tokens, size_t n, ExtraKey extra) const;
 

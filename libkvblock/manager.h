@@ -250,6 +250,16 @@ class Manager {
   // One group's part of an append (blocks checked and reserved; s.num_tokens is still the old count) and
   // of a rollback to len tokens, nb blocks (s's counts are set by the caller).
   void append_apply(const Sequence& s, GroupTable& t, const int64_t* tokens, size_t n);
+  void commit_apply(Sequence& s, size_t n) {  // commit() once n is checked and window links reserved
+    // In the class: commit() and batch_commit() (two files) run it once per decode token.
+    counters_.computed_tokens += n;
+    s.num_computed += n;
+    for (GroupTable& t : s.groups) {
+      // Most decode commits fill no block: no call then (hash_committed_blocks tests this too).
+      if (s.num_computed / bs_ > t.num_hashed) hash_committed_blocks(s, t);
+      apply_window(s, t);
+    }
+  }
   void rollback_apply(const Sequence& s, GroupTable& t, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
   Sequence& device_seq(int64_t id);      // ... and bad_state if swapped out
@@ -298,6 +308,7 @@ class Manager {
   }
   // Drops a reference; at zero the block goes to the queue tail, or is parked for the window of `parker`.
   void release_block(int32_t b, const Sequence* parker = nullptr);
+  void drop_copy_into(int32_t b);  // release_block's rare part (a pending copy into b), out of its line
   int32_t sequence_holders(int32_t b) const {  // ref count less pending copies reading b
     // Pending copies read b before the next forward step writes anything, so they do not make b shared.
     int32_t n = device_.pool.meta(b).ref;

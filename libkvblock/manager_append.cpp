@@ -22,14 +22,37 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
     // each block one block after its hash left one hash of time for each miss. Hashing reads nothing
     // that entering writes, so the index ends as it would block by block (same order, same events).
     constexpr uint32_t kChunk = 32;
+    // A plain manager (no host level, no KV cache groups, no events) enters a block with the index put
+    // and the cached-free count alone (enter_plain); the usual 16-token block without an extra key is
+    // hashed by the inline hash_and_key_16. Both spare the miss path calls and per-block feature tests.
+    const bool plain = !cfg_.host_cache && groups_.cached.empty() && !events_.enabled();
+    const bool no_extras = s.extra_keys.empty();
+    // index_block for a plain manager: no groups, host twins or events to keep in step.
+    auto enter_plain = [this](int32_t b) {
+      BlockMeta& m = device_.pool.meta(b);
+      const int32_t old = device_.index.put(m.key, b);
+      if (old == b) return;
+      if (!m.indexed && m.in_free) ++counters_.cached_free;
+      m.indexed = 1;
+      if (old >= 0) {  // a recomputed copy replaces the cached block
+        BlockMeta& o = device_.pool.meta(old);
+        o.indexed = 0;
+        if (o.in_free) --counters_.cached_free;
+        if (o.in_free == 2) {  // (as index_block does; only KV cache groups park blocks)
+          device_.pool.unlink(old);
+          device_.pool.push_head(old);
+        }
+      }
+    };
+    ChainLink chain = t.chain;  // a local: the stores into block metadata cannot alias it
     uint32_t i = t.num_hashed;
     while (i < end) {
       const uint32_t first = i;
-      const ChainLink first_parent = t.chain;
+      const ChainLink first_parent = chain;
       const uint32_t stop = std::min(end, first + kChunk);
       for (; i < stop; ++i) {
         int32_t b = t.table[i];
-        ExtraKey extra = s.extra_keys.empty() ? ExtraKey{} : s.extra_key(i);
+        ExtraKey extra = no_extras ? ExtraKey{} : s.extra_key(i);
         const int64_t* toks = device_.pool.tokens(b);
         // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
         // its hash chain would describe content that the index cannot reproduce.
@@ -38,19 +61,27 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
           break;
         }
         BlockMeta& m = device_.pool.meta(b);
-        keys_.hasher.hash_and_key(t.chain, toks, bs_, extra, &m.hash, &m.key);
+        if (bs_ == 16 && !extra.present && chain.kind != ChainLink::none)
+          keys_.hasher.hash_and_key_16(chain, toks, &m.hash, &m.key);
+        else
+          keys_.hasher.hash_and_key(chain, toks, bs_, extra, &m.hash, &m.key);
         m.has_hash = 1;
         m.has_extra = extra.present;
         m.extra = extra.value;
         device_.index.prefetch(m.key);
-        t.chain = link_after(m);
+        chain = link_after(m);
       }
-      // Each block's parent is the link of the block before it (the chunk's first: the chain it began with).
-      if (first < i) index_block(t.table[first], first_parent, t.group);
-      for (uint32_t k = first + 1; k < i; ++k)
-        index_block(t.table[k], link_after(device_.pool.meta(t.table[k - 1])), t.group);
+      if (plain) {
+        for (uint32_t k = first; k < i; ++k) enter_plain(t.table[k]);
+      } else {
+        // Each block's parent is the link of the block before it (the chunk's first: the chain it began with).
+        if (first < i) index_block(t.table[first], first_parent, t.group);
+        for (uint32_t k = first + 1; k < i; ++k)
+          index_block(t.table[k], link_after(device_.pool.meta(t.table[k - 1])), t.group);
+      }
       if (t.uncacheable_from != kNoBlockIndex) break;
     }
+    t.chain = chain;
   }
   t.num_hashed = end;
 }
@@ -62,12 +93,7 @@ void Manager::commit(int64_t id, size_t n) {
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
          plural_s(n), uncomputed, plural_s(uncomputed));
   for (GroupTable& t : s.groups) reserve_window_link(t, t.window);
-  counters_.computed_tokens += n;
-  s.num_computed += n;
-  for (GroupTable& t : s.groups) {
-    hash_committed_blocks(s, t);
-    apply_window(s, t);
-  }
+  commit_apply(s, n);
 }
 
 // ---- append -------------------------------------------------------------------------------------

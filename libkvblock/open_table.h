@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "error.h"
+#include "large_alloc.h"
 
 namespace kvb {
 
@@ -105,7 +106,7 @@ class OpenTable {
     size_t cap = slots_.size();
     while (2 * entries > cap) cap <<= 1;
     // Allocate before touching the table: if this throws, the table is unchanged.
-    std::vector<Slot> old;
+    std::vector<Slot, LargeAllocator<Slot>> old;
     allocating(cap, [&] { old.assign(cap, Traits::empty()); });
     old.swap(slots_);
     mask_ = cap - 1;
@@ -128,7 +129,7 @@ class OpenTable {
 
   Traits traits_;
   const char* what_;
-  std::vector<Slot> slots_;
+  std::vector<Slot, LargeAllocator<Slot>> slots_;  // large tables on huge pages (large_alloc.h)
   size_t mask_ = 0;
   size_t size_ = 0;
 };

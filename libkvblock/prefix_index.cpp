@@ -9,21 +9,6 @@ long PrefixIndex::locate(const Key128& key) const {
   });
 }
 
-int32_t PrefixIndex::put(const Key128& key, int32_t b) {
-  const uint32_t fp = fingerprint_of(key);
-  bool found = false;
-  size_t pos = table_.find_or_empty(
-      fp, [&](const IndexSlot& s) { return s.fingerprint == fp && pool_.meta(s.block).key == key; }, &found);
-  if (!found) {
-    table_.occupy(pos, IndexSlot{fp, b});
-    return -1;
-  }
-  IndexSlot& s = table_.at(pos);
-  int32_t old = s.block;
-  s.block = b;
-  return old;
-}
-
 bool PrefixIndex::erase_if_points_to(const Key128& key, int32_t b) {
   // b's slot, if any, lies on key's probe path: look for the block id itself, which needs no block's
   // metadata (the eviction path compared the stored key of every slot with a matching fingerprint).

@@ -37,6 +37,7 @@ typedef struct bench_case {
   double median, min, max, spread;
   int vs_hash;             /* print the ratios to the bare hash and to kvb_hash_tokens */
   double per_call;         /* batch: sequences per call (median per call = median * per_call); 0 = none */
+  double target;           /* the design goal as a ratio to the bare hash (miss 4, hit 3); 0 = none */
 } bench_case;
 
 enum { C_HASH, C_LIBHASH, C_MISS, C_HIT, C_DECODE, C_FORK, C_COW, C_SWAP, C_BATCH, C_HOSTHIT, NUM_CASES };

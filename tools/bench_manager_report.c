@@ -11,7 +11,16 @@ static void print_ratio(report* r, const bench_case* c, const bench_case* base) 
   else fprintf(r->f, " %8s", "-");
 }
 
-static void print_case(report* r, const bench_case* c, const bench_case* hash, const bench_case* libhash) {
+/* Whether a case with a design goal met it: 1 met, 0 missed, -1 not judged (no goal, its baseline did
+   not run, or a --quick run, too short to judge). */
+static int target_met(const bench_case* c, const bench_case* hash, int quick) {
+  if (c->target <= 0 || !hash->n || hash->median <= 0 || quick) return -1;
+  return c->median / hash->median <= c->target;
+}
+
+static void print_case(report* r, const bench_case* c, const bench_case* hash, const bench_case* libhash,
+                       int quick) {
+  const int met = target_met(c, hash, quick);
   if (r->json) {
     report_group_begin(r, c->key, c->label);
     report_str(r, "unit", "unit", c->unit);
@@ -24,12 +33,20 @@ static void print_case(report* r, const bench_case* c, const bench_case* hash, c
       report_f64(r, "ratio_to_hash", "ratio", c->median / hash->median, 3, NULL);
     if (c->vs_hash && libhash->n && libhash->median > 0)
       report_f64(r, "ratio_to_kvb_hash_tokens", "ratio", c->median / libhash->median, 3, NULL);
+    if (met >= 0) {
+      report_f64(r, "target_ratio_to_hash", "target", c->target, 1, NULL);
+      report_bool(r, "target_met", "target met", met);
+    }
     report_group_end(r);
   } else if (c->vs_hash) {
     fprintf(r->f, "  %-32s %8.1f %8.1f %8.1f %7.1f%%", c->label, c->median, c->min, c->max, 100.0 * c->spread);
     print_ratio(r, c, hash);
     print_ratio(r, c, libhash);
-    fprintf(r->f, "  %s\n", c->unit);
+    fprintf(r->f, "  %s", c->unit);
+    /* The goal beside the ratio it judges, only where that ratio was measured. */
+    if (c->target > 0 && hash->n && hash->median > 0)
+      fprintf(r->f, "  target <= %.1fx: %s", c->target, met < 0 ? "not judged (--quick)" : met ? "met" : "missed");
+    fputc('\n', r->f);
   } else {
     fprintf(r->f, "  %-32s %8.1f %8.1f %8.1f %7.1f%% %8s %8s  %s", c->label, c->median, c->min, c->max,
             100.0 * c->spread, "", "", c->unit);
@@ -103,7 +120,7 @@ void bench_print_manager(report* r, const bench_opts* o, const bench_case* cases
             (unsigned long long)o->batch_seqs, (unsigned long long)o->batch_tokens, "case", "median", "min", "max",
             "spread", "vs hash", "vs lib");
   for (k = 0; k < NUM_CASES; k++)
-    if (cases[k].n) print_case(r, &cases[k], &cases[C_HASH], &cases[C_LIBHASH]);
+    if (cases[k].n) print_case(r, &cases[k], &cases[C_HASH], &cases[C_LIBHASH], o->quick);
   if (!o->json && o->only && !cases[C_HASH].n)
     for (k = 0; k < NUM_CASES; k++)
       if (cases[k].n && cases[k].vs_hash) {

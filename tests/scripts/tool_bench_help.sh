@@ -25,6 +25,15 @@ check "bench --only miss: says why" grep -q 'where the baseline case did not run
 "$KVB" bench --quick --only miss --prompt-tokens 256 --json >"$TMP/om.json"
 check "bench --only miss --json: no ratio without its baseline" sh -c "! grep -q ratio_to '$TMP/om.json'"
 check "bench json (all cases): miss has its ratios" grep -q '"ratio_to_hash": ' "$TMP/b.json"
+check "bench --only miss: no target without its ratio" sh -c "! grep -q 'target <=' '$TMP/om.txt'"
+# With its baseline, the miss and hit rows carry their design goal beside the ratio (issue 27 item 8);
+# a --quick run is too short to judge it.
+"$KVB" bench --quick --prompt-tokens 256 --decode-seqs 8 >"$TMP/q.txt"
+check "bench: miss row has its target" \
+  grep -Eq '^  miss: allocate\+commit\+free .* [0-9.]+x +[0-9.]+x  ns/block  target <= 4\.0x: not judged \(--quick\)$' "$TMP/q.txt"
+check "bench: hit row has its target" grep -Eq '^  hit: allocate\+free \(cached\) .*  target <= 3\.0x: ' "$TMP/q.txt"
+check "bench: decode row has no ratio target" sh -c "! grep -E '^  decode: .*target' '$TMP/q.txt'"
+check "bench json: target judged only on a full run" sh -c "! grep -q target_met '$TMP/b.json'"
 "$KVB" bench --quick --only hash --prompt-tokens 256 >"$TMP/oh.txt"
 check "bench --only hash: its own ratio 1.00x" grep -Eq '^  bare XXH64 of one block .* 1\.00x +-  ns/block$' "$TMP/oh.txt"
 # --only cascade: the kernel section's shared-prefix rows alone (wall and process CPU time), no other kernel row.

@@ -11,17 +11,34 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _lib
-from ._convert import U32_MAX, TokenLike, as_int64_array, i32, i64, int64_ptr, real, scalar, size, u32, u64
+from ._batch_calls import BatchCalls
+from ._convert import (
+    _I64_ARRAY,
+    I64_MAX,
+    I64_MIN,
+    U32_MAX,
+    U64_MAX,
+    TokenLike,
+    _newp,
+    i32,
+    i64,
+    int64_ptr,
+    real,
+    scalar,
+    size,
+    u32,
+    u64,
+)
 from ._guard import GuardedHandle, inline_call
 from ._nocopy import OwnsHandle
-from .batch_buffers import Batch, BatchBuffers
+from .batch_buffers import Batch as Batch  # (re-exported: kvblock.Batch)
+from .batch_buffers import BatchBuffers as BatchBuffers
 from .errors import KvbArgumentError, KvbClosedError, check, header_enum_members
-from .seq_ids import SeqIds
 
 if TYPE_CHECKING:
     from .errors import HeaderEnumMeta
@@ -77,8 +94,6 @@ _BUFFER_TOO_SMALL = _lib.lib.KVB_ERR_BUFFER_TOO_SMALL
 # try costs little against the copy, and a huge buffer per call would cost more than it saves
 _TABLE_HINT_MAX = 4096
 _MEDIA = {int(m): m for m in Medium}
-# The batch calls' seq_ids: a SeqIds (converted once, the cheapest per step) or any token-like array of ids.
-SeqIdsLike = Union[SeqIds, TokenLike]
 
 
 def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
@@ -90,7 +105,7 @@ def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
     return int(_lib.lib.kvb_hash_tokens(parent_ptr, buf, n))
 
 
-class Manager(OwnsHandle):
+class Manager(BatchCalls, OwnsHandle):
     """A KV-cache block manager (one kvb_manager). Use it as a context manager, or call close().
     Copying and pickling are refused (TypeError): a copy would share the C manager and destroy it.
 
@@ -242,8 +257,29 @@ class Manager(OwnsHandle):
         self._run(self._lib.kvb_seq_allocate_ex, i64(seq_id, "seq_id"), buf, n, opts, cached)
         return int(cached[0])
 
+    @inline_call
     def commit(self, seq_id: int, num_tokens: int) -> None:
-        self._run(self._lib.kvb_seq_commit, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
+        # The per-sequence decode loop's calls (commit, append) check their ints in place and run the
+        # guard's protocol written out, as the batch calls do: the calls of i64 / size and of
+        # GuardedHandle.run were a third of an append + commit pair's cost.
+        if type(seq_id) is not int or not I64_MIN <= seq_id <= I64_MAX:
+            seq_id = i64(seq_id, "seq_id")
+        if type(num_tokens) is not int or not 0 <= num_tokens <= U64_MAX:
+            num_tokens = size(num_tokens, "num_tokens")
+        g: GuardedHandle = self._guard  # type: ignore[assignment]
+        busy = g._busy
+        busy.append(None)
+        try:
+            h = g._ptr
+            if h is None:
+                raise KvbClosedError(g.name)
+            status = self._lib.kvb_seq_commit(h, seq_id, num_tokens)
+        finally:
+            del busy[-1]
+            if g._ptr is None:
+                g._settle()
+        if status:
+            check(status)
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         status = self._call(self._lib.kvb_seq_can_append, i64(seq_id, "seq_id"), size(num_tokens, "num_tokens"))
@@ -252,9 +288,28 @@ class Manager(OwnsHandle):
         check(status)
         return True
 
+    @inline_call
     def append(self, seq_id: int, tokens: TokenLike) -> None:
-        buf, n = int64_ptr(tokens)
-        self._run(self._lib.kvb_seq_append, i64(seq_id, "seq_id"), buf, n)
+        if type(seq_id) is not int or not I64_MIN <= seq_id <= I64_MAX:  # (as in commit)
+            seq_id = i64(seq_id, "seq_id")
+        if type(tokens) is list and len(tokens) == 1 and type(tokens[0]) is int and I64_MIN <= tokens[0] <= I64_MAX:
+            buf, n = _newp(_I64_ARRAY, tokens), 1  # a decode step's [token]: int64_ptr's fast case, without its frame
+        else:
+            buf, n = int64_ptr(tokens)
+        g: GuardedHandle = self._guard  # type: ignore[assignment]
+        busy = g._busy
+        busy.append(None)
+        try:
+            h = g._ptr
+            if h is None:
+                raise KvbClosedError(g.name)
+            status = self._lib.kvb_seq_append(h, seq_id, buf, n)
+        finally:
+            del busy[-1]
+            if g._ptr is None:
+                g._settle()
+        if status:
+            check(status)
 
     def free(self, seq_id: int) -> None:
         self._run(self._lib.kvb_seq_free, i64(seq_id, "seq_id"))
@@ -407,150 +462,6 @@ class Manager(OwnsHandle):
         computed, filling = ffi.new("size_t*"), ffi.new("size_t*")
         self._run(self._lib.kvb_seq_store_state, i64(seq_id, "seq_id"), computed, filling)
         return int(computed[0]), int(filling[0])
-
-    # -- the batched decode step -------------------------------------------------------------------
-    @inline_call  # close() from a signal handler inside it must not wait for it (kvblock/_guard.py)
-    def batch_append(self, seq_ids: SeqIdsLike, tokens: TokenLike) -> None:
-        """Appends tokens[i] to sequence seq_ids[i] for every i, all-or-nothing (kvb_batch_append): the same as
-        append(seq_ids[i], [tokens[i]]) in order, refusals included. Forked siblings sharing a partial last
-        block copy it in turn (k of its h holders appending make min(k, h - 1) copies: drain_copies), no
-        watermark applies, and a sliding window releases nothing here: batch_commit releases."""
-        if type(seq_ids) is SeqIds:  # converted and checked once, when it was built
-            ids, n = seq_ids._c, seq_ids._n
-        else:
-            ids, n = int64_ptr(seq_ids, "seq_ids")
-        toks, nt = int64_ptr(tokens, "tokens")
-        if n != nt:
-            raise KvbArgumentError(f"seq_ids has {n} entries but tokens has {nt}")
-        # The guard's protocol (kvblock/_guard.py, GuardedHandle.run) written out in the three batch calls:
-        # its frame and argument tuples are a tenth of the step's cost over the bare C calls.
-        g: GuardedHandle = self._guard  # type: ignore[assignment]
-        busy = g._busy
-        busy.append(None)
-        try:
-            h = g._ptr
-            if h is None:
-                raise KvbClosedError(g.name)
-            status = self._lib.kvb_batch_append(h, ids, toks, n)
-        finally:
-            del busy[-1]
-            if g._ptr is None:
-                g._settle()
-        if status:
-            check(status)
-
-    @inline_call
-    def batch_commit(self, seq_ids: SeqIdsLike, num_tokens: Optional[TokenLike] = None) -> None:
-        """Commits num_tokens[i] tokens of seq_ids[i] (None: every uncomputed token), all-or-nothing; this is
-        where a windowed sequence gives back the blocks that fell wholly outside its window (-1 in its table)."""
-        if type(seq_ids) is SeqIds:
-            ids, n = seq_ids._c, seq_ids._n
-        else:
-            ids, n = int64_ptr(seq_ids, "seq_ids")
-        if num_tokens is None:  # the decode step's commit: the guard written out, as in batch_append
-            g: GuardedHandle = self._guard  # type: ignore[assignment]
-            busy = g._busy
-            busy.append(None)
-            try:
-                h = g._ptr
-                if h is None:
-                    raise KvbClosedError(g.name)
-                status = self._lib.kvb_batch_commit(h, ids, ffi.NULL, n)
-            finally:
-                del busy[-1]
-                if g._ptr is None:
-                    g._settle()
-            if status:
-                check(status)
-            return
-        counts = as_int64_array(num_tokens, "num_tokens")
-        if counts.shape[0] != n:
-            raise KvbArgumentError(f"seq_ids has {n} entries but num_tokens has {counts.shape[0]}")
-        if counts.size and int(counts.min()) < 0:
-            raise KvbArgumentError(f"num_tokens: {int(counts.min())} is negative")
-        counts = np.ascontiguousarray(counts, dtype=np.uint64)
-        self._run(self._lib.kvb_batch_commit, ids, ffi.from_buffer("size_t[]", counts), n)
-
-    @inline_call
-    def batch_export(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers] = None, group: int = 0,
-                     prefix_groups: bool = False, min_shared_blocks: int = 2) -> Batch:
-        """Kernel inputs for the sequences (kvb_batch_export) of KV cache group `group`, written into
-        `buffers` (grown if too small; a fresh one if None). Returns views into the buffers. With
-        prefix_groups=True the result also carries .prefix_groups (a kvblock.PrefixGroups: the sequences
-        that share leading blocks, for the kernels' prefix_groups argument)."""
-        if prefix_groups:
-            return self._batch_export_grouped(seq_ids, buffers, group, min_shared_blocks)
-        if type(seq_ids) is SeqIds:
-            ids, n = seq_ids._c, seq_ids._n
-        else:
-            ids, n = int64_ptr(seq_ids, "seq_ids")
-        if buffers is None:
-            buffers = BatchBuffers(n, 1, 1)
-        elif type(buffers) is not BatchBuffers and not isinstance(buffers, BatchBuffers):
-            raise KvbArgumentError(f"buffers must be a kvblock.BatchBuffers or None, got {type(buffers).__name__}")
-        elif buffers._pg is not None:
-            buffers.c.prefix_groups = ffi.NULL  # a previous grouped export set it
-            buffers._pg = None
-        if n > buffers._rows:
-            rows, cols, slots = buffers.capacity
-            buffers._alloc(max(n, 2 * rows), cols, slots)
-        if type(group) is not int or group != buffers._group:  # the struct is written only when it changes
-            group = u32(group, "group")
-            buffers.c.group = buffers._group = group
-        b = buffers.c
-        # the guard written out, as in batch_append
-        g: GuardedHandle = self._guard  # type: ignore[assignment]
-        busy = g._busy
-        busy.append(None)
-        try:
-            h = g._ptr
-            if h is None:
-                raise KvbClosedError(g.name)
-            status = self._lib.kvb_batch_export(h, ids, n, b)
-        finally:
-            del busy[-1]
-            if g._ptr is None:
-                g._settle()
-        if status:
-            if status != _BUFFER_TOO_SMALL:
-                check(status)
-            rows, cols, slots = buffers.capacity
-            buffers._alloc(rows, max(cols, b.max_blocks_needed + b.max_blocks_needed // 4),
-                           max(slots, b.num_slots + b.num_slots // 4))
-            b = buffers.c
-            b.group = buffers._group = group
-            check(self._call(self._lib.kvb_batch_export, ids, n, b))
-        k, need = b.num_slots, b.max_blocks_needed
-        last = buffers._last
-        if last[0] == n and last[1] == k and last[2] == need:
-            return last[3]  # the same shape as the last export: its Batch, whose views see the new values
-        return buffers._batch_for(n, k, need)
-
-    def _batch_export_grouped(self, seq_ids: SeqIdsLike, buffers: Optional[BatchBuffers], group: int,
-                              min_shared_blocks: int) -> Batch:
-        from .prefix_groups import GroupedBatch, PrefixGroups
-        n = len(seq_ids) if hasattr(seq_ids, "__len__") else 0
-        if buffers is None:
-            buffers = BatchBuffers(max(n, 1), 1, 1)
-        min_shared_blocks = scalar(min_shared_blocks, "min_shared_blocks", 0, U32_MAX, "uint32_t")
-        pg = getattr(buffers, "_pg", None)
-        if pg is None or pg.capacity < n:
-            pg = PrefixGroups(max(n, buffers._rows), min_shared_blocks)
-        pg.c.min_shared_blocks = min_shared_blocks
-        buffers._pg = None  # the plain path below must leave buffers.c.prefix_groups as set here
-        try:
-            for _ in range(2):  # a BatchBuffers that grew has a new struct: export again with the groups
-                c_before = buffers.c
-                c_before.prefix_groups = pg.c
-                batch = self.batch_export(seq_ids, buffers, group)
-                if buffers.c is c_before:
-                    break
-        finally:
-            buffers._pg = pg
-            buffers.c.prefix_groups = pg.c
-        out = GroupedBatch(*batch)
-        out.prefix_groups = pg
-        return out
 
     # -- pool, stats, events, control ---------------------------------------------------------------
     @property

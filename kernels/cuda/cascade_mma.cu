@@ -393,12 +393,23 @@ Kernel kernel_for(bool cap) {
   return cap ? cascade_mma_kernel<T, D, true> : cascade_mma_kernel<T, D, false>;
 }
 
+// *smem: what this launch needs (its description's members); *smem_max: the kernel's attribute, sized
+// for kCascadeMaxMembers so that it is the same value on every call (see launch_cascade_mma).
 template <typename T>
-bool kernel_for_type(int D, bool cap, int members, Kernel* k, size_t* smem) {
+bool kernel_for_type(int D, bool cap, int members, Kernel* k, size_t* smem, size_t* smem_max) {
   switch (D) {
-    case 64: *k = kernel_for<T, 64>(cap), *smem = smem_bytes<T, 64>(members); return true;
-    case 128: *k = kernel_for<T, 128>(cap), *smem = smem_bytes<T, 128>(members); return true;
-    case 256: *k = kernel_for<T, 256>(cap), *smem = smem_bytes<T, 256>(members); return true;
+    case 64:
+      *k = kernel_for<T, 64>(cap), *smem = smem_bytes<T, 64>(members);
+      *smem_max = smem_bytes<T, 64>(kCascadeMaxMembers);
+      return true;
+    case 128:
+      *k = kernel_for<T, 128>(cap), *smem = smem_bytes<T, 128>(members);
+      *smem_max = smem_bytes<T, 128>(kCascadeMaxMembers);
+      return true;
+    case 256:
+      *k = kernel_for<T, 256>(cap), *smem = smem_bytes<T, 256>(members);
+      *smem_max = smem_bytes<T, 256>(kCascadeMaxMembers);
+      return true;
     default: return false;
   }
 }
@@ -437,14 +448,19 @@ void cascade_mma_splits(int64_t ctas, int64_t max_tokens, int64_t head_dim, int6
 
 bool launch_cascade_mma(const CascadeMmaParams& p, const Cache& c, bool cap, cudaStream_t stream) {
   Kernel k = nullptr;
-  size_t smem = 0;
-  const bool ok = c.dtype == Dtype::f16 ? kernel_for_type<__half>(int(c.head_dim), cap, p.num_members, &k, &smem)
-                                         : kernel_for_type<__nv_bfloat16>(int(c.head_dim), cap, p.num_members, &k, &smem);
+  size_t smem = 0, smem_max = 0;
+  const bool ok = c.dtype == Dtype::f16
+                      ? kernel_for_type<__half>(int(c.head_dim), cap, p.num_members, &k, &smem, &smem_max)
+                      : kernel_for_type<__nv_bfloat16>(int(c.head_dim), cap, p.num_members, &k, &smem, &smem_max);
   if (!ok) return false;
   {
+    // The attribute is the kernel's, shared by every host thread: set to this call's size, another
+    // thread's smaller call could lower it between this set and this launch, which then fails
+    // (cudaErrorInvalidValue, thrown by launch()) instead of falling back. One value for every call
+    // (the largest description) cannot be lowered; the launch asks only for what it uses.
     RelaxedCapture relaxed;  // an attribute set while the caller captures a graph must not break it
     if (cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(smem)) != cudaSuccess) {
+                             int(smem_max)) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }

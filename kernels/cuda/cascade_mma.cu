@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
     }
     if (fault != KVB_FAULT_NONE) {
       if (tid == 0 && pr0 == 0 && kvh == 0 && split == 0) record_fault(b.fault, fault, p.kernel, fidx, fcol, fval);
-      if (tid == 0) s_bad = 1;
+      if (tid == 0) atomicExch(&s_bad, 1);  // other threads may set it above, in the same barrier interval
     }
     const int base = sv.len - sv.q_len;
     if (tid < BM) {
@@ -456,11 +456,23 @@ bool launch_cascade_mma(const CascadeMmaParams& p, const Cache& c, bool cap, cud
   {
     // The attribute is the kernel's, shared by every host thread: set to this call's size, another
     // thread's smaller call could lower it between this set and this launch, which then fails
-    // (cudaErrorInvalidValue, thrown by launch()) instead of falling back. One value for every call
-    // (the largest description) cannot be lowered; the launch asks only for what it uses.
-    RelaxedCapture relaxed;  // an attribute set while the caller captures a graph must not break it
+    // (cudaErrorInvalidValue, thrown by launch()) instead of falling back. So it is one value per
+    // device for every call: the largest description's size, or less where the device's opt-in limit
+    // is lower (sm_86 / 89: 99 KiB, below D 256 with 512 members); a call needing more than that runs
+    // the plain kernel. The launch asks only for what it uses.
+    RelaxedCapture relaxed;  // not stream operations; legal while the caller captures a graph
+    int optin = 0;
+    cudaFuncAttributes fa{};
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c.device_index) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(k)) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    const size_t room = size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
+    const size_t attr = std::min(smem_max, room);
+    if (smem > attr) return false;
     if (cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(smem_max)) != cudaSuccess) {
+                             int(attr)) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }

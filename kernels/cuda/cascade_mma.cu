@@ -164,6 +164,11 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
     const int64_t lt = tiles::local_tile(b.query_start, seq, G, BM, t, false);
     const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;
     rows = min(BM, sv.q_len * G - pr0);
+    // Before the return below, as the plain prefill does: a faulty sequence with no rows (q_len 0, or
+    // clipped to 0) is still reported once.
+    const bool first = pr0 == 0 && kvh == 0 && split == 0;
+    if (sv.fault != KVB_FAULT_NONE && first && tid == 0)
+      record_fault(b.fault, sv.fault, p.kernel, sv.fault_index, -1, sv.fault_value);
     if (pr0 < 0 || rows <= 0) return;  // uniform
     for (int k = tid; k < p.num_members; k += kThreads)
       if (p.members[k] == seq) s_slot = k;  // at most one (checked on the host)
@@ -176,18 +181,19 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
     S = gi >= 0 ? p.shared_tokens[gi] : 0;
     table = b.block_tables + int64_t(seq) * b.max_blocks;
     fault_row = seq;
-    int fault = sv.fault, fidx = sv.fault_index, fcol = -1, fval = sv.fault_value;
-    if (fault == KVB_FAULT_NONE && S > sv.len) fault = KVB_FAULT_SEQ_LEN, fidx = seq, fval = sv.len;
+    int fault = sv.fault;
+    const bool short_len = fault == KVB_FAULT_NONE && S > sv.len;  // below its group's shared tokens
+    if (short_len) fault = KVB_FAULT_SEQ_LEN;
     if (fault == KVB_FAULT_NONE && gi >= 0) {  // the shared columns must be the lead's (the shared tiles read those)
       const int32_t* lead = b.block_tables + int64_t(p.group_lead[gi]) * b.max_blocks;
       for (int c = tid; c < (S >> b.block_shift); c += kThreads)
         if (table[c] != lead[c]) {
-          if (atomicExch(&s_bad, 1) == 0 && pr0 == 0 && kvh == 0 && split == 0)
+          if (atomicExch(&s_bad, 1) == 0 && first)
             record_fault(b.fault, KVB_FAULT_BLOCK_ID, p.kernel, seq, c, table[c]);
         }
     }
     if (fault != KVB_FAULT_NONE) {
-      if (tid == 0 && pr0 == 0 && kvh == 0 && split == 0) record_fault(b.fault, fault, p.kernel, fidx, fcol, fval);
+      if (tid == 0 && first && short_len) record_fault(b.fault, KVB_FAULT_SEQ_LEN, p.kernel, seq, -1, sv.len);
       if (tid == 0) atomicExch(&s_bad, 1);  // other threads may set it above, in the same barrier interval
     }
     const int base = sv.len - sv.q_len;

@@ -164,6 +164,11 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
     const int64_t lt = tiles::local_tile(b.query_start, seq, G, BM, t, false);
     const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;
     rows = min(BM, sv.q_len * G - pr0);
+    // Before the return below, as the plain prefill does: a faulty sequence with no rows (q_len 0, or
+    // clipped to 0) is still reported once.
+    const bool first = pr0 == 0 && kvh == 0 && split == 0;
+    if (sv.fault != KVB_FAULT_NONE && first && tid == 0)
+      record_fault(b.fault, sv.fault, p.kernel, sv.fault_index, -1, sv.fault_value);
     if (pr0 < 0 || rows <= 0) return;  // uniform
     for (int k = tid; k < p.num_members; k += kThreads)
       if (p.members[k] == seq) s_slot = k;  // at most one (checked on the host)
@@ -176,19 +181,20 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
     S = gi >= 0 ? p.shared_tokens[gi] : 0;
     table = b.block_tables + int64_t(seq) * b.max_blocks;
     fault_row = seq;
-    int fault = sv.fault, fidx = sv.fault_index, fcol = -1, fval = sv.fault_value;
-    if (fault == KVB_FAULT_NONE && S > sv.len) fault = KVB_FAULT_SEQ_LEN, fidx = seq, fval = sv.len;
+    int fault = sv.fault;
+    const bool short_len = fault == KVB_FAULT_NONE && S > sv.len;  // below its group's shared tokens
+    if (short_len) fault = KVB_FAULT_SEQ_LEN;
     if (fault == KVB_FAULT_NONE && gi >= 0) {  // the shared columns must be the lead's (the shared tiles read those)
       const int32_t* lead = b.block_tables + int64_t(p.group_lead[gi]) * b.max_blocks;
       for (int c = tid; c < (S >> b.block_shift); c += kThreads)
         if (table[c] != lead[c]) {
-          if (atomicExch(&s_bad, 1) == 0 && pr0 == 0 && kvh == 0 && split == 0)
+          if (atomicExch(&s_bad, 1) == 0 && first)
             record_fault(b.fault, KVB_FAULT_BLOCK_ID, p.kernel, seq, c, table[c]);
         }
     }
     if (fault != KVB_FAULT_NONE) {
-      if (tid == 0 && pr0 == 0 && kvh == 0 && split == 0) record_fault(b.fault, fault, p.kernel, fidx, fcol, fval);
-      if (tid == 0) s_bad = 1;
+      if (tid == 0 && first && short_len) record_fault(b.fault, KVB_FAULT_SEQ_LEN, p.kernel, seq, -1, sv.len);
+      if (tid == 0) atomicExch(&s_bad, 1);  // other threads may set it above, in the same barrier interval
     }
     const int base = sv.len - sv.q_len;
     if (tid < BM) {
@@ -393,12 +399,23 @@ Kernel kernel_for(bool cap) {
   return cap ? cascade_mma_kernel<T, D, true> : cascade_mma_kernel<T, D, false>;
 }
 
+// *smem: what this launch needs (its description's members); *smem_max: the kernel's attribute, sized
+// for kCascadeMaxMembers so that it is the same value on every call (see launch_cascade_mma).
 template <typename T>
-bool kernel_for_type(int D, bool cap, int members, Kernel* k, size_t* smem) {
+bool kernel_for_type(int D, bool cap, int members, Kernel* k, size_t* smem, size_t* smem_max) {
   switch (D) {
-    case 64: *k = kernel_for<T, 64>(cap), *smem = smem_bytes<T, 64>(members); return true;
-    case 128: *k = kernel_for<T, 128>(cap), *smem = smem_bytes<T, 128>(members); return true;
-    case 256: *k = kernel_for<T, 256>(cap), *smem = smem_bytes<T, 256>(members); return true;
+    case 64:
+      *k = kernel_for<T, 64>(cap), *smem = smem_bytes<T, 64>(members);
+      *smem_max = smem_bytes<T, 64>(kCascadeMaxMembers);
+      return true;
+    case 128:
+      *k = kernel_for<T, 128>(cap), *smem = smem_bytes<T, 128>(members);
+      *smem_max = smem_bytes<T, 128>(kCascadeMaxMembers);
+      return true;
+    case 256:
+      *k = kernel_for<T, 256>(cap), *smem = smem_bytes<T, 256>(members);
+      *smem_max = smem_bytes<T, 256>(kCascadeMaxMembers);
+      return true;
     default: return false;
   }
 }
@@ -437,14 +454,31 @@ void cascade_mma_splits(int64_t ctas, int64_t max_tokens, int64_t head_dim, int6
 
 bool launch_cascade_mma(const CascadeMmaParams& p, const Cache& c, bool cap, cudaStream_t stream) {
   Kernel k = nullptr;
-  size_t smem = 0;
-  const bool ok = c.dtype == Dtype::f16 ? kernel_for_type<__half>(int(c.head_dim), cap, p.num_members, &k, &smem)
-                                         : kernel_for_type<__nv_bfloat16>(int(c.head_dim), cap, p.num_members, &k, &smem);
+  size_t smem = 0, smem_max = 0;
+  const bool ok = c.dtype == Dtype::f16
+                      ? kernel_for_type<__half>(int(c.head_dim), cap, p.num_members, &k, &smem, &smem_max)
+                      : kernel_for_type<__nv_bfloat16>(int(c.head_dim), cap, p.num_members, &k, &smem, &smem_max);
   if (!ok) return false;
   {
-    RelaxedCapture relaxed;  // an attribute set while the caller captures a graph must not break it
+    // The attribute is the kernel's, shared by every host thread: set to this call's size, another
+    // thread's smaller call could lower it between this set and this launch, which then fails
+    // (cudaErrorInvalidValue, thrown by launch()) instead of falling back. So it is one value per
+    // device for every call: the largest description's size, or less where the device's opt-in limit
+    // is lower (sm_86 / 89: 99 KiB, below D 256 with 512 members); a call needing more than that runs
+    // the plain kernel. The launch asks only for what it uses.
+    RelaxedCapture relaxed;  // not stream operations; legal while the caller captures a graph
+    int optin = 0;
+    cudaFuncAttributes fa{};
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c.device_index) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(k)) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    const size_t room = size_t(optin) > fa.sharedSizeBytes ? size_t(optin) - fa.sharedSizeBytes : 0;
+    const size_t attr = std::min(smem_max, room);
+    if (smem > attr) return false;
     if (cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(smem)) != cudaSuccess) {
+                             int(attr)) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }

@@ -267,6 +267,34 @@ void test_cuda_member_with_other_blocks_faults() {
   if (b.qstart[size_t(lead) + 1] > b.qstart[size_t(lead)])
     CHECK(std::isfinite(out.get(size_t(b.qstart[size_t(lead)]) * rowlen)));
 }
+
+// A sequence with no query rows and a bad seq_len (-3) is reported as the plain prefill reports it
+// (SEQ_LEN, its row, the value), with or without the description: the own tile that finds it has no
+// rows, and returned before recording the fault (nothing was reported with groups).
+void test_cuda_faulty_sequence_without_rows_is_reported() {
+  for (unsigned seed = 300; seed < 400; ++seed) {
+    Batch b(Config{KVB_DTYPE_FP16, 64, 16, 2, 4, 0, 0, 0.f, seed, false});
+    int32_t empty = -1;
+    for (uint32_t s = 0; s < b.num_seqs && empty < 0; ++s)
+      if (b.qstart[s + 1] == b.qstart[s]) empty = int32_t(s);
+    if (empty < 0) continue;
+    b.lens[size_t(empty)] = -3;  // before the upload
+    DeviceBatch d(b);
+    kvb_prefix_groups g = b.groups();
+    const kvb_prefix_groups* descs[] = {nullptr, &g};
+    for (const kvb_prefix_groups* gp : descs) {
+      kvb_kernel_fault f;
+      kvb_kernel_fault_init(&f);
+      CHECK_OK(kvb_cuda_take_fault(0, nullptr, &f));  // nothing left over from earlier tests
+      d.run(b, gp, false);
+      CHECK_STATUS(kvb_cuda_take_fault(0, nullptr, &f), KVB_ERR_INVALID_ARGUMENT);
+      CHECK(f.kind == KVB_FAULT_SEQ_LEN && f.kernel == KVB_KERNEL_PREFILL_ATTENTION && f.index == empty &&
+            f.value == -3);
+    }
+    return;
+  }
+  CHECK(!"no seed in [300, 400) gives a sequence with an empty query");
+}
 #endif
 
 // Without a device the batches still run on the CPU: the CPU call with and without the description
@@ -318,13 +346,16 @@ int main() {
   if (cuda_devices() > 0) {
     RUN_TEST(test_cuda_groups_equal_plain);
     RUN_TEST(test_cuda_member_with_other_blocks_faults);
+    RUN_TEST(test_cuda_faulty_sequence_without_rows_is_reported);
   } else {
     SKIP_TEST(test_cuda_groups_equal_plain, "no CUDA device");
     SKIP_TEST(test_cuda_member_with_other_blocks_faults, "no CUDA device");
+    SKIP_TEST(test_cuda_faulty_sequence_without_rows_is_reported, "no CUDA device");
   }
 #else
   SKIP_TEST(test_cuda_groups_equal_plain, "built without CUDA");
   SKIP_TEST(test_cuda_member_with_other_blocks_faults, "built without CUDA");
+  SKIP_TEST(test_cuda_faulty_sequence_without_rows_is_reported, "built without CUDA");
 #endif
   TEST_SUMMARY();
 }

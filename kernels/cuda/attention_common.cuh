@@ -10,6 +10,8 @@ namespace kvb {
 namespace kern {
 namespace cuda {
 
+struct Fp8HeadScales;  // fp8_vec.cuh
+
 // What a paged decode-style kernel reads and writes, first in its launch parameters: K / V with the
 // cache's strides (elements), q and out with the call's strides (rows: sequences, or tokens for a
 // prefill's short queries), the block tables and sequence lengths.
@@ -80,6 +82,12 @@ size_t mma_smem(int head_dim);
 int mma_stages(int head_dim);  // the current device's pipeline depth (dtiles::stages)
 const void* mma_kernel(Dtype dtype, int head_dim, bool cap);
 void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 grid, cudaStream_t s);
+// The same for fp8 caches (cache e4m3 / e5m2, q and out in q_dtype fp16 / bf16): mma_smem_fp8 bytes,
+// the kv heads' scales by value.
+size_t mma_smem_fp8(int head_dim);
+const void* mma_kernel_fp8(Dtype q_dtype, Dtype cache, int head_dim, bool cap);
+void launch_mma_fp8(const AttnParams& p, const Fp8HeadScales& sc, Dtype q_dtype, Dtype cache, int head_dim, bool cap,
+                    dim3 grid, cudaStream_t s);
 
 }  // namespace decode
 

@@ -4,8 +4,9 @@
 // With a GPU: CUDA decode attention on fp8 caches against the float64 reference on the dequantized
 // cache (the q dtype's tolerance: the kernel adds no error beyond quantization), against the CPU
 // kernel on the same cache bytes, and within the documented tolerance of the unquantized values;
-// both formats, fp16 / bf16 queries, per-tensor and per-head scales, GQA groups (1 to 8), soft cap,
-// window + sinks, split and single-partition launches, empty sequences. CUDA prefill / extend on fp8
+// both formats, fp16 / bf16 queries, per-tensor and per-head scales, GQA groups 1 to 20 (4 and more on
+// the tensor-core kernel), soft cap, window + sinks, split and single-partition launches, empty
+// sequences. CUDA prefill / extend on fp8
 // caches against the CPU kernel on the same cache bytes (the fp16 / bf16 CUDA-vs-CPU tolerance): ragged
 // batches of prompts, chunks over a cached prefix, short queries (1 to 4 tokens) and empty sequences,
 // GQA groups 1 to 8 (packed tiles over 128 rows), head dims 64 / 128 / 256, window + sinks, soft cap,
@@ -80,6 +81,13 @@ const AttnCase kCudaCases[] = {
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 1, 1, 128, false, 33, 2, 8.f},
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 4, 64, false, 0, 0, 0.f},
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 1, 8, 256, true, 0, 0, 0.f},
+    // GQA groups of dtiles::kMinGroup (4) and more run the tensor-core kernel (decode_mma.cu): soft cap,
+    // window + sinks, two head chunks (group 20), every head dim, both formats and query types
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 4, 64, true, 0, 0, 6.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 1, 20, 128, false, 100, 2, 0.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 2, 5, 256, false, 0, 0, 12.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 16, 128, true, 64, 0, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 1, 4, 256, true, 300, 5, 0.f},
 };
 
 void test_cuda_decode_fp8() {

@@ -96,7 +96,9 @@ struct PrefillParams;
 // tensor-core decode kernel, which writes their rows (or, with key splits, their workspace rows, before
 // the prefill reduce kernel runs); the prefill kernel skips them. Launch it after the prefill kernel
 // and before its reduce kernel, on the same stream.
-void launch_short_queries(const PrefillParams& p, Dtype dtype, int head_dim, cudaStream_t s);
+// fp8 caches: dtype is q's, cache the fp8 format, fp8 the kv heads' scales.
+void launch_short_queries(const PrefillParams& p, Dtype dtype, int head_dim, cudaStream_t s,
+                          const Fp8HeadScales* fp8 = nullptr, Dtype cache = Dtype::f16);
 
 namespace decode {
 

@@ -435,7 +435,8 @@ void launch_mma_fp8(const AttnParams& p, const Fp8HeadScales& sc, Dtype q_dtype,
 
 }  // namespace decode
 
-void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cudaStream_t s) {
+void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cudaStream_t s, const Fp8HeadScales* fp8,
+                          Dtype cache) {
   if (pp.num_seqs <= 0 || pp.total_q <= 0) return;
   decode::AttnParams p;
   p.k = pp.k;
@@ -475,8 +476,13 @@ void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cu
   p.num_seqs = pp.num_seqs;
   p.total_q = pp.total_q;
   p.kernel_id = KVB_KERNEL_PREFILL_ATTENTION;
-  decode::mma_kernel(dtype, head_dim, cap);  // raises the shared memory limit
   const dim3 grid(unsigned(pp.num_seqs), unsigned(pp.num_q_heads / pp.group), unsigned(pp.num_splits));
+  if (fp8) {
+    decode::mma_kernel_fp8(dtype, cache, head_dim, cap);  // raises the shared memory limit
+    decode::launch_mma_fp8(p, *fp8, dtype, cache, head_dim, cap, grid, s);
+    return;
+  }
+  decode::mma_kernel(dtype, head_dim, cap);  // raises the shared memory limit
   decode::launch_mma(p, dtype, head_dim, cap, grid, s);
 }
 

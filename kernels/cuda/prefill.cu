@@ -28,8 +28,8 @@
 // FP8 caches (KV = Fp8E4m3 / Fp8E5m2, q and out fp16 or bf16): the same kernel, with the fp8 bytes
 // staged by cp.async and converted to the query's type in shared memory before the fragments read them
 // (prefill_fp8_tiles.h: same shared memory, one more barrier per key tile). The kv head's k_scale
-// (times the conversion's fold) multiplies the softmax scale, its v_scale the output. Such a call's
-// short queries stay with this kernel (the tensor-core decode path reads 16-bit caches only).
+// (times the conversion's fold) multiplies the softmax scale, its v_scale the output. Short queries go
+// to the tensor-core decode kernel's fp8 instantiation, as with 16-bit caches.
 #include <climits>
 #include <type_traits>
 #include <vector>
@@ -100,8 +100,8 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   const int kvh = ct.kv_head, split = blockIdx.z, G = p.group;
   const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, ct.tile);
   const SeqView sv = seq_view(p, seq);
-  if (!kFp8 && dtiles::decode_path_owns(seq, p.num_seqs, p.query_start[seq], p.query_start[seq + 1], p.total_q,
-                                         p.seq_lens[seq], p.max_blocks << p.block_shift, G))
+  if (dtiles::decode_path_owns(seq, p.num_seqs, p.query_start[seq], p.query_start[seq + 1], p.total_q, p.seq_lens[seq],
+                               p.max_blocks << p.block_shift, G))
     return;  // a short query: launch_short_queries (decode_mma.cu) computes its rows
   const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, ct.tile, sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
@@ -539,7 +539,11 @@ void launch_mma(const PrefillParams& p, const Fp8HeadScales* sc, dim3 grid, int 
   } else {
     launch_tile<T, KV, D, BN>(p, sc, grid, s);
   }
-  if constexpr (!kIsFp8Tag<KV>) launch_short_queries(p, std::is_same<T, __half>::value ? Dtype::f16 : Dtype::bf16, D, s);
+  const Dtype q_dtype = std::is_same<T, __half>::value ? Dtype::f16 : Dtype::bf16;
+  if constexpr (kIsFp8Tag<KV>)
+    launch_short_queries(p, q_dtype, D, s, sc, std::is_same<KV, Fp8E5m2>::value ? Dtype::e5m2 : Dtype::e4m3);
+  else
+    launch_short_queries(p, q_dtype, D, s);
   if (p.num_splits > 1 && p.total_q > 0) {
     prefill_reduce_kernel<T, D><<<dim3(unsigned(p.total_q), unsigned(p.num_q_heads)), D, 0, s>>>(p);
     check(cudaGetLastError(), "prefill attention reduce launch");

@@ -28,7 +28,7 @@ constexpr int kWarps = 4;
 constexpr int kRows = 16;                    // query heads per CTA (mma M)
 constexpr int kWarpKeys = 16;                // keys per warp per stage (mma K of P V)
 constexpr int kStageKeys = kWarps * kWarpKeys;
-// Smallest GQA group served by tensor cores (16-bit caches); smaller groups keep the CUDA-core kernel,
+// Smallest GQA group served by tensor cores (16-bit and fp8 caches); smaller groups keep the CUDA-core kernel,
 // which already reads each K/V row once per kv head and is at the copy bound for group 1.
 constexpr int kMinGroup = 4;
 

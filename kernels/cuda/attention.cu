@@ -12,7 +12,7 @@
 // fp8 caches (fp8_vec.cuh) run kernel 1 with 8-byte loads of 8 codes, the lane layout of an fp16 cache,
 // converted through fp16 (K scale folded into q, V scale into the output; per-head scales by value).
 //
-// fp16 / bf16 caches with GQA groups of dtiles::kMinGroup and more run kernel 1 on tensor cores instead
+// fp16 / bf16 and fp8 caches with GQA groups of dtiles::kMinGroup and more run kernel 1 on tensor cores instead
 // (decode_mma.cu: the group's heads are the rows of one mma tile); the partition plan, workspace and
 // kernel 2 are shared.
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Shared by the paged decode kernels (attention.cu: CUDA cores, every dtype; decode_mma.cu: tensor cores
-// for 16-bit caches and GQA groups of kMinGroup and more): launch parameters, the checks every kernel
+// for 16-bit and fp8 caches and GQA groups of kMinGroup and more): launch parameters, the checks every kernel
 // makes the same way, the workspace layout the partition-merge kernel reads.
 #pragma once
 #include "../../abi/kvblock.h"
@@ -75,7 +75,7 @@ __device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
   }
 }
 
-// Tensor-core kernel for 16-bit caches (decode_mma.cu); grid (num_partitions, num_kv_heads *
+// Tensor-core kernel for 16-bit caches (decode_mma.cu; fp8 caches: the _fp8 functions below); grid (num_partitions, num_kv_heads *
 // dtiles::num_chunks(group), num_seqs), mma_smem(head_dim) bytes of dynamic shared memory (the current
 // device's pipeline depth). mma_kernel gives the instantiation (for occupancy queries); launch_mma runs it.
 size_t mma_smem(int head_dim);

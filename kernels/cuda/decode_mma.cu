@@ -1,4 +1,4 @@
-// CUDA paged decode attention on tensor cores, for 16-bit caches and GQA groups of dtiles::kMinGroup
+// CUDA paged decode attention on tensor cores, for 16-bit and fp8 caches and GQA groups of dtiles::kMinGroup
 // query heads and more (geometry: kernels/decode_tiles.h).
 //
 // The CUDA-core kernel (attention.cu) scores every K row against each query head of the group with

@@ -915,9 +915,10 @@ typedef struct kvb_prefill_args {
   uint32_t total_q_tokens;      /* rows of q and out; must equal query_start[num_seqs] (given because
                                    the host cannot read a device query_start; checked as below) */
   uint32_t q_dtype;             /* FP8 cache only: kvb_dtype of q and out, FP16 (default 0), BF16 or FP32
-                                   (FP32: CPU only); ignored for other caches (was `reserved`, zeroed by
-                                   every _init). FP8 caches: CPU only for now (CUDA: KVB_ERR_UNSUPPORTED;
-                                   kvb_paged_attention reads CUDA FP8 caches) */
+                                   (FP32: CPU only; CUDA: KVB_ERR_UNSUPPORTED); ignored for other caches
+                                   (was `reserved`, zeroed by every _init). CUDA FP8 caches: K/V read as
+                                   bytes, converted exactly to q's type in shared memory (cvt on sm_89+,
+                                   integer operations on sm_80) for the fp16 / bf16 tensor-core kernel */
   const void* q;                /* [total_q_tokens, num_q_heads, head_dim] */
   int64_t  q_token_stride;      /* 0 = num_q_heads * head_dim */
   int64_t  q_head_stride;       /* 0 = head_dim */

@@ -28,7 +28,7 @@ constexpr int kWarps = 4;
 constexpr int kRows = 16;                    // query heads per CTA (mma M)
 constexpr int kWarpKeys = 16;                // keys per warp per stage (mma K of P V)
 constexpr int kStageKeys = kWarps * kWarpKeys;
-// Smallest GQA group served by tensor cores (16-bit caches); smaller groups keep the CUDA-core kernel,
+// Smallest GQA group served by tensor cores (16-bit and fp8 caches); smaller groups keep the CUDA-core kernel,
 // which already reads each K/V row once per kv head and is at the copy bound for group 1.
 constexpr int kMinGroup = 4;
 
@@ -52,6 +52,31 @@ constexpr int kStaticSmem = 1024;  // bound on the kernel's static shared memory
 KVB_HD constexpr int stages(int head_dim, int max_block_smem) {
   return head_dim <= 64 ? 4 : head_dim <= 128 ? 3 : smem_bytes(head_dim, 3) + kStaticSmem <= max_block_smem ? 3 : 2;
 }
+
+// FP8 caches (decode_mma.cu, KV an fp8 tag). The stages hold the fp8 bytes, row-major [64 keys][D] (a
+// key row is D / 16 16-byte cp.async chunks; consecutive threads take consecutive chunks), after Q; then
+// one 16-bit K tile and one V tile of a stage's 64 keys ([64][C chunks], swizzled as above), which the
+// fragments read. Each warp converts its own 16 keys of the stage (rows 16w..16w+15, the only rows its
+// ldmatrix reads) after the stage's barrier: no CTA barrier is added. Fewer bytes than the 16-bit
+// stages (3 stages at D 128: 84 KiB against 100), and the warps' final merge still fits after Q.
+KVB_HD constexpr int smem_bytes_fp8(int head_dim, int stages) {
+  return kRows * head_dim * 2 + stages * 2 * kStageKeys * head_dim + 2 * kStageKeys * head_dim * 2;
+}
+// Byte offsets from the start of shared memory: the K and V stage areas, the 16-bit K and V tiles.
+KVB_HD constexpr int fp8_k_stages(int head_dim) { return kRows * head_dim * 2; }
+KVB_HD constexpr int fp8_v_stages(int head_dim, int stages) { return fp8_k_stages(head_dim) + stages * kStageKeys * head_dim; }
+KVB_HD constexpr int fp8_k_tile(int head_dim, int stages) { return fp8_v_stages(head_dim, stages) + stages * kStageKeys * head_dim; }
+KVB_HD constexpr int fp8_v_tile(int head_dim, int stages) { return fp8_k_tile(head_dim, stages) + kStageKeys * head_dim * 2; }
+// The stage copy: item x (x = tid + j * threads, kStageKeys * D / 16 items) is 16-byte chunk x % (D / 16)
+// of key row x / (D / 16), at that byte offset in the key's cache row and at row * D + 16 chunk in the stage.
+KVB_HD int fp8_copy_row(int x, int head_dim) { return x / (head_dim / 16); }
+KVB_HD int fp8_copy_chunk(int x, int head_dim) { return x % (head_dim / 16); }
+KVB_HD int fp8_copy_dst(int head_dim, int row, int chunk) { return row * head_dim + chunk * 16; }
+// Warp w's conversion: item x (x = lane + 32 j, 16 * D / 8 items) is 16-bit chunk x % C of key row
+// 16 w + x / C: 8 codes at row * D + 8 chunk of the stage, 16 bytes at swz(C, row, chunk) of the tile.
+KVB_HD int fp8_cvt_row(int w, int x, int head_dim) { return w * kWarpKeys + x / (head_dim / 8); }
+KVB_HD int fp8_cvt_chunk(int x, int head_dim) { return x % (head_dim / 8); }
+KVB_HD int fp8_cvt_src(int head_dim, int row, int chunk) { return row * head_dim + chunk * 8; }
 
 // Partition size of a tensor-core decode launch (the host picks it; attention.cu).
 //

@@ -72,11 +72,8 @@ Dtype read_query_dtype(const Cache& c, uint32_t q_dtype, const char* field) {
   return static_cast<Dtype>(q_dtype);
 }
 
-void refuse_cuda_fp8_attention(const Cache& c, Dtype q_dtype, bool prefill) {
+void refuse_cuda_fp8_attention(const Cache& c, Dtype q_dtype) {
   if (!c.cuda || !c.fp8()) return;
-  if (prefill)
-    fail(Code::unsupported, "fp8 KV cache: CUDA prefill attention not yet supported (cache dtype %s; CUDA decode, "
-         "CPU caches, and kvb_write_kv / kvb_copy_blocks / kvb_swap_blocks on CUDA, are)", dtype_name(c.dtype));
   if (q_dtype == Dtype::f32)
     fail(Code::unsupported, "fp8 KV cache: CUDA attention takes q_dtype fp16 or bf16, not fp32 (cache dtype %s)",
          dtype_name(c.dtype));
@@ -252,10 +249,10 @@ AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_he
   return p;
 }
 
-AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel, bool prefill) {
+AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel) {
   AttnHeads t;
   t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
-  refuse_cuda_fp8_attention(c, t.q_dtype, prefill);
+  refuse_cuda_fp8_attention(c, t.q_dtype);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
                   "%s: head_dim %lld is not supported (64, 128 or 256)", kernel, (long long)c.head_dim);
   KVB_REQUIRE_ARG(a.num_seqs <= 65535, "args: num_seqs %u exceeds 65535", a.num_seqs);
@@ -306,7 +303,7 @@ Attention read_attention(const Cache& c, const kvb_attention_args* args, bool ne
   const kvb_attention_args a = read_versioned(args, offsetof(kvb_attention_args, q_dtype), kvb_attention_args_init,
                                               "args", "kvb_attention_args_init");
   Attention t;
-  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "attention", false);
+  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "attention");
   const RowStrides s = read_q_out(c, t, t.num_seqs, "seq", need_pointers ? a.q : nullptr, a.q_seq_stride,
                                   a.q_head_stride, need_pointers ? a.out : nullptr, a.out_seq_stride, a.out_head_stride);
   t.q_seq_stride = s.q_row;

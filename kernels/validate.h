@@ -45,9 +45,9 @@ constexpr int64_t kMaxHeadScales = 128;
 // The dtype of q / out (or of write_kv's key / value): the cache's own, or for an fp8 cache the
 // caller's field (fp16, bf16 or fp32), named `field` in the message when refused.
 Dtype read_query_dtype(const Cache& c, uint32_t q_dtype, const char* field);
-// CUDA attention on fp8 caches (KVB_ERR_UNSUPPORTED): decode reads them with fp16 / bf16 queries (not
-// fp32); prefill (prefill = true) does not read them yet.
-void refuse_cuda_fp8_attention(const Cache& c, Dtype q_dtype, bool prefill);
+// CUDA attention (decode and prefill) on fp8 caches reads them with fp16 / bf16 queries, not fp32
+// (KVB_ERR_UNSUPPORTED).
+void refuse_cuda_fp8_attention(const Cache& c, Dtype q_dtype);
 
 // The fields of kvb_attention_args and kvb_prefill_args that mean the same in both, as given.
 struct HeadArgs {
@@ -63,7 +63,7 @@ HeadArgs head_args(const Args& a) {
 // Checks them against the cache for one attention kernel (`kernel` in messages: the head dims it
 // supports, q's dtype, the GQA group, positions below 2^31, the logit transform, the window) and
 // returns them with the defaults filled in (scale 0 = 1/sqrt(head_dim)).
-AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel, bool prefill);
+AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel);
 
 // q and out of an attention call, each [rows][num_q_heads][head_dim] with the caller's strides in
 // elements (0 = dense); `row` names the row dimension in messages ("seq": q_seq_stride, "token"). The

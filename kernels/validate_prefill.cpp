@@ -50,7 +50,7 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   const kvb_prefill_args a = read_versioned(args, offsetof(kvb_prefill_args, allow_tf32), kvb_prefill_args_init,
                                             "args", "kvb_prefill_args_init");
   Prefill t;
-  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "prefill attention", true);
+  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "prefill attention");
   KVB_REQUIRE_ARG(a.total_q_tokens <= 0x7fffffffu, "args: total_q_tokens %u exceeds 2^31-1 (query_start is int32)",
                   a.total_q_tokens);
   KVB_REQUIRE_ARG(a.num_seqs > 0 || a.total_q_tokens == 0, "args: total_q_tokens %u with num_seqs 0",

@@ -1,10 +1,12 @@
 /* bench_prefill.c - the prefill cases of `kvblock bench`: kvb_prefill_attention over a paged cache in
-   TFLOP/s (causal flops actually needed: 4 * attended keys * head_dim per query row and head), fp16
-   and bf16, Hq=32 Hkv=8 D=128, block 16, random data and random block tables. On the GPU each row is
+   TFLOP/s (causal flops actually needed: 4 * attended keys * head_dim per query row and head), fp16,
+   bf16 and fp8 e4m3 caches (fp16 queries; issue 23: fp8 no slower than fp16), Hq=32 Hkv=8 D=128,
+   block 16, random data and random block tables. On the GPU each row is
    also given as a fraction of an fp16 cuBLAS GEMM measured in the same run (bench_gpu_peaks.c).
 
    Shapes (prompts x new tokens over cached tokens): the GPU runs the issue's three, (1 x 4096),
-   (8 x 1024 over 3072) and a mixed batch (4 prefills of 512 + 60 decodes over 2048); the CPU runs them
+   (8 x 1024 over 3072) and a mixed batch (4 prefills of 512 + 60 decodes over 2048), and (8 x 4096)
+   (issue 23's fp8 comparison); the CPU runs the first three
    with a quarter of the sequences and tokens (a sixteenth with --quick) to stay short. On the CPU the
    ceiling is a measured fp32 FMA peak: independent multiply-add chains on every online CPU at once
    (AVX2 + FMA where the CPU has it, the same instructions as the kernel's fast path), in the same run. */
@@ -154,8 +156,19 @@ static void prefill_free(prefill_ctx* c) {
 }
 
 static void set_dtype(kcache* c, uint32_t dtype) {
-  c->dev.dtype = dtype; /* fp16 and bf16 have the same size: the fp16 allocation serves both */
-  c->host.dtype = dtype;
+  c->dev.dtype = dtype; /* fp16 and bf16 have the same size: the fp16 allocation serves both, and fp8 */
+  c->host.dtype = dtype; /* (strides are in elements: its bytes are the first half) */
+}
+
+/* e4m3 codes of magnitude 1/8..1.875 (no NaN codes) in the fp8 cache's bytes, uploaded; scales 1. */
+static int fill_fp8(kenv* e, kcache* c) {
+  size_t i, n = (size_t)c->host.num_blocks * (size_t)c->host.block_stride;
+  for (i = 0; i < n; i++) {
+    uint64_t x = next_rand(&e->seed);
+    ((unsigned char*)c->host.k)[i] = (unsigned char)((x & 0x80u) | ((4u + (x >> 8) % 4u) << 3) | ((x >> 16) & 7u));
+    ((unsigned char*)c->host.v)[i] = (unsigned char)(((x >> 24) & 0x80u) | ((4u + (x >> 32) % 4u) << 3) | ((x >> 40) & 7u));
+  }
+  return kc_upload(e, c);
 }
 
 static int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtype) {
@@ -178,6 +191,7 @@ static int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtyp
       !kc_buffer(e, &c->lens, (size_t)n * 4) || !kc_buffer(e, &c->tables, (size_t)n * maxb * 4))
     return 0;
   set_dtype(&c->cache, dtype);
+  if (dtype == KVB_DTYPE_FP8_E4M3 && !fill_fp8(e, &c->cache)) return 0;
   fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
   qs = (int32_t*)c->qs.host.k;
   lens = (int32_t*)c->lens.host.k;
@@ -197,6 +211,7 @@ static int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtyp
   c->a.num_q_heads = HQ;
   c->a.max_blocks_per_seq = maxb;
   c->a.total_q_tokens = total_q;
+  c->a.q_dtype = KVB_DTYPE_FP16; /* read for fp8 caches only */
   if ((st = kvb_prefill_attention_workspace_size(&c->cache.dev, &c->a, &c->a.workspace_size)) != KVB_OK) {
     lib_error("kvb_prefill_attention_workspace_size", st);
     return 0;
@@ -237,9 +252,10 @@ static void print_prefill(kenv* e, const kresult* res, double flops, double peak
 }
 
 int bench_prefill(kenv* e) {
-  static const pshape gpu[3] = {{"prefill_1x4096", 1, 4096, 0, 0, 0},
+  static const pshape gpu[4] = {{"prefill_1x4096", 1, 4096, 0, 0, 0},
                                 {"prefill_8x1024_over_3072", 8, 1024, 3072, 0, 0},
-                                {"mixed_4x512_60_decodes", 4, 512, 0, 60, 2048}};
+                                {"mixed_4x512_60_decodes", 4, 512, 0, 60, 2048},
+                                {"prefill_8x4096", 8, 4096, 0, 0, 0}};
   static const pshape cpu[3] = {{"prefill_1x1024", 1, 1024, 0, 0, 0},
                                 {"prefill_2x256_over_768", 2, 256, 768, 0, 0},
                                 {"mixed_1x128_15_decodes", 1, 128, 0, 15, 512}};
@@ -247,7 +263,9 @@ int bench_prefill(kenv* e) {
                                       {"prefill_1x64_over_192", 1, 64, 192, 0, 0},
                                       {"mixed_1x32_4_decodes", 1, 32, 0, 4, 128}};
   const pshape* shapes = e->cuda ? gpu : (e->quick ? cpu_quick : cpu);
-  const uint32_t dtypes[2] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16};
+  const int num_shapes = e->cuda ? 4 : 3;
+  const uint32_t dtypes[3] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP8_E4M3};
+  static const char* const dname[3] = {"fp16", "bf16", "fp8_e4m3"};
   const char* peak_what = "";
   double peak = 0;
   uint64_t reps = e->reps;
@@ -262,18 +280,18 @@ int bench_prefill(kenv* e) {
     }
     if (e->reps > 3) e->reps = 3; /* CPU prefill calls take tenths of a second each */
   }
-  for (s = 0; s < 3 && ok; s++)
-    for (d = 0; d < 2 && ok; d++) {
+  for (s = 0; s < num_shapes && ok; s++)
+    for (d = 0; d < 3 && ok; d++) {
       prefill_ctx c;
       kresult* res = (kresult*)xcalloc(1, sizeof *res);
       const pshape* p = &shapes[s];
-      snprintf(res->key, sizeof res->key, "%s_%s", p->key, d ? "bf16" : "fp16");
+      snprintf(res->key, sizeof res->key, "%s_%s", p->key, dname[d]);
       if (p->decodes)
-        snprintf(res->label, sizeof res->label, "prefill %s %ux%u + %u decodes@%u", d ? "bf16" : "fp16", p->prompts,
+        snprintf(res->label, sizeof res->label, "prefill %s %ux%u + %u decodes@%u", dname[d], p->prompts,
                  p->new_tokens, p->decodes, p->decode_ctx);
       else
-        snprintf(res->label, sizeof res->label, "prefill %s %ux%u over %u", d ? "bf16" : "fp16", p->prompts,
-                 p->new_tokens, p->cached);
+        snprintf(res->label, sizeof res->label, "prefill %s %ux%u over %u", dname[d], p->prompts, p->new_tokens,
+                 p->cached);
       ok = prefill_setup(e, &c, p, dtypes[d]) && time_calls(e, call_prefill, &c, res);
       if (ok) print_prefill(e, res, c.flops, peak, peak_what);
       prefill_free(&c);

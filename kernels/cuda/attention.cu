@@ -12,7 +12,7 @@
 // fp8 caches (fp8_vec.cuh) run kernel 1 with 8-byte loads of 8 codes, the lane layout of an fp16 cache,
 // converted through fp16 (K scale folded into q, V scale into the output; per-head scales by value).
 //
-// fp16 / bf16 caches with GQA groups of dtiles::kMinGroup and more run kernel 1 on tensor cores instead
+// fp16 / bf16 and fp8 caches with GQA groups of dtiles::kMinGroup and more run kernel 1 on tensor cores instead
 // (decode_mma.cu: the group's heads are the rows of one mma tile); the partition plan, workspace and
 // kernel 2 are shared.
 #include <algorithm>
@@ -481,8 +481,9 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
          (long long)(a.max_blocks * c.block_size));
   if (a.plan.partition_size > kMaxPartitionBlocks) fail(Code::internal, "partition size above the kernel limit");
   const int group = int(a.num_q_heads / c.num_kv_heads);
-  // Tensor cores where the group's heads make the CUDA-core score loop the bound (decode_mma.cu).
-  const bool mma = (c.dtype == Dtype::f16 || c.dtype == Dtype::bf16) && group >= dtiles::kMinGroup;
+  // Tensor cores where the group's heads make the CUDA-core score loop the bound (decode_mma.cu; fp8
+  // caches too, converted to q's fp16 / bf16 in shared memory).
+  const bool mma = (c.dtype == Dtype::f16 || c.dtype == Dtype::bf16 || c.fp8()) && group >= dtiles::kMinGroup;
   const int max_heads = max_heads_per_cta(int(es), int(c.head_dim));
   const int chunks = mma ? dtiles::num_chunks(group) : (group + max_heads - 1) / max_heads;
   const int per_chunk = (group + chunks - 1) / chunks;
@@ -527,9 +528,10 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
     }
   }
   const int64_t ctas_per_partition = c.num_kv_heads * chunks * a.num_seqs;
-  const void* wave_fn = mma ? mma_kernel(c.dtype, int(c.head_dim), cap)
+  const void* wave_fn = mma ? (c.fp8() ? mma_kernel_fp8(a.q_dtype, c.dtype, int(c.head_dim), cap)
+                                       : mma_kernel(c.dtype, int(c.head_dim), cap))
                       : fp8_fn ? reinterpret_cast<const void*>(fp8_fn) : reinterpret_cast<const void*>(part_fn);
-  const size_t smem = mma ? mma_smem(int(c.head_dim)) : 0;
+  const size_t smem = mma ? (c.fp8() ? mma_smem_fp8(int(c.head_dim)) : mma_smem(int(c.head_dim))) : 0;
   const int64_t max_ctx = a.max_blocks * c.block_size;
   const int64_t wave = wave_ctas(c.device_index, wave_fn, smem);
   // The tensor-core kernel reads no block list into shared memory, so its partitions may exceed
@@ -558,20 +560,14 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
 
   const dim3 grid(unsigned(np), unsigned(c.num_kv_heads * chunks), unsigned(a.num_seqs));
   const cudaStream_t s = as_stream(stream);
-  if (mma) {
+  if (mma && c.fp8()) {
+    std::vector<Fp8HeadScales> holder(1, fp8_head_scales(c));  // 1 KiB, built on the heap
+    launch_mma_fp8(p, holder[0], a.q_dtype, c.dtype, int(c.head_dim), cap, grid, s);
+  } else if (mma) {
     launch_mma(p, c.dtype, int(c.head_dim), cap, grid, s);
   } else if (fp8_fn) {
-    std::vector<Fp8HeadScales> holder(1);  // 1 KiB, passed by value
-    Fp8HeadScales& sc = holder[0];
-    sc.k_all = c.k_scale;
-    sc.v_all = c.v_scale;
-    sc.per_head_k = c.k_head_scales != nullptr;
-    sc.per_head_v = c.v_head_scales != nullptr;
-    for (int64_t h = 0; h < kMaxHeadScales; ++h) {  // validate.cpp: per-head scales only up to this
-      sc.k[h] = h < c.num_kv_heads ? c.k_scale_of(h) : c.k_scale;
-      sc.v[h] = h < c.num_kv_heads ? c.v_scale_of(h) : c.v_scale;
-    }
-    launch(fp8_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p, sc);
+    std::vector<Fp8HeadScales> holder(1, fp8_head_scales(c));  // 1 KiB, passed by value
+    launch(fp8_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p, holder[0]);
   } else
     launch(part_fn, grid, dim3(kThreads), 0, s, "paged attention launch", p);
   if (np > 1)

@@ -1,5 +1,5 @@
 // Shared by the paged decode kernels (attention.cu: CUDA cores, every dtype; decode_mma.cu: tensor cores
-// for 16-bit caches and GQA groups of kMinGroup and more): launch parameters, the checks every kernel
+// for 16-bit and fp8 caches and GQA groups of kMinGroup and more): launch parameters, the checks every kernel
 // makes the same way, the workspace layout the partition-merge kernel reads.
 #pragma once
 #include "../../abi/kvblock.h"
@@ -9,6 +9,8 @@
 namespace kvb {
 namespace kern {
 namespace cuda {
+
+struct Fp8HeadScales;  // fp8_vec.cuh
 
 // What a paged decode-style kernel reads and writes, first in its launch parameters: K / V with the
 // cache's strides (elements), q and out with the call's strides (rows: sequences, or tokens for a
@@ -73,13 +75,19 @@ __device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
   }
 }
 
-// Tensor-core kernel for 16-bit caches (decode_mma.cu); grid (num_partitions, num_kv_heads *
+// Tensor-core kernel for 16-bit caches (decode_mma.cu; fp8 caches: the _fp8 functions below); grid (num_partitions, num_kv_heads *
 // dtiles::num_chunks(group), num_seqs), mma_smem(head_dim) bytes of dynamic shared memory (the current
 // device's pipeline depth). mma_kernel gives the instantiation (for occupancy queries); launch_mma runs it.
 size_t mma_smem(int head_dim);
 int mma_stages(int head_dim);  // the current device's pipeline depth (dtiles::stages)
 const void* mma_kernel(Dtype dtype, int head_dim, bool cap);
 void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 grid, cudaStream_t s);
+// The same for fp8 caches (cache e4m3 / e5m2, q and out in q_dtype fp16 / bf16): mma_smem_fp8 bytes,
+// the kv heads' scales by value.
+size_t mma_smem_fp8(int head_dim);
+const void* mma_kernel_fp8(Dtype q_dtype, Dtype cache, int head_dim, bool cap);
+void launch_mma_fp8(const AttnParams& p, const Fp8HeadScales& sc, Dtype q_dtype, Dtype cache, int head_dim, bool cap,
+                    dim3 grid, cudaStream_t s);
 
 }  // namespace decode
 
@@ -88,7 +96,9 @@ struct PrefillParams;
 // tensor-core decode kernel, which writes their rows (or, with key splits, their workspace rows, before
 // the prefill reduce kernel runs); the prefill kernel skips them. Launch it after the prefill kernel
 // and before its reduce kernel, on the same stream.
-void launch_short_queries(const PrefillParams& p, Dtype dtype, int head_dim, cudaStream_t s);
+// fp8 caches: dtype is q's, cache the fp8 format, fp8 the kv heads' scales.
+void launch_short_queries(const PrefillParams& p, Dtype dtype, int head_dim, cudaStream_t s,
+                          const Fp8HeadScales* fp8 = nullptr, Dtype cache = Dtype::f16);
 
 namespace decode {
 

@@ -1,4 +1,4 @@
-// CUDA paged decode attention on tensor cores, for 16-bit caches and GQA groups of dtiles::kMinGroup
+// CUDA paged decode attention on tensor cores, for 16-bit and fp8 caches and GQA groups of dtiles::kMinGroup
 // query heads and more (geometry: kernels/decode_tiles.h).
 //
 // The CUDA-core kernel (attention.cu) scores every K row against each query head of the group with
@@ -11,11 +11,20 @@
 // The warps' (max, sum, O) merge through shared memory at the end; a single partition writes the output,
 // otherwise the partition's row goes to the workspace for attention.cu's reduce kernel. Faults, window +
 // sinks and soft cap behave as in the CUDA-core kernel. No allocation, no host synchronisation.
+//
+// FP8 caches (KV = Fp8E4m3 / Fp8E5m2; q and out fp16 or bf16): the stages hold the fp8 bytes (half the
+// bytes per key), and after a stage's barrier each warp converts its own 16 keys of it into a 16-bit
+// K and V tile (dtiles::smem_bytes_fp8; the cvt instruction on sm_89+, integer operations on sm_80),
+// which the fragments then read as before; the kv head's k_scale (times the conversion's fold) scales
+// the logits, its v_scale the output.
 #include <map>
 #include <mutex>
+#include <type_traits>
+#include <vector>
 
 #include "../decode_tiles.h"
 #include "attention_common.cuh"
+#include "fp8_vec.cuh"
 #include "mma.cuh"
 #include "prefill_common.cuh"
 
@@ -33,18 +42,24 @@ constexpr int kThreads = 32 * dtiles::kWarps;
 // a CTA of a sequence this path does not own (dtiles::decode_path_owns) exits; otherwise its 16 rows are
 // the q_len tokens x group heads, packed as the prefill kernel packs them, each masked at its own
 // causal position.
-template <typename T, int D, int ST, bool CAP>
-__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p) {
+// KV: the cache element type (T, or an fp8 tag); ks, vs: fp8 caches only, the item's kv head's scales
+// times the conversion's fold.
+template <typename T, typename KV, int D, int ST, bool CAP>
+__device__ __forceinline__ void decode_mma_body(const AttnParams& p, float ks, float vs) {
   using namespace dtiles;
+  constexpr bool kFp8 = kIsFp8Tag<KV>;
   constexpr int C = D / 8;   // 16-byte chunks per row
   constexpr int DT = D / 8;  // 8-dim n-tiles of O
   static_assert(ST >= 2, "the pipeline needs two stages");
-  constexpr uint32_t kStage = kStageKeys * D * 2;  // bytes of one K (or V) stage
+  constexpr uint32_t kStage = kStageKeys * D * (kFp8 ? 1 : 2);  // bytes of one K (or V) stage
+  constexpr int CC = kFp8 ? D / 16 : C;  // 16-byte copies per key row
   // Chunk loads unrolled per stage: all 4 at D 64; 4 of 8 / 16 above (fully unrolled, the loop keeps
   // that many 64-bit addresses live and ptxas spilled at D 128 on sm_80 and at D 256).
-  constexpr int kLoadUnroll = D <= 64 ? kStageKeys * C / kThreads : 4;
-  static_assert(kStageKeys * C % kThreads == 0, "whole chunk loads per thread");
+  constexpr int kLoadUnroll = D <= 64 ? kStageKeys * CC / kThreads : 4;
+  static_assert(kStageKeys * CC % kThreads == 0, "whole chunk loads per thread");
   constexpr int kSUnroll = D <= 128 ? D / 16 : 4;
+  // fp8: the warp's conversion, 4 / 8 / 16 items per lane (unrolled 4 ptxas spilled at D 64 on sm_80).
+  constexpr int kCvtUnroll = D <= 64 ? 2 : 4;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int s_bad;
   __shared__ float s_m[kWarps][kRows];
@@ -52,6 +67,9 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
   const uint32_t sQ = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t sK = sQ + kRows * D * 2;  // [ST][64 keys][D]
   const uint32_t sV = sK + ST * kStage;    // [ST][64 keys][D]
+  const uint32_t sK16 = sQ + fp8_k_tile(D, ST), sV16 = sQ + fp8_v_tile(D, ST);  // fp8: the converted stage
+  static_assert(fp8_k_stages(D) == kRows * D * 2 && (!kFp8 || fp8_v_stages(D, ST) == kRows * D * 2 + int(ST * kStage)),
+                "decode_tiles.h fp8 layout");
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const bool decode = p.query_start == nullptr;
@@ -114,9 +132,9 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     const uint32_t buf = uint32_t(i % ST) * kStage;
     int bad_col = -1, bad_id = 0;  // recorded after the loop: a fault path inside it costs registers
 #pragma unroll kLoadUnroll
-    for (int j = 0; j < kStageKeys * C / kThreads; ++j) {
+    for (int j = 0; j < kStageKeys * CC / kThreads; ++j) {
       const int x = tid + j * kThreads;
-      const int r = x / C, c = x - r * C;
+      const int r = x / CC, c = x - r * CC;
       const int t = t_begin + i * kStageKeys + r;
       int blk = -1;
       if (t < t_end && (t >= lo || t < sink)) {
@@ -126,10 +144,18 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
         else
           bad_col = t >> p.block_shift, bad_id = id;
       }
-      const int64_t off =
-          blk >= 0 ? paged_offset(blk, t, kmask, p.block_stride, p.token_stride) + head_off + c * 8 : 0;
-      cp_async16(sK + buf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
-      cp_async16(sV + buf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
+      if constexpr (kFp8) {  // bytes, unswizzled (dtiles::fp8_copy_*)
+        const int64_t off =
+            blk >= 0 ? paged_offset(blk, t, kmask, p.block_stride, p.token_stride) + head_off + c * 16 : 0;
+        const uint32_t dst = buf + uint32_t(fp8_copy_dst(D, r, c));
+        cp_async16(sK + dst, p.k + off, blk >= 0 ? 16 : 0);
+        cp_async16(sV + dst, p.v + off, blk >= 0 ? 16 : 0);
+      } else {
+        const int64_t off =
+            blk >= 0 ? paged_offset(blk, t, kmask, p.block_stride, p.token_stride) + head_off + c * 8 : 0;
+        cp_async16(sK + buf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
+        cp_async16(sV + buf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
+      }
     }
     if (bad_col >= 0 && atomicExch(&s_bad, 1) == 0 && blockIdx.y == 0)
       record_fault(p.fault, KVB_FAULT_BLOCK_ID, p.kernel_id, seq, bad_col, bad_id);
@@ -154,6 +180,28 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     if (i + ST - 1 < n_st) load_stage(i + ST - 1);
     cp_async_commit();
     const uint32_t buf = uint32_t(i % ST) * kStage;
+    if constexpr (kFp8) {
+      // The warp's 16 keys of stage i into its rows of the 16-bit tiles (only it reads them).
+      __syncwarp();  // the warp's fragment reads of stage i - 1 are done
+#pragma unroll kCvtUnroll
+      for (int j = 0; j < kWarpKeys * C / 32; ++j) {
+        const int x = lane + 32 * j;
+        const int row = fp8_cvt_row(warp, x, D), chunk = fp8_cvt_chunk(x, D);
+        const uint32_t src = buf + uint32_t(fp8_cvt_src(D, row, chunk)), dst = swz(C, row, chunk);
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+          uint2 raw;
+          asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];\n" : "=r"(raw.x), "=r"(raw.y) : "r"((kv ? sV : sK) + src));
+          uint32_t w[4];
+          fp8x8_to_pairs<T, std::is_same<KV, Fp8E5m2>::value>(raw, w);
+          asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"((kv ? sV16 : sK16) + dst), "r"(w[0]), "r"(w[1]),
+                       "r"(w[2]), "r"(w[3]));
+        }
+      }
+      __syncwarp();
+    }
+    const uint32_t kbuf = kFp8 ? sK16 : sK + buf, vbuf = kFp8 ? sV16 : sV + buf;
+    const float qsc = kFp8 ? p.q_scale * ks : p.q_scale;
 
     // S = Q K^T: 16 rows x the warp's 16 keys.
     float s[2][4];
@@ -163,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4], b[4];
       ldsm_x4(a, sQ + swz(C, q_row(lane), q_chunk(kk, lane)));
-      ldsm_x4(b, sK + buf + swz(C, k_row(warp, lane), k_chunk(kk, lane)));
+      ldsm_x4(b, kbuf + swz(C, k_row(warp, lane), k_chunk(kk, lane)));
       Mma<T>::run(s[0], a, b[0], b[1]);
       Mma<T>::run(s[1], a, b[2], b[3]);
     }
@@ -174,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * p.q_scale;
+        float x = s[n][e] * qsc;
         if (CAP) x = p.soft_cap * tanhf(x * p.inv_cap) * kLog2e;
         const int t = stage_key(t_begin, i, warp, n * 8 + c_col(lane, e));
         if (!(t < t_end && attends_at(t, e < 2 ? pos0 : pos1, p.window, p.sink))) x = -INFINITY;
@@ -206,7 +254,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
 #pragma unroll
     for (int d2 = 0; d2 < DT / 2; ++d2) {
       uint32_t b[4];
-      ldsm_x4_trans(b, sV + buf + swz(C, v_row(warp, lane), v_chunk(d2, lane)));
+      ldsm_x4_trans(b, vbuf + swz(C, v_row(warp, lane), v_chunk(d2, lane)));
       Mma<T>::run(o[2 * d2], a, b[0], b[1]);
       Mma<T>::run(o[2 * d2 + 1], a, b[2], b[3]);
     }
@@ -239,7 +287,7 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, s_m[w][g]);
-    float W = 0.f, A = 0.f;
+    float W = 0.f, A = 0.f;  // fp8: A in units of v_scale / fold (vs below)
     if (M != -INFINITY) {
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
@@ -252,10 +300,10 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
     const int h = h0 + row_head(g, heads);
     if (!split) {
       T* op = reinterpret_cast<T*>(p.out) + row * p.out_seq_stride + int64_t(h) * p.out_head_stride;
-      op[d] = Vec<T>::from_float(bad ? __int_as_float(0x7fffffff) : W > 0.f ? A / W : 0.f);
+      op[d] = Vec<T>::from_float(bad ? __int_as_float(0x7fffffff) : W > 0.f ? (kFp8 ? A / W * vs : A / W) : 0.f);
     } else {
       const int64_t wrow = (row * p.num_q_heads + h) * p.num_partitions + part;
-      if (!bad) p.ws_o[wrow * D + d] = W > 0.f ? A / W : 0.f;
+      if (!bad) p.ws_o[wrow * D + d] = W > 0.f ? (kFp8 ? A / W * vs : A / W) : 0.f;
       if (d == 0) {
         p.ws_m[wrow] = bad ? __int_as_float(0x7fffffff) : M;
         p.ws_l[wrow] = bad ? __int_as_float(0x7fffffff) : W;
@@ -264,7 +312,20 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p
   }
 }
 
+template <typename T, int D, int ST, bool CAP>
+__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const AttnParams p) {
+  decode_mma_body<T, T, D, ST, CAP>(p, 1.f, 1.f);
+}
+
+// fp8 caches: the kv heads' scales come with the launch (by value: a captured graph keeps them).
+template <typename T, typename KV, int D, int ST, bool CAP>
+__global__ void __launch_bounds__(kThreads) decode_mma_fp8_kernel(const AttnParams p, const Fp8HeadScales sc) {
+  const int kvh = p.query_start == nullptr ? int(blockIdx.y) / dtiles::num_chunks(p.group) : int(blockIdx.y);
+  decode_mma_body<T, KV, D, ST, CAP>(p, sc.k_of(kvh) * KvVec<KV>::fold(), sc.v_of(kvh) * KvVec<KV>::fold());
+}
+
 using KernelFn = void (*)(AttnParams);
+using Fp8KernelFn = void (*)(AttnParams, Fp8HeadScales);
 
 template <typename T, int D, int ST>
 KernelFn kernel_for(bool cap) {
@@ -280,6 +341,29 @@ KernelFn kernel_for_dim(int head_dim, int stages, bool cap) {
     case 128: return kernel_for<T, 128, 3>(cap);
     default: return stages >= 3 ? kernel_for<T, 256, 3>(cap) : kernel_for<T, 256, 2>(cap);
   }
+}
+
+template <typename T, typename KV, int D, int ST>
+Fp8KernelFn fp8_kernel_for(bool cap) {
+  return cap ? decode_mma_fp8_kernel<T, KV, D, ST, true> : decode_mma_fp8_kernel<T, KV, D, ST, false>;
+}
+
+template <typename T, typename KV>
+Fp8KernelFn fp8_kernel_for_dim(int head_dim, int stages, bool cap) {
+  switch (head_dim) {
+    case 64: return fp8_kernel_for<T, KV, 64, 4>(cap);
+    case 128: return fp8_kernel_for<T, KV, 128, 3>(cap);
+    default: return stages >= 3 ? fp8_kernel_for<T, KV, 256, 3>(cap) : fp8_kernel_for<T, KV, 256, 2>(cap);
+  }
+}
+
+// q_dtype fp16 or bf16, cache e4m3 or e5m2.
+Fp8KernelFn fp8_kernel_fn(Dtype q_dtype, Dtype cache, int head_dim, int stages, bool cap) {
+  if (q_dtype == Dtype::bf16)
+    return cache == Dtype::e5m2 ? fp8_kernel_for_dim<__nv_bfloat16, Fp8E5m2>(head_dim, stages, cap)
+                                : fp8_kernel_for_dim<__nv_bfloat16, Fp8E4m3>(head_dim, stages, cap);
+  return cache == Dtype::e5m2 ? fp8_kernel_for_dim<__half, Fp8E5m2>(head_dim, stages, cap)
+                              : fp8_kernel_for_dim<__half, Fp8E4m3>(head_dim, stages, cap);
 }
 
 // The current device's pipeline depth for head_dim (dtiles::stages; the opt-in shared memory limit is
@@ -329,9 +413,30 @@ void launch_mma(const AttnParams& p, Dtype dtype, int head_dim, bool cap, dim3 g
          "paged attention launch", args);
 }
 
+size_t mma_smem_fp8(int head_dim) { return size_t(dtiles::smem_bytes_fp8(head_dim, stages_here(head_dim))); }
+
+const void* mma_kernel_fp8(Dtype q_dtype, Dtype cache, int head_dim, bool cap) {
+  const int st = stages_here(head_dim);
+  const Fp8KernelFn fn = fp8_kernel_fn(q_dtype, cache, head_dim, st, cap);
+  RelaxedCapture relaxed;  // not a stream operation; legal while the caller captures a graph
+  check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dtiles::smem_bytes_fp8(head_dim, st)),
+        "paged attention: shared memory size");
+  return reinterpret_cast<const void*>(fn);
+}
+
+void launch_mma_fp8(const AttnParams& p, const Fp8HeadScales& sc, Dtype q_dtype, Dtype cache, int head_dim, bool cap,
+                    dim3 grid, cudaStream_t s) {
+  AttnParams args = p;
+  std::vector<Fp8HeadScales> holder(1, sc);  // 1 KiB, passed by value
+  const int st = stages_here(head_dim);
+  launch(fp8_kernel_fn(q_dtype, cache, head_dim, st, cap), grid, dim3(kThreads),
+         size_t(dtiles::smem_bytes_fp8(head_dim, st)), s, "paged attention launch", args, holder[0]);
+}
+
 }  // namespace decode
 
-void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cudaStream_t s) {
+void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cudaStream_t s, const Fp8HeadScales* fp8,
+                          Dtype cache) {
   if (pp.num_seqs <= 0 || pp.total_q <= 0) return;
   decode::AttnParams p;
   p.k = pp.k;
@@ -371,8 +476,13 @@ void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cu
   p.num_seqs = pp.num_seqs;
   p.total_q = pp.total_q;
   p.kernel_id = KVB_KERNEL_PREFILL_ATTENTION;
-  decode::mma_kernel(dtype, head_dim, cap);  // raises the shared memory limit
   const dim3 grid(unsigned(pp.num_seqs), unsigned(pp.num_q_heads / pp.group), unsigned(pp.num_splits));
+  if (fp8) {
+    decode::mma_kernel_fp8(dtype, cache, head_dim, cap);  // raises the shared memory limit
+    decode::launch_mma_fp8(p, *fp8, dtype, cache, head_dim, cap, grid, s);
+    return;
+  }
+  decode::mma_kernel(dtype, head_dim, cap);  // raises the shared memory limit
   decode::launch_mma(p, dtype, head_dim, cap, grid, s);
 }
 

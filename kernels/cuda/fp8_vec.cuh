@@ -6,7 +6,10 @@
 // NaN kept), the integer conversion of fp8.h on older devices, which gives e4m3 values divided by 256:
 // fold() is the factor the kernel multiplies its K / V scales by, so the products are exact either way.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "../fp8.h"
 #include "../validate.h"
@@ -35,6 +38,21 @@ struct Fp8HeadScales {
   __device__ __forceinline__ float k_of(int head) const { return per_head_k ? k[head] : k_all; }
   __device__ __forceinline__ float v_of(int head) const { return per_head_v ? v[head] : v_all; }
 };
+
+// The launch argument for cache c (host side): per-head arrays, when given, copied (validate.cpp caps
+// their count at kMaxHeadScales); heads past num_kv_heads get the per-cache scale.
+inline Fp8HeadScales fp8_head_scales(const Cache& c) {
+  Fp8HeadScales sc;
+  sc.k_all = c.k_scale;
+  sc.v_all = c.v_scale;
+  sc.per_head_k = c.k_head_scales != nullptr;
+  sc.per_head_v = c.v_head_scales != nullptr;
+  for (int64_t h = 0; h < kMaxHeadScales; ++h) {
+    sc.k[h] = h < c.num_kv_heads ? c.k_scale_of(h) : c.k_scale;
+    sc.v[h] = h < c.num_kv_heads ? c.v_scale_of(h) : c.v_scale;
+  }
+  return sc;
+}
 
 template <typename KV>
 struct KvVec : Vec<KV> {
@@ -90,6 +108,24 @@ struct Fp8Vec {
     half2x2_to_float(c, d, f + 4);
   }
 };
+
+// Eight codes (8 bytes, lowest first) -> eight T (fp16 or bf16) as four 32-bit pairs in element order:
+// how the tensor-core kernels stage fp8 K / V in shared memory for ldmatrix. The values are the
+// codes' values divided by Fp8Vec<E5M2>::fold(), exactly (bf16 goes through fp32: fp16 -> fp32 ->
+// bf16 is exact for every fp8 value and keeps NaN).
+template <typename T, bool E5M2>
+__device__ __forceinline__ void fp8x8_to_pairs(uint2 raw, uint32_t (&w)[4]) {
+  fp8x4_to_half2x2<E5M2>(raw.x, &w[0], &w[1]);
+  fp8x4_to_half2x2<E5M2>(raw.y, &w[2], &w[3]);
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      const __nv_bfloat162 b = __float22bfloat162_rn(f);
+      w[i] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+}
 
 template <>
 struct KvVec<Fp8E4m3> : Fp8Vec<false> {};

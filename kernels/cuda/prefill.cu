@@ -24,14 +24,23 @@
 // (max, sum, normalised acc) per row to the workspace and prefill_reduce_kernel merges them. Index
 // arithmetic and the lazy-max rule live in prefill_tiles.h, checked on the CPU by
 // tests/cpp/kernels_prefill_tiles.cpp.
+//
+// FP8 caches (KV = Fp8E4m3 / Fp8E5m2, q and out fp16 or bf16): the same kernel, with the fp8 bytes
+// staged by cp.async and converted to the query's type in shared memory before the fragments read them
+// (prefill_fp8_tiles.h: same shared memory, one more barrier per key tile). The kv head's k_scale
+// (times the conversion's fold) multiplies the softmax scale, its v_scale the output. Short queries go
+// to the tensor-core decode kernel's fp8 instantiation, as with 16-bit caches.
 #include <climits>
 #include <type_traits>
+#include <vector>
 
 #include "../cache.h"
 #include "../prefill.h"
 #include "../decode_tiles.h"
 #include "../prefill_tiles.h"
+#include "../prefill_fp8_tiles.h"
 #include "attention_common.cuh"
+#include "fp8_vec.cuh"
 #include "mma.cuh"
 #include "prefill_common.cuh"
 #include "prefill_hopper.cuh"
@@ -59,9 +68,13 @@ __device__ __forceinline__ float ex2(float x) {
 }
 
 using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
+namespace fp8s = tiles::fp8s;
 
-template <typename T, int D, int BN, int NW, int MI>
-__global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(const PrefillParams p) {
+// KV: the cache element type (T, or an fp8 tag of fp8_vec.cuh); ks, vs: for fp8 caches, the CTA's kv
+// head's k_scale and v_scale times the conversion's fold (unused otherwise).
+template <typename T, typename KV, int D, int BN, int NW, int MI>
+__device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, float vs) {
+  constexpr bool kFp8 = kIsFp8Tag<KV>;
   constexpr int kThreads = 32 * NW;
   static_assert(16 * MI * NW == BM, "warps x m-tiles x 16 must cover the tile");
   static_assert(BN <= kThreads, "one thread per key of a tile computes its block offset");
@@ -122,7 +135,7 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     const int tok = kt.tile(i) * BN + tid;
     if (i >= n_tiles || tid >= BN || tok >= sv.len) return kZeroFill;
     if (id >= 0 && id < p.num_blocks)
-      return (paged_offset(id, tok, kmask, p.block_stride, p.token_stride) + head_off) * int64_t(sizeof(T));
+      return (paged_offset(id, tok, kmask, p.block_stride, p.token_stride) + head_off) * int64_t(sizeof(KV));
     // A token some row of this tile attends needs a valid block (what the CPU checks); other tokens
     // of the key tile may sit in blocks a window released (-1): zero-filled, masked.
     if (tok <= pos_last && (tok < sink || tok >= lo_first))
@@ -173,7 +186,45 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
       cp_async16_zfill(sV + dst, p.v + src, zero);
     }
   };
-  if (n_tiles > 0) load_kv(0);
+  // fp8: staging tile st's chunks (prefill_fp8_tiles.h), and its conversion into the 16-bit tile at sK / sV.
+  static_assert(!kFp8 || (BN % fp8s::copy_row_step(kThreads, D) == 0 && BN * C % kThreads == 0), "whole fp8 copies");
+  const int cp8_chunk = fp8s::copy_chunk(tid, D);
+  auto load_kv8 = [&](int i) {
+    const int st = tiles::kv_stage(i);
+#pragma unroll
+    for (int it = 0; it < BN / fp8s::copy_row_step(kThreads, D); ++it) {
+      const int row = fp8s::copy_row(tid, it, kThreads, D);
+      const int64_t off = s_off[st * BN + row];
+      const uint32_t dst = fp8s::staging(D, BN, st) + fp8s::copy_dst(D, row, cp8_chunk);
+      const int64_t src = (off & ~int64_t(1)) + cp8_chunk * 16;
+      cp_async16_zfill(sK + dst, p.k + src, (off & 1) != 0);
+      cp_async16_zfill(sV + dst, p.v + src, (off & 1) != 0);
+    }
+  };
+  // Unrolled fully, D 256 spilled (its O and S fill the registers across the conversion).
+  constexpr int kCvtUnroll = D == 256 ? 1 : BN * C / kThreads;
+  auto convert_kv8 = [&](int i) {
+    const uint32_t st = fp8s::staging(D, BN, tiles::kv_stage(i));
+#pragma unroll kCvtUnroll
+    for (int it = 0; it < BN * C / kThreads; ++it) {
+      const int x = tid + it * kThreads;
+      const int row = fp8s::cvt_row(x, D), chunk = fp8s::cvt_chunk(x, D);
+      const uint32_t src = st + fp8s::cvt_src(D, row, chunk), dst = fp8s::cvt_dst(D, row, chunk);
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        const uint32_t base = kv == 0 ? sK : sV;
+        uint2 raw;
+        asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];\n" : "=r"(raw.x), "=r"(raw.y) : "r"(base + src));
+        uint32_t w[4];
+        fp8x8_to_pairs<T, std::is_same<KV, Fp8E5m2>::value>(raw, w);
+        asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(base + dst), "r"(w[0]), "r"(w[1]), "r"(w[2]),
+                     "r"(w[3]));
+      }
+    }
+  };
+  if (n_tiles > 0) {
+    if constexpr (kFp8) load_kv8(0); else load_kv(0);
+  }
   cp_async_commit();
 
   float o[MI][DT][4];
@@ -188,7 +239,8 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   // Logits stay raw (Q K^T) through the mask and the row max; the scale (in base 2) is folded into the
   // one FFMA before each exp2, which the row max commutes with because scale > 0 (read_prefill).
   // The soft cap maps a raw logit x to cap / scale * tanh(x * scale / cap), the same units.
-  const float qs = p.q_scale, slack = tiles::max_slack_raw(qs);  // lazy row max (row_max_moves)
+  // fp8: raw logits are Q times the stored codes' values / fold; k_scale x fold brings them to Q K^T.
+  const float qs = kFp8 ? p.q_scale * ks : p.q_scale, slack = tiles::max_slack_raw(qs);  // lazy row max (row_max_moves)
   // Per-lane ldmatrix bases (prefill_tiles.h): the unrolled loops add only constants to these.
   uint32_t q_lane[MI];
 #pragma unroll
@@ -196,11 +248,18 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
   const uint32_t k_lane = tiles::frag::k_base(C, lane), v_lane = tiles::frag::v_base(C, lane);
 
   for (int i = 0; i < n_tiles; ++i) {
-    const uint32_t bK = sK + tiles::kv_stage(i) * kBuf, bV = sV + tiles::kv_stage(i) * kBuf;
+    const uint32_t bK = sK + (kFp8 ? 0u : tiles::kv_stage(i) * kBuf), bV = sV + (kFp8 ? 0u : tiles::kv_stage(i) * kBuf);
     cp_async_wait<0>();
     __syncthreads();  // tile i landed for every thread, and every warp is done with tile i - 1's stage
-    if (i + 1 < n_tiles) load_kv(i + 1);
-    cp_async_commit();
+    if constexpr (kFp8) {
+      if (i + 1 < n_tiles) load_kv8(i + 1);
+      cp_async_commit();
+      convert_kv8(i);  // into the 16-bit tile, which every warp finished reading before the barrier
+      __syncthreads();
+    } else {
+      if (i + 1 < n_tiles) load_kv(i + 1);
+      cp_async_commit();
+    }
     const int next_id = block_id(i + 2);  // consumed after the compute below
 
     // S = Q K^T for the warp's MI x 16 rows x BN keys: each K fragment feeds MI MMAs.
@@ -230,7 +289,8 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     // Each optional step is one uniform branch per tile, so the common path (no cap, a full tile) is
     // straight-line code: the soft cap, then the mask where some row does not see the whole tile.
     if (p.soft_cap > 0.f) {
-      const float cap_in = p.scale / p.soft_cap, cap_out = p.soft_cap / p.scale;
+      const float raw_scale = kFp8 ? p.scale * ks : p.scale;
+      const float cap_in = raw_scale / p.soft_cap, cap_out = p.soft_cap / raw_scale;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -347,7 +407,8 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float inv = bad ? nan_f() : (l[mi][half] > 0.f ? 1.f / l[mi][half] : 0.f);
+        float inv = bad ? nan_f() : (l[mi][half] > 0.f ? 1.f / l[mi][half] : 0.f);
+        if constexpr (kFp8) inv *= vs;
         const int mt = tiles::mtile_of(warp, mi, MI);
 #pragma unroll
         for (int d = 0; d < DT; ++d) {
@@ -378,7 +439,8 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
     for (int half = 0; half < 2; ++half) {
       const int r = tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, 2 * half);
       if (r >= rows) continue;
-      const float inv = bad ? nan_f() : (l[mi][half] > 0.f ? 1.f / l[mi][half] : 0.f);
+      float inv = bad ? nan_f() : (l[mi][half] > 0.f ? 1.f / l[mi][half] : 0.f);
+      if constexpr (kFp8) inv *= vs;
       const int pr = pr0 + r;
       const int row = sv.row0 + pr / G, h = kvh * G + pr % G;
       if (row < 0 || row >= p.total_q) continue;
@@ -394,6 +456,19 @@ __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(
         p.ws_l[wrow] = bad ? nan_f() : l[mi][half];  // the reduce kernel passes a NaN weight on
       }
     }
+}
+
+template <typename T, int D, int BN, int NW, int MI>
+__global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(const PrefillParams p) {
+  prefill_tile<T, T, D, BN, NW, MI>(p, 1.f, 1.f);
+}
+
+// fp8 caches: the kv heads' scales come with the launch (by value: a captured graph keeps them).
+template <typename T, typename KV, int D, int BN, int NW, int MI>
+__global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_fp8_kernel(const PrefillParams p,
+                                                                                 const Fp8HeadScales sc) {
+  const int kvh = tiles::cta_tile(int(blockIdx.x), p.num_q_heads / p.group).kv_head;
+  prefill_tile<T, KV, D, BN, NW, MI>(p, sc.k_of(kvh) * KvVec<KV>::fold(), sc.v_of(kvh) * KvVec<KV>::fold());
 }
 
 // One CTA of D threads per (query row, query head): merge the splits with weights l_s * 2^(m_s - M).
@@ -424,21 +499,31 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
 // CTAs / SM), D 256 130 KB (1 CTA of 8 warps); D 256 with 16-key tiles 98 KB.
 constexpr int prefill_smem(int D, int BN) { return 2 * BN * 8 + BM * D * 2 + 4 * BN * D * 2 + 1024; }
 
-template <typename T, int D, int BN>
-void launch_tile(const PrefillParams& p, dim3 grid, cudaStream_t s) {
+// sc: the fp8 kernels' scales (nullptr for 16-bit caches).
+template <typename T, typename KV, int D, int BN>
+void launch_tile(const PrefillParams& p, const Fp8HeadScales* sc, dim3 grid, cudaStream_t s) {
   constexpr int NW = tiles::cta_warps(D), MI = tiles::mtiles_per_warp(D);
-  constexpr int smem = prefill_smem(D, BN);
-  {
-    RelaxedCapture relaxed;  // not a stream operation, but keep it legal while the caller captures a graph
-    check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN, NW, MI>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-          "prefill attention: shared memory size");
+  constexpr int smem = prefill_smem(D, BN);  // the fp8 kernels' too (prefill_fp8_tiles.h)
+  if constexpr (kIsFp8Tag<KV>) {
+    {
+      RelaxedCapture relaxed;
+      check(cudaFuncSetAttribute(prefill_fp8_kernel<T, KV, D, BN, NW, MI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem), "prefill attention: shared memory size");
+    }
+    prefill_fp8_kernel<T, KV, D, BN, NW, MI><<<grid, 32 * NW, smem, s>>>(p, *sc);
+  } else {
+    {
+      RelaxedCapture relaxed;  // not a stream operation, but keep it legal while the caller captures a graph
+      check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN, NW, MI>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+            "prefill attention: shared memory size");
+    }
+    prefill_mma_kernel<T, D, BN, NW, MI><<<grid, 32 * NW, smem, s>>>(p);
   }
-  prefill_mma_kernel<T, D, BN, NW, MI><<<grid, 32 * NW, smem, s>>>(p);
   check(cudaGetLastError(), "prefill attention launch");
 }
 
-template <typename T, int D>
-void launch_mma(const PrefillParams& p, dim3 grid, int device, cudaStream_t s) {
+template <typename T, typename KV, int D>
+void launch_mma(const PrefillParams& p, const Fp8HeadScales* sc, dim3 grid, int device, cudaStream_t s) {
   constexpr int BN = D >= 128 ? 32 : 64;
   static_assert(BN == (D >= 128 ? 32 : 64), "key tile must match prefill_key_tile()");
   bool small_smem = false;  // sm_86 / 89 give a block at most 99 KB
@@ -450,38 +535,53 @@ void launch_mma(const PrefillParams& p, dim3 grid, int device, cudaStream_t s) {
   }
   // D 256 then walks 16-key tiles: every split boundary, a multiple of prefill_key_tile(), is one of 16.
   if constexpr (D == 256) {
-    if (small_smem) launch_tile<T, D, 16>(p, grid, s); else launch_tile<T, D, BN>(p, grid, s);
+    if (small_smem) launch_tile<T, KV, D, 16>(p, sc, grid, s); else launch_tile<T, KV, D, BN>(p, sc, grid, s);
   } else {
-    launch_tile<T, D, BN>(p, grid, s);
+    launch_tile<T, KV, D, BN>(p, sc, grid, s);
   }
-  launch_short_queries(p, std::is_same<T, __half>::value ? Dtype::f16 : Dtype::bf16, D, s);
+  const Dtype q_dtype = std::is_same<T, __half>::value ? Dtype::f16 : Dtype::bf16;
+  if constexpr (kIsFp8Tag<KV>)
+    launch_short_queries(p, q_dtype, D, s, sc, std::is_same<KV, Fp8E5m2>::value ? Dtype::e5m2 : Dtype::e4m3);
+  else
+    launch_short_queries(p, q_dtype, D, s);
   if (p.num_splits > 1 && p.total_q > 0) {
     prefill_reduce_kernel<T, D><<<dim3(unsigned(p.total_q), unsigned(p.num_q_heads)), D, 0, s>>>(p);
     check(cudaGetLastError(), "prefill attention reduce launch");
   }
 }
 
-template <typename T>
-void launch_type(const PrefillParams& p, int head_dim, dim3 grid, int device, cudaStream_t s) {
+template <typename T, typename KV = T>
+void launch_type(const PrefillParams& p, int head_dim, dim3 grid, int device, cudaStream_t s,
+                 const Fp8HeadScales* sc = nullptr) {
   switch (head_dim) {
-    case 64: launch_mma<T, 64>(p, grid, device, s); break;
-    case 128: launch_mma<T, 128>(p, grid, device, s); break;
-    default: launch_mma<T, 256>(p, grid, device, s); break;
+    case 64: launch_mma<T, KV, 64>(p, sc, grid, device, s); break;
+    case 128: launch_mma<T, KV, 128>(p, sc, grid, device, s); break;
+    default: launch_mma<T, KV, 256>(p, sc, grid, device, s); break;
   }
+}
+
+// An fp8 cache with q / out in fp16 or bf16 (validate.cpp refuses fp32 queries on CUDA).
+template <typename T>
+void launch_fp8(const Cache& c, const PrefillParams& p, dim3 grid, cudaStream_t s) {
+  std::vector<Fp8HeadScales> holder(1, fp8_head_scales(c));  // 1 KiB: built on the heap, passed by value
+  if (c.dtype == Dtype::e5m2)
+    launch_type<T, Fp8E5m2>(p, int(c.head_dim), grid, c.device_index, s, holder.data());
+  else
+    launch_type<T, Fp8E4m3>(p, int(c.head_dim), grid, c.device_index, s, holder.data());
 }
 
 }  // namespace
 
 void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
-  const int64_t es = int64_t(c.elem());
+  const int64_t es = int64_t(c.elem()), q_es = int64_t(dtype_size(a.q_dtype));  // differ for fp8 caches
   const uint64_t kv_align = uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
                             uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
   if (kv_align % 16 != 0)
     fail(Code::invalid_argument, "cache: CUDA prefill attention needs 16-byte aligned k, v and strides (block %lld, "
          "token %lld, head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
-  const uint64_t qo_align = uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) | uint64_t(a.q_token_stride * es) |
-                            uint64_t(a.q_head_stride * es) | uint64_t(a.out_token_stride * es) |
-                            uint64_t(a.out_head_stride * es);
+  const uint64_t qo_align = uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) | uint64_t(a.q_token_stride * q_es) |
+                            uint64_t(a.q_head_stride * q_es) | uint64_t(a.out_token_stride * q_es) |
+                            uint64_t(a.out_head_stride * q_es);
   if (qo_align % 16 != 0)
     fail(Code::invalid_argument, "args: CUDA prefill attention needs 16-byte aligned q and out with strides a multiple "
          "of 16 bytes (q token %lld, head %lld; out token %lld, head %lld elements)", (long long)a.q_token_stride,
@@ -549,8 +649,12 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   cudaStream_t s = as_stream(stream);
   // x: (query tile, kv head) pairs, kv head fastest (prefill_tiles.h cta_tile).
   const dim3 grid(unsigned(a.plan.num_tiles * c.num_kv_heads), 1u, unsigned(a.plan.num_splits));
-  if (hopper_prefill_selected(c, a)) {  // opt-in sm_90a kernel (KVB_CUDA_PREFILL=hopper), same grid
+  if (hopper_prefill_selected(c, a)) {  // opt-in sm_90a kernel (KVB_CUDA_PREFILL=hopper), same grid; not fp8
     launch_prefill_hopper(p, c.dtype, grid, s);
+    return;
+  }
+  if (c.fp8()) {
+    if (a.q_dtype == Dtype::bf16) launch_fp8<__nv_bfloat16>(c, p, grid, s); else launch_fp8<__half>(c, p, grid, s);
     return;
   }
   switch (c.dtype) {

@@ -378,8 +378,8 @@ void test_bad_scales_and_dtypes_refused() {
   kvb_cache_desc u = c.desc;
   u.dtype = 5;
   CHECK_STATUS(kvb_write_kv(&u, &w, nullptr), KVB_ERR_INVALID_ARGUMENT);
-  // CUDA attention on an fp8 cache: decode takes fp16 / bf16 queries, not fp32 (a is fp32); prefill is
-  // not there yet. Both refused before any device is touched.
+  // CUDA attention on an fp8 cache: decode and prefill take fp16 / bf16 queries, not fp32 (a is fp32).
+  // Both refused before any device is touched.
   kvb_cache_desc g = c.desc;
   g.device_type = KVB_DEVICE_CUDA;
   CHECK_STATUS(kvb_paged_attention(&g, &a, nullptr), KVB_ERR_UNSUPPORTED);
@@ -389,9 +389,12 @@ void test_bad_scales_and_dtypes_refused() {
   pa.num_seqs = 1;
   pa.num_q_heads = 2;
   pa.max_blocks_per_seq = 1;
+  pa.q_dtype = KVB_DTYPE_FP32;
   size_t ws = 0;
   CHECK_STATUS(kvb_prefill_attention_workspace_size(&g, &pa, &ws), KVB_ERR_UNSUPPORTED);
-  CHECK(std::strstr(kvb_last_error(), "fp8 KV cache: CUDA prefill attention not yet supported") != nullptr);
+  CHECK(std::strstr(kvb_last_error(), "fp8 KV cache: CUDA attention takes q_dtype fp16 or bf16, not fp32") != nullptr);
+  pa.q_dtype = KVB_DTYPE_FP16;  // CUDA prefill reads fp8 caches with fp16 / bf16 queries
+  CHECK_STATUS(kvb_prefill_attention_workspace_size(&g, &pa, &ws), KVB_OK);
 }
 
 // A caller built against the KVB_0.1 header: kvb_cache_desc of 80 bytes, kvb_attention_args of 112, the

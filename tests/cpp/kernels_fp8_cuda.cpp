@@ -4,8 +4,13 @@
 // With a GPU: CUDA decode attention on fp8 caches against the float64 reference on the dequantized
 // cache (the q dtype's tolerance: the kernel adds no error beyond quantization), against the CPU
 // kernel on the same cache bytes, and within the documented tolerance of the unquantized values;
-// both formats, fp16 / bf16 queries, per-tensor and per-head scales, GQA groups (1 to 8), soft cap,
-// window + sinks, split and single-partition launches, empty sequences. SKIP without a device.
+// both formats, fp16 / bf16 queries, per-tensor and per-head scales, GQA groups 1 to 20 (4 and more on
+// the tensor-core kernel), soft cap, window + sinks, split and single-partition launches, empty
+// sequences. CUDA prefill / extend on fp8
+// caches against the CPU kernel on the same cache bytes (the fp16 / bf16 CUDA-vs-CPU tolerance): ragged
+// batches of prompts, chunks over a cached prefix, short queries (1 to 4 tokens) and empty sequences,
+// GQA groups 1 to 8 (packed tiles over 128 rows), head dims 64 / 128 / 256, window + sinks, soft cap,
+// key splits, per-head scales, both formats, fp16 / bf16 queries, graph capture. SKIP without a device.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -76,6 +81,13 @@ const AttnCase kCudaCases[] = {
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 1, 1, 128, false, 33, 2, 8.f},
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 4, 64, false, 0, 0, 0.f},
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 1, 8, 256, true, 0, 0, 0.f},
+    // GQA groups of dtiles::kMinGroup (4) and more run the tensor-core kernel (decode_mma.cu): soft cap,
+    // window + sinks, two head chunks (group 20), every head dim, both formats and query types
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 4, 64, true, 0, 0, 6.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 1, 20, 128, false, 100, 2, 0.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 2, 5, 256, false, 0, 0, 12.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 16, 128, true, 64, 0, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 1, 4, 256, true, 300, 5, 0.f},
 };
 
 void test_cuda_decode_fp8() {
@@ -172,6 +184,93 @@ void test_cuda_decode_many_heads() {
   check_rows(p, out, rows, 0.125f, 0.f, 0, 0, &bad);
   CHECK(bad == 0);
 }
+
+// Prefill on fp8 caches: CUDA against the CPU kernel on the same bytes (the CPU's fp8 prefill is checked
+// against the float64 reference on the dequantized cache in kernels_fp8.cpp). Returns the cases with a
+// split key range.
+struct PrefillFp8Case {
+  AttnCase a;
+  std::vector<Seq> seqs;
+  bool graph;
+};
+
+int run_prefill_case(const PrefillFp8Case& pc, int* bad) {
+  const AttnCase& cs = pc.a;
+  Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, pc.seqs, 7 + cs.D * 3 + cs.G);
+  kvb_prefill_args a;
+  kvb_prefill_args_init(&a);
+  a.q_dtype = cs.qd;
+  a.num_seqs = uint32_t(p.seqs.size());
+  a.num_q_heads = cs.H * cs.G;
+  a.max_blocks_per_seq = p.max_blocks;
+  a.total_q_tokens = p.total_q;
+  a.logits_soft_cap = cs.cap;
+  a.window_tokens = cs.window;
+  a.sink_tokens = cs.sink;
+  Tensor cpu_out(cs.qd, p.q.n);
+  cpu_out.poison();
+  a.q = p.q.data();
+  a.out = cpu_out.data();
+  a.query_start = p.qstart.data();
+  a.seq_lens = p.lens.data();
+  a.block_tables = p.tables.data();
+  CHECK_OK(kvb_prefill_attention(&p.cache.desc, &a, nullptr));
+
+  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
+  kvb_cache_desc g = p.cache.desc;
+  g.device_type = KVB_DEVICE_CUDA;
+  g.k = k.p;
+  g.v = v.p;
+  Tensor out(cs.qd, p.q.n);
+  out.poison();
+  DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
+  DeviceBuffer qs(p.qstart.data(), p.qstart.size() * 4), len(p.lens.data(), p.lens.size() * 4);
+  DeviceBuffer tab(p.tables.data(), p.tables.size() * 4);
+  a.q = q.p;
+  a.out = o.p;
+  a.query_start = static_cast<const int32_t*>(qs.p);
+  a.seq_lens = static_cast<const int32_t*>(len.p);
+  a.block_tables = static_cast<const int32_t*>(tab.p);
+  size_t ws = 0;
+  CHECK_OK(kvb_prefill_attention_workspace_size(&g, &a, &ws));
+  DeviceBuffer work(ws);
+  a.workspace = work.p;
+  run_on_device(pc.graph, [&](void* stream) { CHECK_OK(kvb_prefill_attention(&g, &a, stream)); });
+  o.to_host(out.data());
+  const size_t rows_elems = size_t(p.total_q) * cs.H * cs.G * cs.D;  // q / out hold at least one row
+  for (size_t i = 0; i < out.n; ++i) {
+    const bool row = i < rows_elems;
+    if (row ? !close(out.get(i), cpu_out.get(i), cs.qd) : !std::isnan(out.get(i))) {
+      if ((*bad)++ < 3)
+        fprintf(stderr, "  prefill %s q %s D %u G %u element %zu: CUDA %.6f CPU %.6f\n", dname(cs.cd), dname(cs.qd),
+                cs.D, cs.G, i, out.get(i), cpu_out.get(i));
+    }
+  }
+  return ws > 0;
+}
+
+void test_cuda_prefill_fp8() {
+  // {len, q_len}: a prompt, chunks over a cached prefix, short queries (the decode path's shape for
+  // 16-bit caches), an empty sequence, a prompt of several 128-row tiles.
+  const std::vector<Seq> mixed = {{50, 50}, {130, 20}, {0, 0}, {77, 1}, {300, 140}, {9, 3}, {40, 4}};
+  const std::vector<Seq> split = {{2300, 30}, {17, 2}, {700, 200}};  // 2300 keys: the key range splits
+  const PrefillFp8Case cases[] = {
+      {{KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 1, 64, false, 0, 0, 0.f}, mixed, false},
+      {{KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 2, 4, 128, true, 0, 0, 0.f}, mixed, true},
+      {{KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 1, 8, 64, false, 40, 4, 0.f}, mixed, false},
+      {{KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 2, 2, 256, true, 0, 0, 5.f}, mixed, false},
+      {{KVB_DTYPE_FP8_E4M3, KVB_DTYPE_FP16, 4, 6, 128, false, 64, 0, 0.f}, split, false},
+      {{KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 2, 3, 64, true, 0, 0, 0.f}, split, true},
+      {{KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 1, 1, 128, false, 33, 2, 8.f}, mixed, false},
+      {{KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 4, 64, false, 0, 0, 0.f}, mixed, false},
+      {{KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 1, 8, 256, true, 0, 0, 0.f}, split, false},
+      {{KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 2, 2, 128, true, 100, 3, 10.f}, split, false},
+  };
+  int bad = 0, splits = 0;
+  for (const PrefillFp8Case& pc : cases) splits += run_prefill_case(pc, &bad);
+  CHECK(bad == 0);
+  CHECK(splits >= 3);  // the split cases did split (plan_prefill), and were merged
+}
 #endif
 
 }  // namespace
@@ -182,13 +281,16 @@ int main() {
   if (cuda_devices() > 0) {
     RUN_TEST(test_cuda_decode_fp8);
     RUN_TEST(test_cuda_decode_many_heads);
+    RUN_TEST(test_cuda_prefill_fp8);
   } else {
     SKIP_TEST(test_cuda_decode_fp8, "no CUDA device");
     SKIP_TEST(test_cuda_decode_many_heads, "no CUDA device");
+    SKIP_TEST(test_cuda_prefill_fp8, "no CUDA device");
   }
 #else
   SKIP_TEST(test_cuda_decode_fp8, "built without CUDA");
   SKIP_TEST(test_cuda_decode_many_heads, "built without CUDA");
+  SKIP_TEST(test_cuda_prefill_fp8, "built without CUDA");
 #endif
   TEST_SUMMARY();
 }

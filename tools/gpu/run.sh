@@ -12,7 +12,7 @@
 #   kvblock_bench     kvblock bench --only kernels --device cuda (D2D copy and cuBLAS GEMM ceilings)
 #   python_bench      tools/gpu/bench_torch.py: libkvblock through the Python package vs torch SDPA,
 #                     checked against an fp32 reference (needs torch with CUDA; says so otherwise)
-#   test_hopper_*     the CUDA prefill test again with KVB_CUDA_PREFILL=hopper (the opt-in sm_90a kernel)
+#   test_hopper_*     the CUDA prefill and fp8 tests again with KVB_CUDA_PREFILL=hopper (the opt-in sm_90a kernel; fp8 falls back)
 #   python_bench_hopper  the bench's prefill shapes again with KVB_CUDA_PREFILL=hopper
 # At the end one table (step, result, seconds, then the bench rows) on stdout and in OUT_DIR/summary.md.
 # --quick: no sanitizers, the bench's short shapes only (a faster re-run).
@@ -91,7 +91,7 @@ finish_step() {
       fi
       # The opt-in sm_90a prefill kernel's reruns: on a GPU the library must have noted that it ran.
       case $name in
-        test_hopper_*)
+        test_hopper_cpp_kernels_prefill)
           if [ $gpu = 1 ] && [ $result = pass ] && ! grep -q 'KVB_CUDA_PREFILL=hopper: the sm_90a kernel runs' "$log"; then
             result=FAIL note="the sm_90a kernel did not run: $(grep -m1 'KVB_CUDA_PREFILL' "$log" | cut -c1-80)"
           fi ;;
@@ -116,7 +116,8 @@ if [ $quick = 0 ]; then
     for spec in memcheck:cpp_kernels_ops memcheck:cpp_kernels_prefill memcheck:cpp_kernels_attention \
                 memcheck:cpp_kernels_bad_input memcheck:cpp_kernels_fp8_cuda racecheck:cpp_kernels_prefill \
                 racecheck:cpp_kernels_attention memcheck:cpp_kernels_cascade_cuda racecheck:cpp_kernels_cascade_cuda \
-                memcheck:cpp_kernels_cascade_prefill_cuda racecheck:cpp_kernels_cascade_prefill_cuda; do
+                memcheck:cpp_kernels_cascade_prefill_cuda racecheck:cpp_kernels_cascade_prefill_cuda \
+                racecheck:cpp_kernels_fp8_cuda; do
       tool=${spec%%:*} t=${spec#*:}
       name="${tool}_${t#cpp_}"
       ( KVB_TEST_QUICK=1 timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 1 "$here/tests/$t" \
@@ -134,8 +135,9 @@ for t in "$here"/tests/*; do
 done
 # The opt-in sm_90a prefill kernel (KVB_CUDA_PREFILL=hopper): the CUDA prefill test again (its head dim
 # 128 fp16 / bf16 cases, long ones and faults included, run the kernel); on a GPU the step fails unless
-# the library noted that the kernel ran (on other than sm_90 it notes the portable one).
-for t in cpp_kernels_prefill; do
+# the library noted that the kernel ran (on other than sm_90 it notes the portable one). The fp8 CUDA
+# test again too: the sm_90a kernel leaves fp8 caches to the portable one, which must then run (no error).
+for t in cpp_kernels_prefill cpp_kernels_fp8_cuda; do
   [ -x "$here/tests/$t" ] && run_step "test_hopper_$t" 120 env KVB_CUDA_PREFILL=hopper "$here/tests/$t"
 done
 

@@ -76,12 +76,17 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
       // block, which does not, runs in those waits; its index slot has had kLag hashes' time to load.
       // Same order of puts as block by block, and no put reads what a later block's hash writes (above).
       constexpr uint32_t kLag = 8;
-      uint32_t entered = i;
-      for (; i < end; ++i) {
-        if (!hash_block(i, chain)) break;
-        if (i - entered >= kLag) enter_plain(t.table[entered++]);
-      }
-      for (; entered < i; ++entered) enter_plain(t.table[entered]);
+      const uint32_t first = i;
+      const uint32_t fill = std::min(end, first + kLag);
+      bool cacheable = true;
+      while (i < fill && (cacheable = hash_block(i, chain))) ++i;
+      // Steady state: block i - kLag is entered after block i is hashed (no counter of entered blocks).
+      if (cacheable)
+        for (; i < end; ++i) {
+          if (!hash_block(i, chain)) break;
+          enter_plain(t.table[i - kLag]);
+        }
+      for (uint32_t k = i - first >= kLag ? i - kLag : first; k < i; ++k) enter_plain(t.table[k]);  // the last kLag
       t.chain = chain;
       t.num_hashed = end;
       return;

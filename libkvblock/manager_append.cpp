@@ -16,9 +16,10 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
   const uint32_t end = static_cast<uint32_t>(s.num_computed / bs_);
   if (t.num_hashed >= end) return;
   if (t.uncacheable_from == kNoBlockIndex) {
-    // In chunks of kChunk blocks: hash every block of the chunk, prefetching its index slot, then enter
-    // them into the index in order. On large pools the index slots are the miss path's stall (DRAM
-    // misses); a chunk's hashing gives its slots the time to load, all of them at once, where entering
+    // Every block's index slot is prefetched when it is hashed, and the block is entered later, in order:
+    // a plain manager kLag blocks later in the same loop (below), the others in chunks of kChunk blocks
+    // (hash every block of the chunk, then enter them). On large pools the index slots are the miss
+    // path's stall (DRAM misses); the hashes in between give the slots the time to load, where entering
     // each block one block after its hash left one hash of time for each miss. Hashing reads nothing
     // that entering writes, so the index ends as it would block by block (same order, same events).
     constexpr uint32_t kChunk = 32;
@@ -28,7 +29,7 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
     const bool plain = !cfg_.host_cache && groups_.cached.empty() && !events_.enabled();
     const bool no_extras = s.extra_keys.empty();
     // index_block for a plain manager: no groups, host twins or events to keep in step.
-    auto enter_plain = [this](int32_t b) {
+    auto enter_plain = [this](int32_t b) __attribute__((always_inline)) {
       BlockMeta& m = device_.pool.meta(b);
       const int32_t old = device_.index.put(m.key, b);
       if (old == b) return;
@@ -44,41 +45,62 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
         }
       }
     };
+    // hash_and_key for one block: false (and t.uncacheable_from set) where the block is not cacheable.
+    auto hash_block = [&](uint32_t i, ChainLink& chain) __attribute__((always_inline)) {
+      int32_t b = t.table[i];
+      ExtraKey extra = no_extras ? ExtraKey{} : s.extra_key(i);
+      const int64_t* toks = device_.pool.tokens(b);
+      // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
+      // its hash chain would describe content that the index cannot reproduce.
+      if (!is_cacheable(toks, bs_, extra)) {
+        t.uncacheable_from = i;
+        return false;
+      }
+      BlockMeta& m = device_.pool.meta(b);
+      if (bs_ == 16 && !extra.present && chain.kind != ChainLink::none)
+        keys_.hasher.hash_and_key_16(chain, toks, &m.hash, &m.key);
+      else
+        keys_.hasher.hash_and_key(chain, toks, bs_, extra, &m.hash, &m.key);
+      m.has_hash = 1;
+      m.has_extra = extra.present;
+      m.extra = extra.value;
+      device_.index.prefetch(m.key);
+      chain = link_after(m);
+      return true;
+    };
     ChainLink chain = t.chain;  // a local: the stores into block metadata cannot alias it
     uint32_t i = t.num_hashed;
+    if (plain) {
+      // Software-pipelined: block i is entered kLag blocks after it was hashed, in the same loop body as
+      // the hash of block i + kLag. Each hash waits on its parent's (the chain), and the put of an earlier
+      // block, which does not, runs in those waits; its index slot has had kLag hashes' time to load.
+      // Same order of puts as block by block, and no put reads what a later block's hash writes (above).
+      constexpr uint32_t kLag = 8;
+      const uint32_t first = i;
+      const uint32_t fill = std::min(end, first + kLag);
+      bool cacheable = true;
+      while (i < fill && (cacheable = hash_block(i, chain))) ++i;
+      // Steady state: block i - kLag is entered after block i is hashed (no counter of entered blocks).
+      if (cacheable)
+        for (; i < end; ++i) {
+          if (!hash_block(i, chain)) break;
+          enter_plain(t.table[i - kLag]);
+        }
+      for (uint32_t k = i - first >= kLag ? i - kLag : first; k < i; ++k) enter_plain(t.table[k]);  // the last kLag
+      t.chain = chain;
+      t.num_hashed = end;
+      return;
+    }
     while (i < end) {
       const uint32_t first = i;
       const ChainLink first_parent = chain;
       const uint32_t stop = std::min(end, first + kChunk);
-      for (; i < stop; ++i) {
-        int32_t b = t.table[i];
-        ExtraKey extra = no_extras ? ExtraKey{} : s.extra_key(i);
-        const int64_t* toks = device_.pool.tokens(b);
-        // Once a block holds a non-cacheable token (without an extra key), no later block is cacheable:
-        // its hash chain would describe content that the index cannot reproduce.
-        if (!is_cacheable(toks, bs_, extra)) {
-          t.uncacheable_from = i;
-          break;
-        }
-        BlockMeta& m = device_.pool.meta(b);
-        if (bs_ == 16 && !extra.present && chain.kind != ChainLink::none)
-          keys_.hasher.hash_and_key_16(chain, toks, &m.hash, &m.key);
-        else
-          keys_.hasher.hash_and_key(chain, toks, bs_, extra, &m.hash, &m.key);
-        m.has_hash = 1;
-        m.has_extra = extra.present;
-        m.extra = extra.value;
-        device_.index.prefetch(m.key);
-        chain = link_after(m);
-      }
-      if (plain) {
-        for (uint32_t k = first; k < i; ++k) enter_plain(t.table[k]);
-      } else {
-        // Each block's parent is the link of the block before it (the chunk's first: the chain it began with).
-        if (first < i) index_block(t.table[first], first_parent, t.group);
-        for (uint32_t k = first + 1; k < i; ++k)
-          index_block(t.table[k], link_after(device_.pool.meta(t.table[k - 1])), t.group);
-      }
+      for (; i < stop; ++i)
+        if (!hash_block(i, chain)) break;
+      // Each block's parent is the link of the block before it (the chunk's first: the chain it began with).
+      if (first < i) index_block(t.table[first], first_parent, t.group);
+      for (uint32_t k = first + 1; k < i; ++k)
+        index_block(t.table[k], link_after(device_.pool.meta(t.table[k - 1])), t.group);
       if (t.uncacheable_from != kNoBlockIndex) break;
     }
     t.chain = chain;

@@ -121,6 +121,18 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
+// A CUDA copy of a host cache: dev.desc describes the device K and V.
+struct DeviceCache {
+  HostCache dev;
+  DeviceBuffer k, v;
+  explicit DeviceCache(const HostCache& host)
+      : dev(host), k(host.k.data(), host.k.bytes()), v(host.v.data(), host.v.bytes()) {
+    dev.desc.device_type = KVB_DEVICE_CUDA;
+    dev.desc.k = k.p;
+    dev.desc.v = v.p;
+  }
+};
+
 // Runs launch(stream): captured on a new stream into a CUDA graph and replayed (graph), or on the
 // default stream (nullptr); returns when the device is done.
 template <class Launch>

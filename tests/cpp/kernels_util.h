@@ -121,15 +121,18 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
-// A CUDA copy of a host cache: dev.desc describes the device K and V.
+// A CUDA copy of a host cache (K and V): desc is the host descriptor pointed at the device copies.
 struct DeviceCache {
-  HostCache dev;
   DeviceBuffer k, v;
-  explicit DeviceCache(const HostCache& host)
-      : dev(host), k(host.k.data(), host.k.bytes()), v(host.v.data(), host.v.bytes()) {
-    dev.desc.device_type = KVB_DEVICE_CUDA;
-    dev.desc.k = k.p;
-    dev.desc.v = v.p;
+  kvb_cache_desc desc;
+  explicit DeviceCache(const HostCache& h) : k(h.k.data(), h.k.bytes()), v(h.v.data(), h.v.bytes()), desc(h.desc) {
+    desc.device_type = KVB_DEVICE_CUDA;
+    desc.k = k.p;
+    desc.v = v.p;
+  }
+  void to_host(HostCache& h) const {
+    k.to_host(h.k.data());
+    v.to_host(h.v.data());
   }
 };
 

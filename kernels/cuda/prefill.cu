@@ -54,19 +54,6 @@ namespace {
 constexpr int BM = int(kPrefillTileRows);  // packed rows per CTA: warps x m-tiles per warp x 16
 constexpr float kLog2e = 1.4426950408889634f;
 
-// 16 bytes global -> shared, or 16 zero bytes (src not read) when zero.
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool zero) {
-  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
-               ::"r"(dst), "l"(src), "r"(int(zero)));
-}
-
-// 2^x; the arguments are logits minus their row max (<= 0, -inf for masked keys): no range handling.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
 namespace fp8s = tiles::fp8s;
 

@@ -560,10 +560,8 @@ void launch_fp8(const Cache& c, const PrefillParams& p, dim3 grid, cudaStream_t 
 }  // namespace
 
 void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
-  const int64_t es = int64_t(c.elem()), q_es = int64_t(dtype_size(a.q_dtype));  // differ for fp8 caches
-  const uint64_t kv_align = uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
-                            uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
-  if (kv_align % 16 != 0)
+  const int64_t q_es = int64_t(dtype_size(a.q_dtype));  // the cache's element size, except for fp8 caches
+  if (kv_align_bits(c) % 16 != 0)
     fail(Code::invalid_argument, "cache: CUDA prefill attention needs 16-byte aligned k, v and strides (block %lld, "
          "token %lld, head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
   const uint64_t qo_align = uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) | uint64_t(a.q_token_stride * q_es) |

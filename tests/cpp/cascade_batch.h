@@ -1,10 +1,11 @@
 // Shared by the shared-prefix (cascade) kernel tests: the configuration the CUDA tests sweep, and the
 // block-table side of a batch whose sequences share leading blocks by group, with its
-// kvb_prefix_groups description. Each test draws its own sequences (the random draws differ), then
-// lays them out here.
+// kvb_prefix_groups description. The CUDA tests share the draw's structure and give their own numbers;
+// cascade_attention.cpp draws its own sequences and shares the layout.
 #pragma once
 #include <algorithm>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 #include "kernels_util.h"
@@ -46,9 +47,50 @@ struct GroupedSeq {
   std::vector<int32_t> table;
 };
 
+struct SeqLens {
+  int32_t len, q_len;
+};
+
 struct GroupedTables {
   uint32_t num_seqs = 0, max_blocks = 0;
   std::vector<int32_t> lens, tables, group_start{0}, members, shared_blocks;
+
+  // The draw of the CUDA cascade tests: 1 to 3 groups (the second a group of one) of members sharing
+  // leading blocks, then 1 to 3 sequences in no group (big: one group only), rows shuffled, over a
+  // shuffled pool of num_blocks block ids. The test's functions draw the numbers, in this order:
+  // shared_of() a group's shared blocks, size_of(g) its members, member(k, shared_tokens) and plain(k)
+  // a sequence's lengths. Returns the sequences in row order.
+  template <class SharedOf, class SizeOf, class Member, class Plain>
+  std::vector<GroupedSeq> draw(std::mt19937& rng, uint32_t num_blocks, int32_t bs, bool big, SharedOf shared_of,
+                               SizeOf size_of, Member member, Plain plain) {
+    std::vector<int32_t> ids(num_blocks);
+    for (uint32_t i = 0; i < num_blocks; ++i) ids[i] = int32_t(i);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    size_t next = 0;
+    std::vector<GroupedSeq> seqs;
+    const int ngroups = big ? 1 : 1 + int(rng() % 3);
+    std::vector<int32_t> nshared;
+    for (int g = 0; g < ngroups; ++g) {
+      const int32_t nb = shared_of();
+      std::vector<int32_t> head;
+      for (int32_t k = 0; k < nb; ++k) head.push_back(ids.at(next++));
+      nshared.push_back(nb);
+      const int nm = size_of(g);
+      for (int k = 0; k < nm; ++k) {
+        const SeqLens l = member(k, nb * bs);
+        seqs.push_back(GroupedSeq{g, l.len, l.q_len, head});
+      }
+    }
+    const int nplain = big ? 0 : 1 + int(rng() % 3);
+    for (int k = 0; k < nplain; ++k) {
+      const SeqLens l = plain(k);
+      seqs.push_back(GroupedSeq{-1, l.len, l.q_len, {}});
+    }
+    std::shuffle(seqs.begin(), seqs.end(), rng);
+    lay_out(seqs, ids, next, bs);
+    describe_groups(seqs, nshared);
+    return seqs;
+  }
 
   // Completes each sequence's table from ids[next...] (bs tokens a block), then fills lens and tables.
   void lay_out(std::vector<GroupedSeq>& seqs, const std::vector<int32_t>& ids, size_t next, int32_t bs) {

@@ -36,29 +36,15 @@ struct Batch : GroupedTables {
     std::mt19937 rng(c.seed);
     num_q_heads = c.num_kv_heads * c.group;
     const int32_t bs = int32_t(c.block_size);
-    std::vector<int32_t> ids(num_blocks);
-    for (uint32_t i = 0; i < num_blocks; ++i) ids[i] = int32_t(i);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    size_t next = 0;
-    std::vector<GroupedSeq> seqs;
-    const int ngroups = c.big ? 1 : 1 + int(rng() % 3);
-    std::vector<int32_t> nshared;
-    for (int g = 0; g < ngroups; ++g) {
-      const int32_t nb = c.big ? 4096 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 120) / uint32_t(bs)));
-      std::vector<int32_t> head;
-      for (int32_t k = 0; k < nb; ++k) head.push_back(ids.at(next++));
-      nshared.push_back(nb);
-      const int nm = c.big ? 64 : g == 1 ? 1 : 2 + int(rng() % 9);
-      for (int k = 0; k < nm; ++k) {
-        const int32_t own = c.big ? 128 : (k == 0 ? 0 : 1 + int32_t(rng() % 100));  // 0: all shared
-        seqs.push_back(GroupedSeq{g, nb * bs + own, 1, head});
-      }
-    }
-    const int nplain = c.big ? 0 : 1 + int(rng() % 3);
-    for (int k = 0; k < nplain; ++k) seqs.push_back(GroupedSeq{-1, 1 + int32_t(rng() % 200), 1, {}});
-    std::shuffle(seqs.begin(), seqs.end(), rng);
-    lay_out(seqs, ids, next, bs);
-    describe_groups(seqs, nshared);
+    draw(
+        rng, num_blocks, bs, c.big,
+        [&] { return c.big ? 4096 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 120) / uint32_t(bs))); },
+        [&](int g) { return c.big ? 64 : g == 1 ? 1 : 2 + int(rng() % 9); },
+        [&](int k, int32_t shared_tokens) {
+          const int32_t own = c.big ? 128 : (k == 0 ? 0 : 1 + int32_t(rng() % 100));  // 0: all shared
+          return SeqLens{shared_tokens + own, 1};
+        },
+        [&](int) { return SeqLens{1 + int32_t(rng() % 200), 1}; });
     cache.k.fill_random(rng);
     cache.v.fill_random(rng);
     q = Tensor(c.dtype, size_t(num_seqs) * num_q_heads * c.head_dim);

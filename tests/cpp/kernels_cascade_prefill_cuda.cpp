@@ -40,36 +40,22 @@ struct Batch : GroupedTables {
     std::mt19937 rng(c.seed);
     num_q_heads = c.num_kv_heads * c.group;
     const int32_t bs = int32_t(c.block_size);
-    std::vector<int32_t> ids(num_blocks);
-    for (uint32_t i = 0; i < num_blocks; ++i) ids[i] = int32_t(i);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    size_t next = 0;
-    std::vector<GroupedSeq> seqs;
-    const int ngroups = c.big ? 1 : 1 + int(rng() % 3);
-    std::vector<int32_t> nshared;
-    for (int g = 0; g < ngroups; ++g) {
-      const int32_t nb = c.big ? 2048 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 150) / uint32_t(bs)));
-      std::vector<int32_t> head;
-      for (int32_t k = 0; k < nb; ++k) head.push_back(ids.at(next++));
-      nshared.push_back(nb);
-      const int nm = c.big ? 32 : g == 1 ? 1 : 2 + int(rng() % 7);
-      for (int k = 0; k < nm; ++k) {
-        // New tokens after the shared prefix (and after own cached ones): decode, short or longer extends.
-        const int32_t q_len = c.big ? 16 : k % 3 == 0 ? 1 : k % 3 == 1 ? 1 + int32_t(rng() % 40) : int32_t(rng() % 3);
-        const int32_t cached_own = c.big ? 0 : (k == 0 ? 0 : int32_t(rng() % 60));
-        seqs.push_back(GroupedSeq{g, nb * bs + cached_own + q_len, q_len, head});
-      }
-    }
-    const int nplain = c.big ? 0 : 1 + int(rng() % 3);
-    for (int k = 0; k < nplain; ++k) {
-      const int32_t len = 1 + int32_t(rng() % 200);
-      seqs.push_back(GroupedSeq{-1, len, k == 0 ? len : std::min(len, 1 + int32_t(rng() % 20)), {}});  // a prefill, extends
-    }
-    std::shuffle(seqs.begin(), seqs.end(), rng);
-    lay_out(seqs, ids, next, bs);
+    const std::vector<GroupedSeq> seqs = draw(
+        rng, num_blocks, bs, c.big,
+        [&] { return c.big ? 2048 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 150) / uint32_t(bs))); },
+        [&](int g) { return c.big ? 32 : g == 1 ? 1 : 2 + int(rng() % 7); },
+        [&](int k, int32_t shared_tokens) {
+          // New tokens after the shared prefix (and after own cached ones): decode, short or longer extends.
+          const int32_t q_len = c.big ? 16 : k % 3 == 0 ? 1 : k % 3 == 1 ? 1 + int32_t(rng() % 40) : int32_t(rng() % 3);
+          const int32_t cached_own = c.big ? 0 : (k == 0 ? 0 : int32_t(rng() % 60));
+          return SeqLens{shared_tokens + cached_own + q_len, q_len};
+        },
+        [&](int k) {
+          const int32_t len = 1 + int32_t(rng() % 200);
+          return SeqLens{len, k == 0 ? len : std::min(len, 1 + int32_t(rng() % 20))};  // a prefill, extends
+        });
     for (const GroupedSeq& s : seqs) qstart.push_back(qstart.back() + s.q_len);
     total_q = uint32_t(qstart.back());
-    describe_groups(seqs, nshared);
     cache.k.fill_random(rng);
     cache.v.fill_random(rng);
     q = Tensor(c.dtype, size_t(std::max(1u, total_q)) * num_q_heads * c.head_dim);

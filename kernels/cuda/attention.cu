@@ -462,9 +462,7 @@ int64_t partition_for_waves(const AttnPlan& plan, int64_t max_ctx, int64_t ctas_
 
 void paged_attention(const Cache& c, const Attention& a, void* stream) {
   const int64_t es = int64_t(c.elem());
-  const uint64_t align = uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
-                         uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
-  if (align % 16 != 0)
+  if (kv_align_bits(c) % 16 != 0)
     fail(Code::invalid_argument, "cache: CUDA attention needs 16-byte aligned k, v and strides (block %lld, token %lld, "
          "head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
   // q and out are accessed one element at a time, block_tables and seq_lens as int32: a misaligned

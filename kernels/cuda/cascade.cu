@@ -520,9 +520,7 @@ bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups&
   const Shape s = shape_of(c, a, g);
   if (!s.fits || workspace == nullptr || workspace_size < s.workspace_bytes) return false;
   const int64_t es = int64_t(c.elem());
-  const uint64_t align = uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
-                         uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
-  if (align % 16 != 0) return false;  // the plain kernel reports it
+  if (kv_align_bits(c) % 16 != 0) return false;  // the plain kernel reports it
   if (uintptr_t(a.q) % uintptr_t(es) != 0 || uintptr_t(a.out) % uintptr_t(es) != 0 ||
       uintptr_t(a.block_tables) % 4 != 0 || uintptr_t(a.seq_lens) % 4 != 0 || c.num_blocks > INT_MAX ||
       a.max_blocks * c.block_size > int64_t(INT_MAX) - 4096 || c.num_kv_heads > 65535)

@@ -35,18 +35,6 @@ constexpr int BM = ctiles::kTileRows;
 constexpr int kThreads = 32 * ctiles::kWarps;
 static_assert(BM == 16 * ctiles::kWarps, "one 16-row m-tile per warp");
 
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool zero) {
-  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
-               ::"r"(dst), "l"(src), "r"(int(zero)));
-}
-
-// 2^x for x <= 0 or -inf (the exponents below are logits minus their row max).
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // Query rows of sequence seq: [row0, row0 + q_len), clipped to [0, total_q) (a faulty query_start is
 // reported by the own tiles / the plain checks; here it must only not read out of bounds).
 struct Rows {

@@ -111,9 +111,8 @@ bool cascade_prefill(const Cache& c, const Prefill& a, const kvb_prefix_groups& 
   if (!s.fits || workspace == nullptr || workspace_size < s.workspace_bytes) return false;
   // What the plain kernel reports as an error (misalignment) it reports: run it.
   const int64_t es = int64_t(c.elem());
-  const uint64_t align = uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
-                         uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es) | uint64_t(uintptr_t(a.q)) |
-                         uint64_t(uintptr_t(a.out)) | uint64_t(a.q_token_stride * es) | uint64_t(a.q_head_stride * es) |
+  const uint64_t align = kv_align_bits(c) | uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) |
+                         uint64_t(a.q_token_stride * es) | uint64_t(a.q_head_stride * es) |
                          uint64_t(a.out_token_stride * es) | uint64_t(a.out_head_stride * es);
   if (align % 16 != 0 || uintptr_t(a.query_start) % 4 != 0 || uintptr_t(a.seq_lens) % 4 != 0 ||
       uintptr_t(a.block_tables) % 4 != 0 || c.num_blocks > INT_MAX || a.num_q_heads > 65535)

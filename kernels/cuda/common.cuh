@@ -116,6 +116,14 @@ inline int common_width(std::initializer_list<uint64_t> values) {
   return w;
 }
 
+// The cache's K / V addresses and byte strides OR'ed together: % 16 == 0 when the kernels' 16-byte
+// loads (and cp.async) of K / V rows are all aligned.
+inline uint64_t kv_align_bits(const Cache& c) {
+  const int64_t es = int64_t(c.elem());
+  return uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
+         uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
+}
+
 // 16 bytes of T -> floats (8 for 16-bit types, 4 for fp32).
 template <typename T>
 struct Vec;

@@ -1,6 +1,7 @@
 // The tensor-core building blocks the fp16 / bf16 kernels share (prefill.cu, decode_mma.cu): one
 // m16n8k16 MMA with fp32 accumulation per element type, the fp32 -> A-fragment packing, ldmatrix x4
-// (plain and transposed) and the 16-byte cp.async with its commit / wait. Thin wrappers over one PTX instruction each.
+// (plain and transposed), the 16-byte cp.async (plain and zero-filling) with its commit / wait, and
+// ex2. Thin wrappers over one PTX instruction each.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -57,6 +58,20 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// 16 bytes global -> shared, or 16 zero bytes (src not read) when zero.
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool zero) {
+  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
+               ::"r"(dst), "l"(src), "r"(int(zero)));
+}
+
+// 2^x, approximate; the callers pass logits minus their row max (<= 0, -inf for masked keys), so no
+// range handling.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

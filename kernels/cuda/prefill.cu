@@ -54,19 +54,6 @@ namespace {
 constexpr int BM = int(kPrefillTileRows);  // packed rows per CTA: warps x m-tiles per warp x 16
 constexpr float kLog2e = 1.4426950408889634f;
 
-// 16 bytes global -> shared, or 16 zero bytes (src not read) when zero.
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool zero) {
-  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
-               ::"r"(dst), "l"(src), "r"(int(zero)));
-}
-
-// 2^x; the arguments are logits minus their row max (<= 0, -inf for masked keys): no range handling.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzled [rows][C chunks] tile
 namespace fp8s = tiles::fp8s;
 
@@ -573,10 +560,8 @@ void launch_fp8(const Cache& c, const PrefillParams& p, dim3 grid, cudaStream_t 
 }  // namespace
 
 void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
-  const int64_t es = int64_t(c.elem()), q_es = int64_t(dtype_size(a.q_dtype));  // differ for fp8 caches
-  const uint64_t kv_align = uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
-                            uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
-  if (kv_align % 16 != 0)
+  const int64_t q_es = int64_t(dtype_size(a.q_dtype));  // the cache's element size, except for fp8 caches
+  if (kv_align_bits(c) % 16 != 0)
     fail(Code::invalid_argument, "cache: CUDA prefill attention needs 16-byte aligned k, v and strides (block %lld, "
          "token %lld, head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
   const uint64_t qo_align = uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) | uint64_t(a.q_token_stride * q_es) |

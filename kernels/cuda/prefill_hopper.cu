@@ -49,13 +49,6 @@ constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(hp::kWgThreads * kProducerRegs + hp::kConsumerThreads * kConsumerRegs <= 65536, "register file");
 static_assert(hp::kKeys <= hp::kWgThreads && hp::kRows <= hp::kThreads, "one producer thread per key, one thread per row");
 
-// 2^x; the arguments are logits minus their row max (<= 0, -inf for masked keys): no range handling.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 template <typename T>
 __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const PrefillParams p) {
   constexpr int BM = hp::kRows, BN = hp::kKeys;

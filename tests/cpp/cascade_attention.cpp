@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels_util.h"
+#include "cascade_batch.h"
 #include "../../kernels/cpu/amx.h"
 #include "../../kernels/cpu/simd.h"
 
@@ -27,12 +27,11 @@ struct Config {
 
 bool g_big = false;  // one group of 12 sharing 80 blocks: threads, and the shared keys split in partitions
 
-struct Batch {
+struct Batch : GroupedTables {
   Config cf;
-  uint32_t num_seqs = 0, max_blocks = 0, num_q_heads = 0;
+  uint32_t num_q_heads = 0;
   int32_t total_q = 0;
-  std::vector<int32_t> lens, qstart, tables;
-  std::vector<int32_t> group_start{0}, members, shared_blocks;
+  std::vector<int32_t> qstart;
   HostCache cache;
   Tensor q, out;
   std::vector<double> ref;  // [row][head][d]
@@ -48,11 +47,7 @@ struct Batch {
     size_t next_id = 0;
     auto take = [&] { return free_ids[next_id++]; };
     // Groups (one of them a group of one), then ordinary sequences; rows are shuffled afterwards.
-    struct Seq {
-      int32_t group, len, q_len;
-      std::vector<int32_t> table;
-    };
-    std::vector<Seq> seqs;
+    std::vector<GroupedSeq> seqs;
     const int ngroups = g_big ? 1 : int(rng() % 4);
     std::vector<std::vector<int32_t>> heads;
     std::vector<int32_t> nshared;
@@ -64,17 +59,17 @@ struct Batch {
       nshared.push_back(nb);
       const int nm = g_big ? 12 : g == 2 ? 1 : 2 + int(rng() % 4);
       for (int k = 0; k < nm; ++k) {
-        Seq s{g, 0, 0, head};
+        GroupedSeq s{g, 0, 0, head};
         const int32_t own = int32_t(rng() % (3 * bs + 2));  // 0: the whole sequence is shared
         s.len = nb * bs + own;
         seqs.push_back(s);
       }
     }
     const int nplain = 1 + int(rng() % 3);
-    for (int k = 0; k < nplain; ++k) seqs.push_back(Seq{-1, 1 + int32_t(rng() % (5 * bs)), 0, {}});
+    for (int k = 0; k < nplain; ++k) seqs.push_back(GroupedSeq{-1, 1 + int32_t(rng() % (5 * bs)), 0, {}});
     std::shuffle(seqs.begin(), seqs.end(), rng);
     num_seqs = uint32_t(seqs.size());
-    for (Seq& s : seqs) {
+    for (GroupedSeq& s : seqs) {
       while (int32_t(s.table.size()) * bs < s.len) s.table.push_back(take());
       // Prefill: up to 20 new tokens (some reach back into the shared prefix); decode: one.
       s.q_len = c.prefill ? 1 + int32_t(rng() % std::min<int32_t>(s.len, 20)) : 1;
@@ -84,7 +79,7 @@ struct Batch {
     tables.assign(size_t(num_seqs) * max_blocks, -1);
     qstart.push_back(0);
     for (uint32_t i = 0; i < num_seqs; ++i) {
-      const Seq& s = seqs[i];
+      const GroupedSeq& s = seqs[i];
       lens.push_back(s.len);
       qstart.push_back(qstart.back() + s.q_len);
       for (size_t b = 0; b < s.table.size(); ++b) tables[i * max_blocks + b] = s.table[b];
@@ -97,12 +92,7 @@ struct Batch {
       }
     }
     total_q = qstart.back();
-    for (int g = 0; g < ngroups; ++g) {
-      for (uint32_t i = 0; i < num_seqs; ++i)
-        if (seqs[i].group == g) members.push_back(int32_t(i));
-      group_start.push_back(int32_t(members.size()));
-      shared_blocks.push_back(nshared[size_t(g)]);
-    }
+    describe_groups(seqs, nshared);
     cache.k.fill_random(rng);
     cache.v.fill_random(rng);
     const size_t rows = size_t(c.prefill ? total_q : int32_t(num_seqs));
@@ -148,17 +138,6 @@ struct Batch {
           }
         }
       }
-  }
-
-  kvb_prefix_groups groups() {
-    kvb_prefix_groups g;
-    kvb_prefix_groups_init(&g);
-    g.group_start = group_start.data();
-    g.members = members.data();
-    g.shared_blocks = shared_blocks.data();
-    g.num_groups = uint32_t(shared_blocks.size());
-    g.num_members = uint32_t(members.size());
-    return g;
   }
 
   // Runs the kernel (plain when pg is NULL) into out.

@@ -179,6 +179,39 @@ struct Fp8Problem {
   }
 };
 
+// Decode / prefill arguments for p under case cs on p's host arrays, writing out (a CUDA run points q,
+// out and the index arrays at device copies). The fields both argument structs have, set once:
+template <class Args>
+void set_common_args(Args& a, const Fp8Problem& p, const AttnCase& cs, void* out) {
+  a.q_dtype = cs.qd;
+  a.num_seqs = uint32_t(p.seqs.size());
+  a.num_q_heads = cs.H * cs.G;
+  a.max_blocks_per_seq = p.max_blocks;
+  a.logits_soft_cap = cs.cap;
+  a.window_tokens = cs.window;
+  a.sink_tokens = cs.sink;
+  a.q = p.q.data();
+  a.out = out;
+  a.block_tables = p.tables.data();
+  a.seq_lens = p.lens.data();
+}
+
+inline kvb_attention_args decode_args(const Fp8Problem& p, const AttnCase& cs, void* out) {
+  kvb_attention_args a;
+  kvb_attention_args_init(&a);
+  set_common_args(a, p, cs, out);
+  return a;
+}
+
+inline kvb_prefill_args prefill_args(const Fp8Problem& p, const AttnCase& cs, void* out) {
+  kvb_prefill_args a;
+  kvb_prefill_args_init(&a);
+  set_common_args(a, p, cs, out);
+  a.total_q_tokens = p.total_q;
+  a.query_start = p.qstart.data();
+  return a;
+}
+
 // Max |got - want| over the outputs (out: rows x H*G x D in q dtype), checking the dequantized reference
 // within the q dtype's tolerance; returns the largest difference from the unquantized reference.
 double check_rows(const Fp8Problem& p, const Tensor& out, const std::vector<std::pair<size_t, int32_t>>& rows,

@@ -13,23 +13,17 @@
 #include <random>
 #include <vector>
 
-#include "kernels_util.h"
+#include "cascade_batch.h"
 
 using namespace kt;
 
 namespace {
 
-struct Config {
-  uint32_t dtype, head_dim, block_size, num_kv_heads, group, window, sink;
-  float soft_cap;
-  unsigned seed;
-  bool big;  // one group of 64 sharing 4096 tokens, 128 own each
-};
+using Config = CascadeConfig;  // big: one group of 64 sharing 4096 tokens, 128 own each
 
-struct Batch {
+struct Batch : GroupedTables {
   Config cf;
-  uint32_t num_seqs = 0, max_blocks = 0, num_q_heads = 0, num_blocks = 0;
-  std::vector<int32_t> lens, tables, group_start{0}, members, shared_blocks;
+  uint32_t num_q_heads = 0, num_blocks = 0;
   HostCache cache;
   Tensor q;
 
@@ -42,62 +36,19 @@ struct Batch {
     std::mt19937 rng(c.seed);
     num_q_heads = c.num_kv_heads * c.group;
     const int32_t bs = int32_t(c.block_size);
-    std::vector<int32_t> ids(num_blocks);
-    for (uint32_t i = 0; i < num_blocks; ++i) ids[i] = int32_t(i);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    size_t next = 0;
-    struct Seq {
-      int32_t group, len;
-      std::vector<int32_t> table;
-    };
-    std::vector<Seq> seqs;
-    const int ngroups = c.big ? 1 : 1 + int(rng() % 3);
-    std::vector<int32_t> nshared;
-    for (int g = 0; g < ngroups; ++g) {
-      const int32_t nb = c.big ? 4096 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 120) / uint32_t(bs)));
-      std::vector<int32_t> head;
-      for (int32_t k = 0; k < nb; ++k) head.push_back(ids.at(next++));
-      nshared.push_back(nb);
-      const int nm = c.big ? 64 : g == 1 ? 1 : 2 + int(rng() % 9);
-      for (int k = 0; k < nm; ++k) {
-        const int32_t own = c.big ? 128 : (k == 0 ? 0 : 1 + int32_t(rng() % 100));  // 0: all shared
-        seqs.push_back(Seq{g, nb * bs + own, head});
-      }
-    }
-    const int nplain = c.big ? 0 : 1 + int(rng() % 3);
-    for (int k = 0; k < nplain; ++k) seqs.push_back(Seq{-1, 1 + int32_t(rng() % 200), {}});
-    std::shuffle(seqs.begin(), seqs.end(), rng);
-    num_seqs = uint32_t(seqs.size());
-    for (Seq& s : seqs) {
-      while (int32_t(s.table.size()) * bs < s.len) s.table.push_back(ids.at(next++));
-      max_blocks = std::max(max_blocks, uint32_t(s.table.size()));
-    }
-    tables.assign(size_t(num_seqs) * max_blocks, -1);
-    for (uint32_t i = 0; i < num_seqs; ++i) {
-      lens.push_back(seqs[i].len);
-      for (size_t b = 0; b < seqs[i].table.size(); ++b) tables[i * max_blocks + b] = seqs[i].table[b];
-    }
-    for (int g = 0; g < ngroups; ++g) {
-      for (uint32_t i = 0; i < num_seqs; ++i)
-        if (seqs[i].group == g) members.push_back(int32_t(i));
-      group_start.push_back(int32_t(members.size()));
-      shared_blocks.push_back(nshared[size_t(g)]);
-    }
+    draw(
+        rng, num_blocks, bs, c.big,
+        [&] { return c.big ? 4096 / bs : std::max<int32_t>(1, int32_t((8 + rng() % 120) / uint32_t(bs))); },
+        [&](int g) { return c.big ? 64 : g == 1 ? 1 : 2 + int(rng() % 9); },
+        [&](int k, int32_t shared_tokens) {
+          const int32_t own = c.big ? 128 : (k == 0 ? 0 : 1 + int32_t(rng() % 100));  // 0: all shared
+          return SeqLens{shared_tokens + own, 1};
+        },
+        [&](int) { return SeqLens{1 + int32_t(rng() % 200), 1}; });
     cache.k.fill_random(rng);
     cache.v.fill_random(rng);
     q = Tensor(c.dtype, size_t(num_seqs) * num_q_heads * c.head_dim);
     q.fill_random(rng, -2.f, 2.f);
-  }
-
-  kvb_prefix_groups groups() {
-    kvb_prefix_groups g;
-    kvb_prefix_groups_init(&g);
-    g.group_start = group_start.data();
-    g.members = members.data();
-    g.shared_blocks = shared_blocks.data();
-    g.num_groups = uint32_t(shared_blocks.size());
-    g.num_members = uint32_t(members.size());
-    return g;
   }
 
   kvb_attention_args args(const void* qp, void* op, const int32_t* tab, const int32_t* len, void* ws, size_t wss,
@@ -133,25 +84,12 @@ struct Batch {
     return out;
   }
 
-  const char* name() const {
-    static char buf[160];
-    snprintf(buf, sizeof buf, "%s D%u bs%u hkv%u g%u win%u sink%u cap%g seed%u%s", dname(cf.dtype), cf.head_dim,
-             cf.block_size, cf.num_kv_heads, cf.group, cf.window, cf.sink, double(cf.soft_cap), cf.seed,
-             cf.big ? " big" : "");
-    return buf;
-  }
+  const char* name() const { return cf.name(); }
 };
 
 int compare(const Tensor& got, const Tensor& want, uint32_t dtype, const char* what, const char* name) {
-  int bad = 0;
-  for (size_t i = 0; i < got.n; ++i)
-    if (!close(got.get(i), want.get(i), dtype) && bad++ < 3)
-      fprintf(stderr, "  %s %s: element %zu = %g, want %g\n", name, what, i, double(got.get(i)), double(want.get(i)));
-  return bad;
+  return kt::compare(got, want, got.n, dtype, what, name);
 }
-
-// KVB_TEST_QUICK (the GPU run's sanitizers): one configuration per dtype and head_dim, no big batch.
-bool quick() { return std::getenv("KVB_TEST_QUICK") != nullptr; }
 
 std::vector<Config> configs() {
   std::vector<Config> out;
@@ -176,20 +114,13 @@ std::vector<Config> configs() {
 }
 
 #if KVB_WITH_CUDA
-struct DeviceBatch {
-  HostCache dev;
-  DeviceBuffer k, v, q, tab, len;
+struct DeviceBatch : DeviceCache {
+  DeviceBuffer q, tab, len;
   explicit DeviceBatch(Batch& b)
-      : dev(b.cache),
-        k(b.cache.k.data(), b.cache.k.bytes()),
-        v(b.cache.v.data(), b.cache.v.bytes()),
+      : DeviceCache(b.cache),
         q(b.q.data(), b.q.bytes()),
         tab(b.tables.data(), b.tables.size() * 4),
-        len(b.lens.data(), b.lens.size() * 4) {
-    dev.desc.device_type = KVB_DEVICE_CUDA;
-    dev.desc.k = k.p;
-    dev.desc.v = v.p;
-  }
+        len(b.lens.data(), b.lens.size() * 4) {}
   // The CUDA call, with or without the description (optionally captured in a graph).
   Tensor run(Batch& b, const kvb_prefix_groups* g, bool graph, size_t* ws_out = nullptr) {
     Tensor out(b.cf.dtype, b.q.n);
@@ -197,11 +128,11 @@ struct DeviceBatch {
     DeviceBuffer o(out.data(), out.bytes());
     size_t ws = 0;
     kvb_attention_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0, g);
-    CHECK_OK(kvb_paged_attention_workspace_size(&dev.desc, &a, &ws));
+    CHECK_OK(kvb_paged_attention_workspace_size(&desc, &a, &ws));
     if (ws_out) *ws_out = ws;
     DeviceBuffer work(ws);
     a = b.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws, g);
-    run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&dev.desc, &a, stream)); });
+    run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&desc, &a, stream)); });
     o.to_host(out.data());
     return out;
   }

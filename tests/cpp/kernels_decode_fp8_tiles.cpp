@@ -5,34 +5,23 @@
 // exactly once without bank conflicts; each warp's conversion covers exactly its own 16 key rows (the
 // only rows its K and V fragments read, so a warp-level sync suffices), reads each element's code and
 // writes where the 16-bit kernel's cp.async puts that element, without bank conflicts.
-#include <set>
 #include <vector>
 
 #include "../../kernels/decode_tiles.h"
 #include "harness.h"
+#include "smem_banks.h"
 
 namespace {
 
 using namespace kvb::kern;
 using namespace kvb::kern::dtiles;
+using smem::conflict_free;
 
 constexpr int kThreads = 32 * kWarps;
 struct Shape {
   int D, ST;
 };
 const Shape kShapes[] = {{64, 4}, {128, 3}, {256, 3}, {256, 2}};  // decode_mma.cu's instantiations
-
-// One access phase (8 lanes of 16 bytes, 16 of 8) touches distinct banks.
-bool conflict_free(const std::vector<int>& addr, int bytes) {
-  const int lanes = 128 / bytes;
-  for (size_t p = 0; p < addr.size(); p += size_t(lanes)) {
-    std::set<int> banks;
-    for (size_t l = p; l < p + size_t(lanes) && l < addr.size(); ++l)
-      for (int b = 0; b < bytes / 4; ++b) banks.insert((addr[l] / 4 + b) % 32);
-    if (banks.size() != size_t(lanes * bytes / 4)) return false;
-  }
-  return true;
-}
 
 void test_regions_fit() {
   for (const Shape& s : kShapes) {
@@ -59,20 +48,18 @@ void test_stage_copy_once() {
     std::vector<int> hits(size_t(items), 0);
     bool ok = true;
     for (int j = 0; j < items / kThreads; ++j) {
-      std::vector<int> warp;
+      std::vector<uint32_t> warp;
       for (int tid = 0; tid < kThreads; ++tid) {
         const int x = tid + j * kThreads, r = fp8_copy_row(x, D), c = fp8_copy_chunk(x, D);
         CHECK(r < kStageKeys && c * 16 < D);
         const int dst = fp8_copy_dst(D, r, c);
         CHECK(dst == r * D + c * 16);  // bytes c*16.. of key r's row
         ++hits[size_t(dst / 16)];
-        warp.push_back(dst);
+        warp.push_back(uint32_t(dst));
         if (warp.size() == 32) ok &= conflict_free(warp, 16), warp.clear();
       }
     }
-    int wrong = 0;
-    for (int h : hits) wrong += h != 1;
-    CHECK(wrong == 0);
+    CHECK(smem::not_once(hits) == 0);
     CHECK(ok);
   }
 }
@@ -90,21 +77,19 @@ void test_warp_converts_its_own_rows() {
           CHECK(v_row(w, lane) / kWarpKeys == w);
         }
       for (int j = 0; j < per_lane; ++j) {
-        std::vector<int> ld, st;
+        std::vector<uint32_t> ld, st;
         for (int lane = 0; lane < 32; ++lane) {
           const int x = lane + 32 * j, row = fp8_cvt_row(w, x, D), chunk = fp8_cvt_chunk(x, D);
           CHECK(row / kWarpKeys == w && chunk < C);
           CHECK(fp8_cvt_src(D, row, chunk) == row * D + chunk * 8);  // codes of elements 8 chunk.. of the row
           ++hits[swz(C, row, chunk) / 16];  // where the 16-bit kernel's cp.async puts them
-          ld.push_back(fp8_cvt_src(D, row, chunk));
-          st.push_back(int(swz(C, row, chunk)));
+          ld.push_back(uint32_t(fp8_cvt_src(D, row, chunk)));
+          st.push_back(uint32_t(swz(C, row, chunk)));
         }
         loads_ok &= conflict_free(ld, 8), stores_ok &= conflict_free(st, 16);
       }
     }
-    int wrong = 0;
-    for (int h : hits) wrong += h != 1;
-    CHECK(wrong == 0);
+    CHECK(smem::not_once(hits) == 0);
     CHECK(loads_ok);
     CHECK(stores_ok);
   }

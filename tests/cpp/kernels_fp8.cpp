@@ -178,21 +178,9 @@ void test_decode_fp8() {
     for (const AttnCase& cs : kCases) {
       // ragged, one long enough to split (partitions of 256 tokens)
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}}, 3 + cs.D + cs.G);
-      kvb_attention_args a;
-      kvb_attention_args_init(&a);
-      a.q_dtype = cs.qd;
-      a.num_seqs = uint32_t(p.seqs.size());
-      a.num_q_heads = cs.H * cs.G;
-      a.max_blocks_per_seq = p.max_blocks;
-      a.q = p.q.data();
       Tensor out(cs.qd, p.q.n);
       out.poison();
-      a.out = out.data();
-      a.block_tables = p.tables.data();
-      a.seq_lens = p.lens.data();
-      a.logits_soft_cap = cs.cap;
-      a.window_tokens = cs.window;
-      a.sink_tokens = cs.sink;
+      kvb_attention_args a = decode_args(p, cs, out.data());
       size_t ws = 0;
       CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
       CHECK(ws > 0);  // the 600-token sequence splits
@@ -221,23 +209,9 @@ void test_prefill_fp8() {
     for (const AttnCase& cs : kCases) {
       // a prompt, a chunk over a cached prefix, a decode token, an empty sequence
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{50, 50}, {130, 20}, {0, 0}, {77, 1}}, 5 + cs.D + cs.G);
-      kvb_prefill_args a;
-      kvb_prefill_args_init(&a);
-      a.q_dtype = cs.qd;
-      a.num_seqs = uint32_t(p.seqs.size());
-      a.num_q_heads = cs.H * cs.G;
-      a.max_blocks_per_seq = p.max_blocks;
-      a.total_q_tokens = p.total_q;
-      a.q = p.q.data();
       Tensor out(cs.qd, p.q.n);
       out.poison();
-      a.out = out.data();
-      a.query_start = p.qstart.data();
-      a.seq_lens = p.lens.data();
-      a.block_tables = p.tables.data();
-      a.logits_soft_cap = cs.cap;
-      a.window_tokens = cs.window;
-      a.sink_tokens = cs.sink;
+      kvb_prefill_args a = prefill_args(p, cs, out.data());
       CHECK_OK(kvb_prefill_attention(&p.cache.desc, &a, nullptr));
       std::vector<std::pair<size_t, int32_t>> rows;
       for (size_t s = 0; s < p.seqs.size(); ++s)

@@ -95,22 +95,10 @@ void test_cuda_decode_fp8() {
     // ragged; 600 and 3000 tokens split into partitions; an empty sequence writes zeros
     Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}, {3000, 1}},
                  11 + cs.D + cs.G);
-    kvb_attention_args a;
-    kvb_attention_args_init(&a);
-    a.q_dtype = cs.qd;
-    a.num_seqs = uint32_t(p.seqs.size());
-    a.num_q_heads = cs.H * cs.G;
-    a.max_blocks_per_seq = p.max_blocks;
-    a.logits_soft_cap = cs.cap;
-    a.window_tokens = cs.window;
-    a.sink_tokens = cs.sink;
     // CPU on the host cache
     Tensor cpu_out(cs.qd, p.q.n);
     cpu_out.poison();
-    a.q = p.q.data();
-    a.out = cpu_out.data();
-    a.block_tables = p.tables.data();
-    a.seq_lens = p.lens.data();
+    kvb_attention_args a = decode_args(p, cs, cpu_out.data());
     size_t ws = 0;
     CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
     std::vector<float> host_ws(ws / 4 + 4);
@@ -118,11 +106,8 @@ void test_cuda_decode_fp8() {
     a.workspace_size = ws;
     CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
     // CUDA on a device copy of the same bytes
-    DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-    kvb_cache_desc g = p.cache.desc;
-    g.device_type = KVB_DEVICE_CUDA;
-    g.k = k.p;
-    g.v = v.p;
+    DeviceCache dc(p.cache);
+    const kvb_cache_desc& g = dc.desc;
     Tensor out(cs.qd, p.q.n);
     out.poison();
     DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
@@ -164,11 +149,8 @@ void test_cuda_decode_many_heads() {
   a.num_seqs = uint32_t(p.seqs.size());
   a.num_q_heads = 160;
   a.max_blocks_per_seq = p.max_blocks;
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  kvb_cache_desc g = p.cache.desc;
-  g.device_type = KVB_DEVICE_CUDA;
-  g.k = k.p;
-  g.v = v.p;
+  DeviceCache dc(p.cache);
+  const kvb_cache_desc& g = dc.desc;
   Tensor out(KVB_DTYPE_FP16, p.q.n);
   out.poison();
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
@@ -197,30 +179,13 @@ struct PrefillFp8Case {
 int run_prefill_case(const PrefillFp8Case& pc, int* bad) {
   const AttnCase& cs = pc.a;
   Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, pc.seqs, 7 + cs.D * 3 + cs.G);
-  kvb_prefill_args a;
-  kvb_prefill_args_init(&a);
-  a.q_dtype = cs.qd;
-  a.num_seqs = uint32_t(p.seqs.size());
-  a.num_q_heads = cs.H * cs.G;
-  a.max_blocks_per_seq = p.max_blocks;
-  a.total_q_tokens = p.total_q;
-  a.logits_soft_cap = cs.cap;
-  a.window_tokens = cs.window;
-  a.sink_tokens = cs.sink;
   Tensor cpu_out(cs.qd, p.q.n);
   cpu_out.poison();
-  a.q = p.q.data();
-  a.out = cpu_out.data();
-  a.query_start = p.qstart.data();
-  a.seq_lens = p.lens.data();
-  a.block_tables = p.tables.data();
+  kvb_prefill_args a = prefill_args(p, cs, cpu_out.data());
   CHECK_OK(kvb_prefill_attention(&p.cache.desc, &a, nullptr));
 
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  kvb_cache_desc g = p.cache.desc;
-  g.device_type = KVB_DEVICE_CUDA;
-  g.k = k.p;
-  g.v = v.p;
+  DeviceCache dc(p.cache);
+  const kvb_cache_desc& g = dc.desc;
   Tensor out(cs.qd, p.q.n);
   out.poison();
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());

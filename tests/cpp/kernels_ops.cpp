@@ -337,20 +337,6 @@ void test_cuda_descriptor_without_gpu() {
 #if KVB_WITH_CUDA
 namespace du = kvb::kern::devutil;
 
-struct DeviceCache {
-  DeviceBuffer k, v;
-  kvb_cache_desc desc;
-  explicit DeviceCache(const HostCache& h) : k(h.k.data(), h.k.bytes()), v(h.v.data(), h.v.bytes()), desc(h.desc) {
-    desc.device_type = KVB_DEVICE_CUDA;
-    desc.k = k.p;
-    desc.v = v.p;
-  }
-  void to_host(HostCache& h) const {
-    k.to_host(h.k.data());
-    v.to_host(h.v.data());
-  }
-};
-
 void test_cuda_write_kv() {
   std::mt19937 rng(11);
   for (uint32_t dt : {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32}) {

@@ -8,18 +8,19 @@
 // bf16 step, turns a tile of every code into the code's values / fold exactly.
 #include <cmath>
 #include <cstring>
-#include <set>
 #include <vector>
 
 #include "../../kernels/fp8.h"
 #include "../../kernels/prefill.h"
 #include "../../kernels/prefill_fp8_tiles.h"
 #include "harness.h"
+#include "smem_banks.h"
 
 namespace {
 
 using namespace kvb::kern;
 namespace fs = tiles::fp8s;
+using smem::conflict_free;
 
 struct Shape {
   int D, BN;
@@ -28,19 +29,6 @@ struct Shape {
 const Shape kShapes[] = {{64, 64}, {128, 32}, {256, 32}, {256, 16}};
 
 int threads_of(int D) { return 32 * tiles::cta_warps(D); }
-
-// Lanes of one access phase (8 for 16-byte accesses, 16 for 8-byte ones) must touch distinct 4-byte
-// bank groups; addr are the lanes' byte addresses within the tile (1 KiB-aligned region starts).
-bool conflict_free(const std::vector<uint32_t>& addr, int bytes) {
-  const int lanes = 128 / bytes;
-  for (size_t p = 0; p < addr.size(); p += size_t(lanes)) {
-    std::set<uint32_t> banks;
-    for (size_t l = p; l < p + size_t(lanes) && l < addr.size(); ++l)
-      for (int b = 0; b < bytes / 4; ++b) banks.insert((addr[l] / 4 + uint32_t(b)) % 32);
-    if (banks.size() != size_t(lanes * bytes / 4)) return false;
-  }
-  return true;
-}
 
 void test_copy_fills_staging_once() {
   for (const Shape& s : kShapes) {
@@ -63,9 +51,7 @@ void test_copy_fills_staging_once() {
         if (warp.size() == 32) banks_ok &= conflict_free(warp, 16), warp.clear();
       }
     }
-    int wrong = 0;
-    for (int h : hits) wrong += h != 1;
-    CHECK(wrong == 0);
+    CHECK(smem::not_once(hits) == 0);
     CHECK(banks_ok);
   }
 }
@@ -94,9 +80,7 @@ void test_conversion_covers_tile_once() {
         }
       }
     }
-    int wrong = 0;
-    for (int h : hits) wrong += h != 1;
-    CHECK(wrong == 0);
+    CHECK(smem::not_once(hits) == 0);
     CHECK(loads_ok);
     CHECK(stores_ok);
   }

@@ -121,6 +121,21 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
+// A CUDA copy of a host cache (K and V): desc is the host descriptor pointed at the device copies.
+struct DeviceCache {
+  DeviceBuffer k, v;
+  kvb_cache_desc desc;
+  explicit DeviceCache(const HostCache& h) : k(h.k.data(), h.k.bytes()), v(h.v.data(), h.v.bytes()), desc(h.desc) {
+    desc.device_type = KVB_DEVICE_CUDA;
+    desc.k = k.p;
+    desc.v = v.p;
+  }
+  void to_host(HostCache& h) const {
+    k.to_host(h.k.data());
+    v.to_host(h.v.data());
+  }
+};
+
 // Runs launch(stream): captured on a new stream into a CUDA graph and replayed (graph), or on the
 // default stream (nullptr); returns when the device is done.
 template <class Launch>

@@ -1,12 +1,24 @@
 // Replaces every variant of the global operator new / delete (plain, array, nothrow, aligned, sized) with
-// the two functions the including test defines before including this header:
+// the two functions the including test defines (declared here, so before or after the include):
 //   void* test_alloc(std::size_t n, std::size_t align) noexcept;  // align 0 = default; nullptr = failure
 //   void test_free(void* p) noexcept;
+// system_alloc is the plain allocation a counting test_alloc passes on to (release it with std::free).
 // Include it in one translation unit of a test binary only. The library is linked statically into such
 // binaries, so every allocation it makes goes through the test's functions.
 #pragma once
 #include <cstddef>
+#include <cstdlib>
 #include <new>
+
+void* test_alloc(std::size_t n, std::size_t align) noexcept;
+void test_free(void* p) noexcept;
+
+inline void* system_alloc(std::size_t n, std::size_t align) noexcept {
+  if (n == 0) n = 1;
+  if (align <= alignof(std::max_align_t)) return std::malloc(n);
+  void* p = nullptr;
+  return posix_memalign(&p, align, n) == 0 ? p : nullptr;
+}
 
 inline void* test_alloc_or_throw(std::size_t n, std::size_t align) {
   void* p = test_alloc(n, align);

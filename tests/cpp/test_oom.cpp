@@ -22,6 +22,7 @@
 
 #include "harness.h"
 #include "kvbt_state.h"
+#include "replace_new.h"
 
 // ---- counting, failing global allocator ----------------------------------------------------------
 
@@ -46,17 +47,13 @@ void* counted_alloc(std::size_t n, std::size_t align) noexcept {
       return nullptr;
     }
   }
-  if (n == 0) n = 1;
-  if (align <= alignof(std::max_align_t)) return std::malloc(n);
-  void* p = nullptr;
-  return posix_memalign(&p, align, n) == 0 ? p : nullptr;
+  return system_alloc(n, align);
 }
 
 }  // namespace
 
 void* test_alloc(std::size_t n, std::size_t align) noexcept { return counted_alloc(n, align); }
 void test_free(void* p) noexcept { std::free(p); }
-#include "replace_new.h"
 
 // ---- the operation sequence ------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "replace_new.h"
 
 namespace {
 bool g_counting = false;
@@ -19,16 +20,12 @@ long g_calls = 0;  // operator new calls while counting
 
 void* counted_alloc(std::size_t n, std::size_t align) noexcept {
   if (g_counting) ++g_calls;
-  if (n == 0) n = 1;
-  if (align <= alignof(std::max_align_t)) return std::malloc(n);
-  void* p = nullptr;
-  return posix_memalign(&p, align, n) == 0 ? p : nullptr;
+  return system_alloc(n, align);
 }
 }  // namespace
 
 void* test_alloc(std::size_t n, std::size_t align) noexcept { return counted_alloc(n, align); }
 void test_free(void* p) noexcept { std::free(p); }
-#include "replace_new.h"
 
 namespace {
 

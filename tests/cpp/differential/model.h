@@ -230,6 +230,7 @@ struct Model {
   }
 
   // ---- the free queue, the device index and the events (model_pool.h) ----
+  void push_stored(int medium, const MBlock& m, int32_t b);
   void stored(int medium, const MBlock& m, int32_t b);
   void removed(int medium, const MBlock& m, int32_t b);
   void index_put(int32_t b);

@@ -9,8 +9,8 @@ namespace {
 
 // ---- events: per medium and KV cache group, the set of public hashes the index holds ----
 
-void Model::stored(int medium, const MBlock& m, int32_t b) {
-  if (++hash_count[medium][{m.group, m.hash}] != 1) return;
+// One STORED event of block b (content m) on a medium, whatever decided that it is one.
+void Model::push_stored(int medium, const MBlock& m, int32_t b) {
   MEvent e;
   e.type = KVB_EVENT_BLOCK_STORED;
   e.medium = static_cast<uint32_t>(medium);
@@ -23,6 +23,11 @@ void Model::stored(int medium, const MBlock& m, int32_t b) {
   e.block = b;
   e.toks = m.toks;
   events.push_back(e);
+}
+
+void Model::stored(int medium, const MBlock& m, int32_t b) {
+  if (++hash_count[medium][{m.group, m.hash}] != 1) return;
+  push_stored(medium, m, b);
 }
 
 void Model::removed(int medium, const MBlock& m, int32_t b) {

@@ -32,18 +32,8 @@ void Model::store_put(int32_t h) {
   const MBlock& m = host[h];
   store_keys.insert(m.key);
   put_log.emplace_back(h, m.toks);
-  MEvent e;  // every accepted put is a STORED event on the store medium (no per-hash dedup there)
-  e.type = KVB_EVENT_BLOCK_STORED;
-  e.medium = KVB_MEDIUM_STORE;
-  e.group = m.group;
-  e.hash = m.hash;
-  e.parent_kind = static_cast<uint32_t>(m.parent_kind);
-  e.parent_hash = m.parent_hash;
-  e.has_extra = m.has_extra;
-  e.extra = m.has_extra ? m.extra : 0;
-  e.block = h;
-  e.toks = m.toks;
-  events.push_back(e);
+  // Every accepted put is a STORED event on the store medium (no per-hash dedup there).
+  push_stored(KVB_MEDIUM_STORE, m, h);
 }
 
 // Cached host block h is being evicted: write-back unless its bytes never reached host memory (its

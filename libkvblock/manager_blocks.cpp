@@ -48,12 +48,19 @@ void Manager::take_free_blocks(int32_t* out, size_t n) {
     m.ref = 1;
     return b;
   };
-  // A pool whose index is larger than a core's cache (pools of more than 64K blocks) misses it on every
+  // A pool whose index is larger than a core's cache (pools of more than 16K blocks) misses it on every
   // eviction's slot, and the blocks' metadata and tokens miss too. Walking kAhead blocks ahead in the
   // queue keeps that many slot loads, and the token lines the copy will write, in flight at once. (A hint
   // only: the walk reads the links of blocks still queued, and stops at the queue's end.) Smaller pools
   // prefetch the next victim's slot only, one cheap iteration ahead.
+  //
+  // The walk itself waits on each block's metadata (the link to the next), a chain of loads that no
+  // prefetch of the walk can start early. But the queue is mostly runs of consecutive ids: sequences
+  // free their blocks last first, so a prompt's blocks, taken in queue order, come back as one run. So
+  // the walk also prefetches the metadata kRunAhead ids further along the run it is in; where the run
+  // ends the guess is wasted, no more. (2^20-block pool, `kvblock bench` miss: 71.8 -> 68.3 ns.)
   constexpr size_t kAhead = 16;
+  constexpr int32_t kRunAhead = 8;
   constexpr size_t kBigIndexBytes = size_t{1} << 20;
   if (device_.index.capacity() * sizeof(IndexSlot) <= kBigIndexBytes || n <= 1) {
     for (size_t i = 0; i < n; ++i) {
@@ -70,6 +77,11 @@ void Manager::take_free_blocks(int32_t* out, size_t n) {
     const char* t = reinterpret_cast<const char*>(device_.pool.tokens(ahead));
     __builtin_prefetch(t, 1);
     __builtin_prefetch(t + 64, 1);
+    if (m.next >= 0) {
+      const int64_t guess = int64_t{m.next} + (m.next > ahead ? kRunAhead : -kRunAhead);
+      if (guess >= 0 && guess < int64_t{device_.pool.num_blocks()})
+        __builtin_prefetch(&device_.pool.meta(static_cast<int32_t>(guess)));
+    }
     ahead = m.next;
   };
   for (size_t k = 0; k < kAhead && k < n && ahead >= 0; ++k) step_ahead();

@@ -1,7 +1,16 @@
 // hash -> block id for cached blocks. Slots hold a 32-bit fingerprint (the key's high 32 bits, which
-// also choose the slot) and the block id: 8 bytes, so the table costs 16 bytes or less per block. The
-// full 128-bit key is read from the block's metadata only when a fingerprint matches; moving slots on
-// erase needs no metadata at all.
+// also choose the slot) and the block id: 8 bytes. The full 128-bit key is read from the block's
+// metadata only when a fingerprint matches; moving slots on erase needs no metadata at all.
+//
+// The table has at least `slots_per_block` slots per pool block (a power of two in all), so its load
+// never passes 1 / slots_per_block. The device index keeps it at 1/8 or less (64 to 128 bytes per
+// block): every prompt block that misses erases the slot of the block it evicts and puts its own, and at
+// a load of 1/2 those probes and the backward shift of the erase ran over clusters of 2 to 3 slots on
+// average, with a mispredicted loop exit each; on a pool whose index does not fit the caches, a
+// mispredict that waits on a slot still loading stalls the eviction loop for that load. At 1/8 a probe
+// ends at its first or second slot. (`kvblock bench` miss, 2^20-block pool: 84 ns per block at 1/2, 79 at
+// 1/4, 68 at 1/8; docs/perf/manager.md.) The host index, off that path and over pools that may be much
+// larger, keeps 2 (16 to 32 bytes per block).
 #pragma once
 #include <cstdint>
 
@@ -20,7 +29,8 @@ struct IndexSlot {
 
 class PrefixIndex {
  public:
-  PrefixIndex(BlockPool& pool, const char* what) : table_(pool.num_blocks(), Traits{}, what), pool_(pool) {}
+  PrefixIndex(BlockPool& pool, uint32_t slots_per_block, const char* what)
+      : table_(min_capacity(pool, slots_per_block), Traits{}, what), pool_(pool), slots_per_block_(slots_per_block) {}
 
   // The block indexed under key, or -1.
   int32_t find(const Key128& key) const {
@@ -35,7 +45,7 @@ class PrefixIndex {
   // Removes the entry for key if it points at b; key must be b's own (meta) key, under which b was put.
   // Returns whether it did.
   bool erase_if_points_to(const Key128& key, int32_t b);
-  void clear() { table_.reset(pool_.num_blocks()); }
+  void clear() { table_.reset(min_capacity(pool_, slots_per_block_)); }
   size_t size() const { return table_.size(); }
   size_t capacity() const { return table_.capacity(); }
   const IndexSlot& slot(size_t pos) const { return table_.at(pos); }
@@ -47,8 +57,14 @@ class PrefixIndex {
     static bool is_empty(const IndexSlot& s) { return s.block < 0; }
     uint64_t home(const IndexSlot& s) const { return s.fingerprint; }
   };
+  // OpenTable sizes itself to twice the capacity asked for (load <= 1/2).
+  static size_t min_capacity(const BlockPool& pool, uint32_t slots_per_block) {
+    return size_t{pool.num_blocks()} * slots_per_block / 2;
+  }
+
   OpenTable<IndexSlot, Traits> table_;
   BlockPool& pool_;
+  uint32_t slots_per_block_;
 };
 
 // Inline: the commit loop enters every block it hashes (out of line, the call was a fifth of the put).

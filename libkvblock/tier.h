@@ -20,8 +20,9 @@ struct ParentRef {
 };
 
 struct Tier {
-  Tier(uint32_t num_blocks, uint32_t block_size, const char* pool_name, const char* index_name)
-      : pool(num_blocks, block_size, pool_name), index(pool, index_name) {}
+  Tier(uint32_t num_blocks, uint32_t block_size, uint32_t index_slots_per_block, const char* pool_name,
+       const char* index_name)
+      : pool(num_blocks, block_size, pool_name), index(pool, index_slots_per_block, index_name) {}
   Tier(const Tier&) = delete;  // the index refers to the pool
   Tier& operator=(const Tier&) = delete;
 

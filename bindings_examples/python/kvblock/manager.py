@@ -311,12 +311,13 @@ class Manager(BatchCalls, OwnsHandle):
     def append(self, seq_id: int, tokens: TokenLike) -> None:
         # (checks as in commit). A decode step's [token] goes to cffi as a list of that one exact int (cffi
         # converts it into a temporary int64_t[1] for the call: no cdata object to allocate, ~90 ns less than
-        # ffi.new); a fresh list, so that another thread emptying `tokens` meanwhile cannot make the C call
-        # read past what cffi converted.
+        # ffi.new); a fresh list of the token read once, so that another thread changing `tokens` meanwhile
+        # can neither slip an unchecked element (a bool, a float) past the check nor make the C call read
+        # past what cffi converted.
         if type(seq_id) is not int:
             seq_id = i64(seq_id, "seq_id")
-        if type(tokens) is list and len(tokens) == 1 and type(tokens[0]) is int:
-            buf, n = [tokens[0]], 1
+        if type(tokens) is list and len(tokens) == 1 and type(token := tokens[0]) is int:
+            buf, n = [token], 1
         else:
             buf, n = int64_ptr(tokens)
         g: GuardedHandle = self._guard  # type: ignore[assignment]

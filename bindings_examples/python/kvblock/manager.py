@@ -20,6 +20,8 @@ from ._batch_calls import BatchCalls
 from ._convert import (
     U32_MAX,
     TokenLike,
+    _backend_from_buffer,
+    _newp,
     _refuse_element,
     i32,
     i64,
@@ -90,6 +92,7 @@ _BUFFER_TOO_SMALL = _lib.lib.KVB_ERR_BUFFER_TOO_SMALL
 # try costs little against the copy, and a huge buffer per call would cost more than it saves
 _TABLE_HINT_MAX = 4096
 _MEDIA = {int(m): m for m in Medium}
+_SIZE_PTR, _I32_ARRAY = ffi.typeof("size_t*"), ffi.typeof("int32_t[]")  # resolved once, for cffi's C functions
 
 
 def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
@@ -102,13 +105,16 @@ def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
 
 
 def _refuse_overflow(seq_id: int, other: Any, what: str) -> NoReturn:
-    """The KvbArgumentError for an OverflowError cffi raised converting the arguments of kvb_seq_append or
-    kvb_seq_commit (before the C call: nothing changed): seq_id outside int64_t, else `what` (num_tokens
-    outside size_t, or the one token of append's fast path outside int64_t)."""
+    """The KvbArgumentError for an OverflowError cffi raised converting the arguments of kvb_seq_append,
+    kvb_seq_commit or kvb_seq_block_table_group (before the C call: nothing changed): seq_id outside int64_t,
+    else `what`: num_tokens outside size_t, group outside uint32_t, or the one token of append's fast path
+    outside int64_t ("tokens")."""
     try:
         i64(seq_id, "seq_id")
         if what == "num_tokens":
             size(other, what)
+        elif what == "group":
+            u32(other, what)
         else:
             _refuse_element(other, what)
     except KvbArgumentError as e:
@@ -183,9 +189,10 @@ class Manager(BatchCalls, OwnsHandle):
                                             f"block_size={block_size}) at {id(self):#x}")
         # Every C call on the manager goes through these two (bound once: the per-call cost is one Python call).
         self._call, self._run = guard.call, guard.run
-        # The per-sequence decode loop's two C functions, bound once (the lookup through the cffi library
+        # The per-sequence decode loop's C functions, bound once (the lookup through the cffi library
         # object was ~20 ns a call).
         self._seq_append, self._seq_commit = lib.kvb_seq_append, lib.kvb_seq_commit
+        self._seq_block_table = lib.kvb_seq_block_table_group
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.num_host_blocks = num_host_blocks
@@ -340,24 +347,47 @@ class Manager(BatchCalls, OwnsHandle):
     def free(self, seq_id: int) -> None:
         self._run(self._lib.kvb_seq_free, i64(seq_id, "seq_id"))
 
+    @inline_call
     def block_table(self, seq_id: int, group: int = 0) -> np.ndarray:
         """The sequence's block ids in KV cache group `group` (int32; -1 where a sliding window released the
         block or a window group did not need a cached one)."""
-        sid, g = i64(seq_id, "seq_id"), u32(group, "group")
-        needed = ffi.new("size_t*")
+        # Called once per sequence per step by an engine that loops over its sequences: the ints are checked
+        # as in commit, the guard's protocol written out, cffi's C functions called with the types resolved
+        # once (ffi.new / ffi.from_buffer look the type string up on each call), and a table as long as the
+        # buffer comes back as the buffer itself, not a slice of it.
+        if type(seq_id) is not int:
+            seq_id = i64(seq_id, "seq_id")
+        if type(group) is not int:
+            group = u32(group, "group")
+        needed = _newp(_SIZE_PTR, None)
         # First try at the longest table seen so far: a size query (a NULL buffer) fails with
         # BUFFER_TOO_SMALL, and the library's failure path (it formats kvb_last_error) costs ~8x the copy.
         out = np.empty(self._table_hint, np.int32)
         while True:  # another thread may grow the table between a failed try and the next
-            status = self._call(self._lib.kvb_seq_block_table_group, sid, g, ffi.from_buffer("int32_t[]", out),
-                                out.shape[0], needed)
+            capacity = out.shape[0]
+            g: GuardedHandle = self._guard  # type: ignore[assignment]
+            busy = g._busy
+            busy.append(None)
+            try:
+                h = g._ptr
+                if h is None:
+                    raise KvbClosedError(g.name)
+                status = self._seq_block_table(h, seq_id, group, _backend_from_buffer(_I32_ARRAY, out, False),
+                                               capacity, needed)
+            except OverflowError:
+                _refuse_overflow(seq_id, group, "group")
+            finally:
+                del busy[-1]
+                if g._ptr is None:
+                    g._settle()
+            n = needed[0]
             if not status:
-                return out[: needed[0]]
+                return out if n == capacity else out[:n]
             if status != _BUFFER_TOO_SMALL:
                 check(status)
-            if self._table_hint < needed[0] <= _TABLE_HINT_MAX:  # a race between threads costs a retry only
-                self._table_hint = needed[0]
-            out = np.empty(needed[0], np.int32)
+            if self._table_hint < n <= _TABLE_HINT_MAX:  # a race between threads costs a retry only
+                self._table_hint = n
+            out = np.empty(n, np.int32)
 
     def block_hash(self, block_id: int) -> Optional[int]:
         """The hash block_id got when committed full, or None if it holds no committed full block."""

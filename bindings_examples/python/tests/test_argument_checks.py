@@ -153,6 +153,12 @@ CASES = [
                                                          r"2\^31 - 1\] of int32_t"),
     ("block_hash -2^31-1", lambda c: c.m.block_hash(-2**31 - 1), "block_id: -2147483649"),
     ("block_table group -1", lambda c: c.m.block_table(1, group=-1), "group: -1"),
+    ("block_table group 2^32", lambda c: c.m.block_table(1, group=BIG32), r"group: 4294967296 is out of range"),
+    ("block_table group bool", lambda c: c.m.block_table(1, group=False), "group must be an int, got bool"),
+    ("block_table group float", lambda c: c.m.block_table(1, group=0.0), "group must be an int, got float"),
+    ("block_table id bool", lambda c: c.m.block_table(True), "seq_id must be an int, got bool"),
+    ("block_table id -2^63-1", lambda c: c.m.block_table(-2**63 - 1), "seq_id: -9223372036854775809 is out"),
+    ("block_table id 2^63 group 2^32", lambda c: c.m.block_table(2**63, BIG32), "seq_id: 9223372036854775808"),
     ("batch_export group -1", lambda c: c.m.batch_export(c.ids, c.bufs, group=-1), "group: -1"),
     ("batch_export group 2^32", lambda c: c.m.batch_export(c.ids, c.bufs, group=BIG32), "group: 4294967296"),
     ("batch_export buffers str", lambda c: c.m.batch_export(c.ids, "x"),
@@ -216,7 +222,8 @@ def test_refused_with_the_argument_named(ctx, call, match):
 def test_overflow_refusals_carry_no_cffi_context(ctx):
     """append / commit learn of a value out of range from cffi's OverflowError: the KvbArgumentError
     replaces it (a traceback shows the refusal only) and the sequence is untouched."""
-    for call in (lambda: ctx.m.append(1, [2**63]), lambda: ctx.m.commit(1, 2**64), lambda: ctx.m.commit(2**63, 1)):
+    for call in (lambda: ctx.m.append(1, [2**63]), lambda: ctx.m.commit(1, 2**64), lambda: ctx.m.commit(2**63, 1),
+                 lambda: ctx.m.block_table(1, 2**32)):
         with pytest.raises(kvblock.KvbArgumentError) as err:
             call()
         assert err.value.__suppress_context__ and err.value.__cause__ is None
@@ -225,8 +232,8 @@ def test_overflow_refusals_carry_no_cffi_context(ctx):
 
 
 def test_per_sequence_calls_take_numpy_ints_and_the_limits():
-    """The fast paths take exact ints; numpy integers go the slow way, and the int64 / size_t limits pass
-    the checks (the library then rules)."""
+    """The fast paths take exact ints; numpy integers go the slow way, and the int64 / size_t / uint32 limits
+    pass the checks (the library then rules)."""
     with kvblock.Manager(16, BS) as m:
         m.allocate(2**63 - 1, [1, 2])
         m.commit(np.int64(2**63 - 1), np.uint64(2))
@@ -235,6 +242,10 @@ def test_per_sequence_calls_take_numpy_ints_and_the_limits():
         m.append(2**63 - 1, [np.uint64(5), 6])
         assert m.info(2**63 - 1).num_tokens == 6
         m.commit(2**63 - 1, 4)
+        assert m.block_table(np.int64(2**63 - 1), np.uint32(0)).tolist() == m.block_table(2**63 - 1).tolist()
+        with pytest.raises(kvblock.KvbError) as err:  # fits uint32: the library refuses the group
+            m.block_table(2**63 - 1, 2**32 - 1)
+        assert not isinstance(err.value, kvblock.KvbArgumentError)
         with pytest.raises(kvblock.KvbError, match="exceeds") as err:  # fits size_t: the library refuses
             m.commit(2**63 - 1, 2**64 - 1)
         assert not isinstance(err.value, kvblock.KvbArgumentError)

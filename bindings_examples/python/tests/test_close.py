@@ -124,6 +124,8 @@ def _hammer(m, seqs, started, errors):
             m.batch_export(ids, bufs)
             m.batch_commit(ids)
             for i in seqs:
+                m.append(i, [step])
+                m.commit(i, 1)
                 m.block_table(i)
                 if m.info(i).num_tokens > 20:
                     m.rollback(i, 10)

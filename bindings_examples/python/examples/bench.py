@@ -10,14 +10,15 @@ of ~L tokens (append one token each, block tables + slot mapping for the kernels
 and the per-call costs under them: an append + commit pair of one sequence, and the conversion of a token
 list (ns per token, a 2000-token prompt). Then the two ways a newcomer drives the package one call at a
 time, each beside its raw cffi floor measured in the same run:
-  per-seq append+commit   `m.append(i, [t]); m.commit(i, 1)` for each of the N sequences (no block tables)
-  raw cffi, same calls    kvb_seq_append + kvb_seq_commit on a prebuilt int64_t[1] (C work + bare call cost)
-  replay, list tokens     a Mooncake-style request set through `c = m.allocate(i, tokens); m.commit(i,
-                          len(tokens) - c); m.free(i)`, the token lists built outside the timing; ns per
-                          prompt token; --trace FILE replays a Mooncake JSONL trace instead of the built-in
-                          set (64 requests of 0.5-16k tokens, shared prefixes of 512-token blocks)
-  raw cffi, same calls    the same C calls with the tokens already int64 arrays (converted outside the timing)
-  token lists -> int64    the package's conversion of those lists alone (replay ~ floor + conversion)
+  per-seq append+commit loop  `m.append(i, [t]); m.commit(i, 1)` for each of the N sequences (no block
+                              tables), under it its raw cffi floor: kvb_seq_append + kvb_seq_commit on a
+                              prebuilt int64_t[1] (the C work + the bare call cost)
+  replay, list tokens         a Mooncake-style request set through `c = m.allocate(i, tokens); m.commit(i,
+                              len(tokens) - c); m.free(i)`, the token lists built outside the timing, in ns
+                              per prompt token (--trace FILE: a Mooncake JSONL trace instead of the built-in
+                              set of 64 requests of up to 16k tokens with shared 512-token-block prefixes);
+                              under it its raw cffi floor (the same C calls on int64 arrays converted outside
+                              the timing) and the package's conversion of the lists alone
 --cpu-time times with the thread's CPU clock (time.thread_time) instead of the wall clock: on a shared
 machine its minimum leaves out the time other processes took."""
 from __future__ import annotations

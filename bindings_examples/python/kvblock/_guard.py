@@ -23,10 +23,10 @@ Reentrancy: a signal handler (or a finalizer) may run on a thread that is inside
 Calls from there nest like any other. close() from there cannot wait for the interrupted call (it would
 wait for itself forever), so it returns at once and that call destroys the handle when it returns.
 
-Written out: the batched decode step's calls (Manager.batch_append, batch_export, batch_commit) repeat
-run()'s body with the C function named in place (its frame and argument tuples cost ~0.15 us a call);
-they register with inline_call() so that close() finds them on the stack too. A change to the protocol
-here changes them as well.
+Written out: the batched decode step's calls (Manager.batch_append, batch_export, batch_commit) and the
+per-sequence loop's (Manager.append, commit, block_table) repeat run()'s body with the C function named in
+place (its frame and argument tuples cost ~0.15 us a call); they register with inline_call() so that
+close() finds them on the stack too. A change to the protocol here changes them as well.
 """
 from __future__ import annotations
 

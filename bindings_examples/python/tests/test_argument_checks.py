@@ -2,6 +2,8 @@
 cannot hold, a bool, a float or a wrong type is a KvbArgumentError (a TypeError and a ValueError) whose
 message names the argument; never a bare OverflowError from cffi, an AttributeError, a KeyError, an
 import of torch, or a silent truncation (issue 20 items 4 and 5). A refused call changes nothing."""
+import traceback
+
 import numpy as np
 import pytest
 
@@ -81,6 +83,27 @@ CASES = [
     ("can_append id 2^63", lambda c: c.m.can_append(2**63), "seq_id: 9223372036854775808"),
     ("append id 2^63", lambda c: c.m.append(2**63, [1]), "seq_id: 9223372036854775808"),
     ("free id 2^63", lambda c: c.m.free(2**63), "seq_id: 9223372036854775808"),
+    # append and commit (the per-sequence decode loop) check the types in Python and leave the ranges to
+    # cffi, turning its OverflowError into these refusals: each case here would pass a bare OverflowError,
+    # or reach the library with a bool or a truncated float, if a check were lost
+    ("append id -2^63-1", lambda c: c.m.append(-2**63 - 1, [1]), "seq_id: -9223372036854775809 is out of range"),
+    ("commit id -2^63-1", lambda c: c.m.commit(-2**63 - 1, 1), "seq_id: -9223372036854775809 is out of range"),
+    ("append id bool", lambda c: c.m.append(True, [1]), "seq_id must be an int, got bool"),
+    ("append id float", lambda c: c.m.append(1.0, [1]), "seq_id must be an int, got float"),
+    ("append id numpy float32", lambda c: c.m.append(np.float32(1), [1]), "seq_id must be an int, got a numpy float32"),
+    ("commit id float", lambda c: c.m.commit(1.0, 1), "seq_id must be an int, got float"),
+    ("commit count bool", lambda c: c.m.commit(1, True), "num_tokens must be an int, got bool"),
+    ("commit count float", lambda c: c.m.commit(1, 1.0), "num_tokens must be an int, got float"),
+    ("commit count numpy float32", lambda c: c.m.commit(1, np.float32(1)), "num_tokens must be an int, got a numpy f"),
+    ("append token 2^63", lambda c: c.m.append(1, [2**63]), "tokens: value 9223372036854775808 does not fit int64"),
+    ("append token -2^63-1", lambda c: c.m.append(1, [-2**63 - 1]), "tokens: value -9223372036854775809 does not"),
+    ("append token 2^64 id 2^63", lambda c: c.m.append(2**63, [2**64]), "seq_id: 9223372036854775808"),
+    ("append token bool", lambda c: c.m.append(1, [True]), r"tokens\[0\] must be an int, got bool"),
+    ("append token float", lambda c: c.m.append(1, [1.0]), r"tokens\[0\] must be an int, got float"),
+    ("append token numpy float64", lambda c: c.m.append(1, [np.float64(1)]), r"tokens\[0\] must be an int"),
+    ("append token numpy float32", lambda c: c.m.append(1, [np.float32(1)]), r"tokens\[0\] must be an int"),
+    ("append token str", lambda c: c.m.append(1, ["1"]), r"tokens\[0\] must be an int, got str"),
+    ("append tokens 2 ints, 2^63", lambda c: c.m.append(1, [1, 2**63]), "tokens: value 9223372036854775808"),
     ("block_table id 2^63", lambda c: c.m.block_table(2**63), "seq_id: 9223372036854775808"),
     ("info id 2^63", lambda c: c.m.info(2**63), "seq_id: 9223372036854775808"),
     ("fork parent 2^63", lambda c: c.m.fork(2**63, 5), "parent_id: 9223372036854775808"),
@@ -130,6 +153,12 @@ CASES = [
                                                          r"2\^31 - 1\] of int32_t"),
     ("block_hash -2^31-1", lambda c: c.m.block_hash(-2**31 - 1), "block_id: -2147483649"),
     ("block_table group -1", lambda c: c.m.block_table(1, group=-1), "group: -1"),
+    ("block_table group 2^32", lambda c: c.m.block_table(1, group=BIG32), r"group: 4294967296 is out of range"),
+    ("block_table group bool", lambda c: c.m.block_table(1, group=False), "group must be an int, got bool"),
+    ("block_table group float", lambda c: c.m.block_table(1, group=0.0), "group must be an int, got float"),
+    ("block_table id bool", lambda c: c.m.block_table(True), "seq_id must be an int, got bool"),
+    ("block_table id -2^63-1", lambda c: c.m.block_table(-2**63 - 1), "seq_id: -9223372036854775809 is out"),
+    ("block_table id 2^63 group 2^32", lambda c: c.m.block_table(2**63, BIG32), "seq_id: 9223372036854775808"),
     ("batch_export group -1", lambda c: c.m.batch_export(c.ids, c.bufs, group=-1), "group: -1"),
     ("batch_export group 2^32", lambda c: c.m.batch_export(c.ids, c.bufs, group=BIG32), "group: 4294967296"),
     ("batch_export buffers str", lambda c: c.m.batch_export(c.ids, "x"),
@@ -188,6 +217,41 @@ def test_refused_with_the_argument_named(ctx, call, match):
     assert err.value.status == kvblock.Status.INVALID_ARGUMENT
     assert (ctx.m.info(1), ctx.m.num_free_blocks, ctx.m.block_table(1).tolist()) == before  # nothing changed
     ctx.m.check_invariants()
+
+
+def test_overflow_refusals_carry_no_cffi_context(ctx):
+    """append / commit learn of a value out of range from cffi's OverflowError: the KvbArgumentError
+    replaces it (a traceback shows the refusal only) and the sequence is untouched."""
+    for call in (lambda: ctx.m.append(1, [2**63]), lambda: ctx.m.commit(1, 2**64), lambda: ctx.m.commit(2**63, 1),
+                 lambda: ctx.m.block_table(1, 2**32)):
+        with pytest.raises(kvblock.KvbArgumentError) as err:
+            call()
+        assert err.value.__suppress_context__ and err.value.__cause__ is None
+        assert "During handling of the above exception" not in "".join(traceback.format_exception(err.value))
+    assert ctx.m.info(1).num_tokens == 9
+
+
+def test_per_sequence_calls_take_numpy_ints_and_the_limits():
+    """The fast paths take exact ints; numpy integers go the slow way, and the int64 / size_t / uint32 limits
+    pass the checks (the library then rules)."""
+    with kvblock.Manager(16, BS) as m:
+        m.allocate(2**63 - 1, [1, 2])
+        m.commit(np.int64(2**63 - 1), np.uint64(2))
+        m.append(np.int64(2**63 - 1), [np.int64(-2**63)])
+        m.append(2**63 - 1, [2**63 - 1])
+        m.append(2**63 - 1, [np.uint64(5), 6])
+        assert m.info(2**63 - 1).num_tokens == 6
+        m.commit(2**63 - 1, 4)
+        assert m.block_table(np.int64(2**63 - 1), np.uint32(0)).tolist() == m.block_table(2**63 - 1).tolist()
+        with pytest.raises(kvblock.KvbError) as err:  # fits uint32: the library refuses the group
+            m.block_table(2**63 - 1, 2**32 - 1)
+        assert not isinstance(err.value, kvblock.KvbArgumentError)
+        with pytest.raises(kvblock.KvbError, match="exceeds") as err:  # fits size_t: the library refuses
+            m.commit(2**63 - 1, 2**64 - 1)
+        assert not isinstance(err.value, kvblock.KvbArgumentError)
+        with pytest.raises(kvblock.KvbError) as err:  # fits int64: no such sequence, the library's refusal
+            m.append(-2**63, [2**63 - 1])
+        assert not isinstance(err.value, kvblock.KvbArgumentError)
 
 
 def test_largest_values_still_accepted():

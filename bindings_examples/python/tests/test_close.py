@@ -124,6 +124,8 @@ def _hammer(m, seqs, started, errors):
             m.batch_export(ids, bufs)
             m.batch_commit(ids)
             for i in seqs:
+                m.append(i, [step])
+                m.commit(i, 1)
                 m.block_table(i)
                 if m.info(i).num_tokens > 20:
                     m.rollback(i, 10)
@@ -179,6 +181,7 @@ def test_calls_after_close_name_the_manager():
     assert m.closed and "closed" in repr(m)
     for call in (lambda: m.allocate(2, [1]), lambda: m.block_table(1), lambda: m.drain_copies(),
                  lambda: m.can_allocate([1]), lambda: m.can_append(1), lambda: m.block_hash(0),
+                 lambda: m.append(1, [4]), lambda: m.append(1, [4, 5]), lambda: m.commit(1, 1),
                  lambda: m.batch_append([1], [4]), lambda: m.batch_commit([1]), lambda: m.batch_export([1]),
                  lambda: m.num_free_blocks, lambda: m.stats(), lambda: m.drain_events(), lambda: m.swap_out(1),
                  lambda: m.can_swap_in(1), lambda: m.drain_host_transfers(), lambda: m.check_invariants()):

@@ -114,8 +114,29 @@ def test_bench_prints_each_case_with_its_own_repetitions():
     lines = {line.split(":")[0].strip(): line for line in r.stdout.splitlines() if "repetitions)" in line}
     assert lines["per-sequence calls"].endswith("(20 repetitions)"), r.stdout
     assert lines["batched, numpy tokens"].endswith("(30 repetitions)"), r.stdout
-    assert len(lines) == 7 and "(30 repetitions;" not in r.stdout, r.stdout
+    assert lines["per-seq append+commit loop"].endswith("(30 repetitions)"), r.stdout
+    assert lines["raw cffi floor, same calls"].endswith("(30 repetitions)"), r.stdout
+    assert lines["replay, list tokens"].endswith("(10 repetitions)"), r.stdout
+    assert len(lines) == 12 and "(30 repetitions;" not in r.stdout, r.stdout
     assert "thread CPU time" in r.stdout, r.stdout
+
+
+def test_bench_per_sequence_loop_and_replay_rows():
+    """The per-sequence loop and the replay each come with their raw cffi floor, measured in the same run; the
+    replay does the trace's work (the README's cached-token count for the sample trace, traces/README.md)."""
+    import bench  # examples/bench.py
+    loop = bench.per_sequence_loop(n=4, length=40, bs=16, reps=6)
+    assert set(loop) == {"per_seq_loop_us", "per_seq_loop_raw_us"}
+    assert all(med >= low > 0 for med, low in loop.values())
+    r = bench.replay(bench.builtin_requests(8), reps=3)
+    num, total, cached, spent = r.pop("replay_set")
+    assert num == 8 and total > cached > 0 and set(spent) == set(r)
+    assert set(r) == {"replay_ns", "replay_raw_ns", "replay_convert_ns"}
+    assert all(med >= low > 0 for med, low in r.values())
+    sample = EXAMPLES.parent.parent.parent / "traces" / "sample_mooncake.jsonl"
+    if sample.exists():  # a source checkout
+        num, total, cached, _ = bench.replay(bench.trace_requests(str(sample)), reps=1)["replay_set"]
+        assert (num, total, cached) == (300, 3_853_165, 187_920)  # as `kvblock replay` finds
 
 
 def test_system_library_through_pkg_config(tmp_path):

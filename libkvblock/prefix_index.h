@@ -3,14 +3,16 @@
 // metadata only when a fingerprint matches; moving slots on erase needs no metadata at all.
 //
 // The table has at least `slots_per_block` slots per pool block (a power of two in all), so its load
-// never passes 1 / slots_per_block. The device index keeps it at 1/8 or less (64 to 128 bytes per
-// block): every prompt block that misses erases the slot of the block it evicts and puts its own, and at
-// a load of 1/2 those probes and the backward shift of the erase ran over clusters of 2 to 3 slots on
-// average, with a mispredicted loop exit each; on a pool whose index does not fit the caches, a
-// mispredict that waits on a slot still loading stalls the eviction loop for that load. At 1/8 a probe
-// ends at its first or second slot. (`kvblock bench` miss, 2^20-block pool: 84 ns per block at 1/2, 79 at
-// 1/4, 68 at 1/8; docs/perf/manager.md.) The host index, off that path and over pools that may be much
-// larger, keeps 2 (16 to 32 bytes per block).
+// never passes 1 / slots_per_block. The device index keeps it at 1/4 or less (32 to 64 bytes per block):
+// a full pool (a server's steady state) has every block cached, every prompt block that misses erases
+// the slot of the block it evicts and puts its own, and at a load of 1/2 those probes and the erase's
+// backward shift ran over clusters of 2 to 3 slots, with a mispredicted loop exit each; on a pool whose
+// index does not fit the caches, a mispredict that waits on a slot still loading stalls the loop for that
+// load. 1/8 is faster still on a full pool, but a table that large is slower where the pool is mostly
+// empty (its entries spread over more lines than the caches hold): `kvblock bench` miss on a full 2^20-block
+// pool 84-96 / 70-73 / 65-68 ns per block at 1/2 / 1/4 / 1/8; the replay of the full Mooncake trace on
+// a pool four times its content 0.64 / 0.75 / 1.15 s (docs/perf/manager.md). The host index, off the
+// miss path and over pools that may be much larger, keeps 2 (16 to 32 bytes per block).
 #pragma once
 #include <cstdint>
 

@@ -17,7 +17,7 @@ Manager::Manager(const ManagerConfig& cfg)
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
       keys_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
-      device_(cfg.num_blocks, cfg.block_size, 4, "the device block pool", "the device prefix index"),
+      device_(cfg.num_blocks, cfg.block_size, 8, "the device block pool", "the device prefix index"),
       host_(cfg.num_host_blocks, cfg.block_size, 2, "the host block pool", "the host prefix index"),
       groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())) {
   keys_.non_cacheable = cfg.non_cacheable;

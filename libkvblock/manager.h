@@ -292,6 +292,17 @@ class Manager {
     l.key = m.key;
     return l;
   }
+  // link_after(m) for the block m that a lookup found under `key` (so m.key == key): the next block's key
+  // waits on the key just computed, not on m's metadata, which on a large index is a cache miss (as its
+  // slot and tokens are) while the next key's hash could run. The replay of the full Mooncake trace
+  // (nearly every lookup a run of hits): 0.93 -> 0.55 s at the same index.
+  ChainLink link_to(const Key128& key, const BlockMeta& m) const {
+    ChainLink l;
+    l.kind = ChainLink::parent;
+    l.hash = m.hash;
+    l.key = key;
+    return l;
+  }
   uint32_t watermark_blocks() const { return watermark_blocks_; }
 
   int32_t take_free_block();             // queue head, evicting its cached content

@@ -61,7 +61,7 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
       ++out.hits;
       if (device_.pool.meta(b).ref == 0) ++out.free_hits;
       if (hits_out) hits_out->push_back(b);
-      out.chain = link_after(device_.pool.meta(b));
+      out.chain = link_to(key, device_.pool.meta(b));
       continue;
     }
     int32_t h = cfg_.host_cache ? host_.index.find(key) : -1;  // then the host level
@@ -69,7 +69,7 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     ++out.hits;
     ++out.host_hits;
     if (hits_out) hits_out->push_back(-2 - h);  // host hits are stored as -2 - h
-    out.chain = link_after(host_.pool.meta(h));
+    out.chain = link_to(key, host_.pool.meta(h));
   }
   if (store_.on) {  // the third level: one batched lookup of the blocks after the miss
     out.store_hits = store_lookup(tokens, i, out.num_blocks, out.chain, opts, out.host_hits);

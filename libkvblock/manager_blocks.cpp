@@ -48,7 +48,7 @@ void Manager::take_free_blocks(int32_t* out, size_t n) {
     m.ref = 1;
     return b;
   };
-  // A pool whose index is larger than a core's cache (pools of more than 32K blocks) misses it on every
+  // A pool whose index is larger than a core's cache (pools of more than 16K blocks) misses it on every
   // eviction's slot, and the blocks' metadata and tokens miss too. Walking kAhead blocks ahead in the
   // queue keeps that many slot loads, and the token lines the copy will write, in flight at once. (A hint
   // only: the walk reads the links of blocks still queued, and stops at the queue's end.) Smaller pools

@@ -3,16 +3,17 @@
 // metadata only when a fingerprint matches; moving slots on erase needs no metadata at all.
 //
 // The table has at least `slots_per_block` slots per pool block (a power of two in all), so its load
-// never passes 1 / slots_per_block. The device index keeps it at 1/4 or less (32 to 64 bytes per block):
-// a full pool (a server's steady state) has every block cached, every prompt block that misses erases
-// the slot of the block it evicts and puts its own, and at a load of 1/2 those probes and the erase's
-// backward shift ran over clusters of 2 to 3 slots, with a mispredicted loop exit each; on a pool whose
-// index does not fit the caches, a mispredict that waits on a slot still loading stalls the loop for that
-// load. 1/8 is faster still on a full pool, but a table that large is slower where the pool is mostly
-// empty (its entries spread over more lines than the caches hold): `kvblock bench` miss on a full 2^20-block
-// pool 84-96 / 70-73 / 65-68 ns per block at 1/2 / 1/4 / 1/8; the replay of the full Mooncake trace on
-// a pool four times its content 0.64 / 0.75 / 1.15 s (docs/perf/manager.md). The host index, off the
-// miss path and over pools that may be much larger, keeps 2 (16 to 32 bytes per block).
+// never passes 1 / slots_per_block. The device index keeps it at 1/8 or less (64 to 128 bytes per
+// block): a full pool (a server's steady state) has every block cached, every prompt block that misses
+// erases the slot of the block it evicts and puts its own, and at a load of 1/2 those probes and the
+// erase's backward shift ran over clusters of 2 to 3 slots, with a mispredicted loop exit each; on a pool
+// whose index does not fit the caches, a mispredict that waits on a slot still loading stalls the loop
+// for that load. `kvblock bench` miss on a full 2^20-block pool: 84-96 / 70-77 / 65-71 ns per block at
+// 1/2 / 1/4 / 1/8. What a larger table costs is footprint where the pool is mostly empty (the entries
+// spread over more lines than the caches hold): the replay of the full Mooncake trace on a pool three
+// times its content took 0.64 / 0.75 / 1.15 s, until the prefix lookup stopped waiting on each hit's
+// metadata (Manager::link_to): 0.55 / 0.61-0.65 s at 1/4 / 1/8 (docs/perf/manager.md). The host index,
+// off the miss path and over pools that may be much larger, keeps 2 (16 to 32 bytes per block).
 #pragma once
 #include <cstdint>
 

@@ -285,13 +285,7 @@ class Manager {
     return extra.present || keys_.non_cacheable.empty() || !contains_non_cacheable(tokens, n);
   }
   bool contains_non_cacheable(const int64_t* tokens, size_t n) const;
-  ChainLink link_after(const BlockMeta& m) const {
-    ChainLink l;
-    l.kind = ChainLink::parent;
-    l.hash = m.hash;
-    l.key = m.key;
-    return l;
-  }
+  ChainLink link_after(const BlockMeta& m) const { return link_to(m.key, m); }
   // link_after(m) for the block m that a lookup found under `key` (so m.key == key): the next block's key
   // waits on the key just computed, not on m's metadata, which on a large index is a cache miss (as its
   // slot and tokens are) while the next key's hash could run. The replay of the full Mooncake trace

@@ -32,8 +32,9 @@ struct IndexSlot {
 
 class PrefixIndex {
  public:
+  // OpenTable takes a capacity and sizes itself to twice it (load <= 1/2): half of slots_per_block.
   PrefixIndex(BlockPool& pool, uint32_t slots_per_block, const char* what)
-      : table_(min_capacity(pool, slots_per_block), Traits{}, what), pool_(pool), slots_per_block_(slots_per_block) {}
+      : table_(size_t{pool.num_blocks()} * slots_per_block / 2, Traits{}, what), pool_(pool) {}
 
   // The block indexed under key, or -1.
   int32_t find(const Key128& key) const {
@@ -48,7 +49,7 @@ class PrefixIndex {
   // Removes the entry for key if it points at b; key must be b's own (meta) key, under which b was put.
   // Returns whether it did.
   bool erase_if_points_to(const Key128& key, int32_t b);
-  void clear() { table_.reset(min_capacity(pool_, slots_per_block_)); }
+  void clear() { table_.reset(table_.capacity() / 2); }  // the same capacity (OpenTable doubles what it is asked)
   size_t size() const { return table_.size(); }
   size_t capacity() const { return table_.capacity(); }
   const IndexSlot& slot(size_t pos) const { return table_.at(pos); }
@@ -60,14 +61,8 @@ class PrefixIndex {
     static bool is_empty(const IndexSlot& s) { return s.block < 0; }
     uint64_t home(const IndexSlot& s) const { return s.fingerprint; }
   };
-  // OpenTable sizes itself to twice the capacity asked for (load <= 1/2).
-  static size_t min_capacity(const BlockPool& pool, uint32_t slots_per_block) {
-    return size_t{pool.num_blocks()} * slots_per_block / 2;
-  }
-
   OpenTable<IndexSlot, Traits> table_;
   BlockPool& pool_;
-  uint32_t slots_per_block_;
 };
 
 // Inline: the commit loop enters every block it hashes (out of line, the call was a fifth of the put).

@@ -16,6 +16,7 @@ namespaced by the checkpoint (checkpoint_id) unless --store-model-id says otherw
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -165,7 +166,7 @@ def main(a: argparse.Namespace) -> None:
         import torch
     except Exception as e:
         raise SystemExit(f"--model / --bench need torch (and safetensors): {type(e).__name__}: {e}")
-    from .checkpoint import checkpoint_id, load_tokenizer
+    from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .sequence import Request
     from .torch_model import TorchModel
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -173,7 +174,11 @@ def main(a: argparse.Namespace) -> None:
     max_len = a.num_blocks * a.block_size
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = a.model or bench_model_dir(tmp)
-        model = TorchModel.from_pretrained(model_dir, device, dtype, max_len=max_len)
+        try:
+            model = TorchModel.from_pretrained(model_dir, device, dtype, max_len=max_len)
+        except (CheckpointError, FileNotFoundError) as e:  # one line, as argparse reports a usage error
+            print("python -m kvblock.engine: error: " + " ".join(str(e).split()), file=sys.stderr)
+            raise SystemExit(2) from None
         if a.store and a.store_model_id is None:
             a.store_model_id = checkpoint_id(model_dir)
     if a.bench:

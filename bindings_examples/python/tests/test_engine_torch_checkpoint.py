@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 import pytest
-from test_engine_torch import HAVE_TORCH, _prompts, _run, needs_hf, needs_torch
 
 from kvblock.engine.checkpoint import HFConfig
 from kvblock.engine.checkpoint_check import ACTIVATIONS, CheckpointError
+from test_engine_torch import HAVE_TORCH, _prompts, _run, needs_hf, needs_torch
 
 BASE = dict(model_type="llama", vocab_size=100, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2)
@@ -80,6 +80,21 @@ def test_llama_biases_match_transformers(tmp_path, flags: dict) -> None:
 def test_activations_match_transformers(tmp_path, act: str) -> None:
     d = _tiny(tmp_path, hidden_act=act)
     _hf_exact(d, _prompts(512, 2, 16, seed=4), 8)
+
+
+@needs_hf
+def test_activation_functions_equal_transformers() -> None:
+    """Bit for bit on fp32 and bf16 values over the range where variants differ (greedy tokens alone may not
+    tell gelu from its tanh approximations)."""
+    import torch
+    from transformers.activations import ACT2FN
+
+    from kvblock.engine.torch_model import ACTIVATION_FNS
+    x = torch.linspace(-8, 8, 20001)
+    for dtype in (torch.float32, torch.bfloat16):
+        for name, fn in ACTIVATION_FNS.items():
+            assert torch.equal(fn(x.to(dtype)), ACT2FN[name](x.to(dtype))), (name, dtype)
+    assert not torch.equal(ACTIVATION_FNS["gelu"](x), ACTIVATION_FNS["gelu_new"](x))
 
 
 @needs_hf
@@ -223,7 +238,8 @@ def test_weights_in_memory_are_checked(tmp_path) -> None:
     cfg = load_config(str(d))
     w = load_weights(str(d), "cpu", torch.float32)
     w["model.norm.weight"] = w["model.norm.weight"][:10]
-    with pytest.raises(CheckpointError, match=r"weights: tensor 'model.norm.weight' has shape \[10\], expected \[256\]"):
+    with pytest.raises(CheckpointError, match=r"weights: tensor 'model.norm.weight' has shape \[10\], "
+                                              r"expected \[256\]"):
         TorchModel(cfg, w)
 
 

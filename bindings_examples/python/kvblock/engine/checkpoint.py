@@ -10,8 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .checkpoint_check import (ARCHITECTURES, FAMILY_DEFAULTS, CheckpointError, ConfigReader, check_model_flags,
-                               check_tensors, expected_tensors, rope_settings, scan_checkpoint)
+from .checkpoint_check import (
+    ARCHITECTURES,
+    FAMILY_DEFAULTS,
+    CheckpointError,
+    ConfigReader,
+    check_model_flags,
+    check_tensors,
+    expected_tensors,
+    rope_settings,
+    scan_checkpoint,
+)
 
 
 @dataclass(frozen=True)

@@ -74,8 +74,9 @@ def check_model_flags(r: ConfigReader, model_type: str) -> None:
         if not isinstance(arch, list) or any(a != want for a in arch):
             raise r.fail(f"architectures {arch!r}: only [{want!r}] is served for model_type {model_type!r} "
                          f"(a causal language model; other heads such as *ForSequenceClassification are not)")
-    if r.get("quantization_config") is not None:
-        method = (r.get("quantization_config") or {}).get("quant_method", "?")
+    q = r.get("quantization_config")
+    if q is not None:
+        method = q.get("quant_method", "?") if isinstance(q, dict) else q
         raise r.fail(f"quantization_config (quant_method {method!r}): quantized checkpoints are not supported "
                      f"(the engine reads plain floating-point weights)")
     act = r.get("hidden_act", "silu")
@@ -95,8 +96,8 @@ def rope_settings(r: ConfigReader, max_positions: int) -> Tuple[float, Optional[
     if nested:
         raise r.fail(f"'{key}' has per-layer-type parameters ({', '.join(nested)}): not supported")
     theta = r.float("rope_theta", 10000.0, within=scaling if "rope_theta" in scaling else None)
-    partial = scaling.get("partial_rotary_factor", r.get("partial_rotary_factor", 1.0))
-    if partial != 1.0:
+    partial = scaling.get("partial_rotary_factor", r.get("partial_rotary_factor"))
+    if partial is not None and partial != 1.0:
         raise r.fail(f"partial_rotary_factor {partial!r} is not supported (RoPE over the whole head only: 1.0)")
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type not in ROPE_TYPES:
@@ -112,8 +113,10 @@ def rope_settings(r: ConfigReader, max_positions: int) -> Tuple[float, Optional[
     if rope_type == "llama3":
         if out["high_freq_factor"] == out["low_freq_factor"]:
             raise r.fail(f"rope type 'llama3': high_freq_factor equals low_freq_factor ({out['low_freq_factor']})")
-        old = scaling.get("original_max_position_embeddings", r.get("original_max_position_embeddings", max_positions))
-        out["original_max_position_embeddings"] = float(old)
+        # transformers: a top-level original_max_position_embeddings first, then the RoPE dict's, then
+        # max_position_embeddings
+        old = r.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings")
+        out["original_max_position_embeddings"] = float(old or max_positions)
     return theta, out
 
 

@@ -1,6 +1,7 @@
 """A Llama / Qwen2 / Mistral decoder in torch (RMSNorm, RoPE, GQA attention, gated MLP with transformers'
-common activations, optional attention and MLP biases and tied embeddings) over a flat batch of new tokens. Attention is a callback, as in the numpy model: the runner
-plugs in libkvblock's write_kv and paged / prefill attention on the KV cache. The arithmetic follows
+common activations, optional attention and MLP biases and tied embeddings) over a flat batch of new tokens.
+Attention is a callback, as in the numpy model: the runner plugs in libkvblock's write_kv and paged / prefill
+attention on the KV cache. The arithmetic follows
 transformers' modeling code operation by operation (fp32 norms, cos/sin cast to the model dtype) so that fp32
 generation is token-exact against it and fp16 / bf16 logits stay close."""
 from __future__ import annotations

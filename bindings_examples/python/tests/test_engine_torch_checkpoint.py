@@ -17,7 +17,7 @@ import pytest
 
 from kvblock.engine.checkpoint import HFConfig
 from kvblock.engine.checkpoint_check import ACTIVATIONS, CheckpointError
-from test_engine_torch import HAVE_TORCH, _prompts, _run, needs_hf, needs_torch
+from test_engine_torch import HAVE_HF, _prompts, _run, needs_hf, needs_torch
 
 BASE = dict(model_type="llama", vocab_size=100, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2)
@@ -120,7 +120,7 @@ def test_config_defaults_follow_transformers() -> None:
     for mt in ("qwen2", "mistral"):
         c = HFConfig.from_dict(dict(BASE, model_type=mt, attention_bias=True, mlp_bias=True))
         assert (c.qkv_bias, c.o_bias, c.mlp_bias) == (mt == "qwen2", False, False)
-    if HAVE_TORCH:
+    if HAVE_HF:
         from transformers import AutoConfig
         for mt, kw in (("mistral", dict(num_attention_heads=8)), ("qwen2", dict(num_attention_heads=32))):
             hf = AutoConfig.for_model(**dict(bare, model_type=mt, **kw))

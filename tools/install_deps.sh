@@ -108,24 +108,26 @@ if [ -z "$apt_missing$pip_missing$optional_missing" ]; then
   echo "install_deps: $part: all $n present"
   exit 0
 fi
-verb="running:"
-[ "$mode" = dry ] && verb="would run:"
-[ -n "$apt_missing" ] && echo "install_deps: $verb ${SUDO:+$SUDO }apt-get install -y$apt_missing"
-[ -n "$pip_missing" ] && echo "install_deps: $verb $PYTHON -m pip install $pip_flags$pip_missing"
-[ "$mode" = dry ] && exit 0
+if [ "$mode" = dry ]; then
+  [ -n "$apt_missing" ] && echo "install_deps: would run: ${SUDO:+$SUDO }apt-get install -y$apt_missing"
+  [ -n "$pip_missing" ] && echo "install_deps: would run: $PYTHON -m pip install $pip_flags$pip_missing"
+  [ -n "$optional_missing" ] && echo "install_deps: would run, one by one: $PYTHON -m pip install" \
+    "$(echo "$optional_missing" | sed '/^$/d' | paste -sd ';' | sed 's/;/; pip install /g')"
+  exit 0
+fi
 
 rc=0
-if [ -n "$apt_missing" ]; then
-  if [ "$SUDO" = "(as root)" ]; then
-    echo "install_deps: not root and no sudo: run as root: apt-get install -y$apt_missing" >&2
-    rc=1
-  else
-    # shellcheck disable=SC2086 # the package list is words
-    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $apt_missing >/dev/null; } ||
-      { echo "install_deps: apt-get install failed:$apt_missing" >&2; rc=1; }
-  fi
+if [ -n "$apt_missing" ] && [ "$SUDO" = "(as root)" ]; then
+  echo "install_deps: not root and no sudo: run as root: apt-get install -y$apt_missing" >&2
+  rc=1
+elif [ -n "$apt_missing" ]; then
+  echo "install_deps: running: ${SUDO:+$SUDO }apt-get install -y$apt_missing"
+  # shellcheck disable=SC2086 # the package list is words
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $apt_missing >/dev/null; } ||
+    { echo "install_deps: apt-get install failed:$apt_missing" >&2; rc=1; }
 fi
 if [ -n "$pip_missing" ]; then
+  echo "install_deps: running: $PYTHON -m pip install $pip_flags$pip_missing"
   # shellcheck disable=SC2086
   "$PYTHON" -m pip install $pip_flags $pip_missing || { echo "install_deps: pip install failed:$pip_missing" >&2; rc=1; }
 fi

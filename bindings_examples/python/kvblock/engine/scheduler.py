@@ -46,13 +46,15 @@ class Scheduler:
 
     def _extend(self, s: Seq, chunk: int) -> int:
         """A prompt admitted in part: appends the tokens of its next chunk the manager lacks, as many as the
-        free blocks beyond one per running sequence take; returns the chunk that can run now (maybe 0)."""
+        free blocks beyond one per other running sequence take; returns the chunk that can run now (maybe 0)."""
         end = s.num_computed + chunk
         if end <= s.allocated:
             return chunk
         bs = self.cfg.block_size
-        room = -s.allocated % bs + max(0, self.mgr.num_free_blocks - len(self.running)) * bs
+        room = -s.allocated % bs + max(0, self.mgr.num_free_blocks - (len(self.running) - 1)) * bs
         end = min(end, s.allocated + room)
+        if end <= s.num_computed and len(self.running) == 1:
+            raise RuntimeError(f"request {s.request.req_id}: the pool cannot hold its window and next chunk")
         if end > s.allocated:
             with self.mgr_clock:
                 self.mgr.append(s.seq_id, s.tokens[s.allocated:end])

@@ -93,7 +93,17 @@ tool: $(TOOL)
 # only one spelling leaves the other build blind to header changes (stale objects, wrong struct layouts).
 DEPFLAGS = -MMD -MP -MT '$@ $(abspath $@)'
 
-$(OBJ)/%.o: %.cpp
+# A fresh machine: xxhash.h is what the build needs beyond a C/C++ compiler and make. When the compiler
+# cannot find it, tools/install_deps.sh installs the build part of its list (printing each package and
+# why) before the first object is compiled; the check is one preprocessor run. XXHASH_HEADER and
+# INSTALL_DEPS_FLAGS (--dry-run) let tests/scripts/install_deps.sh take the missing path here.
+XXHASH_HEADER ?= xxhash.h
+.PHONY: build-deps
+build-deps:
+	@echo '#include <$(XXHASH_HEADER)>' | $(CXX) $(XXHASH_CFLAGS) -E -x c++ - >/dev/null 2>&1 || \
+	  CXX="$(CXX)" KVB_XXHASH_HEADER="$(XXHASH_HEADER)" sh tools/install_deps.sh $(INSTALL_DEPS_FLAGS) build
+
+$(OBJ)/%.o: %.cpp | build-deps
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) $(DEPFLAGS) -c $< -o $@
 
@@ -105,7 +115,7 @@ $(OBJ)/%.cu.o: %.cu
 
 $(OBJ)/kernels/cuda/prefill_hopper.cu.o: NVCC_ARCHS_ = -gencode arch=compute_90a,code=sm_90a
 
-$(OBJ)/tools/%.o: tools/%.c
+$(OBJ)/tools/%.o: tools/%.c | build-deps
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
@@ -157,7 +167,12 @@ check-sanitize:
 
 # Every variant (see tests/check_all.sh): the README's test command and what CI runs.
 .PHONY: check-all
+# Its first step installs what the tests need and this machine lacks (the test part of
+# tools/install_deps.sh's list, each package printed with why); a package that cannot be installed (no
+# root, no sudo) leaves its tests to SKIP, visibly.
 check-all: all
+	@sh tools/install_deps.sh $(INSTALL_DEPS_FLAGS) test || \
+	  echo "check-all: some test dependencies could not be installed (above); the tests that need them SKIP"
 	@MAKE="$(MAKE)" sh tests/check_all.sh
 
 # Benchmarks: `kvblock bench` (the manager's hot paths, then the kernels against copy ceilings measured

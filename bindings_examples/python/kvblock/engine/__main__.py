@@ -70,6 +70,8 @@ def main() -> None:
         p.error("--host-cache needs --host-blocks N > 0")
     if a.store and not a.host_cache:
         p.error(f"--store {a.store}: the store tier needs the host cache (--host-cache --host-blocks N)")
+    if a.threads and not (a.model or a.bench):
+        p.error("--threads: for the torch engine (--model DIR or --bench); the numpy engine has --blas-threads")
     if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
         if a.store and a.bench:
             p.error(f"--store {a.store}: for generation runs (--model DIR --text / --ids), not --bench")

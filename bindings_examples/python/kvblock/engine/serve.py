@@ -36,6 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--text", action="append", default=[], help="a prompt as text (repeatable)")
     g.add_argument("--ids", action="append", default=[], help="a prompt as comma-separated token ids (repeatable)")
     g.add_argument("--no-cuda-graph", action="store_true", help="run decode steps eagerly (no CUDA graphs)")
+    g.add_argument("--threads", type=_threads, default=0, metavar="N",
+                   help="CPU threads of torch (torch.set_num_threads) and of numpy's BLAS (default: theirs)")
+
+
+def _threads(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
 
 
 def bench_model_dir(tmp: str) -> str:
@@ -147,7 +156,7 @@ def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Na
     c = model.cfg
     print(f"torch engine bench: {c.model_type}, {c.num_layers} layers, hidden {c.hidden}, {c.num_q_heads}/"
           f"{c.num_kv_heads} q/kv heads, vocab {c.vocab}, {model.dtype_name} on {model.device}, "
-          f"{kv_dtype or model.dtype_name} K/V; {a.requests} "
+          f"{kv_dtype or model.dtype_name} K/V, {_torch_threads()} torch threads; {a.requests} "
           f"sequences x (prefix {a.shared_prefix} + prompt {a.prompt}) -> {a.max_tokens} tokens")
     for mode, r in results.items():
         line = (f"  {mode:8s} {r['tokens_per_s']:9.0f} tokens/s  {r['step_ms']:7.2f} ms/step  "
@@ -161,6 +170,11 @@ def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Na
         print(line)
 
 
+def _torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
+
+
 def main(a: argparse.Namespace) -> None:
     try:
         import torch
@@ -169,6 +183,10 @@ def main(a: argparse.Namespace) -> None:
     from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .sequence import Request
     from .torch_model import TorchModel
+    if a.threads:
+        from .blas import limit_threads
+        torch.set_num_threads(a.threads)
+        limit_threads(a.threads)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = a.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     max_len = a.num_blocks * a.block_size
@@ -223,7 +241,8 @@ def main(a: argparse.Namespace) -> None:
                 print(f"  text: {tok.decode(s.output)!r}")
     m = eng.metrics
     print(f"{m.generated_tokens} tokens in {m.total_s:.2f} s ({m.generated_tokens / m.total_s:.0f} tokens/s), "
-          f"{m.steps} steps, {eng.runner.graph_replays} CUDA graph replays; {kv.dtype or model.dtype_name} K/V")
+          f"{m.steps} steps, {eng.runner.graph_replays} CUDA graph replays; {kv.dtype or model.dtype_name} K/V, "
+          f"{_torch_threads()} torch threads")
     if store_line:
         print(store_line)
     if fp8:

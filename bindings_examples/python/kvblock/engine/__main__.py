@@ -22,7 +22,7 @@ def _store_spec(spec: str) -> str:
     try:
         return check_spec(spec)
     except KvbArgumentError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        raise argparse.ArgumentTypeError(e.message) from None
 
 
 def main() -> None:
@@ -124,7 +124,7 @@ def main() -> None:
     except KvbArgumentError as e:  # a store nobody answers at, a directory that cannot be made: the user's to fix
         if not a.store:
             raise
-        p.error(f"--store {a.store}: {e}")
+        p.error(f"--store {a.store}: {e.message}")
     if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
         p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
     for req in requests():

@@ -13,8 +13,8 @@
 #include <numeric>
 #include <string>
 
-#include "../../kernels/cpu/simd.h"
-#include "../../kernels/fp8.h"
+#include "../../kernels/common/simd_cpu.h"
+#include "../../kernels/common/fp8.h"
 #include "fp8_problem.h"
 #include "kernels_util.h"
 

@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "../../kernels/fp8.h"
+#include "../../kernels/common/fp8.h"
 #include "fp8_problem.h"
 #include "kernels_util.h"
 

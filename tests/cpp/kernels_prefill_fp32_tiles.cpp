@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "../../kernels/prefill_fp32_tiles.h"
+#include "../../kernels/prefill/prefill_fp32_tiles.h"
 #include "harness.h"
 
 namespace {

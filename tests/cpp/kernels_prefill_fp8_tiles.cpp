@@ -10,9 +10,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../../kernels/fp8.h"
-#include "../../kernels/prefill.h"
-#include "../../kernels/prefill_fp8_tiles.h"
+#include "../../kernels/common/fp8.h"
+#include "../../kernels/prefill/prefill.h"
+#include "../../kernels/prefill/prefill_fp8_tiles.h"
 #include "harness.h"
 #include "smem_banks.h"
 

@@ -645,7 +645,7 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   switch (c.dtype) {
     case Dtype::f16: launch_type<__half>(p, int(c.head_dim), grid, c.device_index, s); break;
     case Dtype::bf16: launch_type<__nv_bfloat16>(p, int(c.head_dim), grid, c.device_index, s); break;
-    default: launch_prefill_fp32(p, int(c.head_dim), s); break;
+    default: launch_prefill_fp32(p, int(c.head_dim), a.allow_tf32, s); break;
   }
 }
 

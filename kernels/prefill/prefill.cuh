@@ -79,7 +79,8 @@ __device__ __forceinline__ int seq_of_tile(const PrefillParams& p, int tile, int
   return lo;
 }
 
-void launch_prefill_fp32(const PrefillParams& p, int head_dim, cudaStream_t s);
+// tf32: Prefill::allow_tf32 (TF32 tensor cores instead of exact fp32 products on CUDA cores).
+void launch_prefill_fp32(const PrefillParams& p, int head_dim, bool tf32, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace kern

@@ -50,10 +50,6 @@ void prefill_attention(const Cache& c, const Prefill& a);
 }
 namespace cuda {
 void prefill_attention(const Cache& c, const Prefill& a, void* stream);  // unsupported without nvcc
-// Whether the fp32 prefill launch on this thread may use TF32 tensor cores: set by kvb_prefill_attention
-// around cuda::prefill_attention from Prefill::allow_tf32 (a thread-local, so that the launch code in
-// prefill.cu need not carry the flag; capi_prefill.cpp).
-bool fp32_tf32_allowed();
 }
 
 }  // namespace kern

@@ -18,28 +18,6 @@ bool has_prefix_groups(const kvb_prefill_args* args) {
 }
 }  // namespace
 
-namespace kvb {
-namespace kern {
-namespace cuda {
-namespace {
-thread_local bool tls_fp32_tf32 = false;
-// Sets the flag for one call; restores it however the call ends.
-class Tf32Scope {
- public:
-  explicit Tf32Scope(bool allow) : old_(tls_fp32_tf32) { tls_fp32_tf32 = allow; }
-  ~Tf32Scope() { tls_fp32_tf32 = old_; }
-  Tf32Scope(const Tf32Scope&) = delete;
-  Tf32Scope& operator=(const Tf32Scope&) = delete;
-
- private:
-  bool old_;
-};
-}  // namespace
-bool fp32_tf32_allowed() { return tls_fp32_tf32; }
-}  // namespace cuda
-}  // namespace kern
-}  // namespace kvb
-
 extern "C" {
 
 KVB_API void kvb_prefill_args_init(kvb_prefill_args* args) {
@@ -84,12 +62,10 @@ KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_
     if (pg) return cpu::cascade_attention(c, cascade_of(a), *pg);
     const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
     if (cg && cuda::cascade_prefill(c, a, *cg, args->workspace, args->workspace_size, stream)) return;
-    if (c.cuda) {
-      cuda::Tf32Scope tf32(a.allow_tf32);
+    if (c.cuda)
       cuda::prefill_attention(c, a, stream);
-    } else {
+    else
       cpu::prefill_attention(c, a);
-    }
   });
 }
 

@@ -289,8 +289,7 @@ void launch_tiled(const PrefillParams& p, cudaStream_t s) {
 
 }  // namespace
 
-void launch_prefill_fp32(const PrefillParams& p, int head_dim, cudaStream_t s) {
-  const bool tf32 = fp32_tf32_allowed();
+void launch_prefill_fp32(const PrefillParams& p, int head_dim, bool tf32, cudaStream_t s) {
   switch (head_dim) {
     case 64: tf32 ? launch_tiled<64, true>(p, s) : launch_tiled<64, false>(p, s); break;
     case 128: tf32 ? launch_tiled<128, true>(p, s) : launch_tiled<128, false>(p, s); break;

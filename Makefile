@@ -147,6 +147,18 @@ $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h t
 
 tests: all $(C_TESTS) $(CPP_TESTS)
 
+# The measurement drivers of docs/perf/manager.md (the manager's miss, hit and decode loops alone, for
+# callgrind and thread-CPU timings): `make perf-drivers` builds them in $(BUILD)/perf/; `make tests`
+# builds them too, so that they keep compiling against the header.
+PERF_DRIVERS := $(patsubst docs/perf/%.c,$(BUILD)/perf/%,$(wildcard docs/perf/*_driver.c))
+.PHONY: perf-drivers
+perf-drivers: $(PERF_DRIVERS)
+tests: $(PERF_DRIVERS)
+$(BUILD)/perf/%: docs/perf/%.c abi/kvblock.h $(SHLIB)
+	@mkdir -p $(dir $@)
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) -o $@ $< -L$(BUILD)/lib -lkvblock \
+	  -Wl,-rpath,'$$ORIGIN/../lib' $(XXHASH_LIBS) -lm -pthread
+
 check: tests
 	@BUILD=$(BUILD) CC=$(CC) sh tests/run_tests.sh
 

@@ -1,4 +1,4 @@
-/* The store tier (issue 26): a directory store below the host cache, with real bytes in simulated device
+/* The store tier: a directory store below the host cache, with real bytes in simulated device
  * and host buffers. Every block's bytes are a function of its whole prefix (what its K/V would be), so the
  * "attend" check before each step finds any wrong byte a hit brought in. A wrapper store around the
  * directory store injects every failure the store can have: a slow get, a get whose file vanished, was

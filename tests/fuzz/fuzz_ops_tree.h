@@ -58,6 +58,9 @@ inline void Step::tree() {
   const uint64_t c = q.computed;
   md.appended(q, tables_of(m, md, id));
   q.toks.insert(q.toks.end(), toks.begin(), toks.end());
+  // The blocks the tree took may have been evicted to the host level: those offloads run before the forward
+  // step writes the nodes' K/V (the commit below stands for that step).
+  drain_host_all(m, md);
   // Depths, and the mask rows as the export gives them.
   std::vector<uint64_t> mask(n + 1, 0xabc);
   for (size_t i = 0; i < n; ++i) {

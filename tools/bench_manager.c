@@ -27,14 +27,6 @@ static void summarize(bench_case* c) {
   c->spread = c->median > 0 ? (c->max - c->min) / c->median : 0.0;
 }
 
-#define CHECK(call)                    \
-  do {                                 \
-    kvb_status st_ = (call);           \
-    if (st_ != KVB_OK) {               \
-      lib_error(#call, st_);           \
-      return -1.0;                     \
-    }                                  \
-  } while (0)
 
 static volatile uint64_t g_sink;
 

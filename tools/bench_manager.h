@@ -12,6 +12,17 @@
 
 #define MAX_REPS 1000
 
+/* In a timed case (a function returning its ns per unit): a failed library call prints its error and makes
+   the case return -1. (lib_error: util.h.) */
+#define CHECK(call)                    \
+  do {                                 \
+    kvb_status st_ = (call);           \
+    if (st_ != KVB_OK) {               \
+      lib_error(#call, st_);           \
+      return -1.0;                     \
+    }                                  \
+  } while (0)
+
 typedef struct bench_opts {
   uint32_t block_size;
   uint64_t prompt_tokens;

@@ -26,15 +26,6 @@ uint64_t bench_tree_blocks(const bench_opts* o) {
   return o->decode_seqs * ((64 + TREE_PATH * tree_steps(o) + TREE_NODES) / o->block_size + 3);
 }
 
-#define CHECK(call)          \
-  do {                       \
-    kvb_status st_ = (call); \
-    if (st_ != KVB_OK) {     \
-      lib_error(#call, st_); \
-      return -1.0;           \
-    }                        \
-  } while (0)
-
 double bench_run_tree(const bench_opts* o, kvb_manager* m, int64_t* next_token, int chain) {
   const uint64_t n = o->decode_seqs, steps = tree_steps(o);
   int64_t prompt[64], draft[TREE_NODES], pairs[2 * TREE_NODES];

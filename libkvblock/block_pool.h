@@ -3,7 +3,7 @@
 //
 // The free queue has two parts: the queue proper, and behind it a parked queue (KV cache groups only:
 // cached blocks that a window group let go of while their sequence still runs, see
-// Manager::free_group_blocks). A block is taken from the head of the queue proper, and from the parked
+// Manager::free_blocks(Grouped)). A block is taken from the head of the queue proper, and from the parked
 // queue's head only when the queue proper is empty: in eviction order the parked queue simply follows
 // the queue proper.
 #pragma once

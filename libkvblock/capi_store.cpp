@@ -122,7 +122,6 @@ kvb_status kvb_manager_set_store(kvb_manager* m, const kvb_store* store, const k
            space.num_layers, space.num_kv_heads, space.head_dim);
     if (!cfg.host_cache)
       fail(Code::bad_state, "a store needs KVB_CONFIG_HOST_CACHE: host blocks are its staging buffers");
-    if (!cfg.groups.empty()) fail(Code::unsupported, "a store with KV cache groups is not supported yet");
     if (cfg.keyed_index && cfg.index_seed == 0)
       fail(Code::bad_state, "the manager's keyed index has a random seed: its keys match no other manager's; "
            "set kvb_config.index_seed (shared by the engines) to use a store");

@@ -20,7 +20,7 @@ struct Event {
   uint32_t has_extra = 0;
   uint32_t num_tokens = 0;
   int32_t block = -1;
-  uint32_t medium = 0;       // kvb_medium values: 0 device, 1 host
+  uint32_t medium = 0;       // kvb_medium values: device, host, or the store (a put)
   uint32_t group = 0;        // KV cache group of the block
 };
 

@@ -17,23 +17,28 @@ Manager::Manager(const ManagerConfig& cfg)
       bs_(cfg.block_size),
       watermark_blocks_(static_cast<uint32_t>(std::floor(static_cast<double>(cfg.watermark) * cfg.num_blocks))),
       keys_(cfg.keyed_index ? (cfg.index_seed ? cfg.index_seed : os_random_u64()) : 0),
-      device_(cfg.num_blocks, cfg.block_size, 8, "the device block pool", "the device prefix index"),
-      host_(cfg.num_host_blocks, cfg.block_size, 2, "the host block pool", "the host prefix index"),
-      groups_(cfg.groups.empty() ? 1 : static_cast<uint32_t>(cfg.groups.size())) {
+      device_(cfg.num_blocks, cfg.block_size, 8, "the device block pool", "the device prefix index", KVB_MEDIUM_DEVICE),
+      host_(cfg.num_host_blocks, cfg.block_size, 2, "the host block pool", "the host prefix index", KVB_MEDIUM_HOST),
+      groups_(cfg.groups.size()) {
+  plain_ = !cfg.host_cache && !grouped() && !cfg.events;
   keys_.non_cacheable = cfg.non_cacheable;
   std::sort(keys_.non_cacheable.begin(), keys_.non_cacheable.end());
   keys_.non_cacheable.erase(std::unique(keys_.non_cacheable.begin(), keys_.non_cacheable.end()), keys_.non_cacheable.end());
   if (cfg.events) {
     events_.enable(cfg.event_capacity, bs_);
     device_.hashes.reset(new HashCounts(cfg.num_blocks, "the device event hash counts"));
-    if (cfg.host_cache) host_.hashes.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
+    device_.events = &events_;
+    if (cfg.host_cache) {
+      host_.hashes.reset(new HashCounts(cfg.num_host_blocks, "the host event hash counts"));
+      host_.events = &events_;
+    }
   }
   try {
     allocate_block_arrays();
   } catch (const std::bad_alloc&) {
     const bool many = groups_.count > 1, host = cfg.host_cache, ev = cfg.events;
     const unsigned long long device = (ev ? sizeof(ParentRef) : 0) + (host ? sizeof(BlockPair) : 0) + many +
-                                      (cfg.groups.empty() ? 0 : sizeof(int64_t));
+                                      (grouped() ? sizeof(int64_t) : 0);
     const unsigned long long host_each = 2 * sizeof(int32_t) + (host ? sizeof(BlockPair) : 0) + (many && host) +
                                          (ev && host ? sizeof(ParentRef) : 0);
     fail_alloc("the manager's per-block arrays", device * cfg.num_blocks + host_each * cfg.num_host_blocks,
@@ -47,8 +52,11 @@ void Manager::allocate_block_arrays() {
   const ManagerConfig& cfg = cfg_;
   if (groups_.count > 1) device_.group.assign(cfg.num_blocks, 0);
   if (groups_.count > 1 && cfg.host_cache) host_.group.assign(cfg.num_host_blocks, 0);
-  if (!cfg.groups.empty()) groups_.parked_for.assign(cfg.num_blocks, 0);
-  if (!cfg.groups.empty()) groups_.cached.assign(groups_.count, 0);
+  if (grouped()) {
+    groups_.parked_for.assign(cfg.num_blocks, 0);
+    groups_.cached.assign(groups_.count, 0);
+    device_.group_cached = host_.group_cached = groups_.cached.data();
+  }
   // Host blocks start empty (a stack: block 0 is taken first), not in the host pool's queue.
   host_blocks_.empty.reserve(cfg.num_host_blocks);
   while (host_.pool.num_free() > 0) host_blocks_.empty.push_back(host_.pool.pop_head());

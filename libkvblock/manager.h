@@ -89,18 +89,9 @@ class ExtraKeyCursor {
 
 enum class Availability { ok = 0, later = 1, never = 2 };
 
-struct Stats {
-  uint64_t free_blocks, used_blocks, cached_free_blocks, num_seqs;
-  uint64_t query_tokens, hit_tokens, computed_tokens, evictions;
-  uint64_t cow_copies, swapped_out_blocks, swapped_in_blocks, free_host_blocks, events_dropped;
-  uint64_t device_hit_tokens, host_hit_tokens, offloaded_blocks, loaded_blocks, host_evictions, cached_host_blocks;
-  uint64_t store_hit_tokens, store_put_blocks, store_put_bytes, store_put_failures, store_get_blocks, store_get_bytes;
-  uint64_t store_get_failures, store_recomputed_tokens, store_filling_blocks, store_abandoned_gets;
-};
-
 // What the manager counted since its creation, as kvb_get_stats reports it (the gauges, such as free
-// blocks, are read from the pools instead; the store tier counts its own in StoreTier). One struct, so
-// that a new counter is one field here and one line in Manager::stats.
+// blocks, are read from the pools instead; the store tier counts its own in StoreTier). A new counter is
+// one field here and one line in Manager::stats, which fills kvb_stats itself.
 struct Counters {
   uint64_t cached_free = 0;  // a gauge, kept in step by the block helpers: indexed blocks in the free queue
   uint64_t query_tokens = 0, hit_tokens = 0, host_hit_tokens = 0, computed_tokens = 0;
@@ -202,7 +193,7 @@ class Manager {
   [[noreturn]] void refuse_pending_tree(const Sequence& s, const char* what) const;
 
   // Stats (manager_stats.cpp), events (manager_events.cpp), control (manager_blocks.cpp).
-  Stats stats() const;
+  void stats(kvb_stats& out) const;  // every field but struct_size
   EventQueue& events() { return events_; }
   void reset_prefix_cache();
 
@@ -217,25 +208,46 @@ class Manager {
 
  private:
   void allocate_block_arrays();  // the constructor's per-block arrays (fail_alloc names them)
-  // A prefix lookup's result: matched blocks and the chain state after them.
-  struct Lookup {
-    uint32_t num_blocks = 0;  // blocks the prompt needs
-    uint32_t hits = 0;        // device and host hits
-    uint32_t host_hits = 0;   // each needs a device block from the free queue
-    uint32_t free_hits = 0;   // device hits on blocks in the free queue (they count as needed)
+  // The block strategy: how a prompt is looked up and a sequence's blocks are allocated and freed. Two
+  // implementations of one interface (the overloads below, by tag): FullAttention, the one full-attention
+  // group of a manager without KV cache groups (manager_allocate.cpp, manager_seqs.cpp), and Grouped, one
+  // block table per KV cache group (manager_groups.cpp). The constructor picks one (groups_.grouped);
+  // can_allocate, allocate and free_seq switch on it once per call and run the chosen one's loops, which
+  // test nothing per block about groups. Why not Grouped for one full group: its lookup hashes both keys of
+  // every block and records hits for the window rule, 1.8x the instructions of a cached prompt
+  // (docs/perf/manager.md, "Sequence split"). The store tier is FullAttention's third lookup level;
+  // set_store refuses a store to a Grouped manager.
+  struct FullAttention {};
+  struct Grouped {};
+  // A prefix lookup's result: what the prompt hits and what allocating it takes.
+  struct Plan {
+    uint32_t num_blocks = 0;  // blocks the prompt needs (in each group)
+    uint32_t hits = 0;        // cached blocks valid for every group (device, host and store hits)
+    uint32_t host_hits = 0;   // of those, blocks loaded from the host cache
     uint32_t store_hits = 0;  // of hits, the last ones, found in the store (keys in store_.keys)
-    ChainLink chain;          // after the device and host hits (store hits are hashed when their gets end)
+    uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks, free hits, loads)
+    ChainLink chain;          // FullAttention: the chain after the device and host hits
   };
+  // The lookup. keep: allocate will take the hits (FullAttention records them in scratch_.hits; Grouped
+  // always records them in scratch_.group_hits, its count of needed blocks reads them).
+  void plan(FullAttention, const int64_t* tokens, size_t n, const SeqOptions& opts, bool keep, Plan& out);
+  void plan(Grouped, const int64_t* tokens, size_t n, const SeqOptions& opts, bool keep, Plan& out);
+  // Room in s's tables for the planned blocks (throws bad_alloc; allocate drops s then).
+  void reserve(FullAttention, Sequence& s, const SeqOptions& opts, const Plan& p);
+  void reserve(Grouped, Sequence& s, const SeqOptions& opts, const Plan& p);
+  // The planned blocks into s's tables, their tokens written, s's counts set; nothing throws. Returns the
+  // cached tokens.
+  size_t take(FullAttention, Sequence& s, const int64_t* tokens, size_t n, const SeqOptions& opts, const Plan& p);
+  size_t take(Grouped, Sequence& s, const int64_t* tokens, size_t n, const SeqOptions& opts, const Plan& p);
+  // A device sequence's blocks back to the free queue, last block first (Grouped: every group at each index).
+  void free_blocks(FullAttention, Sequence& s);
+  void free_blocks(Grouped, Sequence& s);
+  // can_allocate and allocate once the prompt and options are checked, for strategy S.
+  template <class S> bool can_allocate_as(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached);
+  template <class S> size_t allocate_as(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  // Throws invalid_argument for an empty or too long prompt, or bad options; id: NULL for can_allocate.
+  void check_prompt(const int64_t* id, size_t n, const SeqOptions& opts) const;
 
-  // Groups path of allocate / can_allocate (manager_groups.cpp): the hit rule valid for every group.
-  struct GroupLookup {
-    uint32_t num_blocks = 0;  // blocks the prompt needs (per group)
-    uint32_t hits = 0;        // cached blocks valid for every group
-    uint32_t host_hits = 0;   // of those, blocks that some group loads from the host
-    uint64_t needed = 0;      // free-queue blocks the allocation takes (new blocks and free hits)
-    // Group g's hits in scratch_.group_hits_by_group: [first[g], first[g + 1]).
-    uint32_t first[kMaxForkGroups + 1] = {};
-  };
   // A cached block that group `group` found for prompt block `index` (device block, or -2 - h for host
   // block h). The chain link before it (a host load and a released window link need it) is the link
   // after the group's hit at index - 1 (its metadata), or, after a miss or at index 0,
@@ -252,12 +264,9 @@ class Manager {
   // Does group g take block i (< hits) at allocation? Full groups take all; window groups the blocks
   // the first uncached token's window and sinks need (the blocks apply_window would keep).
   bool group_takes(uint32_t g, uint32_t hits, uint32_t i) const;
-  void group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out);
-  void sort_group_hits(GroupLookup& gl);  // scratch_.group_hits_by_group, for allocate_groups
-  size_t allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts);
+  void sort_group_hits();  // scratch_.group_hits by group, into group_hits_by_group and group_first
   // A sequence's block tables (and extra keys) could not be reserved: fail_alloc with their size.
   [[noreturn]] static void fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, size_t num_extra_keys);
-  void free_group_blocks(Sequence& s);   // free_seq with groups: ARCHITECTURE.md, "Eviction order with groups"
   // A block the window of sequence `id` let go of, if it still holds that content and is free (and, if
   // parked, parked for that sequence): to the queue tail.
   void requeue_released(const GroupTable::ReleasedBlock& r, int64_t id);
@@ -288,9 +297,6 @@ class Manager {
   void find_prefix_groups(const int64_t* ids, size_t n, uint32_t group, PrefixGroupsOut& out);
   void write_prefix_groups(PrefixGroupsOut& out);
 
-  void validate_options(const SeqOptions& opts, size_t n) const;
-  void lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
-              std::vector<int32_t>* hits_out, Lookup& out);
   // The per-block helpers of the lookup, append and commit loops (is_cacheable, link_after, and below
   // acquire_cached, sequence_holders, forget_hash) are defined in the class, not in manager_blocks.cpp:
   // their callers are in other files (manager_allocate.cpp, manager_groups.cpp, manager_append.cpp),
@@ -312,12 +318,15 @@ class Manager {
     l.key = key;
     return l;
   }
-  uint32_t watermark_blocks() const { return watermark_blocks_; }
+  bool grouped() const { return groups_.grouped; }
 
   int32_t take_free_block();             // queue head, evicting its cached content
+  // take_free_block's work. kPlain: the manager is plain_ (the caller tested it once for many blocks).
+  template <bool kPlain> int32_t take_block();
   // Takes n blocks from the free queue into out[0..n) (take_free_block n times), loading the index slots
   // of the cached blocks it will evict a few blocks ahead of their eviction.
   void take_free_blocks(int32_t* out, size_t n);
+  template <bool kPlain> void take_free_blocks_as(int32_t* out, size_t n);
   void acquire_cached(int32_t b) {  // a hit: take a reference
     BlockMeta& m = device_.pool.meta(b);
     if (m.ref == 0) {
@@ -327,7 +336,20 @@ class Manager {
     ++m.ref;
   }
   // Drops a reference; at zero the block goes to the queue tail, or is parked for the window of `parker`.
-  void release_block(int32_t b, const Sequence* parker = nullptr);
+  // kNoCopies: the caller made sure that no copy-on-write copy is pending (once, for many blocks).
+  template <bool kNoCopies = false>
+  void release_block(int32_t b, const Sequence* parker = nullptr) {
+    BlockMeta& m = device_.pool.meta(b);
+    if (--m.ref > 0) return;
+    if (parker) {
+      device_.pool.park(b);
+      groups_.parked_for[b] = parker->id;
+    } else {
+      device_.pool.push_tail(b);
+    }
+    counters_.cached_free += m.indexed;
+    if (!kNoCopies && !pending_.copies.empty()) drop_copy_into(b);
+  }
   void drop_copy_into(int32_t b);  // release_block's rare part (a pending copy into b), out of its line
   int32_t sequence_holders(int32_t b) const {  // ref count less pending copies reading b
     // Pending copies read b before the next forward step writes anything, so they do not make b shared.
@@ -338,7 +360,7 @@ class Manager {
   void forget_hash(int32_t b) {  // the block's content changes: leave the index, lose the hash
     BlockMeta& m = device_.pool.meta(b);
     if (m.indexed) {
-      unindex_block(b);
+      unindex_block<false>(b);
       if (m.in_free) --counters_.cached_free;
     }
     m.has_hash = 0;
@@ -346,11 +368,39 @@ class Manager {
   }
   // Enters a committed full block (STORED event). host_copy: the host block known to hold the same key
   // (a load), -1 if none is, kUnknownHost to look it up.
+  // kPlain: the manager is plain_ (tested once by the caller).
   static constexpr int32_t kUnknownHost = -2;
-  void index_block(int32_t b, const ChainLink& parent, uint32_t group, int32_t host_copy = kUnknownHost);
-  void unindex_block(int32_t b);         // leave the index (REMOVED event when its hash is gone)
+  // Always inline: the plain miss path's commit loop calls it per block (out of line: +10 instructions).
+  template <bool kPlain = false>
+  __attribute__((always_inline)) void index_block(int32_t b, const ChainLink& parent, uint32_t group,
+                                                  int32_t host_copy = kUnknownHost) {
+    BlockMeta& m = device_.pool.meta(b);
+    const bool was_indexed = m.indexed;
+    const int32_t old = device_.enter<kPlain>(b, group, ParentRef{parent.hash, static_cast<uint8_t>(parent.kind)});
+    if (old == b) return;
+    if (!was_indexed && m.in_free) ++counters_.cached_free;
+    if (!kPlain && cfg_.host_cache) host_twin_enter(b, host_copy == kUnknownHost ? host_.index.find(m.key) : host_copy);
+    if (old >= 0) {  // a recomputed copy replaced the cached block
+      const BlockMeta& o = device_.pool.meta(old);
+      if (o.in_free) --counters_.cached_free;
+      if (o.in_free == 2) {  // parked blocks are cached ones (see park): an empty one is reused first
+        device_.pool.unlink(old);
+        device_.pool.push_head(old);
+      }
+    }
+  }
+  template <bool kPlain = false>
+  void unindex_block(int32_t b) {  // leave the index (REMOVED event when its hash is gone)
+    device_.leave<kPlain>(b);
+    if (!kPlain && cfg_.host_cache) host_twin_leave(b);
+  }
   void hash_committed_blocks(const Sequence& s, GroupTable& t);  // group t's committed full blocks
-  void apply_window(const Sequence& s, GroupTable& t);  // releases blocks no coming query can attend (ARCHITECTURE.md)
+  // Releases blocks no coming query can attend (ARCHITECTURE.md). The test inline: every decode commit
+  // runs it, and most sequences have no window.
+  void apply_window(const Sequence& s, GroupTable& t) {
+    if (t.window != 0 && s.num_computed != 0) release_outside_window(s, t);
+  }
+  void release_outside_window(const Sequence& s, GroupTable& t);
   // The first block the query of position p attends under a window of `window` tokens (sinks aside).
   uint32_t window_first_block(uint32_t window, uint64_t p) const;
   // A block that a rollback / fork_at to nb blocks, `computed` computed, would need but was released.
@@ -362,8 +412,6 @@ class Manager {
   // Free blocks an append of n tokens to s takes in all its groups (new blocks and copy-on-write
   // copies); *copies (if not NULL): how many of them are copies.
   size_t blocks_needed_to_append(const Sequence& s, size_t n, size_t* copies) const;
-  // Block b of tier t (medium 0 device, 1 host) entered the index (stored) or left it (manager_events.cpp).
-  void emit_block(const Tier& t, uint32_t medium, uint32_t type, int32_t b, bool stored);
   void emit_cleared();
 
   // Host tier (manager_host.cpp).
@@ -394,9 +442,8 @@ class Manager {
   int32_t take_store_staging();  // a host block for a get (allocate made sure one is takeable)
   void store_start_gets(Sequence& s, uint32_t first, uint32_t count);  // hosts in scratch_.store_hosts
   void store_complete(size_t get, int32_t status);  // gets_[get] ended
-  void store_release_staging(int32_t h);
-  void store_abandon_gets();  // a store removed or replaced: its gets in flight fail  // a staging host block is done: empty again
-  void emit_store(int32_t h);
+  void store_release_staging(int32_t h);  // a staging host block is done: empty again
+  void store_abandon_gets();  // a store removed or replaced: its gets in flight fail
   void check_store_invariants(std::vector<int32_t>& host_refs) const;
 
   // The members, each with one job. What decides a block's key: the hasher (index keys: seed 0, or the
@@ -419,8 +466,10 @@ class Manager {
   };
   // KV cache groups (kvb_config.groups).
   struct GroupState {
-    explicit GroupState(uint32_t n) : count(n) {}
-    uint32_t count;                   // 1 when none are configured
+    explicit GroupState(size_t configured) : grouped(configured > 0), count(grouped ? static_cast<uint32_t>(configured) : 1) {}
+    // KV cache groups are configured: the Grouped strategy (even for one group). The one test of it.
+    const bool grouped;
+    const uint32_t count;             // 1 when none are configured
     std::vector<int64_t> parked_for;  // with groups: the sequence each parked block is parked for
     // With groups: blocks indexed under each group, device and host together. A prefix lookup hits a
     // block at most once (its key holds its group and whole history), so group g hits at most this many.
@@ -434,18 +483,22 @@ class Manager {
   // Buffers reused across calls, so that a warm allocate does not allocate.
   struct Scratch {
     std::vector<int32_t> hits;  // allocate's device and host hits
-    // group_lookup's hits, in prompt order (then group order): 16 bytes each. Only hits are kept, and
+    // plan(Grouped)'s hits, in prompt order (then group order): 16 bytes each. Only hits are kept, and
     // a block is hit once per lookup (its key holds its group and whole history): never more entries
     // than device and host blocks, whatever the prompt's length.
     std::vector<GroupHit> group_hits;
     std::vector<ChainLink> group_links;          // links before hits that follow a miss (or start the prompt)
-    std::vector<GroupHit> group_hits_by_group;   // the same, by group then prompt order (allocate_groups)
+    std::vector<GroupHit> group_hits_by_group;   // the same, by group then prompt order (take(Grouped))
+    uint32_t group_first[kMaxForkGroups + 1];    // group g's: group_hits_by_group[group_first[g], [g + 1])
     std::vector<int32_t> store_hosts;            // allocate's staging host blocks, one per store hit
   };
 
   ManagerConfig cfg_;
   uint32_t bs_;                // cfg_.block_size, read on every path
   uint32_t watermark_blocks_;  // free blocks an allocation leaves
+  // No host cache, KV cache groups or events: taking, entering and evicting a block is the index and the
+  // counters alone (the miss path's loops test this once, not per block).
+  bool plain_;
   KeyRules keys_;
   Tier device_;  // device blocks; the pool's queue is the free queue
   Tier host_;    // host blocks; the pool's queue holds the cached host blocks in eviction order

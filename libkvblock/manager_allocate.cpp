@@ -1,6 +1,7 @@
-// Allocation (docs/ARCHITECTURE.md, "Sequences"): a new sequence's options, its prefix lookup through the
-// device index, the host cache and the store, can_allocate and allocate. (With KV cache groups, allocate
-// hands over to manager_groups.cpp.)
+// Allocation (docs/ARCHITECTURE.md, "Sequences"): a new sequence's prompt and options checked, then
+// can_allocate and allocate through the block strategy (manager.h): the steps common to both strategies,
+// and the FullAttention strategy's lookup (device index, host cache, store) and allocation. The Grouped
+// strategy is in manager_groups.cpp.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -20,7 +21,16 @@ void Manager::fail_seq_tables(int64_t id, uint32_t groups, uint32_t num_blocks, 
              num_extra_keys, sizeof(std::pair<uint32_t, uint64_t>));
 }
 
-void Manager::validate_options(const SeqOptions& o, size_t n) const {
+void Manager::check_prompt(const int64_t* id, size_t n, const SeqOptions& o) const {
+  char buf[32] = "";
+  auto who = [&] {  // the message's prefix, formatted only for a failure
+    if (id) std::snprintf(buf, sizeof buf, "seq %" PRId64 ": ", *id);
+    return buf;
+  };
+  if (n == 0) fail(Code::invalid_argument, "%sprompt has 0 tokens", who());
+  // Beyond this bound the block count would not fit uint32 (and can_allocate would wrap to a wrong "OK").
+  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
+    fail(Code::invalid_argument, "%sprompt of %zu tokens is longer than any pool", who(), n);
   if (o.num_extra_keys) {
     if (!o.extra_key_blocks || !o.extra_keys)
       fail(Code::invalid_argument, "num_extra_keys is %zu but extra_key_blocks or extra_keys is NULL", o.num_extra_keys);
@@ -34,14 +44,67 @@ void Manager::validate_options(const SeqOptions& o, size_t n) const {
   }
   if (o.window == 0 && o.sink != 0)
     fail(Code::invalid_argument, "sink_tokens %u given without a window", o.sink);
-  (void)n;
 }
 
-void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, const SeqOptions& opts,
-                     std::vector<int32_t>* hits_out, Lookup& out) {
-  out = Lookup{};
+// ---- the common steps of either strategy ---------------------------------------------------------
+
+bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached) {
+  check_prompt(nullptr, n, opts);
+  return grouped() ? can_allocate_as<Grouped>(tokens, n, opts, num_cached)
+                   : can_allocate_as<FullAttention>(tokens, n, opts, num_cached);
+}
+
+size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
+  check_prompt(&id, n, opts);
+  if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
+  return grouped() ? allocate_as<Grouped>(id, tokens, n, opts) : allocate_as<FullAttention>(id, tokens, n, opts);
+}
+
+template <class S>
+bool Manager::can_allocate_as(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached) {
+  Plan p;
+  plan(S{}, tokens, n, opts, false, p);
+  *num_cached = static_cast<size_t>(p.hits) * bs_;
+  return device_.pool.num_free() >= p.needed + watermark_blocks_;
+}
+
+template <class S>
+size_t Manager::allocate_as(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
+  Plan p;
+  plan(S{}, tokens, n, opts, true, p);
+  if (device_.pool.num_free() < p.needed + watermark_blocks_) {
+    char over[32] = "";
+    if (grouped()) std::snprintf(over, sizeof over, " over %u groups", groups_.count);
+    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s%s (+%u watermark), %u %s free", id,
+         p.needed, plural_s(p.needed), over, watermark_blocks_, device_.pool.num_free(), is_are(device_.pool.num_free()));
+  }
+  Sequence& s = new_seq(id);
+  try {
+    reserve(S{}, s, opts, p);
+    s.set_extra_keys(opts.extra_key_blocks, opts.extra_keys, opts.num_extra_keys);
+  } catch (const std::bad_alloc&) {
+    drop_seq(s);
+    fail_seq_tables(id, groups_.count, p.num_blocks, opts.num_extra_keys);
+  } catch (...) {
+    drop_seq(s);
+    throw;
+  }
+  // From here on nothing allocates.
+  const size_t cached = take(S{}, s, tokens, n, opts, p);
+  counters_.query_tokens += n;
+  counters_.hit_tokens += cached;
+  counters_.host_hit_tokens += static_cast<uint64_t>(p.host_hits) * bs_;
+  return cached;
+}
+
+// ---- FullAttention: the one full-attention group -------------------------------------------------
+
+void Manager::plan(FullAttention, const int64_t* tokens, size_t n, const SeqOptions& opts, bool keep, Plan& out) {
+  out = Plan{};
   out.num_blocks = blocks_for(n, bs_);
-  out.chain = first;
+  out.chain = first_link_of(opts, 0);
+  if (keep) scratch_.hits.clear();
+  uint32_t free_hits = 0;  // device hits on blocks in the free queue: they count as needed
   // Never the last block: at least one token is always computed, so the model has logits to sample.
   ExtraKeyCursor extras(opts);
   uint32_t i = 0;
@@ -59,8 +122,8 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     int32_t b = device_.index.find(key);  // the device level first
     if (b >= 0 && same(device_.pool.meta(b), device_.pool.tokens(b))) {
       ++out.hits;
-      if (device_.pool.meta(b).ref == 0) ++out.free_hits;
-      if (hits_out) hits_out->push_back(b);
+      if (device_.pool.meta(b).ref == 0) ++free_hits;
+      if (keep) scratch_.hits.push_back(b);
       out.chain = link_to(key, device_.pool.meta(b));
       continue;
     }
@@ -68,77 +131,38 @@ void Manager::lookup(const int64_t* tokens, size_t n, const ChainLink& first, co
     if (h < 0 || !same(host_.pool.meta(h), host_.pool.tokens(h))) break;
     ++out.hits;
     ++out.host_hits;
-    if (hits_out) hits_out->push_back(-2 - h);  // host hits are stored as -2 - h
+    if (keep) scratch_.hits.push_back(-2 - h);  // host hits are stored as -2 - h
     out.chain = link_to(key, host_.pool.meta(h));
   }
   if (store_.on) {  // the third level: one batched lookup of the blocks after the miss
     out.store_hits = store_lookup(tokens, i, out.num_blocks, out.chain, opts, out.host_hits);
     out.hits += out.store_hits;
   }
+  out.needed = static_cast<uint64_t>(out.num_blocks - out.hits) + out.host_hits + free_hits + out.store_hits;
 }
 
-bool Manager::can_allocate(const int64_t* tokens, size_t n, const SeqOptions& opts, size_t* num_cached) {
-  if (n == 0) fail(Code::invalid_argument, "prompt has 0 tokens");
-  // Same bound as allocate: beyond it the block count would not fit uint32 (and wrap to a wrong "OK").
-  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
-    fail(Code::invalid_argument, "prompt of %zu tokens is longer than any pool", n);
-  validate_options(opts, n);
-  if (!cfg_.groups.empty()) {
-    GroupLookup gl;
-    group_lookup(tokens, n, opts, gl);
-    *num_cached = gl.hits * static_cast<size_t>(bs_);
-    return device_.pool.num_free() >= gl.needed + watermark_blocks_;
+void Manager::reserve(FullAttention, Sequence& s, const SeqOptions& opts, const Plan& p) {
+  GroupTable& t = s.groups[0];
+  t.table.reserve(p.num_blocks);
+  reserve_window_link(t, opts.window);
+  if (p.store_hits) {
+    store_.gets.reserve(store_.gets.size() + p.store_hits);
+    scratch_.store_hosts.resize(p.store_hits);
   }
-  Lookup lk;
-  lookup(tokens, n, first_link_of(opts, 0), opts, nullptr, lk);
-  *num_cached = static_cast<size_t>(lk.hits) * bs_;
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
-  return device_.pool.num_free() >= needed + watermark_blocks_;
 }
 
-size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
-  if (n == 0) fail(Code::invalid_argument, "seq %" PRId64 ": prompt has 0 tokens", id);
-  if (n > static_cast<size_t>(kMaxBlocks) * bs_)
-    fail(Code::invalid_argument, "seq %" PRId64 ": prompt of %zu tokens is longer than any pool", id, n);
-  validate_options(opts, n);
-  if (find_seq(id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", id);
-  if (!cfg_.groups.empty()) return allocate_groups(id, tokens, n, opts);
-
-  ChainLink first = first_link_of(opts, 0);
-  scratch_.hits.clear();
-  Lookup lk;
-  lookup(tokens, n, first, opts, &scratch_.hits, lk);
-  uint64_t needed = static_cast<uint64_t>(lk.num_blocks - lk.hits) + lk.host_hits + lk.free_hits + lk.store_hits;
-  if (device_.pool.num_free() < needed + watermark_blocks_)
-    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s (+%u watermark), %u %s free", id, needed,
-         plural_s(needed), watermark_blocks_, device_.pool.num_free(), is_are(device_.pool.num_free()));
-
-  Sequence& s = new_seq(id);
-  GroupTable& t = s.groups[0];  // the one full group
-  try {
-    t.table.reserve(lk.num_blocks);
-    reserve_window_link(t, opts.window);
-    s.set_extra_keys(opts.extra_key_blocks, opts.extra_keys, opts.num_extra_keys);
-    if (lk.store_hits) {
-      store_.gets.reserve(store_.gets.size() + lk.store_hits);
-      scratch_.store_hosts.resize(lk.store_hits);
-    }
-  } catch (const std::bad_alloc&) {
-    drop_seq(s);
-    fail_seq_tables(id, 1, lk.num_blocks, opts.num_extra_keys);
-  } catch (...) {
-    drop_seq(s);
-    throw;
-  }
-  // From here on nothing allocates. Device hits are taken and host hits pinned before any block is taken
-  // from the free queue: its evictions (and their offloads) must not touch them.
+size_t Manager::take(FullAttention, Sequence& s, const int64_t* tokens, size_t n, const SeqOptions& opts, const Plan& p) {
+  GroupTable& t = s.groups[0];
+  const ChainLink first = first_link_of(opts, 0);
+  // Device hits are taken and host hits pinned before any block is taken from the free queue: its
+  // evictions (and their offloads) must not touch them.
   for (int32_t b : scratch_.hits) {
     if (b >= 0) acquire_cached(b);
     else pin_host(-2 - b);
   }
-  // Store hits' staging host blocks next, while lookup's count of takeable host blocks still holds (the
-  // device evictions below offload into host blocks too).
-  for (uint32_t j = 0; j < lk.store_hits; ++j) scratch_.store_hosts[j] = take_store_staging();
+  // Store hits' staging host blocks next, while the lookup's count of takeable host blocks still holds
+  // (the device evictions below offload into host blocks too).
+  for (uint32_t j = 0; j < p.store_hits; ++j) scratch_.store_hosts[j] = take_store_staging();
   for (int32_t b : scratch_.hits) {
     if (b < 0) {  // counts as cached: the load runs before the step
       // Its parent: the block before it (held, or loaded, by now), whose link is read only here, not
@@ -152,26 +176,23 @@ size_t Manager::allocate(int64_t id, const int64_t* tokens, size_t n, const SeqO
   // bookkeeping of a missed block. (Nothing here throws; were it to, the slots not yet filled hold -1,
   // which every walk over a table skips.)
   const size_t first_new = t.table.size();
-  t.table.resize(lk.num_blocks, -1);
-  take_free_blocks(t.table.data() + first_new, lk.num_blocks - first_new);
-  size_t cached = static_cast<size_t>(lk.hits) * bs_;
+  t.table.resize(p.num_blocks, -1);
+  take_free_blocks(t.table.data() + first_new, p.num_blocks - first_new);
+  size_t cached = static_cast<size_t>(p.hits) * bs_;
   // Store hits count as cached but are hashed (and indexed) only once their gets end good.
-  const uint32_t hashed = lk.hits - lk.store_hits;
+  const uint32_t hashed = p.hits - p.store_hits;
   const size_t written = static_cast<size_t>(hashed) * bs_;
   write_tokens(t, written, tokens + written, n - written);
   s.num_tokens = n;
   s.num_computed = s.num_cached = cached;
   t.num_hashed = hashed;
   t.first_link = first;
-  t.chain = lk.chain;
+  t.chain = p.chain;
   t.window = opts.window;
   t.sink = opts.sink;
   t.window_next = blocks_for(opts.sink, bs_);
-  counters_.query_tokens += n;
-  counters_.hit_tokens += cached;
-  counters_.host_hit_tokens += static_cast<uint64_t>(lk.host_hits) * bs_;
   apply_window(s, t);
-  if (lk.store_hits) store_start_gets(s, hashed, lk.store_hits);
+  if (p.store_hits) store_start_gets(s, hashed, p.store_hits);
   return cached;
 }
 

@@ -23,28 +23,11 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
     // each block one block after its hash left one hash of time for each miss. Hashing reads nothing
     // that entering writes, so the index ends as it would block by block (same order, same events).
     constexpr uint32_t kChunk = 32;
-    // A plain manager (no host level, no KV cache groups, no events) enters a block with the index put
-    // and the cached-free count alone (enter_plain); the usual 16-token block without an extra key is
-    // hashed by the inline hash_and_key_16. Both spare the miss path calls and per-block feature tests.
-    const bool plain = !cfg_.host_cache && groups_.cached.empty() && !events_.enabled();
+    // A plain manager (plain_) enters a block with the index put and the cached-free count alone
+    // (index_block<true>); the usual 16-token block without an extra key is hashed by the inline
+    // hash_and_key_16. Both spare the miss path calls and per-block feature tests.
     const bool no_extras = s.extra_keys.empty();
-    // index_block for a plain manager: no groups, host twins or events to keep in step.
-    auto enter_plain = [this](int32_t b) __attribute__((always_inline)) {
-      BlockMeta& m = device_.pool.meta(b);
-      const int32_t old = device_.index.put(m.key, b);
-      if (old == b) return;
-      if (!m.indexed && m.in_free) ++counters_.cached_free;
-      m.indexed = 1;
-      if (old >= 0) {  // a recomputed copy replaces the cached block
-        BlockMeta& o = device_.pool.meta(old);
-        o.indexed = 0;
-        if (o.in_free) --counters_.cached_free;
-        if (o.in_free == 2) {  // (as index_block does; only KV cache groups park blocks)
-          device_.pool.unlink(old);
-          device_.pool.push_head(old);
-        }
-      }
-    };
+    auto enter_plain = [this](int32_t b) __attribute__((always_inline)) { index_block<true>(b, ChainLink{}, 0); };
     // hash_and_key for one block: false (and t.uncacheable_from set) where the block is not cacheable.
     auto hash_block = [&](uint32_t i, ChainLink& chain) __attribute__((always_inline)) {
       int32_t b = t.table[i];
@@ -70,7 +53,7 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
     };
     ChainLink chain = t.chain;  // a local: the stores into block metadata cannot alias it
     uint32_t i = t.num_hashed;
-    if (plain) {
+    if (plain_) {
       // Software-pipelined: block i is entered kLag blocks after it was hashed, in the same loop body as
       // the hash of block i + kLag. Each hash waits on its parent's (the chain), and the put of an earlier
       // block, which does not, runs in those waits; its index slot has had kLag hashes' time to load.

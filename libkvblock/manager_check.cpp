@@ -45,7 +45,7 @@ void Manager::check_invariants() const {
     prev = b;
     ++parked;
   }
-  KVB_INVARIANT(prev == device_.pool.parked_tail() && parked == device_.pool.num_parked() && (parked == 0 || !cfg_.groups.empty()),
+  KVB_INVARIANT(prev == device_.pool.parked_tail() && parked == device_.pool.num_parked() && (parked == 0 || grouped()),
                 "parked queue: tail %d, walk ended at %d, %u blocks walked, count says %u", device_.pool.parked_tail(), prev,
                 parked, device_.pool.num_parked());
   walked += parked;
@@ -75,7 +75,7 @@ void Manager::check_invariants() const {
    for (uint32_t g = 0; g < groups_.count; ++g) {
     const GroupTable& s = s0.groups[g];
     KVB_INVARIANT(s.group == g, "seq %" PRId64 " group %u: its table says group %u", s0.id, g, s.group);
-    if (!cfg_.groups.empty()) {
+    if (grouped()) {
       const GroupSpec& spec = cfg_.groups[g];
       KVB_INVARIANT(s.window == (spec.window ? spec.window_tokens : 0) && s.sink == (spec.window ? spec.sink_tokens : 0),
                     "seq %" PRId64 " group %u: window %u/%u differs from its group spec", s0.id, g, s.window, s.sink);
@@ -114,7 +114,7 @@ void Manager::check_invariants() const {
       KVB_INVARIANT(k + 1 < table.size() && table[k] < 0 && (i == 0 || s.released_links[i - 1].first < k),
                     "seq %" PRId64 ": released link of block %u names a held, missing or unordered block", s0.id, k);
     }
-    KVB_INVARIANT(s.released_blocks.empty() || (!cfg_.groups.empty() && s.window),
+    KVB_INVARIANT(s.released_blocks.empty() || (grouped() && s.window),
                   "seq %" PRId64 " group %u: released blocks remembered outside a window group", s0.id, g);
     for (size_t i = 0; i < s.released_blocks.size(); ++i) {
       const GroupTable::ReleasedBlock& r = s.released_blocks[i];
@@ -213,7 +213,7 @@ void Manager::check_invariants() const {
                     c.second, hc.count(c.first.first, c.first.second));
   }
   KVB_INVARIANT(indexed == device_.index.size(), "%zu blocks marked indexed, index holds %zu", indexed, device_.index.size());
-  if (!groups_.cached.empty()) {  // what bounds the groups lookup's walk
+  if (grouped()) {  // what bounds the groups lookup's walk
     std::vector<uint32_t> per_group(groups_.count, 0);
     for (uint32_t b = 0; b < N; ++b)
       if (device_.pool.meta(static_cast<int32_t>(b)).indexed) ++per_group[device_.group_of(static_cast<int32_t>(b))];

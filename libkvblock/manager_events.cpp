@@ -1,34 +1,35 @@
 // Prefix-cache events (KVB_CONFIG_EVENTS): one record per public hash entering or leaving a medium's
-// index (see kvblock.h, "Events describe..."). The manager decides when (HashCounts); these build them.
-// Device and host blocks are one type (Tier), so one function builds the record of either: a STORED
-// record's parent is the one index_block / offload kept in the tier's parents.
+// index (see kvblock.h, "Events describe..."). Each tier decides when (Tier::enter / leave, with its
+// HashCounts) and builds the record of its blocks here: a STORED record's parent is the one the tier
+// kept in its parents when the block entered.
 #include "manager.h"
 
 namespace kvb {
 
-void Manager::emit_block(const Tier& t, uint32_t medium, uint32_t type, int32_t b, bool stored) {
-  if (!events_.enabled()) return;
+void Tier::emit(kvb_event_type type, int32_t b, kvb_medium as) const {
+  if (!events) return;
   Event e;
   e.type = type;
   e.block = b;
-  e.medium = medium;
-  e.group = t.group_of(b);
-  const BlockMeta& m = t.pool.meta(b);
+  e.medium = as;
+  e.group = group_of(b);
+  const BlockMeta& m = pool.meta(b);
   e.hash = m.hash;
+  const bool stored = type == KVB_EVENT_BLOCK_STORED;
   if (stored) {
-    e.parent_kind = t.parents[b].kind;
-    e.parent_hash = t.parents[b].hash;
+    e.parent_kind = parents[b].kind;
+    e.parent_hash = parents[b].hash;
     e.has_extra = m.has_extra;
     e.extra = m.extra;
-    e.num_tokens = bs_;
+    e.num_tokens = pool.block_size();
   }
-  events_.push(e, stored ? t.pool.tokens(b) : nullptr);
+  events->push(e, stored ? pool.tokens(b) : nullptr);
 }
 
 void Manager::emit_cleared() {
   if (!events_.enabled()) return;
   Event e;
-  e.type = 3;  // KVB_EVENT_ALL_CLEARED
+  e.type = KVB_EVENT_ALL_CLEARED;
   events_.push(e, nullptr);
 }
 

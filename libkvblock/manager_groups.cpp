@@ -1,10 +1,9 @@
-// KV cache groups (kvb_config.groups): the prefix lookup whose hit is valid for every group, and
-// allocation with one block table per group, and the order in which a freed sequence's blocks of every
-// group reach the free queue. Every other operation loops over the group tables of a sequence
-// (Sequence::groups) in its own file. A manager without groups (one full group) looks up, allocates
-// and frees through manager_allocate.cpp and manager_seqs.cpp instead: its per-sequence windows and
-// the store tier live there, and this code costs it more (a cached prompt 1.8x the instructions per
-// block, a missed one 3%; docs/perf/manager.md, "Sequence split").
+// The Grouped block strategy (manager.h), for a manager with KV cache groups (kvb_config.groups): the
+// prefix lookup whose hit is valid for every group, allocation with one block table per group, and the
+// order in which a freed sequence's blocks of every group reach the free queue. Every other operation
+// loops over the group tables of a sequence (Sequence::groups) in its own file. A manager without
+// groups runs the FullAttention strategy (manager_allocate.cpp, manager_seqs.cpp): its per-sequence
+// windows and the store tier live there.
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
@@ -22,14 +21,14 @@ bool Manager::group_takes(uint32_t g, uint32_t k, uint32_t i) const {
   return i >= a || i < blocks_for(spec.sink_tokens, bs_);
 }
 
-void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& opts, GroupLookup& out) {
+void Manager::plan(Grouped, const int64_t* tokens, size_t n, const SeqOptions& opts, bool keep, Plan& out) {
   if (opts.window || opts.sink)
     fail(Code::invalid_argument, "window_tokens %u / sink_tokens %u in the sequence options: with KV cache groups "
          "each group's window comes from its kvb_group_spec", opts.window, opts.sink);
   const uint32_t G = groups_.count;
-  out = GroupLookup{};
+  out = Plan{};
   out.num_blocks = blocks_for(n, bs_);
-  const uint32_t M = out.num_blocks - 1;  // never the last block (see lookup)
+  const uint32_t M = out.num_blocks - 1;  // never the last block (see the FullAttention plan)
   scratch_.group_hits.clear();
   scratch_.group_links.clear();
   ChainLink link[kMaxForkGroups];        // each group's chain before block i
@@ -71,7 +70,7 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
       ChainLink next;
       next.kind = ChainLink::parent;
       keys_.hasher.hash_and_key(link[g], blk, bs_, extra, &next.hash, &next.key);
-      // The stored tokens and extra key must equal the prompt's, on either level (see lookup).
+      // The stored tokens and extra key must equal the prompt's, on either level (see the FullAttention plan).
       auto same = [&](const BlockPool& pool, int32_t x) {
         return std::memcmp(pool.tokens(x), blk, bs_ * sizeof(int64_t)) == 0 && pool.meta(x).has_extra == extra.present &&
                (!extra.present || pool.meta(x).extra == extra.value);
@@ -129,52 +128,42 @@ void Manager::group_lookup(const int64_t* tokens, size_t n, const SeqOptions& op
     }
   }
   out.needed = needed;
+  if (keep) sort_group_hits();  // may allocate: before allocate_as creates the sequence
 }
 
-// scratch_.group_hits by group (stable: each group's hits stay in prompt order), for allocate_groups.
-void Manager::sort_group_hits(GroupLookup& gl) {
+// Stable: each group's hits stay in prompt order.
+void Manager::sort_group_hits() {
+  uint32_t* first = scratch_.group_first;
   const uint32_t G = groups_.count;
   uint32_t count[kMaxForkGroups] = {};
   for (const GroupHit& e : scratch_.group_hits) ++count[e.group];
-  gl.first[0] = 0;
-  for (uint32_t g = 0; g < G; ++g) gl.first[g + 1] = gl.first[g] + count[g];
+  first[0] = 0;
+  for (uint32_t g = 0; g < G; ++g) first[g + 1] = first[g] + count[g];
   scratch_.group_hits_by_group.resize(scratch_.group_hits.size());
   uint32_t at[kMaxForkGroups];
-  for (uint32_t g = 0; g < G; ++g) at[g] = gl.first[g];
+  for (uint32_t g = 0; g < G; ++g) at[g] = first[g];
   for (const GroupHit& e : scratch_.group_hits) scratch_.group_hits_by_group[at[e.group]++] = e;
 }
 
-size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, const SeqOptions& opts) {
-  GroupLookup gl;
-  group_lookup(tokens, n, opts, gl);
-  if (device_.pool.num_free() < gl.needed + watermark_blocks_)
-    fail(Code::out_of_blocks, "seq %" PRId64 ": needs %" PRIu64 " free block%s over %u groups (+%u watermark), %u %s free",
-         id, gl.needed, plural_s(gl.needed), groups_.count, watermark_blocks_, device_.pool.num_free(), is_are(device_.pool.num_free()));
-  sort_group_hits(gl);
-  const uint32_t G = groups_.count, k = gl.hits;
-  Sequence& s = new_seq(id);
-  try {
-    for (uint32_t g = 0; g < G; ++g) {
-      GroupTable& t = s.groups[g];
-      t.table.reserve(gl.num_blocks);
-      reserve_window_link(t, cfg_.groups[g].window_tokens);
-    }
-    s.set_extra_keys(opts.extra_key_blocks, opts.extra_keys, opts.num_extra_keys);
-  } catch (const std::bad_alloc&) {
-    drop_seq(s);
-    fail_seq_tables(id, G, gl.num_blocks, opts.num_extra_keys);
-  } catch (...) {
-    drop_seq(s);
-    throw;
+void Manager::reserve(Grouped, Sequence& s, const SeqOptions&, const Plan& p) {
+  for (uint32_t g = 0; g < groups_.count; ++g) {
+    GroupTable& t = s.groups[g];
+    t.table.reserve(p.num_blocks);
+    reserve_window_link(t, cfg_.groups[g].window_tokens);
   }
-  // From here on nothing allocates. Every group's device hits are taken and host hits pinned before any
+}
+
+size_t Manager::take(Grouped, Sequence& s, const int64_t* tokens, size_t n, const SeqOptions& opts, const Plan& p) {
+  const uint32_t* first = scratch_.group_first;
+  const uint32_t G = groups_.count, k = p.hits;
+  // Every group's device hits are taken and host hits pinned before any
   // block leaves the free queue: its evictions (and their offloads) must not touch them.
   // A window group's blocks not taken are followed by its window: the link before the window's first
   // block is kept (released_links), read now, while the hit before it (if any) still holds its content.
   const GroupHit* hits = scratch_.group_hits_by_group.data();
   ChainLink window_link[kMaxForkGroups];
   for (uint32_t g = 0; g < G; ++g)
-    for (uint32_t j = gl.first[g]; j < gl.first[g + 1]; ++j) {
+    for (uint32_t j = first[g]; j < first[g + 1]; ++j) {
       const GroupHit& e = hits[j];
       if (e.index >= k || !group_takes(g, k, e.index)) continue;
       if (e.index > 0 && !group_takes(g, k, e.index - 1))
@@ -189,9 +178,9 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     GroupTable& gs = s.groups[g];
     const GroupSpec& spec = cfg_.groups[g];
     // The group's hit for block i (every block it takes is a hit, since k is valid for every group).
-    uint32_t j = gl.first[g];
+    uint32_t j = first[g];
     auto hit_at = [&](uint32_t i) -> const GroupHit& {
-      while (j + 1 < gl.first[g + 1] && hits[j].index < i) ++j;
+      while (j + 1 < first[g + 1] && hits[j].index < i) ++j;
       return hits[j];
     };
     bool took = false;  // block i - 1 was taken
@@ -214,7 +203,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
       if (!take && group_takes(g, k, i + 1)) gs.released_links.emplace_back(i, window_link[g]);
       took = take;
     }
-    while (gs.table.size() < gl.num_blocks) gs.table.push_back(take_free_block());
+    while (gs.table.size() < p.num_blocks) gs.table.push_back(take_free_block());
     write_tokens(gs, cached, tokens + cached, n - cached);
     gs.num_hashed = k;
     gs.first_link = first_link_of(opts, g);
@@ -224,9 +213,6 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
     gs.window_next = blocks_for(gs.sink, bs_);
     apply_window(s, gs);  // before the next group takes its blocks: the order blocks reach the free queue
   }
-  counters_.query_tokens += n;
-  counters_.hit_tokens += cached;
-  counters_.host_hit_tokens += static_cast<uint64_t>(gl.host_hits) * bs_;
   return cached;
 }
 
@@ -251,7 +237,7 @@ size_t Manager::allocate_groups(int64_t id, const int64_t* tokens, size_t n, con
 // taken at allocation, 38.6% (those keep their place: only a prompt diverging before this one's hit
 // point needs them). O(blocks of the sequence) and no allocation here: released_blocks has room for
 // one entry per block (reserve_window_link).
-void Manager::free_group_blocks(Sequence& s) {
+void Manager::free_blocks(Grouped, Sequence& s) {
   const uint32_t G = groups_.count;
   size_t left[kMaxForkGroups];  // per group: released_blocks entries not yet visited (from the end)
   const int32_t* tables[kMaxForkGroups];  // read once (releasing a block changes no table)

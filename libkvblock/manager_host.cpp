@@ -84,12 +84,8 @@ int32_t Manager::take_host_block() {
     if (pending_.offloads[i].second == h) pending = i;
   if (store_.on && pending == pending_.offloads.size() && !store_.written[h]) store_put(h);
   if (!store_.written.empty()) store_.written[h] = store_.through_pending[h] = 0;  // new content comes
-  host_.index.erase_if_points_to(m.key, h);
-  if (m.indexed && !groups_.cached.empty()) --groups_.cached[host_.group_of(h)];
-  m.indexed = 0;
+  host_.leave(h);
   ++counters_.host_evictions;
-  if (events_.enabled() && host_.hashes->remove(host_.group_of(h), m.hash))
-    emit_block(host_, 1, 2 /* KVB_EVENT_BLOCK_REMOVED */, h, false);
   m.has_hash = 0;
   host_blocks_.twin[h] = -1;
   if (pending < pending_.offloads.size()) {
@@ -107,18 +103,11 @@ void Manager::offload(int32_t b) {
   BlockMeta& hm = host_.pool.meta(h);
   copy_content(m, hm);
   std::memcpy(host_.pool.tokens(h), device_.pool.tokens(b), bs_ * sizeof(int64_t));
-  host_.index.put(hm.key, h);
-  hm.indexed = 1;
-  if (!host_.group.empty()) host_.group[h] = static_cast<uint8_t>(device_.group_of(b));  // the key carries it too
-  if (!groups_.cached.empty()) ++groups_.cached[host_.group_of(h)];
+  host_.enter(h, device_.group_of(b), device_.parent_of(b));  // the key carries the group too
   hm.ref = 0;
   host_enqueue(h);
   pending_.offloads.push_back(BlockPair{b, h});  // capacity reserved: destinations are unique host blocks
   ++counters_.offloaded;
-  if (events_.enabled()) {
-    host_.parents[h] = device_.parents[b];
-    if (host_.hashes->add(host_.group_of(h), hm.hash)) emit_block(host_, 1, 1 /* KVB_EVENT_BLOCK_STORED */, h, true);
-  }
 }
 
 void Manager::host_twin_enter(int32_t b, int32_t h) {
@@ -172,14 +161,11 @@ void Manager::clear_host_cache() {
   while (host_.pool.num_free() > 0 || host_blocks_.twins.size > 0) {
     int32_t h = host_.pool.num_free() > 0 ? host_.pool.free_head() : host_blocks_.twins.head;
     host_unqueue(h);
-    BlockMeta& m = host_.pool.meta(h);
-    if (m.indexed && !groups_.cached.empty()) --groups_.cached[host_.group_of(h)];
-    m.indexed = m.has_hash = 0;
+    host_.forget(h);
     host_blocks_.twin[h] = -1;
     host_blocks_.empty.push_back(h);
   }
-  host_.index.clear();
-  if (host_.hashes) host_.hashes->clear();
+  host_.clear_index();
   counters_.offloaded -= pending_.offloads.size();
   pending_.offloads.clear();
 }

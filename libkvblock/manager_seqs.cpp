@@ -90,31 +90,27 @@ void Manager::free_seq(int64_t id) {
   Sequence& s = seq(id);
   if (s.swapped) {
     release_swapped(s);
-    for (const GroupTable& t : s.groups)  // its parked blocks (if any) age from now on
+    for (const GroupTable& t : s.groups)  // its parked blocks (only the Grouped strategy parks) age from now on
       for (size_t i = t.released_blocks.size(); i-- > 0;) requeue_released(t.released_blocks[i], id);
-  } else if (!cfg_.groups.empty()) {
-    free_group_blocks(s);  // every group's blocks age together (manager_groups.cpp)
+  } else if (grouped()) {
+    free_blocks(Grouped{}, s);  // every group's blocks age together (manager_groups.cpp)
   } else {
-    // The one full group: the order free_group_blocks gives it (last block first), without its per-group
-    // bookkeeping, which cost a miss 8 instructions per block (1%; docs/perf/manager.md, "Sequence split").
-    const std::vector<int32_t>& table = s.groups[0].table;
-    if (pending_.copies.empty()) {
-      // release_block inline, its pending-copy test made once (nothing below adds a copy): the call per
-      // block was a third of the miss path's free.
-      for (size_t i = table.size(); i-- > 0;) {
-        const int32_t b = table[i];
-        if (b < 0) continue;
-        BlockMeta& m = device_.pool.meta(b);
-        if (--m.ref > 0) continue;
-        device_.pool.push_tail(b);
-        counters_.cached_free += m.indexed;
-      }
-    } else {
-      for (size_t i = table.size(); i-- > 0;)
-        if (table[i] >= 0) release_block(table[i]);
-    }
+    free_blocks(FullAttention{}, s);
   }
   drop_seq(s);
+}
+
+// The one full group: last block first, the order free_blocks(Grouped) gives it, without its per-group
+// bookkeeping (which cost a miss 1%; docs/perf/manager.md, "Sequence split").
+void Manager::free_blocks(FullAttention, Sequence& s) {
+  const std::vector<int32_t>& table = s.groups[0].table;
+  if (pending_.copies.empty()) {  // tested once (nothing below adds a copy): a third of the miss path's free
+    for (size_t i = table.size(); i-- > 0;)
+      if (table[i] >= 0) release_block<true>(table[i]);
+  } else {
+    for (size_t i = table.size(); i-- > 0;)
+      if (table[i] >= 0) release_block(table[i]);
+  }
 }
 
 const std::vector<int32_t>& Manager::block_table(int64_t id, uint32_t group) {

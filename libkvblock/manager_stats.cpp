@@ -1,10 +1,13 @@
-// The counters and gauges of kvb_get_stats, read from the pools, the sequence table and the tiers.
+// The counters and gauges of kvb_get_stats, read from the pools, the sequence table and the tiers, written
+// into the ABI struct directly (no copy of it inside the library).
 #include "manager.h"
 
 namespace kvb {
 
-Stats Manager::stats() const {
-  Stats st{};
+void Manager::stats(kvb_stats& st) const {
+  st.block_size = cfg_.block_size;
+  st.num_blocks = cfg_.num_blocks;
+  st.num_host_blocks = cfg_.num_host_blocks;
   st.free_blocks = device_.pool.num_free();
   st.used_blocks = device_.pool.num_blocks() - device_.pool.num_free();
   st.cached_free_blocks = counters_.cached_free;
@@ -36,7 +39,6 @@ Stats Manager::stats() const {
   st.store_recomputed_tokens = store_.recomputed_tokens;
   st.store_filling_blocks = store_.gets.size();
   st.store_abandoned_gets = store_.abandoned_gets;
-  return st;
 }
 
 }  // namespace kvb

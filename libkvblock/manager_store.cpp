@@ -38,6 +38,8 @@ void Manager::set_store(const kvb_store* ops, const Key128& ns, uint64_t block_b
     store_.on = false;
     return;
   }
+  // The store is the third level of the FullAttention strategy's lookup; the Grouped lookup has none.
+  if (grouped()) fail(Code::unsupported, "a store with KV cache groups is not supported yet");
   // Allocations and the claim first: a refusal changes nothing. The staging states outlive a store: a
   // block whose get completed good stays staged until its load is drained, whichever store is registered.
   std::vector<uint8_t> staging;
@@ -230,23 +232,7 @@ void Manager::store_put(int32_t h) {
   }
   ++store_.put_blocks;
   store_.written[h] = 1;
-  emit_store(h);
-}
-
-void Manager::emit_store(int32_t h) {
-  if (!events_.enabled()) return;
-  Event e;
-  e.type = 1;  // KVB_EVENT_BLOCK_STORED
-  e.block = h;
-  e.medium = 2;  // KVB_MEDIUM_STORE
-  const BlockMeta& m = host_.pool.meta(h);
-  e.hash = m.hash;
-  e.parent_kind = host_.parents[h].kind;
-  e.parent_hash = host_.parents[h].hash;
-  e.has_extra = m.has_extra;
-  e.extra = m.extra;
-  e.num_tokens = bs_;
-  events_.push(e, host_.pool.tokens(h));
+  host_.emit(KVB_EVENT_BLOCK_STORED, h, KVB_MEDIUM_STORE);  // the record names the store, the block it read
 }
 
 // host_refs[h]: the references on host block h that the store accounts for (its get's); the host check

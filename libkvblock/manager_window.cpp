@@ -10,7 +10,7 @@ namespace kvb {
 
 void Manager::set_window(int64_t id, uint32_t window, uint32_t sink) {
   Sequence& s = device_seq(id);
-  if (!cfg_.groups.empty())
+  if (grouped())
     fail(Code::bad_state, "seq %" PRId64 ": the manager has KV cache groups; windows come from each group's "
          "kvb_group_spec, not from kvb_seq_set_window", id);
   if (window == 0 && sink != 0) fail(Code::invalid_argument, "seq %" PRId64 ": sink_tokens %u given without a window", id, sink);
@@ -30,7 +30,7 @@ void Manager::reserve_window_link(GroupTable& t, uint32_t window) {
     t.released_links.reserve(t.released_links.size() + 2);
   // With groups, released cached blocks are remembered (one entry per block index at most, so the
   // table's capacity bounds them; it grows geometrically, so this reserves rarely).
-  if (window && !cfg_.groups.empty() && t.released_blocks.capacity() < t.table.capacity())
+  if (window && grouped() && t.released_blocks.capacity() < t.table.capacity())
     t.released_blocks.reserve(t.table.capacity());
 }
 
@@ -49,8 +49,7 @@ uint32_t Manager::first_released_needed(const GroupTable& t, uint64_t computed, 
   return kNoBlockIndex;
 }
 
-void Manager::apply_window(const Sequence& s, GroupTable& t) {
-  if (t.window == 0 || s.num_computed == 0) return;
+void Manager::release_outside_window(const Sequence& s, GroupTable& t) {
   // The earliest query still to come is that of position num_computed (the first uncomputed token, or
   // the next one appended); it attends [num_computed + 1 - window, num_computed]. Blocks wholly before
   // that are released, past the sink, except the block of the last computed token, so that rolling
@@ -71,8 +70,8 @@ void Manager::apply_window(const Sequence& s, GroupTable& t) {
     }
     if (i + 1 < t.table.size() && t.table[i + 1] >= 0) links.emplace(pos, i, link_after(device_.pool.meta(b)));
     // With groups, a cached block the window lets go of is parked: it ages with its sequence (see
-    // Manager::free_group_blocks). Room for the entry was reserved by reserve_window_link.
-    const bool park = !cfg_.groups.empty() && device_.pool.meta(b).indexed;
+    // Manager::free_blocks(Grouped)). Room for the entry was reserved by reserve_window_link.
+    const bool park = grouped() && device_.pool.meta(b).indexed;
     if (park) t.released_blocks.push_back(GroupTable::ReleasedBlock{i, b, device_.pool.meta(b).key});
     release_block(b, park ? &s : nullptr);
     t.table[i] = -1;

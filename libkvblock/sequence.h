@@ -34,7 +34,7 @@ struct GroupTable {
   std::vector<std::pair<uint32_t, ChainLink>> released_links;
   // With KV cache groups only: the cached blocks this window group released while the sequence runs,
   // sorted by block index. They are parked, and freeing the sequence moves those still cached to the
-  // tail of the free queue with the rest of the sequence (Manager::free_group_blocks). The key tells
+  // tail of the free queue with the rest of the sequence (Manager::free_blocks(Grouped)). The key tells
   // whether the block still holds that content.
   struct ReleasedBlock {
     uint32_t index;

@@ -2,7 +2,8 @@
  * cache, another layout, or registered with a second manager is refused, and the refusal changes
  * nothing); the namespace carries fp8 scales (checked against an independent fold of the header's
  * formula); removing or replacing a store that never answers abandons its gets (sequences recompute,
- * host blocks free, counted); the directory store creates missing parents. */
+ * host blocks free, counted); the directory store creates missing parents; a manager with KV cache
+ * groups refuses a store. */
 #include <math.h>
 #include <sys/stat.h>
 
@@ -240,6 +241,42 @@ static void test_fp8_scales_share_no_blocks(void) {
   CHECK(attended_wrong == 0);
 }
 
+/* A manager with KV cache groups (even one full group: the grouped block strategy, whose lookup has no
+ * store level) refuses a store, and the refusal changes nothing: its cache works on without one. */
+static void test_store_with_groups_refused(void) {
+  kvb_config cfg;
+  kvb_group_spec full;
+  kvb_manager* ms[2];
+  kvb_store st = ts_table();
+  kvb_store_namespace ns = test_ns(1);
+  size_t cached = 9;
+  int i;
+  prompt(P, 22, 1000);
+  kvb_config_init(&cfg);
+  kvb_group_spec_init(&full);
+  cfg.block_size = BS;
+  cfg.num_blocks = DEV;
+  cfg.num_host_blocks = HOST;
+  cfg.flags = KVB_CONFIG_HOST_CACHE;
+  cfg.index_seed = 0x5eed5eed5eed5eedULL;
+  cfg.groups = &full;
+  cfg.num_groups = 1;
+  CHECK_OK(kvb_manager_create(&cfg, &ms[0]));
+  ms[1] = kvbt_make_full_window(BS, DEV, HOST, KVB_CONFIG_HOST_CACHE, 2 * BS, 0);
+  for (i = 0; i < 2; ++i) {
+    CHECK_STATUS(kvb_manager_set_store(ms[i], &st, &ns), KVB_ERR_UNSUPPORTED);
+    CHECK(strstr(kvb_last_error(), "KV cache groups") != NULL);
+    CHECK_OK(kvb_seq_allocate(ms[i], 1, P, 22, &cached));
+    CHECK(cached == 0 && kvbt_stats(ms[i]).store_filling_blocks == 0);
+    CHECK_OK(kvb_seq_commit(ms[i], 1, 22));
+    CHECK_OK(kvb_seq_free(ms[i], 1));
+    CHECK_OK(kvb_seq_allocate(ms[i], 2, P, 22, &cached));
+    CHECK(cached == 20);
+    CHECK_OK(kvb_check_invariants(ms[i]));
+    kvb_manager_destroy(ms[i]);
+  }
+}
+
 /* A store that never completes a get: removing it (or replacing it) abandons the gets. */
 static void test_detach_stuck_store(void) {
   kvb_manager* b;
@@ -327,6 +364,7 @@ int main(void) {
   RUN_TEST(test_fp8_scales_share_no_blocks);
   FRESH_DIR();
   RUN_TEST(test_detach_stuck_store);
+  RUN_TEST(test_store_with_groups_refused);
   RUN_TEST(test_dir_store_creates_parents);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);

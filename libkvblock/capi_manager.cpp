@@ -32,8 +32,8 @@ namespace {
 // The caller's group array, walked by its elements' struct_size (see the header's conventions).
 void read_groups(const kvb_config* cfg, kvb::ManagerConfig& c) {
   if (cfg->num_groups == 0) return;
-  constexpr size_t kMaxGroups = kvb::kMaxForkGroups;
-  if (cfg->num_groups > kMaxGroups) fail(Code::invalid_argument, "num_groups %zu exceeds %zu", cfg->num_groups, kMaxGroups);
+  if (cfg->num_groups > kvb::kMaxKvCacheGroups)
+    fail(Code::invalid_argument, "num_groups %zu exceeds %u", cfg->num_groups, kvb::kMaxKvCacheGroups);
   if (!cfg->groups) fail(Code::invalid_argument, "num_groups is %zu but groups is NULL", cfg->num_groups);
   const uint32_t elem = cfg->groups[0].struct_size;
   kvb::require_struct(&cfg->groups[0], offsetof(kvb_group_spec, sink_tokens) + sizeof(uint32_t), "groups[0]");

@@ -10,7 +10,6 @@
 namespace kvb {
 
 static constexpr uint32_t kMaxBlockSize = 1u << 16;
-static constexpr uint32_t kMaxGroups = kMaxForkGroups;
 
 Manager::Manager(const ManagerConfig& cfg)
     : cfg_((validate_config(cfg), cfg)),
@@ -89,8 +88,8 @@ void validate_config(const ManagerConfig& cfg) {
     fail(Code::invalid_argument, "KVB_CONFIG_HOST_CACHE needs num_host_blocks > 0");
   if (cfg.events && cfg.event_capacity == 0)
     fail(Code::invalid_argument, "event_capacity must be > 0 when events are enabled");
-  if (cfg.groups.size() > kMaxGroups)
-    fail(Code::invalid_argument, "num_groups %zu exceeds %u", cfg.groups.size(), kMaxGroups);
+  if (cfg.groups.size() > kMaxKvCacheGroups)
+    fail(Code::invalid_argument, "num_groups %zu exceeds %u", cfg.groups.size(), kMaxKvCacheGroups);
   for (size_t g = 0; g < cfg.groups.size(); ++g) {
     const GroupSpec& gs = cfg.groups[g];
     if (gs.window && gs.window_tokens == 0)

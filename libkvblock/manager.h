@@ -125,7 +125,7 @@ struct BatchOut {
 
 using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
 
-constexpr uint32_t kMaxForkGroups = 64;  // most KV cache groups a manager may have
+constexpr uint32_t kMaxKvCacheGroups = 64;  // most KV cache groups a manager may have
 constexpr uint32_t kMaxBlocks = 1u << 30;  // block ids are int32; slots (id*bs) must fit int64
 // No sequence has more blocks than this (its table alone would take 4 GiB): bounds extra-key indices.
 constexpr uint32_t kMaxSeqBlocks = 1u << 30;
@@ -489,7 +489,7 @@ class Manager {
     std::vector<GroupHit> group_hits;
     std::vector<ChainLink> group_links;          // links before hits that follow a miss (or start the prompt)
     std::vector<GroupHit> group_hits_by_group;   // the same, by group then prompt order (take(Grouped))
-    uint32_t group_first[kMaxForkGroups + 1];    // group g's: group_hits_by_group[group_first[g], [g + 1])
+    uint32_t group_first[kMaxKvCacheGroups + 1];    // group g's: group_hits_by_group[group_first[g], [g + 1])
     std::vector<int32_t> store_hosts;            // allocate's staging host blocks, one per store hit
   };
 

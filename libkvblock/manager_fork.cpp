@@ -47,7 +47,7 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
          plural_s(pos), p.num_computed, is_are(p.num_computed));
   const uint32_t nb = blocks_for(pos, bs_);
   const uint32_t hashed = std::min<uint32_t>(p.groups[0].num_hashed, static_cast<uint32_t>(pos / bs_));
-  ChainLink chains[kMaxForkGroups];
+  ChainLink chains[kMaxKvCacheGroups];
   for (uint32_t g = 0; g < groups_.count; ++g) {  // every group is checked before anything changes
     const GroupTable& pg = p.groups[g];
     const uint32_t released = first_released_needed(pg, pos, nb);
@@ -110,7 +110,7 @@ void Manager::rollback(int64_t id, size_t n) {
   const uint64_t len = s.num_tokens - n;
   const uint32_t nb = blocks_for(len, bs_);
   const uint32_t hashed = std::min<uint32_t>(s.groups[0].num_hashed, static_cast<uint32_t>(len / bs_));
-  ChainLink chains[kMaxForkGroups];
+  ChainLink chains[kMaxKvCacheGroups];
   for (uint32_t g = 0; g < groups_.count; ++g) {  // every group is checked before anything changes
     const GroupTable& sg = s.groups[g];
     const uint32_t released = first_released_needed(sg, std::min(s.num_computed, len), nb);

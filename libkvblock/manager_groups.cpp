@@ -31,14 +31,14 @@ void Manager::plan(Grouped, const int64_t* tokens, size_t n, const SeqOptions& o
   const uint32_t M = out.num_blocks - 1;  // never the last block (see the FullAttention plan)
   scratch_.group_hits.clear();
   scratch_.group_links.clear();
-  ChainLink link[kMaxForkGroups];        // each group's chain before block i
-  uint32_t last_miss1[kMaxForkGroups];   // 1 + the last block group g missed, 0 if none
-  uint32_t missed[kMaxForkGroups], num_missed = 0;  // the window groups that missed a block so far
-  uint32_t left[kMaxForkGroups];         // hits group g can still make: its blocks on both levels less its hits
+  ChainLink link[kMaxKvCacheGroups];        // each group's chain before block i
+  uint32_t last_miss1[kMaxKvCacheGroups];   // 1 + the last block group g missed, 0 if none
+  uint32_t missed[kMaxKvCacheGroups], num_missed = 0;  // the window groups that missed a block so far
+  uint32_t left[kMaxKvCacheGroups];         // hits group g can still make: its blocks on both levels less its hits
   bool exhausted = false;                // no candidate past the current block can be valid
   // Window groups, and the run of hits their window needs once it is full: ceil((window - 1) / bs), at
   // least 1 (a candidate k needs blocks k - min(k, run) .. k - 1 in the group).
-  uint32_t windows[kMaxForkGroups], run[kMaxForkGroups], num_windows = 0;
+  uint32_t windows[kMaxKvCacheGroups], run[kMaxKvCacheGroups], num_windows = 0;
   for (uint32_t g = 0; g < G; ++g) {
     link[g] = first_link_of(opts, g);
     last_miss1[g] = 0;
@@ -135,12 +135,12 @@ void Manager::plan(Grouped, const int64_t* tokens, size_t n, const SeqOptions& o
 void Manager::sort_group_hits() {
   uint32_t* first = scratch_.group_first;
   const uint32_t G = groups_.count;
-  uint32_t count[kMaxForkGroups] = {};
+  uint32_t count[kMaxKvCacheGroups] = {};
   for (const GroupHit& e : scratch_.group_hits) ++count[e.group];
   first[0] = 0;
   for (uint32_t g = 0; g < G; ++g) first[g + 1] = first[g] + count[g];
   scratch_.group_hits_by_group.resize(scratch_.group_hits.size());
-  uint32_t at[kMaxForkGroups];
+  uint32_t at[kMaxKvCacheGroups];
   for (uint32_t g = 0; g < G; ++g) at[g] = first[g];
   for (const GroupHit& e : scratch_.group_hits) scratch_.group_hits_by_group[at[e.group]++] = e;
 }
@@ -161,7 +161,7 @@ size_t Manager::take(Grouped, Sequence& s, const int64_t* tokens, size_t n, cons
   // A window group's blocks not taken are followed by its window: the link before the window's first
   // block is kept (released_links), read now, while the hit before it (if any) still holds its content.
   const GroupHit* hits = scratch_.group_hits_by_group.data();
-  ChainLink window_link[kMaxForkGroups];
+  ChainLink window_link[kMaxKvCacheGroups];
   for (uint32_t g = 0; g < G; ++g)
     for (uint32_t j = first[g]; j < first[g + 1]; ++j) {
       const GroupHit& e = hits[j];
@@ -239,8 +239,8 @@ size_t Manager::take(Grouped, Sequence& s, const int64_t* tokens, size_t n, cons
 // one entry per block (reserve_window_link).
 void Manager::free_blocks(Grouped, Sequence& s) {
   const uint32_t G = groups_.count;
-  size_t left[kMaxForkGroups];  // per group: released_blocks entries not yet visited (from the end)
-  const int32_t* tables[kMaxForkGroups];  // read once (releasing a block changes no table)
+  size_t left[kMaxKvCacheGroups];  // per group: released_blocks entries not yet visited (from the end)
+  const int32_t* tables[kMaxKvCacheGroups];  // read once (releasing a block changes no table)
   for (uint32_t g = 0; g < G; ++g) {
     left[g] = s.groups[g].released_blocks.size();
     tables[g] = s.groups[g].table.data();

@@ -334,7 +334,8 @@ KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t w
    changed). Node path[j] moves to position c + j; a node already there (path[j] == j: always for a
    chain's prefix) is not copied, any other becomes a slot pair (src, dst) for kvb_drain_slot_copies,
    in every KV cache group. Then the positions from c + k on are dropped as kvb_seq_rollback drops
-   uncommitted tokens (blocks left empty return to the free queue, tail first), and the k accepted
+   uncommitted tokens (blocks left empty return to the free queue, tail first; never refused, not even
+   where a window widened since the tree's append lacks released blocks), and the k accepted
    tokens are committed as kvb_seq_commit(k) commits them: full blocks are hashed and enter the prefix
    index (STORED events, the store tier) with the accepted tokens only; a rejected token is never hashed.
 

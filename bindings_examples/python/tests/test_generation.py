@@ -203,3 +203,32 @@ def test_abort_frees_the_blocks(tmp_path) -> None:
     assert eng.mgr.num_free_blocks == eng.mgr.num_blocks
     eng.mgr.check_invariants()
     assert [len(s.output) for s in eng.finished[0]] == [50, 50] and 1 not in eng.finished
+
+
+@needs_torch
+def test_text_is_decoded_incrementally_without_broken_characters() -> None:
+    """A byte-level tokenizer splits é and € into several tokens: the text grows without U+FFFD and ends
+    equal to decoding every token at once."""
+    from types import SimpleNamespace
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from kvblock.engine.generation import Generation
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok = Tokenizer(models.BPE({c: i for i, c in enumerate(sorted(alphabet))}, []))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = "aé b€ c"
+    ids = tok.encode(text).ids
+    assert len(ids) == len(text.encode())  # one token per byte
+    gen = Generation(tokenizer=tok)
+    s = SimpleNamespace(output=[], text=None, finish_reason=None,
+                        request=SimpleNamespace(params=SamplingParams(max_tokens=len(ids), stop=("zz",))))
+    seen = []
+    for t in ids:
+        s.output.append(t)
+        s.finish_reason = gen.finish_reason(s)
+        seen.append(gen.stable_text(s))
+        assert "\ufffd" not in seen[-1]
+    assert seen[-1] == text and s.finish_reason == "length"
+    assert seen[1] == "a" and seen[2] == "aé"  # é is 2 bytes: it appears whole, once both arrived

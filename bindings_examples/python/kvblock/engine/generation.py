@@ -119,9 +119,13 @@ def top_logprobs(logits: np.ndarray, token: int, k: int) -> Tuple[float, List[Tu
 
 @dataclass
 class SeqText:
-    """A sample's decoded text: `text` is everything up to a stop string (which it never contains);
-    `final` once nothing can change it. A stop string's search starts `searched` characters in."""
+    """A sample's decoded text, decoded incrementally: `text` holds the output's tokens [0, read) (up to a
+    stop string, which it never contains); tokens [prefix, read) are the context the next ones are decoded
+    in (a token's text can depend on its neighbours), and text is added only once it no longer ends in an
+    incomplete UTF-8 character. A stop string's search starts `searched` characters in."""
     text: str = ""
+    prefix: int = 0
+    read: int = 0
     searched: int = 0
 
 
@@ -176,10 +180,19 @@ class Generation:
         return "length" if len(s.output) >= p.max_tokens else None
 
     def _decode(self, s: Any, n: int) -> None:
+        """Adds the text of output tokens [t.read, n) (n: all but a stop token); with `final`, even if it
+        ends in an incomplete character."""
         if s.text is None:
             s.text = SeqText()
-        if self.tokenizer is not None:
-            s.text.text = self.tokenizer.decode(s.output[:n], skip_special_tokens=True)
+        t = s.text
+        if self.tokenizer is None or n <= t.read:
+            return
+        before = self.tokenizer.decode(s.output[t.prefix:t.read], skip_special_tokens=True)
+        after = self.tokenizer.decode(s.output[t.prefix:n], skip_special_tokens=True)
+        final = n < len(s.output) or len(s.output) >= s.request.params.max_tokens
+        if len(after) > len(before) and (final or not after.endswith("\ufffd")):
+            t.text += after[len(before):]
+            t.prefix, t.read = t.read, n
 
     def stable_text(self, s: Any) -> str:
         """The part of the sample's text that later tokens cannot change: all of it once finished; before,

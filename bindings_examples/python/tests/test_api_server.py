@@ -31,6 +31,7 @@ KEY = "test-key"
 
 class Server:
     def __init__(self, model_dir: Path, *args: str) -> None:
+        self.model_dir = model_dir
         env = dict(os.environ, PYTHONPATH=str(PKG) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    OMP_NUM_THREADS="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "kvblock.engine", "serve", "--model", str(model_dir),
@@ -276,3 +277,74 @@ def test_disconnect_aborts_and_a_full_queue_answers_429(small_server) -> None:
     assert m["kvblock_generation_tokens_total"] < 4000  # both stopped well before its max_tokens
     code, text = srv.request("POST", "/v1/completions", {"prompt": "w9", "max_tokens": 2})
     assert code == 200, text
+
+
+def test_load_generator_replays_a_trace(server, tmp_path) -> None:
+    """examples/loadgen.py against the server: every request streams its max_tokens; the offline engine
+    generates as many on the same requests."""
+    import loadgen
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 10 * i, "input_length": 40 + 300 * (i % 3),
+                                         "output_length": 5 + i, "hash_ids": [0, 1 + i % 2, 7 + i]}) + "\n"
+                             for i in range(6)))
+    common = ["--trace", str(trace), "--vocab", "256", "--reserved-tokens", "5", "--block-tokens", "8",
+              "--max-output", "8", "--concurrency", "3"]
+    chart = tmp_path / "c.svg"
+    s = loadgen.main(common + ["--url", server.url, "--api-key", KEY, "--rate", "trace", "--time-scale", "0.01",
+                               "--json", str(tmp_path / "r.json"), "--chart", str(chart)])
+    assert s["failed"] == 0 and s["output_tokens"] == sum(min(8, 5 + i) for i in range(6))
+    assert s["ttft_s"]["p50"] > 0 and s["tpot_s"]["p99"] >= s["tpot_s"]["p50"] > 0
+    assert chart.read_text().startswith("<svg") and "TTFT" in chart.read_text()
+    rec = json.loads((tmp_path / "r.json").read_text())["requests"]
+    assert [r["prompt_tokens"] for r in rec] == [min(24, round((40 + 300 * (i % 3)) * 8 / 512)) or 1
+                                                 for i in range(6)]
+    off = loadgen.main(common + ["--offline", "--model-dir", str(server.model_dir), "--device", "cpu",
+                                 "--num-blocks", "64", "--block-size", "8"])
+    assert off["output_tokens"] == s["output_tokens"]
+
+
+def test_a_failed_step_fails_its_requests_and_the_engine_is_rebuilt(model_dir) -> None:
+    """serving_loop.EngineLoop in this process: the first engine's step raises; its request gets the error,
+    a fresh engine serves the next one, and the loop's thread keeps running."""
+    import asyncio
+
+    from kvblock.engine import EngineConfig
+    from kvblock.engine.generation import Generation, SamplingParams
+    from kvblock.engine.server_metrics import ServerMetrics
+    from kvblock.engine.serving_loop import EngineLoop
+    from kvblock.engine.torch_engine import TorchEngine
+    from kvblock.engine.torch_model import TorchModel
+    model = TorchModel.from_pretrained(str(model_dir), "cpu", "float32", max_len=256)
+    made = []
+
+    def make() -> TorchEngine:
+        eng = TorchEngine(model, EngineConfig(num_blocks=32, block_size=8), cuda_graph=False)
+        eng.generation = Generation((1,))
+        if not made:
+            def boom() -> None:
+                raise RuntimeError("boom")
+            eng.step = boom
+        made.append(eng)
+        return eng
+
+    loop = EngineLoop(make, 4, ServerMetrics("t"))
+    loop.start()
+    p = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
+
+    async def go() -> list:
+        h = loop.submit([[5, 6, 7]], p, asyncio.get_running_loop())[0]
+        u = await asyncio.wait_for(h.updates.get(), 60)
+        assert u.error is not None and "boom" in u.error
+        h = loop.submit([[5, 6, 7]], p, asyncio.get_running_loop())[0]
+        tokens = []
+        while True:
+            u = await asyncio.wait_for(h.updates.get(), 60)
+            tokens += u.token_ids
+            if u.finish_reason:
+                return tokens
+
+    try:
+        assert len(asyncio.run(go())) == 3
+        assert loop.alive and len(made) == 2 and loop.metrics.engine_restarts == 1
+    finally:
+        loop.stop()

@@ -169,7 +169,7 @@ def create_app(engine: EngineLoop, served: ServedModel, api_key: Optional[str] =
             i = u.prompt * n + u.index
             tokens += len(u.token_ids)
             first = i not in started
-            if not (u.text or u.finish_reason or first or u.logprobs):
+            if not (u.text or u.token_ids or u.finish_reason or first):
                 continue
             started.add(i)
             lp = None

@@ -13,13 +13,18 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .generation import SamplingParams
 from .sequence import Request, Seq
 from .server_metrics import ServerMetrics
 
 log = logging.getLogger("kvblock.server")
+
+
+def _put_all(items: List[Tuple["asyncio.Queue[Update]", "Update"]]) -> None:
+    for q, u in items:
+        q.put_nowait(u)
 
 
 class QueueFull(Exception):
@@ -64,6 +69,7 @@ class EngineLoop:
         self._inbox: "queue.Queue[tuple]" = queue.Queue()
         self._active: Dict[int, Handle] = {}
         self._touched: List[Seq] = []
+        self._outbox: Dict[asyncio.AbstractEventLoop, List[Tuple["asyncio.Queue[Update]", Update]]] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -114,17 +120,17 @@ class EngineLoop:
         while not self._stop.is_set():
             try:
                 self._take_inbox(block=not self.engine.has_work())
-                if not self.engine.has_work():
-                    continue
-                t0 = time.perf_counter()
-                self.engine.step()
-                self.engine.publish_events()
-                self.metrics.step_done(time.perf_counter() - t0)
-                self._deliver()
-                self.metrics.observe_engine(self.engine, every_s=0.05 if self.engine.has_work() else 0)
+                if self.engine.has_work():
+                    t0 = time.perf_counter()
+                    self.engine.step()
+                    self.engine.publish_events()
+                    self.metrics.step_done(time.perf_counter() - t0)
+                    self._deliver()
+                    self.metrics.observe_engine(self.engine, every_s=0.05 if self.engine.has_work() else 0)
             except Exception as e:  # a bug or bad state: fail what is in flight, start a fresh engine
                 log.exception("engine step failed; failing %d requests and rebuilding the engine", len(self._active))
                 self._fail_all(f"engine failure: {type(e).__name__}: {e}")
+            self._flush()
 
     def _take_inbox(self, block: bool) -> None:
         try:
@@ -164,11 +170,17 @@ class EngineLoop:
             self._in_flight -= 1
 
     def _post(self, h: Handle, u: Update) -> None:
+        """Queues u for h's event loop; _flush hands each loop its step's updates in one wake-up."""
         u.prompt = h.prompt_index
-        try:
-            h.loop.call_soon_threadsafe(h.updates.put_nowait, u)
-        except RuntimeError:  # the server's loop is closed (shutting down)
-            pass
+        self._outbox.setdefault(h.loop, []).append((h.updates, u))
+
+    def _flush(self) -> None:
+        for loop, items in self._outbox.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the server's loop is closed (shutting down)
+                pass
+        self._outbox = {}
 
     def _deliver(self) -> None:
         touched, self._touched[:] = list({id(s): s for s in self._touched}.values()), []

@@ -104,10 +104,9 @@ class EngineLoop:
         updates: "asyncio.Queue[Update]" = asyncio.Queue()
         handles = [Handle(next(self._ids), i, len(p), params, loop, updates, unfinished=params.n)
                    for i, p in enumerate(prompts)]
-        seed = secrets.randbits(63)  # the draws of a request without a seed: its prompts share it
-        for h, p in zip(handles, prompts):
-            self._inbox.put(("add", h, Request(h.req_id, list(p), params.max_tokens, n=params.n, seed=seed,
-                                               params=params)))
+        for h, p in zip(handles, prompts):  # without params.seed, each prompt's draws have a seed of their own
+            self._inbox.put(("add", h, Request(h.req_id, list(p), params.max_tokens, n=params.n,
+                                               seed=secrets.randbits(63), params=params)))
         self.metrics.request_arrived(len(handles))
         return handles
 

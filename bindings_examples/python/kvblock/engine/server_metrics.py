@@ -107,9 +107,9 @@ class ServerMetrics:
             out.append(f"kvblock_{name}_sum{{{lab}}} {h.total:g}")
             out.append(f"kvblock_{name}_count{{{lab}}} {h.n}")
 
-        metric("num_requests_running", "gauge", "Requests whose samples are in the running batch.",
+        metric("num_requests_running", "gauge", "Samples (sequences; n per request) in the running batch.",
                [("", e.get("running", 0))])
-        metric("num_requests_waiting", "gauge", "Requests accepted and not yet running (queued or preempted).",
+        metric("num_requests_waiting", "gauge", "Samples waiting to run (queued, or preempted by recompute).",
                [("", e.get("waiting", 0))])
         metric("num_sequences_swapped", "gauge", "Samples swapped out to host blocks.", [("", e.get("swapped", 0))])
         metric("kv_cache_usage_ratio", "gauge", "Share of the device pool's blocks in use.",

@@ -43,20 +43,20 @@ ifneq ($(NVCC),)
                 -gencode arch=compute_90,code=compute_90
   # The architectures are per object (NVCC_ARCHS_): prefill_hopper.cu is sm_90a code only (wgmma,
   # setmaxnreg), built beside the portable kernels whatever CUDA_ARCHS says; the library runs it on
-  # compute capability 9.0 devices only (kernels/cuda/prefill_hopper.cuh).
+  # compute capability 9.0 devices only (kernels/prefill/prefill_hopper.cuh).
   NVCC_ARCHS_ = $(CUDA_ARCHS)
   NVCCFLAGS_ = -std=c++17 -O3 $(NVCC_ARCHS_) -Xcompiler -fPIC,-fvisibility=hidden -DKVB_WITH_CUDA=1 $(NVCCFLAGS)
   CXXFLAGS_  += -DKVB_WITH_CUDA=1
   LDLIBS_    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
   PC_LIBS_PRIVATE += -L$${cudalibdir} -lcudart_static -ldl -lrt
-  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
+  CUDA_SRCS  := $(wildcard kernels/*/*.cu)
 endif
 
 # Objects of a build with and without CUDA are compiled differently (KVB_WITH_CUDA): each has its own
 # folder, and the library is linked again when the choice changes, so that `make CUDA=0` followed by
 # `make` (or the reverse) never mixes them.
 OBJ       := $(BUILD)/obj/$(if $(NVCC),cuda,cpu)
-LIB_SRCS  := $(wildcard libkvblock/*.cpp) $(wildcard kernels/*.cpp) $(wildcard kernels/cpu/*.cpp)
+LIB_SRCS  := $(wildcard libkvblock/*.cpp) $(wildcard kernels/*/*.cpp)
 LIB_OBJS  := $(LIB_SRCS:%.cpp=$(OBJ)/%.o) $(CUDA_SRCS:%.cu=$(OBJ)/%.cu.o)
 LINK_STAMP:= $(BUILD)/obj/linked-from
 TOOL_SRCS := $(wildcard tools/*.c)
@@ -93,19 +93,29 @@ tool: $(TOOL)
 # only one spelling leaves the other build blind to header changes (stale objects, wrong struct layouts).
 DEPFLAGS = -MMD -MP -MT '$@ $(abspath $@)'
 
-$(OBJ)/%.o: %.cpp
+# A fresh machine: xxhash.h is what the build needs beyond a C/C++ compiler and make. When the compiler
+# cannot find it, tools/install_deps.sh installs the build part of its list (printing each package and
+# why) before the first object is compiled; the check is one preprocessor run. XXHASH_HEADER and
+# INSTALL_DEPS_FLAGS (--dry-run) let tests/scripts/install_deps.sh take the missing path here.
+XXHASH_HEADER ?= xxhash.h
+.PHONY: build-deps
+build-deps:
+	@echo '#include <$(XXHASH_HEADER)>' | $(CXX) $(XXHASH_CFLAGS) -E -x c++ - >/dev/null 2>&1 || \
+	  CXX="$(CXX)" KVB_XXHASH_HEADER="$(XXHASH_HEADER)" sh tools/install_deps.sh $(INSTALL_DEPS_FLAGS) build
+
+$(OBJ)/%.o: %.cpp | build-deps
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CXX,$<)$(CXX) $(CXXFLAGS_) $(DEPFLAGS) -c $< -o $@
 
-# -MMD: a kernel is rebuilt when a header it includes changes (kernels/types.h: a stale object saw another
+# -MMD: a kernel is rebuilt when a header it includes changes (kernels/common/types.h: a stale object saw another
 # layout of kvb::kern::Cache and indexed every layer past the first wrongly).
 $(OBJ)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS_) $(DEPFLAGS) -c $< -o $@
 
-$(OBJ)/kernels/cuda/prefill_hopper.cu.o: NVCC_ARCHS_ = -gencode arch=compute_90a,code=sm_90a
+$(OBJ)/kernels/prefill/prefill_hopper.cu.o: NVCC_ARCHS_ = -gencode arch=compute_90a,code=sm_90a
 
-$(OBJ)/tools/%.o: tools/%.c
+$(OBJ)/tools/%.o: tools/%.c | build-deps
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
@@ -134,7 +144,7 @@ $(BUILD)/tests/c_%: tests/c/%.c tests/harness.h $(wildcard tests/c/*.h) abi/kvbl
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi -Itests -o $@ $< -L$(BUILD)/lib -lkvblock \
 	  -Wl,-rpath,'$$ORIGIN/../lib' -lm -pthread
 
-# -MMD: a test that includes library headers (kernels/*.h) is rebuilt when they change.
+# -MMD: a test that includes library headers (kernels/*/*.h) is rebuilt when they change.
 # TEST_SUPPORT: CUDA runtime helpers only the tests use (tests/support/devutil.cu), linked into each
 # C++ test instead of shipping in the library.
 TEST_SUPPORT := $(if $(NVCC),$(OBJ)/tests/support/devutil.cu.o)
@@ -147,6 +157,18 @@ $(BUILD)/tests/cpp_%: tests/cpp/%.cpp tests/harness.h $(wildcard tests/cpp/*.h t
 
 tests: all $(C_TESTS) $(CPP_TESTS)
 
+# The measurement drivers of docs/perf/manager.md (the manager's miss, hit and decode loops alone, for
+# callgrind and thread-CPU timings): `make perf-drivers` builds them in $(BUILD)/perf/; `make tests`
+# builds them too, so that they keep compiling against the header.
+PERF_DRIVERS := $(patsubst docs/perf/%.c,$(BUILD)/perf/%,$(wildcard docs/perf/*_driver.c))
+.PHONY: perf-drivers
+perf-drivers: $(PERF_DRIVERS)
+tests: $(PERF_DRIVERS)
+$(BUILD)/perf/%: docs/perf/%.c abi/kvblock.h $(SHLIB)
+	@mkdir -p $(dir $@)
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS_) -D_POSIX_C_SOURCE=200809L -Iabi $(XXHASH_CFLAGS) -o $@ $< -L$(BUILD)/lib -lkvblock \
+	  -Wl,-rpath,'$$ORIGIN/../lib' $(XXHASH_LIBS) -lm -pthread
+
 check: tests
 	@BUILD=$(BUILD) CC=$(CC) sh tests/run_tests.sh
 
@@ -157,7 +179,12 @@ check-sanitize:
 
 # Every variant (see tests/check_all.sh): the README's test command and what CI runs.
 .PHONY: check-all
+# Its first step installs what the tests need and this machine lacks (the test part of
+# tools/install_deps.sh's list, each package printed with why); a package that cannot be installed (no
+# root, no sudo) leaves its tests to SKIP, visibly.
 check-all: all
+	@sh tools/install_deps.sh $(INSTALL_DEPS_FLAGS) test || \
+	  echo "check-all: some test dependencies could not be installed (above); the tests that need them SKIP"
 	@MAKE="$(MAKE)" sh tests/check_all.sh
 
 # Benchmarks: `kvblock bench` (the manager's hot paths, then the kernels against copy ceilings measured

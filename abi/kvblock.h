@@ -373,10 +373,21 @@ KVB_API kvb_status kvb_drain_host_transfers(kvb_manager* m, int32_t* offload_pai
    Keys. A block's store key is its whole-history index key (128 bits: the parent's key, salt, tokens,
    extra key; see KVB_CONFIG_KEYED_INDEX) folded with the namespace: ns = XXH3-128 (seed 0) of the
    little-endian bytes "KVBSTNS1", dtype, block_size, num_layers, num_kv_heads, head_dim (u32 each),
-   model_id (u64); store key = XXH3-128 (seed 0) of [index key lo, hi, ns lo, hi] (4 x u64 LE).
-   kvb_store_key_fold computes it. So blocks of a different layout, model or tenant (a tenant picks its
-   own model_id or cache salt) never match. A keyed index with a random seed is refused (its keys mean
-   nothing to another manager); an explicit index_seed is shared by the engines that know it.
+   model_id (u64); for an FP8 dtype the tag is "KVBSTNS2" and the bytes go on with the scales the bytes
+   were quantized with: for each layer, K's scale of each kv head then V's (num_layers * 2 *
+   num_kv_heads f32 bit patterns, u32 each), from layer_scales or else k_scale / v_scale (so the same
+   scales given either way fold alike); store key = XXH3-128 (seed 0) of [index key lo, hi, ns lo, hi]
+   (4 x u64 LE). kvb_store_key_fold computes it. So blocks of a different layout, model, tenant (a
+   tenant picks its own model_id or cache salt) or fp8 calibration never match. A keyed index with a
+   random seed is refused (its keys mean nothing to another manager); an explicit index_seed is shared
+   by the engines that know it.
+
+   One store, one host cache, one manager. The host_block ids the callbacks get name blocks of the
+   manager's host cache, so a store moves the bytes of exactly one host cache, for one manager: a table
+   whose (user, put) pair is registered with another live manager is refused (KVB_ERR_BAD_STATE), and a
+   table that states the memory it moves (num_host_blocks, block_bytes: the directory store does) is
+   refused when that differs from the manager's host blocks or the namespace's block bytes
+   (KVB_ERR_INVALID_ARGUMENT; a store built over the device cache has the device's block count).
 
    Lifetime rule. The library keeps no caller pointer after a call returns, EXCEPT what the caller
    registers explicitly for the manager's lifetime: kvb_manager_set_store copies the table, keeps its
@@ -425,6 +436,14 @@ typedef struct kvb_store {
      flight: the manager fails them all (their sequences recompute) and reuses their host blocks, so
      the store must write into none of them afterwards. */
   int (*poll)(void* user, kvb_store_completion* done, size_t capacity, size_t* num_done);
+  /* --- fields below were added after the store tier's first layout; an older caller's struct_size
+     omits them (then 0: not stated, not checked) --- */
+  uint32_t num_host_blocks;  /* host blocks of the memory the store reads and writes; 0 = not stated, else
+                                must equal the manager's num_host_blocks */
+  uint32_t reserved;         /* 0 */
+  uint64_t block_bytes;      /* bytes the store moves per block; 0 = not stated, else must equal the
+                                namespace's (2 * dtype size * block_size * num_layers * num_kv_heads *
+                                head_dim) */
 } kvb_store;  /* may grow at the end */
 
 /* What makes blocks' bytes compatible: the key namespace. */
@@ -436,17 +455,35 @@ typedef struct kvb_store_namespace {
   uint32_t num_kv_heads;
   uint32_t head_dim;
   uint64_t model_id;      /* chosen by the caller: a model, a revision, a tenant */
+  /* --- fields below were added with fp8 scales in the namespace; an older caller's struct_size omits
+     them (then the defaults hold). Read only for an FP8 dtype, where each scale must be finite and > 0:
+     the cache's scales (kvb_cache_desc), since fp8 bytes are x / scale. --- */
+  float    k_scale;       /* every layer's K scale; default 1.0 */
+  float    v_scale;       /* every layer's V scale; default 1.0 */
+  const float* layer_scales;  /* NULL (default: k_scale / v_scale everywhere) or num_layers * 2 *
+                                 scales_per_layer floats in host memory, read during the call only: for
+                                 each layer its K scales then its V scales */
+  uint32_t scales_per_layer;  /* with layer_scales: 1 (one K and one V scale per layer) or num_kv_heads
+                                 (per kv head, as kvb_cache_desc.k_head_scales) */
+  uint32_t reserved;          /* 0 */
 } kvb_store_namespace;    /* may grow at the end */
 
-/* Fill defaults (everything 0) and struct_size. */
+/* Fill defaults (everything 0, scales 1.0) and struct_size. */
 KVB_API void kvb_store_init(kvb_store* store);
 KVB_API void kvb_store_namespace_init(kvb_store_namespace* ns);
 /* The store key of index key (lo, hi) under ns (see "Keys" above). KVB_ERR_INVALID_ARGUMENT for NULLs. */
 KVB_API kvb_status kvb_store_key_fold(const kvb_store_namespace* ns, uint64_t index_key_lo, uint64_t index_key_hi,
                                       kvb_store_key* out);
 /* Register store (NULL removes it) for blocks of namespace ns. lookup, put, get and poll are all
-   required. Refused (KVB_ERR_BAD_STATE) while gets are in flight; needs KVB_CONFIG_HOST_CACHE and no KV
-   cache groups; a keyed index needs an explicit index_seed. See the lifetime rule above.
+   required. Needs KVB_CONFIG_HOST_CACHE and no KV cache groups; a keyed index needs an explicit
+   index_seed; the store must be no other manager's and match the host cache ("One store, one host
+   cache, one manager" above). See the lifetime rule above.
+
+   Removing or replacing a store abandons its gets in flight (a store that never completes can always
+   be detached): each fails as if polled failed (its sequence is cut and recomputes), its host block is
+   released at once, and it is counted in store_abandoned_gets (and store_get_failures). The old store
+   is never called again, and must write into none of those host blocks afterwards (stop or destroy it
+   first if it works in the background). Loads of gets already completed good stay pending as usual.
 
    What the manager does with it:
    - A cached host block that is evicted is put (write-back; its bytes must be in the host block: the
@@ -486,7 +523,7 @@ KVB_API kvb_status kvb_seq_store_state(kvb_manager* m, int64_t seq_id, size_t* n
                                        size_t* num_filling);
 
 /* The built-in directory store: one file per block, named by the store key's 32 hex digits (hi then lo)
-   + ".kvb", under path (created if missing). A file is a 64-byte header (magic "KVBSTOR1", format
+   + ".kvb", under path (created if missing, with its missing parents, mode 0755). A file is a 64-byte header (magic "KVBSTOR1", format
    version, the store key, the payload size, an xxh64 checksum of the payload) and the payload. Writes
    go to a temporary file in the same directory, then rename() over the final name: readers on any
    machine of a shared file system see a whole file or none. A get checks magic, key, size and checksum.
@@ -508,9 +545,12 @@ typedef struct kvb_store_dir_config {
 typedef struct kvb_store_dir kvb_store_dir;
 
 KVB_API void kvb_store_dir_config_init(kvb_store_dir_config* cfg);
-/* Create a directory store and fill *table (its callbacks, user = the store) for kvb_manager_set_store. */
+/* Create a directory store and fill *table (its callbacks, user = the store, and as far as table's
+   struct_size reaches, num_host_blocks and block_bytes = num_regions * region_block_bytes, which
+   kvb_manager_set_store checks against the manager) for kvb_manager_set_store. Register it with one
+   manager at a time. */
 KVB_API kvb_status kvb_store_dir_create(const kvb_store_dir_config* cfg, kvb_store_dir** out, kvb_store* table);
-/* Destroy it (NULL is a no-op). Remove it from every manager first (kvb_manager_set_store(m, NULL, NULL)). */
+/* Destroy it (NULL is a no-op). Remove it from its manager first (kvb_manager_set_store(m, NULL, NULL)). */
 KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -662,6 +702,8 @@ typedef struct kvb_stats {
   uint64_t store_get_failures; /* gets failed (missing, corrupted, refused), cumulative */
   uint64_t store_recomputed_tokens; /* cached tokens that failed gets cut (recomputed), cumulative */
   uint64_t store_filling_blocks;    /* gets in flight now */
+  uint64_t store_abandoned_gets;    /* gets in flight when their store was removed or replaced (failed,
+                                       host blocks released), cumulative */
 } kvb_stats;
 
 /* Fill struct_size (everything else 0): the output struct that kvb_get_stats writes into. */

@@ -62,9 +62,10 @@ have() { command -v "$1" >/dev/null 2>&1; }
 # build tree (make is incremental: nothing is rebuilt), then its tests run from outside the source tree
 # against the bundled library. Without setuptools/wheel the tests run in-tree against $KVBLOCK_LIB.
 pydir="$root/bindings_examples/python"
-# The torch engine's checkpoint tests need torch, safetensors and transformers (never installed here: GBs).
+# The torch engine's checkpoint tests need torch, safetensors and transformers (make check-all installs them:
+# tools/install_deps.sh test; about 3 GB).
 if have python3 && ! python3 -c 'import torch, safetensors, transformers' 2>/dev/null; then
-  echo "SKIP python torch engine: torch, safetensors or transformers not importable (tests/test_engine_torch.py skips)"
+  echo "SKIP python torch engine: torch, safetensors or transformers not importable (tests/test_engine_torch*.py skip; sh tools/install_deps.sh test installs them)"
 fi
 if ! have python3; then
   skip python "python3 not found"

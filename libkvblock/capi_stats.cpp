@@ -106,6 +106,7 @@ kvb_status kvb_get_stats(kvb_manager* m, kvb_stats* stats) {
     r.store_get_failures = s.store_get_failures;
     r.store_recomputed_tokens = s.store_recomputed_tokens;
     r.store_filling_blocks = s.store_filling_blocks;
+    r.store_abandoned_gets = s.store_abandoned_gets;
     kvb::write_versioned(stats, r);
   });
 }

@@ -94,7 +94,7 @@ struct Stats {
   uint64_t cow_copies, swapped_out_blocks, swapped_in_blocks, free_host_blocks, events_dropped;
   uint64_t device_hit_tokens, host_hit_tokens, offloaded_blocks, loaded_blocks, host_evictions, cached_host_blocks;
   uint64_t store_hit_tokens, store_put_blocks, store_put_bytes, store_put_failures, store_get_blocks, store_get_bytes;
-  uint64_t store_get_failures, store_recomputed_tokens, store_filling_blocks;
+  uint64_t store_get_failures, store_recomputed_tokens, store_filling_blocks, store_abandoned_gets;
 };
 
 // What the manager counted since its creation, as kvb_get_stats reports it (the gauges, such as free
@@ -147,6 +147,9 @@ inline uint32_t blocks_for(uint64_t tokens, uint32_t block_size) {
 class Manager {
  public:
   explicit Manager(const ManagerConfig& cfg);
+  ~Manager();  // gives up its store's claim (manager_store.cpp)
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
 
   const ManagerConfig& config() const { return cfg_; }
 
@@ -193,7 +196,8 @@ class Manager {
   EventQueue& events() { return events_; }
   void reset_prefix_cache();
 
-  // Store tier (manager_store.cpp; kvblock.h, "Store tier"). ops NULL removes the store.
+  // Store tier (manager_store.cpp; kvblock.h, "Store tier"). ops NULL removes the store; removing or
+  // replacing one abandons its gets in flight.
   void set_store(const kvb_store* ops, const Key128& ns, uint64_t block_bytes);
   size_t store_poll();  // learns completions; returns the gets still in flight
   void seq_store_state(int64_t id, size_t* num_computed, size_t* num_filling);
@@ -376,7 +380,8 @@ class Manager {
   int32_t take_store_staging();  // a host block for a get (allocate made sure one is takeable)
   void store_start_gets(Sequence& s, uint32_t first, uint32_t count);  // hosts in scratch_.store_hosts
   void store_complete(size_t get, int32_t status);  // gets_[get] ended
-  void store_release_staging(int32_t h);  // a staging host block is done: empty again
+  void store_release_staging(int32_t h);
+  void store_abandon_gets();  // a store removed or replaced: its gets in flight fail  // a staging host block is done: empty again
   void emit_store(int32_t h);
   void check_store_invariants(std::vector<int32_t>& host_refs) const;
 

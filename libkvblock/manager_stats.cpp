@@ -35,6 +35,7 @@ Stats Manager::stats() const {
   st.store_get_failures = store_.get_failures;
   st.store_recomputed_tokens = store_.recomputed_tokens;
   st.store_filling_blocks = store_.gets.size();
+  st.store_abandoned_gets = store_.abandoned_gets;
   return st;
 }
 

@@ -22,23 +22,35 @@ namespace kvb {
     if (!(cond)) fail(Code::internal, "invariant violated: " __VA_ARGS__); \
   } while (0)
 
+Manager::~Manager() { release_store(this); }
+
+void Manager::store_abandon_gets() {
+  // The store is never called again: its gets fail as a failed poll fails them, and their host blocks are
+  // empty again at once (kvblock.h: the store writes into none of them afterwards).
+  store_.abandoned_gets += store_.gets.size();
+  while (!store_.gets.empty()) store_complete(store_.gets.size() - 1, -1);
+}
+
 void Manager::set_store(const kvb_store* ops, const Key128& ns, uint64_t block_bytes) {
-  if (!store_.gets.empty() || store_.staged)
-    fail(Code::bad_state, "the store has %zu get%s in flight and %zu host block%s staged; poll and drain first",
-         store_.gets.size(), plural_s(store_.gets.size()), store_.staged, plural_s(store_.staged));
   if (!ops) {
+    release_store(this);
+    store_abandon_gets();
     store_.on = false;
     return;
   }
-  // Allocations first: a refusal changes nothing.
-  std::vector<uint8_t> staging(cfg_.num_host_blocks, 0);
+  // Allocations and the claim first: a refusal changes nothing. The staging states outlive a store: a
+  // block whose get completed good stays staged until its load is drained, whichever store is registered.
+  std::vector<uint8_t> staging;
+  if (store_.staging.size() != cfg_.num_host_blocks) staging.assign(cfg_.num_host_blocks, 0);
   std::vector<kvb_store_completion> done(64);
   const bool through = (ops->flags & KVB_STORE_WRITE_THROUGH) != 0;
   std::vector<int32_t> through_list;
   through_list.reserve(through ? cfg_.num_host_blocks : 0);
   std::vector<uint8_t> through_pending(cfg_.num_host_blocks, 0), written(cfg_.num_host_blocks, 0);
   scratch_.store_hosts.reserve(cfg_.num_blocks);
-  store_.staging.swap(staging);
+  claim_store(this, *ops);
+  store_abandon_gets();
+  if (!staging.empty()) store_.staging.swap(staging);
   store_.done.swap(done);
   store_.write_through = through;
   store_.through.swap(through_list);

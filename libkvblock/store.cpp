@@ -1,5 +1,6 @@
-// Store keys: a block's whole-history index key folded with what makes its bytes compatible (layout and a
-// caller-chosen model id), so that blocks of other models, dtypes or tenants never match in a shared store.
+// Store keys: a block's whole-history index key folded with what makes its bytes compatible (layout, fp8
+// scales and a caller-chosen model id), so that blocks of other models, dtypes, calibrations or tenants
+// never match in a shared store.
 #define XXH_INLINE_ALL
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -19,17 +20,30 @@ static void put_u64(unsigned char* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-Key128 store_namespace_key(uint32_t dtype, uint32_t block_size, uint32_t num_layers, uint32_t num_kv_heads,
-                           uint32_t head_dim, uint64_t model_id) {
+Key128 store_namespace_key(const StoreNamespace& ns) {
   unsigned char buf[8 + 5 * 4 + 8];
-  std::memcpy(buf, "KVBSTNS1", 8);  // the format's version: a new folding gets a new tag
-  put_u32(buf + 8, dtype);
-  put_u32(buf + 12, block_size);
-  put_u32(buf + 16, num_layers);
-  put_u32(buf + 20, num_kv_heads);
-  put_u32(buf + 24, head_dim);
-  put_u64(buf + 28, model_id);
-  XXH128_hash_t h = XXH3_128bits(buf, sizeof buf);
+  // The format's version: a new folding gets a new tag. fp8 namespaces carry their scales (tag 2), 16- and
+  // 32-bit ones hash as they always did.
+  const bool fp8 = ns.dtype == KVB_DTYPE_FP8_E4M3 || ns.dtype == KVB_DTYPE_FP8_E5M2;
+  std::memcpy(buf, fp8 ? "KVBSTNS2" : "KVBSTNS1", 8);
+  put_u32(buf + 8, ns.dtype);
+  put_u32(buf + 12, ns.block_size);
+  put_u32(buf + 16, ns.num_layers);
+  put_u32(buf + 20, ns.num_kv_heads);
+  put_u32(buf + 24, ns.head_dim);
+  put_u64(buf + 28, ns.model_id);
+  XXH3_state_t st;
+  XXH3_INITSTATE(&st);
+  XXH3_128bits_reset(&st);
+  XXH3_128bits_update(&st, buf, sizeof buf);
+  for (float f : ns.scales) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    unsigned char b[4];
+    put_u32(b, bits);
+    XXH3_128bits_update(&st, b, sizeof b);
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(&st);
   return Key128{h.low64, h.high64};
 }
 

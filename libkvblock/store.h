@@ -9,10 +9,23 @@
 
 namespace kvb {
 
-// The store key of an index key under a namespace key (kvblock.h, "Keys").
-Key128 store_namespace_key(uint32_t dtype, uint32_t block_size, uint32_t num_layers, uint32_t num_kv_heads,
-                           uint32_t head_dim, uint64_t model_id);
+// What makes blocks' bytes compatible (kvb_store_namespace, checked by the C boundary).
+struct StoreNamespace {
+  uint32_t dtype = 0, block_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  uint64_t model_id = 0;
+  std::vector<float> scales;  // fp8 dtypes: every (layer, K then V, kv head) scale; empty otherwise (unread)
+};
+
+// The namespace key, and the store key of an index key under it (kvblock.h, "Keys").
+Key128 store_namespace_key(const StoreNamespace& ns);
 Key128 fold_store_key(const Key128& index_key, const Key128& ns);
+
+// One store, one manager (kvblock.h, "One store, one host cache, one manager"): a process-wide table of
+// which manager holds which store, a store named by its (user, put) pair. claim_store registers ops for
+// owner in place of owner's previous store, or fails (bad_state, naming the holder) if another owner holds
+// it; release_store forgets owner's store.
+void claim_store(const void* owner, const kvb_store& ops);
+void release_store(const void* owner);
 
 // A get in flight: host block `host` is being filled for block `index` of the sequence allocated with
 // `serial` (a freed id may be reused: the serial tells the old sequence from a new one), whose device
@@ -43,7 +56,7 @@ struct StoreTier {
   std::vector<kvb_store_key> keys;      // scratch: the folded keys a lookup asked about
   std::vector<kvb_store_completion> done;  // scratch for poll
   uint64_t hit_tokens = 0, put_blocks = 0, put_failures = 0, get_blocks = 0, get_failures = 0;
-  uint64_t recomputed_tokens = 0;
+  uint64_t recomputed_tokens = 0, abandoned_gets = 0;
   size_t staged = 0;  // host blocks with staging != 0
 };
 

@@ -179,6 +179,22 @@ int dir_poll(void* user, kvb_store_completion* done, size_t capacity, size_t* nu
 using kvb::Code;
 using kvb::fail;
 
+namespace {
+
+// mkdir -p: path and its missing parents (a parent made by someone else meanwhile is fine).
+void make_directories(const char* path) {
+  std::string p(path);
+  for (size_t i = 1; i <= p.size(); ++i) {
+    if (i < p.size() && p[i] != '/') continue;
+    const std::string part = p.substr(0, i);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+      fail(Code::invalid_argument, "store directory '%s': cannot create '%s' (%s)", path, part.c_str(),
+           std::strerror(errno));
+  }
+}
+
+}  // namespace
+
 extern "C" {
 
 void kvb_store_dir_config_init(kvb_store_dir_config* cfg) {
@@ -204,8 +220,7 @@ kvb_status kvb_store_dir_create(const kvb_store_dir_config* cfg, kvb_store_dir**
            cfg->region_block_bytes);
     for (size_t i = 0; i < cfg->num_regions; ++i)
       if (!cfg->regions[i]) fail(Code::invalid_argument, "regions[%zu] is NULL", i);
-    if (::mkdir(cfg->path, 0755) != 0 && errno != EEXIST)
-      fail(Code::invalid_argument, "store directory '%s': cannot create it (%s)", cfg->path, std::strerror(errno));
+    make_directories(cfg->path);
     struct stat st;
     if (::stat(cfg->path, &st) != 0 || !S_ISDIR(st.st_mode))
       fail(Code::invalid_argument, "store directory '%s' is not a directory", cfg->path);
@@ -224,6 +239,8 @@ kvb_status kvb_store_dir_create(const kvb_store_dir_config* cfg, kvb_store_dir**
     t.put = dir_put;
     t.get = dir_get;
     t.poll = dir_poll;
+    t.num_host_blocks = cfg->num_host_blocks;
+    t.block_bytes = static_cast<uint64_t>(cfg->region_block_bytes) * cfg->num_regions;
     std::memcpy(static_cast<void*>(table), &t, std::min<size_t>(caller_size, sizeof t));
     table->struct_size = caller_size;
     *out = owner.release();

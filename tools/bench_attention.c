@@ -114,7 +114,7 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
 int bench_attention(kenv* e) {
   /* (batch, context, cache dtype: 0 fp16, 1 fp32, 2 fp8 e4m3 with fp16 queries, HND?), ended by {0, 0}.
      GPU: one sequence (latency), then the throughput shapes of the PERFORMANCE.md goal ((64, 8192) and
-     (16, 32768): long contexts, split-K), (64, 8192) on fp8 too (issue 23: <= 0.55x the fp16 time); CPU: the goal's shapes (fp16, fp8 and fp32 at 4096 tokens) and
+     (16, 32768): long contexts, split-K), (64, 8192) on fp8 too (the goal: <= 0.55x the fp16 time); CPU: the goal's shapes (fp16, fp8 and fp32 at 4096 tokens) and
      smaller, against the streaming-read ceiling (attention reads K and V once, with every thread), the
      fp16 and fp32 goal shapes also on a head-major (HND) cache of the same bytes: a head's rows of a block
      contiguous instead of head_dim slices num_kv_heads x head_dim apart (NHD). */

@@ -2,7 +2,7 @@
    without and with its kvb_prefix_groups, the two calls interleaved sample by sample (so that load from
    other processes hits both alike), medians reported. Shapes (fp16, Hq 32, Hkv 8, D 128, block 16).
    CPU: 64 sequences sharing 4,096 tokens with 128 own tokens each (one group of 64), and 64 sequences of
-   4,224 tokens sharing nothing (a description with no groups). CUDA (kernels/cuda/cascade.cu, decode):
+   4,224 tokens sharing nothing (a description with no groups). CUDA (kernels/cascade/cascade.cu, decode):
    256 sequences sharing 16,384 tokens with 256 own tokens each, and 64 sequences of 8,192 tokens sharing
    2,048 (the H100 targets of PERFORMANCE.md), and an extend row: kvb_prefill_attention for 64 sequences
    sharing 4,096 tokens, each adding 16 new tokens after 112 own cached ones (speculative decoding / chunked

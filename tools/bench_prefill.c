@@ -1,12 +1,12 @@
 /* bench_prefill.c - the prefill cases of `kvblock bench`: kvb_prefill_attention over a paged cache in
    TFLOP/s (causal flops actually needed: 4 * attended keys * head_dim per query row and head), fp16,
-   bf16 and fp8 e4m3 caches (fp16 queries; issue 23: fp8 no slower than fp16), Hq=32 Hkv=8 D=128,
+   bf16 and fp8 e4m3 caches (fp16 queries; the goal: fp8 no slower than fp16), Hq=32 Hkv=8 D=128,
    block 16, random data and random block tables. On the GPU each row is
    also given as a fraction of an fp16 cuBLAS GEMM measured in the same run (bench_gpu_peaks.c).
 
-   Shapes (prompts x new tokens over cached tokens): the GPU runs the issue's three, (1 x 4096),
+   Shapes (prompts x new tokens over cached tokens): the GPU runs the goal's three, (1 x 4096),
    (8 x 1024 over 3072) and a mixed batch (4 prefills of 512 + 60 decodes over 2048), and (8 x 4096)
-   (issue 23's fp8 comparison); the CPU runs the first three
+   (the fp8 comparison); the CPU runs the first three
    with a quarter of the sequences and tokens (a sixteenth with --quick) to stay short. On the CPU the
    ceiling is a measured fp32 FMA peak: independent multiply-add chains on every online CPU at once
    (AVX2 + FMA where the CPU has it, the same instructions as the kernel's fast path), in the same run. */

@@ -1,9 +1,10 @@
 /* house_ir_driver.c - the miss, hit and decode loops of `kvblock bench` (tools/bench_manager.c), alone
    and in functions of their own, so that callgrind can count the instructions of exactly the measured
    loop (--toggle-collect=measured_*), per block or per token, against any build of the library (same
-   ABI). Used for docs/perf/manager.md ("Sequence split"); not part of the build.
-     cc -O2 -g -Iabi -o /tmp/ir_driver docs/perf/house_ir_driver.c -Lbuild/lib -lkvblock
-     LD_LIBRARY_PATH=build/lib valgrind --tool=callgrind --toggle-collect='measured_*' /tmp/ir_driver miss 0
+   ABI). Used for docs/perf/manager.md; `make perf-drivers` (and `make tests`) builds it:
+     make perf-drivers
+     valgrind --tool=callgrind --toggle-collect='measured_*' build/perf/house_ir_driver miss 0
+   (LD_LIBRARY_PATH=OTHER_BUILD/lib measures another build of the library with the same driver.)
    Second argument: 0 = no KV cache groups, 1 = one full-attention group (kvb_config.groups). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,10 +2,10 @@
    loops through the public API, and of the bare XXH64 of a block ([parent hash][16 tokens], 136 bytes,
    chained as the bench's hash case), on a pool of any size: minimum of REPS repetitions of 100
    prompts of 4096 tokens, after a warm-up that wraps the pool (every measured miss evicts). Used for
-   docs/perf/manager.md; not part of the build. Old and new libraries are compared by running it
-   alternately with LD_LIBRARY_PATH pointing at each:
-     cc -O2 -Iabi -o /tmp/time_driver docs/perf/miss2_time_driver.c -Lbuild/lib -lkvblock -lxxhash
-     LD_LIBRARY_PATH=build/lib /tmp/time_driver 1048576 20      (POOL_BLOCKS [REPS]) */
+   docs/perf/manager.md; `make perf-drivers` (and `make tests`) builds it. Old and new libraries are
+   compared by running it alternately with LD_LIBRARY_PATH pointing at each:
+     make perf-drivers
+     LD_LIBRARY_PATH=build/lib build/perf/miss2_time_driver 1048576 20      (POOL_BLOCKS [REPS]) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Manager-side bad input that used to be accepted, wrap or crash (issue 10 item 3), and messages that
+/* Manager-side bad input that must be refused (not accepted, wrapped or crashed on), and messages that
  * say what is wrong: huge num_non_cacheable_tokens, duplicate ids in a batch export, NULL tokens to
  * kvb_hash_tokens, extra-key block indices no sequence can reach, swap out without a host tier, and
  * counts that agree with their nouns ("1 block"). */

@@ -1,4 +1,4 @@
-/* KV cache groups (issue 17): the prefix hit valid for every group, at every boundary. A full group and
+/* KV cache groups: the prefix hit valid for every group, at every boundary. A full group and
  * a window group share one pool; window-group blocks are evicted on purpose (the window releases them,
  * a filler sequence then takes them from the free queue), and the cached set of each group is tracked
  * from the events (kvb_drain_events_group: STORED / REMOVED per group and public hash). The hit the

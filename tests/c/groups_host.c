@@ -1,4 +1,4 @@
-/* KV cache groups with the host tier (issue 17 item 4). Swapping moves every group's held blocks at once
+/* KV cache groups with the host tier. Swapping moves every group's held blocks at once
  * (one host table per group; pairs are plain (device, host) ids of the shared pools, group 0's first),
  * window slots released before the swap stay released, a failed swap changes nothing in any group, and
  * swap-in makes each group's committed blocks findable again under that group's key. The host prefix

@@ -1,4 +1,4 @@
-/* Tiered prefix cache (KVB_CONFIG_HOST_CACHE, issue 13): evicted device blocks are offloaded to host
+/* Tiered prefix cache (KVB_CONFIG_HOST_CACHE): evicted device blocks are offloaded to host
  * blocks and stay findable; hits from the host come back through load pairs; the host copy of a loaded
  * block is kept until room is needed and dropped first; stats and events say which tier. */
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* Sink tokens near 2^32 (issue 20 item 3): the sink-block count ceil(sink / block_size) was computed in
+/* Sink tokens near 2^32: the sink-block count ceil(sink / block_size) was computed in
  * 32 bits, so sink 2^32 - 15 with block size 16 wrapped to 0 sink blocks; the window then released
  * blocks that the sinks cover and the attention kernel refused the table (-1 where it reads). Checked
  * for allocate, set_window, rollback and fork_at, with and without KV cache groups, and that the

@@ -1,5 +1,5 @@
-/* Whole-history matching (docs/ARCHITECTURE.md, "Prefix index and whole-history matching"; issue 10
- * item 1): a block matches only a block whose entire history is identical (salt or none, every earlier
+/* Whole-history matching (docs/ARCHITECTURE.md, "Prefix index and whole-history matching"): a
+ * block matches only a block whose entire history is identical (salt or none, every earlier
  * block's tokens and extra key, its own tokens and extra key),
  * in both index modes, whatever values the caller picks. The public xxh64 chain cannot tell
  * `salt ‖ tokens` from `tokens ‖ extra`; the index key must.
@@ -28,7 +28,7 @@ static kvb_status alloc_opts(kvb_manager* m, int64_t id, const int64_t* t, size_
   return kvb_seq_allocate_ex(m, id, t, n, &o, cached);
 }
 
-/* The repro of issue 10: seq 3 (salt 5) must not reach seq 2's (no salt, extra key 7) second block. */
+/* The original collision case: seq 3 (salt 5) must not reach seq 2's (no salt, extra key 7) second block. */
 static void repro_in(uint32_t flags) {
   kvb_manager* m = kvbt_make_ex(BS, 32, 0, 0.0f, flags, 0);
   const int64_t s1[5] = {100, 7, 300, 301, 9};

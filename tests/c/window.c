@@ -1,4 +1,4 @@
-/* Sliding window (issue 10 item 2): blocks are released only when no query of any appended-but-
+/* Sliding window: blocks are released only when no query of any appended-but-
  * uncomputed token can attend to them (the window is measured from the first query still to come, at
  * position num_computed), so a rollback of uncommitted tokens always works and a decode or chunk step
  * never meets -1 inside its window; window 1 with a released previous block still rolls back and forks. */

@@ -1,4 +1,4 @@
-// The AMX building blocks of the CPU shared-prefix product (kernels/cpu/amx_tiles.h) against scalar
+// The AMX building blocks of the CPU shared-prefix product (kernels/common/amx_tiles_cpu.h) against scalar
 // models: the bf16 high / low split (round to nearest even, twice), the K^T and V pair layouts that
 // TDPBF16PS reads, and the tile products against float64 sums (fp16-level accuracy with the low parts,
 // bf16-level without). Skipped, with the reason, where the CPU or OS has no AMX (and under valgrind,
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "harness.h"
-#include "../../kernels/cpu/amx.h"
-#include "../../kernels/cpu/amx_tiles.h"
+#include "../../kernels/common/amx_cpu.h"
+#include "../../kernels/common/amx_tiles_cpu.h"
 
 namespace amx = kvb::kern::cpu::amx;
 

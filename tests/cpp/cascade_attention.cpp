@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cascade_batch.h"
-#include "../../kernels/cpu/amx.h"
-#include "../../kernels/cpu/simd.h"
+#include "../../kernels/common/amx_cpu.h"
+#include "../../kernels/common/simd_cpu.h"
 
 using namespace kt;
 

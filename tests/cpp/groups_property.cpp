@@ -1,4 +1,4 @@
-// KV cache groups (issue 17): random operations on managers with several groups (full and window, with
+// KV cache groups: random operations on managers with several groups (full and window, with
 // sinks, one shared pool) against a simple model, with kvb_check_invariants after every step. The model
 // keeps each sequence's tokens and computed count, and the set of (medium, group, public hash) the device
 // and host indexes hold as the group events report it. Some managers have a host tier for swapping, some

@@ -1,5 +1,5 @@
-// Whole-history property test (docs/ARCHITECTURE.md, "Prefix index and whole-history matching"; issue 10
-// item 1). Random operations whose salts, extra keys and token ids all come from the same few values (so
+// Whole-history property test (docs/ARCHITECTURE.md, "Prefix index and whole-history matching").
+// Random operations whose salts, extra keys and token ids all come from the same few values (so
 // that `salt ‖ tokens`, `parent ‖ tokens` and `tokens ‖ extra` byte streams line up as often as possible),
 // in both index modes and at several block sizes. The model records, for every device block, the whole
 // history of the K/V that was last committed into it (salt or none, then every block's tokens and extra key
@@ -144,7 +144,7 @@ class HistoryTest {
 
   // A fresh prompt, or (mostly) a variant of an earlier one, so that prefixes recur: the same prompt, one
   // token / salt / extra key changed, or the salt moved into the tokens and the first block's last token
-  // into its extra key (`salt ‖ tokens` == `tokens ‖ extra`: issue 10's repro), or back.
+  // into its extra key (`salt ‖ tokens` == `tokens ‖ extra`: whole_history.c's collision case), or back.
   MSeq make_prompt() {
     MSeq s;
     if (!prompts_.empty() && rng_.below(4) != 0) {

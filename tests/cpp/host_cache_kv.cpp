@@ -1,4 +1,4 @@
-// Real K/V bytes through the tiered prefix cache (issue 13 item 5), on the CPU: a small serving loop
+// Real K/V bytes through the tiered prefix cache, on the CPU: a small serving loop
 // writes each token's K/V (a function of its whole prefix, per layer, head and dim) with kvb_write_kv,
 // runs the host-cache transfers with kvb_swap_blocks (all offloads, then all loads, as the header
 // says) and checks, after every step, that every cached token of every live sequence reads back

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "../../kernels/cpu/simd.h"
+#include "../../kernels/common/simd_cpu.h"
 #include "kernels_util.h"
 
 using namespace kt;

@@ -1,4 +1,4 @@
-// CUDA shared-prefix decode (kernels/cuda/cascade.cu; fp16 / bf16 shared part on tensor cores in
+// CUDA shared-prefix decode (kernels/cascade/cascade.cu; fp16 / bf16 shared part on tensor cores in
 // cascade_mma.cu): kvb_paged_attention on a CUDA cache with a
 // kvb_prefix_groups description against the plain CUDA call and the plain CPU call on the same inputs,
 // over random decode batches (several groups, a group of one, sequences in no group, members whose whole

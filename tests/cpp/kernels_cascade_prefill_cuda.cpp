@@ -1,4 +1,4 @@
-// CUDA shared-prefix prefill / extend (kernels/cuda/cascade_prefill.cu + cascade_mma.cu):
+// CUDA shared-prefix prefill / extend (kernels/cascade/cascade_prefill.cu + cascade_mma.cu):
 // kvb_prefill_attention on a CUDA cache with a kvb_prefix_groups description against the plain CUDA
 // call and the plain CPU call on the same inputs, over random batches: members extending a shared
 // prefix by 1 to 40 tokens each (several groups, a group of one, a member whose cached part is all

@@ -1,4 +1,4 @@
-// The CUDA tensor-core shared-prefix kernel's work list (kernels/cascade_tiles.h), checked on the CPU:
+// The CUDA tensor-core shared-prefix kernel's work list (kernels/cascade/cascade_tiles.h), checked on the CPU:
 // over random batches (decode: one row each; extend / prefill: ragged rows), random disjoint groups
 // with shared prefixes (some reaching into the members' new tokens), GQA groups, windows with sinks and
 // key splits, the simulated grid (shared tiles from the member row prefix, then the plain prefill's own
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "../../kernels/cascade_tiles.h"
+#include "../../kernels/cascade/cascade_tiles.h"
 #include "harness.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The tensor-core decode kernel's fp8 layout (kernels/decode_tiles.h, smem_bytes_fp8 and fp8_*), checked
+// The tensor-core decode kernel's fp8 layout (kernels/decode/decode_tiles.h, smem_bytes_fp8 and fp8_*), checked
 // on the CPU for every head dim and pipeline depth it instantiates: the regions (Q, K / V stages of fp8
 // bytes, the 16-bit K / V tiles) are disjoint, fit the device limits where the 16-bit kernel's do, hold
 // the warps' final merge, and start where ldmatrix stays conflict-free; the stage copy fills each stage
@@ -7,7 +7,7 @@
 // writes where the 16-bit kernel's cp.async puts that element, without bank conflicts.
 #include <vector>
 
-#include "../../kernels/decode_tiles.h"
+#include "../../kernels/decode/decode_tiles.h"
 #include "harness.h"
 #include "smem_banks.h"
 

@@ -1,4 +1,4 @@
-// The tensor-core decode kernel's geometry (kernels/decode_tiles.h), checked on the CPU: the chunks of a
+// The tensor-core decode kernel's geometry (kernels/decode/decode_tiles.h), checked on the CPU: the chunks of a
 // GQA group cover every query head once with at most 16 per CTA; over random sequence lengths,
 // partition sizes, block sizes, windows and sinks, the simulated grid (partitions, pipeline stages, warps,
 // key columns) scores every attended key exactly once per sequence, loads nothing outside the
@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "../../kernels/decode_tiles.h"
+#include "../../kernels/decode/decode_tiles.h"
 #include "harness.h"
 
 namespace {

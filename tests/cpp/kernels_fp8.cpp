@@ -1,4 +1,4 @@
-// FP8 KV caches (issue 23, phase 1): the shared conversion (kernels/fp8.h) checked exhaustively against an
+// FP8 KV caches: the shared conversion (kernels/common/fp8.h) checked exhaustively against an
 // independent reference; write_kv's bytes; decode and prefill on fp8 caches against a float64 reference
 // on the DEQUANTIZED cache (tight: the kernels add no error beyond quantization) and on the unquantized
 // values (the documented quantization tolerance); every q dtype, both formats, per-head scales, every
@@ -13,8 +13,8 @@
 #include <numeric>
 #include <string>
 
-#include "../../kernels/cpu/simd.h"
-#include "../../kernels/fp8.h"
+#include "../../kernels/common/simd_cpu.h"
+#include "../../kernels/common/fp8.h"
 #include "fp8_problem.h"
 #include "kernels_util.h"
 

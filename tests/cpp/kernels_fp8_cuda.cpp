@@ -1,5 +1,5 @@
-// FP8 KV caches on CUDA (issue 23, phase 2). On every build: the software fp8 -> fp16 conversion the
-// CUDA kernels use on sm_80 (kernels/fp8.h, the same __host__ __device__ function) checked for all 256
+// FP8 KV caches on CUDA. On every build: the software fp8 -> fp16 conversion the
+// CUDA kernels use on sm_80 (kernels/common/fp8.h, the same __host__ __device__ function) checked for all 256
 // codes of both formats in every byte position against the reference decoder, NaN codes included.
 // With a GPU: CUDA decode attention on fp8 caches against the float64 reference on the dequantized
 // cache (the q dtype's tolerance: the kernel adds no error beyond quantization), against the CPU
@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "../../kernels/fp8.h"
+#include "../../kernels/common/fp8.h"
 #include "fp8_problem.h"
 #include "kernels_util.h"
 

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <string>
 
-#include "../../kernels/cpu/simd.h"
+#include "../../kernels/common/simd_cpu.h"
 #include "kernels_util.h"
 
 using namespace kt;

@@ -1,4 +1,4 @@
-// The TF32 prefill kernel's geometry (kernels/prefill_fp32_tiles.h), checked on the CPU: over random
+// The TF32 prefill kernel's geometry (kernels/prefill/prefill_fp32_tiles.h), checked on the CPU: over random
 // ragged batches, windows and sinks, the CTAs' row segments cover every query row once, each within one
 // sequence, and their key walks score every (row, attended key) pair exactly once, loading every key
 // some row attends; the mma.sync m16n8k8 fragment addressing (Q and K as A / B of S = Q K^T, P from the
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "../../kernels/prefill_fp32_tiles.h"
+#include "../../kernels/prefill/prefill_fp32_tiles.h"
 #include "harness.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The CUDA prefill kernel's fp8 staging (kernels/prefill_fp8_tiles.h), checked on the CPU for every head
+// The CUDA prefill kernel's fp8 staging (kernels/prefill/prefill_fp8_tiles.h), checked on the CPU for every head
 // dim and key tile the kernel instantiates: the cp.async copies fill each staging tile exactly once with
 // the right 16 bytes of each key row and stay inside the 16-bit kernel's second K / V buffer; the
 // conversion items cover the 16-bit tile exactly once, reading each element's code and writing it
@@ -10,9 +10,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../../kernels/fp8.h"
-#include "../../kernels/prefill.h"
-#include "../../kernels/prefill_fp8_tiles.h"
+#include "../../kernels/common/fp8.h"
+#include "../../kernels/prefill/prefill.h"
+#include "../../kernels/prefill/prefill_fp8_tiles.h"
 #include "harness.h"
 #include "smem_banks.h"
 

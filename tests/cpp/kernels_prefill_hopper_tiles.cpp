@@ -1,4 +1,4 @@
-// The sm_90a prefill kernel's arithmetic (kernels/prefill_hopper_tiles.h), checked on the CPU: a model
+// The sm_90a prefill kernel's arithmetic (kernels/prefill/prefill_hopper_tiles.h), checked on the CPU: a model
 // of the producer's cp.async gather of paged K / V (and the Q load) writes element ids into a byte-exact
 // shared-memory image, and a model of how wgmma reads a descriptor (the PTX ISA's canonical 128-byte
 // swizzle layouts: K-major for Q and K, N-major for V) must find every (row, k) element the kernel's
@@ -14,8 +14,8 @@
 #include <set>
 #include <vector>
 
-#include "../../kernels/prefill.h"
-#include "../../kernels/prefill_hopper_tiles.h"
+#include "../../kernels/prefill/prefill.h"
+#include "../../kernels/prefill/prefill_hopper_tiles.h"
 #include "harness.h"
 
 namespace {

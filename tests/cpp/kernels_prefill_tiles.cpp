@@ -1,4 +1,4 @@
-// The CUDA prefill kernel's work decomposition (kernels/prefill_tiles.h), checked on the CPU: over
+// The CUDA prefill kernel's work decomposition (kernels/prefill/prefill_tiles.h), checked on the CPU: over
 // random ragged batches, GQA groups, key-tile sizes, windows with sinks and key splits, the simulated
 // grid (tiles from total rows + num_seqs, sequence by binary search, key tiles per split) covers every
 // packed query row exactly once and every (row, attended key) pair exactly once, and a tile it treats
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "../../kernels/prefill.h"
-#include "../../kernels/prefill_tiles.h"
+#include "../../kernels/prefill/prefill.h"
+#include "../../kernels/prefill/prefill_tiles.h"
 #include "harness.h"
 
 namespace {

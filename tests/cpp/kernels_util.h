@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "../../kernels/cpu/convert.h"
-#include "../../kernels/types.h"
+#include "../../kernels/common/convert_cpu.h"
+#include "../../kernels/common/types.h"
 #include "harness.h"
 #if KVB_WITH_CUDA
 #include "../support/devutil.h"

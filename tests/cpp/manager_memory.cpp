@@ -1,10 +1,10 @@
 // Host memory of a manager, measured with a counting global allocator (every operator new / delete of
 // the library, linked statically into this binary, goes through it; the live byte count is exact).
-//   - Per device block (issue 20 item 6): with events and the host cache (one host block per device
+//   - Per device block: with events and the host cache (one host block per device
 //     block), KV cache groups must not multiply the per-block cost: one public-hash count table keyed by
 //     (group, hash) serves every group, since a block belongs to one group at a time. Measured as the
 //     slope between two pool sizes, so the fixed costs (event queue, sequence table) cancel out.
-//   - The groups prefix lookup (issue 20 item 7) keeps no scratch beyond what the pool bounds: a prompt
+//   - The groups prefix lookup keeps no scratch beyond what the pool bounds: a prompt
 //     far longer than the pool, checked or allocated with 64 groups, leaves the manager no bigger (it
 //     kept 40 bytes per group per prompt block), with extra keys on every block too; and the hit found
 //     on a cached prefix followed by a long tail is the cached prefix.

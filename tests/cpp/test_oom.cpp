@@ -8,7 +8,7 @@
 //   - the call is then retried without injection and must give what it gives in the reference run, and
 //     the sequence goes on; at the end the full state, drained copies and events included, must equal
 //     the reference run's.
-// And (issue 20 item 8): every OUT_OF_MEMORY says what could not be allocated and how much, and the event
+// And: every OUT_OF_MEMORY says what could not be allocated and how much, and the event
 // queue grows on demand instead of reserving event_capacity events of a block of tokens each up front.
 #include <cstddef>
 #include <cstdint>

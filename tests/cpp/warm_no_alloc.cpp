@@ -1,4 +1,4 @@
-// A warm manager allocates nothing (issue 21 item 3: sequence objects are pooled, and each keeps its group
+// A warm manager allocates nothing (sequence objects are pooled, and each keeps its group
 // tables and their capacity): the same workload run a second time on the same manager (allocate prompts
 // that miss, commit them, decode token by token and in batches, fork, roll back, allocate a cached prompt,
 // free everything) makes no call to operator new, without KV cache groups and with them (full and window

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/check_all.sh adds up tests, not variants (issue 27 item 6): run against a stand-in for make that
+# tests/check_all.sh adds up tests, not variants: run against a stand-in for make that
 # prints each variant's closing line, in a scratch folder (its logs go to ./build/check-all there), the
 # total must be the sum of the tests, the bindings' skipped tests counted, the fuzz run counted as one
 # test with its number of inputs, and the Python tests listed per file.

@@ -41,7 +41,7 @@ for f in include/kvblock.h lib/libkvblock.so lib/libkvblock.a lib/pkgconfig/kvbl
 done
 [ -z "$missing" ] && ok "installed files present" || bad "missing after install:$missing"
 
-# The tool is installed with the library and finds it without LD_LIBRARY_PATH (issue 27 item 1).
+# The tool is installed with the library and finds it without LD_LIBRARY_PATH.
 if out=$(env -u LD_LIBRARY_PATH "$prefix/bin/kvblock" --version 2>&1) && echo "$out" | grep -q '^kvblock '; then
   ok "installed tool runs without LD_LIBRARY_PATH ($out)"
 else

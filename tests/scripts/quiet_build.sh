@@ -1,5 +1,5 @@
 #!/bin/sh
-# The build is quiet by default (issue 27 item 2): one short line per step ("  CXX   libkvblock/error.cpp"),
+# The build is quiet by default: one short line per step ("  CXX   libkvblock/error.cpp"),
 # the full compiler command with V=1, and a compiler warning shown in full either way. Builds one small
 # object into a scratch tree (CUDA=0: a few seconds), never the tree under test.
 . tests/scripts/tool_common.inc

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The README's commands, as a newcomer types them from the repository root (issue 27 item 1): every
+# The README's commands, as a newcomer types them from the repository root: every
 # indented command line outside code fences (the first two lines included) and every `backticked`
 # command, split at &&. Tool commands (build/bin/kvblock ...) are run as written, with this build tree's
 # tool and --svg into a scratch folder; `make` commands are checked, not run (they build or run every

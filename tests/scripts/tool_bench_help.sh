@@ -15,7 +15,7 @@ for k in median_per_call cow_fork_position batch_seqs batch_tokens gbps of_ceili
 done
 check "bench json: kernel GB/s positive" sh -c "! grep -q '\"gbps\": 0.000[,}]' '$TMP/b.json'"
 check "bench json: device cpu" grep -q '"device": "cpu"' "$TMP/b.json"
-# A case run alone (--only) has no baseline: its ratio columns read "-", never 0.00x (issue 27 item 5).
+# A case run alone (--only) has no baseline: its ratio columns read "-", never 0.00x.
 "$KVB" bench --quick --only miss --prompt-tokens 256 >"$TMP/om.txt"
 check "bench --only miss: exit 0" [ $? -eq 0 ]
 check "bench --only miss: ratios '-' without the hash case" \
@@ -26,7 +26,7 @@ check "bench --only miss: says why" grep -q 'where the baseline case did not run
 check "bench --only miss --json: no ratio without its baseline" sh -c "! grep -q ratio_to '$TMP/om.json'"
 check "bench json (all cases): miss has its ratios" grep -q '"ratio_to_hash": ' "$TMP/b.json"
 check "bench --only miss: no target without its ratio" sh -c "! grep -q 'target <=' '$TMP/om.txt'"
-# With its baseline, the miss and hit rows carry their design goal beside the ratio (issue 27 item 8);
+# With its baseline, the miss and hit rows carry their design goal beside the ratio;
 # a --quick run is too short to judge it.
 "$KVB" bench --quick --prompt-tokens 256 --decode-seqs 8 >"$TMP/q.txt"
 check "bench: miss row has its target" \

@@ -1,5 +1,5 @@
 #!/bin/sh
-# kvblock replay --host-cache (issue 13): host blocks as a second prefix-cache level in both modes.
+# kvblock replay --host-cache: host blocks as a second prefix-cache level in both modes.
 # With a device pool too small for the sample trace's reuse, the host level adds hits; the report
 # splits hits by tier and gives the blocks and bytes moved; the counts agree with each other.
 . tests/scripts/tool_common.inc

@@ -1,5 +1,5 @@
 #!/bin/sh
-# kvblock replay --groups (issue 17): KV cache groups of a hybrid model in the sequential replay.
+# kvblock replay --groups: KV cache groups of a hybrid model in the sequential replay.
 # One full group is the plain replay; two full groups on twice the pool behave the same; a window group
 # never holds more than the full group; bad specs are usage errors. With the host cache one full group is
 # again the plain replay and the hybrid finds host hits; timed --preempt swap swaps hybrid sequences out

@@ -1,5 +1,5 @@
 #!/bin/sh
-# kvblock replay --store-blocks (issue 26): an in-memory model store as a third level below the host
+# kvblock replay --store-blocks: an in-memory model store as a third level below the host
 # cache. With device and host pools too small for the sample trace's reuse, the store adds hits; the
 # report splits hits by tier and the counts agree with each other.
 . tests/scripts/tool_common.inc

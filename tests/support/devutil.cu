@@ -2,7 +2,7 @@
 // into the C++ tests, not part of libkvblock.
 #include <cuda_runtime.h>
 
-#include "../../kernels/cuda/common.cuh"
+#include "../../kernels/common/cuda.cuh"
 #include "devutil.h"
 
 namespace kvb {

@@ -209,8 +209,9 @@ def main() -> int:
     t_start = time.perf_counter()
     where = torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu"
     print(f"libkvblock {library_version()}, torch {torch.__version__}, {where}")
-    sizes = (dict(vocab=512, hidden=256, ffn=512, num_layers=2, num_q_heads=4, num_kv_heads=2) if a.tiny else
-             dict(vocab=32000, hidden=512, ffn=1536, num_layers=4, num_q_heads=8, num_kv_heads=2))
+    sizes: Dict[str, Any] = (
+        dict(vocab=512, hidden=256, ffn=512, num_layers=2, num_q_heads=4, num_kv_heads=2) if a.tiny else
+        dict(vocab=32000, hidden=512, ffn=1536, num_layers=4, num_q_heads=8, num_kv_heads=2))
     with tempfile.TemporaryDirectory() as tmp:
         models = [("llama", False), ("qwen2", True)][: 1 if a.quick else 2]
         for arch, tied in models:

@@ -122,12 +122,26 @@ def require(v: View, what: str, *, dtype: Optional[str] = None, ndim: Optional[i
                 raise KvbArgumentError(f"{what}: dimension {i} must be {want}, got shape {v.shape}")
     if device is not None and v.device != device:
         raise KvbArgumentError(f"{what}: is on {device_name(v.device)}, the cache is on {device_name(device)}")
-    if contiguous and v.strides != _elem_strides(None, v.shape, 1, what) and 0 not in v.shape:
+    if contiguous and v.strides != _elem_strides(None, v.shape, 1, what) and not _dense(v.shape, v.strides):
         raise KvbArgumentError(f"{what}: must be contiguous, got strides {v.strides} for shape {v.shape}")
     if inner_contiguous and v.shape and v.shape[-1] > 1 and v.strides[-1] != 1 and 0 not in v.shape:
         raise KvbArgumentError(f"{what}: the last dimension must be contiguous, got strides {v.strides}")
     if writable and v.readonly:
         raise KvbArgumentError(f"{what}: is read-only")
+
+
+def _dense(shape: Tuple[int, ...], strides: Tuple[int, ...]) -> bool:
+    """Whether the elements lie in row-major order with no gaps, as numpy's C_CONTIGUOUS flag and torch's
+    is_contiguous() say: a dimension of one element is never stepped over, so its stride does not matter
+    (numpy gives a new axis stride 0, torch may keep any stride there)."""
+    if 0 in shape:
+        return True
+    want = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != want:
+            return False
+        want *= n
+    return True
 
 
 def device_name(d: Tuple[int, int]) -> str:

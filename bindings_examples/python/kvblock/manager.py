@@ -95,6 +95,13 @@ _MEDIA = {int(m): m for m in Medium}
 _SIZE_PTR, _I32_ARRAY = ffi.typeof("size_t*"), ffi.typeof("int32_t[]")  # resolved once, for cffi's C functions
 
 
+def _call_hook(store: Any, name: str, mgr: Any) -> None:
+    """A store's optional attached / detached hook (kvblock.store.Store)."""
+    hook = getattr(store, name, None)
+    if callable(hook):
+        hook(mgr)
+
+
 def hash_tokens(tokens: TokenLike, parent: Optional[int] = None) -> int:
     """The public xxh64 block hash (identical to nano-vllm's compute_hash)."""
     buf, n = int64_ptr(tokens)
@@ -491,21 +498,27 @@ class Manager(BatchCalls, OwnsHandle):
     _store: Any = None
 
     def set_store(self, store: Any) -> None:
-        """Registers a store (kvblock.store: DirStore, CallbackStore, open_store) as the third prefix-cache
-        level below the host cache (needs host_cache=True); None removes it. The Manager keeps the store
-        alive while registered. Each step: allocate, then store_poll(), then skip the sequences whose
-        store_state(seq)[1] (gets in flight) is not 0 and run the others from store_state(seq)[0]."""
+        """Registers a store (kvblock.store: DirStore, CallbackStore, open_store, or any object with the
+        kvblock.store.Store protocol) as the third prefix-cache level below the host cache (needs
+        host_cache=True); None removes it. Refused if the store is another Manager's or moves another cache
+        than this one's host cache (its block count or block bytes differ). Removing or replacing a store
+        abandons its gets in flight (a store that never answers can always be detached): their sequences
+        recompute, their host blocks are free at once, stats()["store_abandoned_gets"] counts them. The
+        Manager keeps the store alive while registered. Each step: allocate, then store_poll(), then skip
+        the sequences whose store_state(seq)[1] (gets in flight) is not 0 and run the others from
+        store_state(seq)[0]."""
         if store is None:
             self._run(self._lib.kvb_manager_set_store, ffi.NULL, ffi.NULL)
         else:
             if not hasattr(store, "table") or not hasattr(store, "namespace"):
-                raise KvbArgumentError(f"store must be a kvblock.store store (DirStore, CallbackStore), got "
-                                       f"{type(store).__name__}")
+                raise KvbArgumentError(f"store must be a kvblock.store store (DirStore, CallbackStore, or one "
+                                       f"with .table and .namespace: kvblock.store.Store), got {type(store).__name__}")
             self._run(self._lib.kvb_manager_set_store, store.table, store.namespace.to_c())
-            store._attached(self)
         old, self._store = self._store, store
-        if old is not None and old is not store:
-            old._detached(self)
+        if old is not None:  # its gets in flight were abandoned, even when it is registered again
+            _call_hook(old, "detached", self)
+        if store is not None:
+            _call_hook(store, "attached", self)
 
     def store_poll(self) -> int:
         """Learns the store's completed gets (failed ones cut their sequences); the number still in flight."""

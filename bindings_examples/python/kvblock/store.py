@@ -10,11 +10,17 @@ registers one of:
                                         kvblock.store_redis.RedisBackend (Redis, Valkey) or
                                         kvblock.store_mooncake.MooncakeBackend (Mooncake Store)
   open_store("dir:PATH" | "redis://host:port/db" | "mooncake://host:port?..." | "memory:", host_cache)
+  Store                                 the protocol (and base class) of a store written from scratch
+
+A store moves the bytes of one host cache for one manager: set_store refuses a store over a cache with
+another block count or block size than the manager's host cache (the device cache, say), and one that
+another Manager holds. Removing or replacing a store abandons its gets in flight (their sequences
+recompute), so a store that never answers can always be detached.
 
 The manager never moves bytes itself: a put reads a block of the host cache (`host_cache`, the KVCache of
 the host blocks), a get fills one, and the host <-> device moves stay those of drain_host_transfers. Keys
-are the blocks' whole-history keys folded with a namespace (dtype, block size, layers, kv heads, head dim
-and a caller-chosen model_id), so blocks of different models or layouts never match.
+are the blocks' whole-history keys folded with a namespace (dtype, block size, layers, kv heads, head dim,
+fp8 scales and a caller-chosen model_id), so blocks of different models, layouts or calibrations never match.
 
 CallbackStore's gets are asynchronous: get() only queues, and the manager's next store_poll() fetches every
 queued block with one batched request (one round trip to Redis) and reports the completions. Each stored
@@ -38,7 +44,8 @@ from .kernels import _KVB_DTYPE, KVCache
 
 ffi = _lib.ffi
 
-__all__ = ["StoreNamespace", "DirStore", "CallbackStore", "MemoryBackend", "open_store", "RECORD_HEADER"]
+__all__ = ["Store", "StoreNamespace", "DirStore", "CallbackStore", "MemoryBackend", "open_store", "check_spec",
+           "namespace_of", "RECORD_HEADER"]
 
 _MAGIC = b"KVBRST01"
 _VERSION = 1
@@ -48,13 +55,19 @@ RECORD_HEADER = struct.Struct("<8sIIQQQ8s")
 
 
 class StoreNamespace(NamedTuple):
-    """What makes blocks' bytes compatible (kvb_store_namespace)."""
+    """What makes blocks' bytes compatible (kvb_store_namespace). fp8 dtypes: the scales the bytes were
+    quantized with are part of it (k_scale / v_scale for every layer, or layer_scales: for each layer its K
+    scales then its V scales, scales_per_layer each: 1 or num_kv_heads); other dtypes ignore them."""
     dtype: str
     block_size: int
     num_layers: int
     num_kv_heads: int
     head_dim: int
     model_id: int = 0
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    layer_scales: Optional[Tuple[float, ...]] = None
+    scales_per_layer: int = 1
 
     def to_c(self) -> Any:
         ns = ffi.new("kvb_store_namespace*")
@@ -63,7 +76,19 @@ class StoreNamespace(NamedTuple):
         ns.block_size, ns.num_layers = self.block_size, self.num_layers
         ns.num_kv_heads, ns.head_dim = self.num_kv_heads, self.head_dim
         ns.model_id = u64(self.model_id, "model_id")
+        ns.k_scale, ns.v_scale = float(self.k_scale), float(self.v_scale)
+        if self.layer_scales is not None:
+            want = self.num_layers * 2 * self.scales_per_layer
+            if len(self.layer_scales) != want:
+                raise KvbArgumentError(f"layer_scales: {want} floats (num_layers x 2 x scales_per_layer), got "
+                                       f"{len(self.layer_scales)}")
+            buf = ffi.new("float[]", [float(x) for x in self.layer_scales])
+            _KEEP_ALIVE[ns] = buf  # read by the call the namespace is handed to, then freed with ns
+            ns.layer_scales, ns.scales_per_layer = buf, self.scales_per_layer
         return ns
+
+
+_KEEP_ALIVE: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def key_name(lo: int, hi: int) -> str:
@@ -122,25 +147,55 @@ class _HostRegions:
             ffi.buffer(ffi.cast("char*", base + off), n)[:] = payload[i * n:(i + 1) * n]
 
 
+def _cache_scales(cache: KVCache) -> List[float]:
+    """An fp8 cache's scales as the namespace takes them: for each layer, K's per kv head, then V's."""
+    out: List[float] = []
+    for layer in range(cache.num_layers):
+        d = cache.descs[layer]
+        for scale, per_head in ((d.k_scale, d.k_head_scales), (d.v_scale, d.v_head_scales)):
+            out.extend(float(per_head[h]) if per_head != ffi.NULL else float(scale) for h in range(cache.num_kv_heads))
+    return out
+
+
 def namespace_of(host: KVCache, model_id: int) -> StoreNamespace:
-    return StoreNamespace(host.dtype, host.block_size, host.num_layers, host.num_kv_heads, host.head_dim,
-                          u64(model_id, "model_id"))
+    """The namespace of host's bytes: its layout, its fp8 scales (if fp8) and model_id."""
+    ns = StoreNamespace(host.dtype, host.block_size, host.num_layers, host.num_kv_heads, host.head_dim,
+                        u64(model_id, "model_id"))
+    if not host.fp8:
+        return ns
+    scales = _cache_scales(host)
+    return ns._replace(layer_scales=tuple(scales), scales_per_layer=host.num_kv_heads)
 
 
-class _Registered:
-    """What Manager.set_store needs of a store: .table (kvb_store*), .namespace; and the managers it is
-    registered with, so that close() refuses while one of them may still call it."""
+class Store:
+    """The store protocol: what Manager.set_store takes, and the base class that supplies its defaults.
+
+    A store has
+        table       a kvb_store* (cffi): the callbacks, their user pointer, flags (KVB_STORE_WRITE_THROUGH)
+                    and the memory it moves (num_host_blocks, block_bytes: the manager refuses a store over
+                    another cache than its host cache); kept alive by the store
+        namespace   a StoreNamespace (namespace_of(host_cache, model_id) builds it from the host cache)
+        attached(manager)   called by Manager.set_store once the store is registered with manager
+        detached(manager)   called once manager no longer has it (set_store(None), another store, or the
+                            same store registered again): its gets in flight were abandoned, so a store
+                            that fills host blocks later must forget them here
+    The defaults below track the managers that hold the store, so that close() is refused while one
+    still may call it. A store is registered with one manager at a time (its host_block ids name that
+    manager's host blocks); the library refuses a second.
+
+    Most stores need none of this: CallbackStore(backend, host_cache) takes any object with
+    exists_prefix / put / get_many / close (see there) and builds the table."""
     table: Any
     namespace: StoreNamespace
-    write_through: bool
+    write_through: bool = False
 
     def __init__(self) -> None:
         self._managers: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
-    def _attached(self, mgr: Any) -> None:
+    def attached(self, mgr: Any) -> None:
         self._managers.add(mgr)
 
-    def _detached(self, mgr: Any) -> None:
+    def detached(self, mgr: Any) -> None:
         self._managers.discard(mgr)
 
     def _in_use(self) -> bool:
@@ -152,7 +207,7 @@ class _Registered:
                                    "Manager or call its set_store(None) first")
 
 
-class DirStore(_Registered):
+class DirStore(Store):
     """The library's directory store (kvb_store_dir_create) over the host cache `host_cache`. write_through:
     the manager puts blocks as soon as they reach the host tier (KVB_STORE_WRITE_THROUGH), not only when the
     host tier drops them."""
@@ -215,7 +270,7 @@ class MemoryBackend:
         pass
 
 
-class CallbackStore(_Registered):
+class CallbackStore(Store):
     """A store whose bytes live in `backend`, any object with
         exists_prefix(names) -> int     how many of names, in order, exist (the longest stored prefix)
         put(name, value: bytes)         store a value (raise on failure)
@@ -249,9 +304,16 @@ class CallbackStore(_Registered):
         _lib.lib.kvb_store_init(t)
         t.flags = _lib.lib.KVB_STORE_WRITE_THROUGH if write_through else 0
         t.lookup, t.put, t.get, t.poll = self._callbacks
+        t.num_host_blocks, t.block_bytes = self._regions.num_blocks, self._regions.payload_bytes
 
     def name(self, lo: int, hi: int) -> str:
         return self.key_prefix + key_name(lo, hi)
+
+    def detached(self, mgr: Any) -> None:
+        """The manager abandoned the gets in flight and reuses their host blocks: never fill them."""
+        super().detached(mgr)
+        self._queued.clear()
+        self._done.clear()
 
     def _onerror(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
         self.errors.append(exc)
@@ -324,13 +386,48 @@ class CallbackStore(_Registered):
         return f"<kvblock.CallbackStore on {self.backend!r}>"
 
 
-def open_store(spec: str, host_cache: KVCache, *, model_id: int = 0, write_through: bool = False) -> Any:
-    """A store from its spec: "dir:PATH" (DirStore), "redis://host:port/db" (a CallbackStore on Redis),
-    "mooncake://master:port?metadata=..." (on Mooncake Store: kvblock/store_mooncake.py), "memory:" (a
-    CallbackStore on a MemoryBackend: one process only)."""
+SPEC_FORMS = "dir:PATH, redis://host:port/db (rediss://, unix:///path.sock), mooncake://host:port?... or memory:"
+
+
+def check_spec(spec: Any) -> str:
+    """spec if it has one of the forms open_store takes (nothing is opened or connected), else
+    KvbArgumentError naming it and the forms."""
     if not isinstance(spec, str):
         raise KvbArgumentError(f"store spec must be a string, got {type(spec).__name__}")
-    if spec.startswith("dir:") and len(spec) > 4:
+    bad = None
+    if spec.startswith("dir:"):
+        bad = "dir: needs a path" if len(spec) == 4 else None
+    elif spec.startswith(("redis://", "rediss://")):
+        from urllib.parse import urlsplit
+        try:
+            u = urlsplit(spec)
+            u.port  # noqa: B018 (raises ValueError on a bad port)
+            db = u.path.lstrip("/")
+            if not u.hostname:
+                bad = "no host"
+            elif db and not db.isdigit():
+                bad = f"the database {db!r} is not a number"
+        except ValueError as e:
+            bad = str(e)
+    elif spec.startswith("unix://"):
+        bad = "unix:// needs a socket path" if len(spec) == 7 else None
+    elif spec.startswith("mooncake://"):
+        bad = "mooncake:// needs a host" if len(spec) == 11 else None
+    elif spec != "memory:":
+        bad = "unknown form"
+    if bad:
+        raise KvbArgumentError(f"store spec {spec!r}: {bad}; use {SPEC_FORMS}")
+    return spec
+
+
+def open_store(spec: str, host_cache: KVCache, *, model_id: int = 0, write_through: bool = False) -> Any:
+    """A store from its spec: "dir:PATH" (DirStore; the directory and its missing parents are created),
+    "redis://host:port/db" (a CallbackStore on Redis; the server must answer now),
+    "mooncake://master:port?metadata=..." (on Mooncake Store: kvblock/store_mooncake.py), "memory:" (a
+    CallbackStore on a MemoryBackend: one process only). A malformed spec is a KvbArgumentError naming it
+    and the forms (check_spec)."""
+    check_spec(spec)
+    if spec.startswith("dir:"):
         return DirStore(spec[4:], host_cache, model_id=model_id, write_through=write_through)
     if spec.startswith(("redis://", "rediss://", "unix://")):
         from .store_redis import RedisBackend
@@ -338,7 +435,4 @@ def open_store(spec: str, host_cache: KVCache, *, model_id: int = 0, write_throu
     if spec.startswith("mooncake://"):
         from .store_mooncake import MooncakeBackend
         return CallbackStore(MooncakeBackend(spec), host_cache, model_id=model_id, write_through=write_through)
-    if spec == "memory:":
-        return CallbackStore(MemoryBackend(), host_cache, model_id=model_id, write_through=write_through)
-    raise KvbArgumentError(f"store spec {spec!r}: use dir:PATH, redis://host:port/db, mooncake://host:port?... "
-                           "or memory:")
+    return CallbackStore(MemoryBackend(), host_cache, model_id=model_id, write_through=write_through)

@@ -4,8 +4,10 @@ Valkey and their clusters share can hold a store (needs the `redis` client: pip 
 
 One round trip per manager call: a lookup pipelines one EXISTS per key (the longest stored prefix is the
 run of leading hits), the gets of a store_poll are one MGET, a put is one SET (with an optional TTL, so that
-a server without an eviction policy does not fill up). No retries: a server that is gone fails the call at
-once (socket timeouts bound a hung one) and the manager recomputes; the next call reconnects."""
+a server without an eviction policy does not fill up). The server must answer when the back end is made
+(a PING): a URL nobody listens on is refused there, naming it. Later, no retries: a server that is gone
+fails the call at once (socket timeouts bound a hung one) and the manager recomputes; the next call
+reconnects."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
@@ -26,8 +28,17 @@ class RedisBackend:
         if ttl_s is not None and ttl_s <= 0:
             raise KvbArgumentError(f"ttl_s must be positive or None, got {ttl_s}")
         self.url, self.ttl_s = url, ttl_s
-        self.client: Any = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                                retry=Retry(NoBackoff(), 0), retry_on_error=[])
+        try:
+            self.client: Any = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                                    retry=Retry(NoBackoff(), 0), retry_on_error=[])
+        except ValueError as e:  # a malformed URL (port, db, scheme)
+            raise KvbArgumentError(f"store {url!r}: not a Redis URL ({e}); use redis://host:port/db") from None
+        # A server that is not there now is a configuration error, not a store that fails every call later.
+        try:
+            self.client.ping()
+        except Exception as e:
+            self.client.close()
+            raise KvbArgumentError(f"store {url!r}: no Redis server answers there ({type(e).__name__}: {e})") from None
 
     def exists_prefix(self, names: Sequence[str]) -> int:
         if not names:

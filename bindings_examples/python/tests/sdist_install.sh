@@ -26,7 +26,7 @@ for f in csrc/Makefile csrc/abi/kvblock.h csrc/abi/libkvblock.map \
          kvblock/__init__.py kvblock/py.typed kvblock/_version.py kvblock/engine/engine.py setup.py pyproject.toml; do
   grep -q "^kvblock-[^/]*/$f\$" "$tmp/contents" || fail "$f missing from $(basename "$sdist")"
 done
-for d in csrc/libkvblock csrc/kernels csrc/kernels/cpu; do
+for d in csrc/libkvblock csrc/kernels/common csrc/kernels/decode csrc/kernels/prefill; do
   grep -q "^kvblock-[^/]*/$d/[^/]*\.cpp\$" "$tmp/contents" || fail "no $d/*.cpp in $(basename "$sdist")"
 done
 ! grep -q "libkvblock\.so\|kvblock_cdef\.h\|\.o\$" "$tmp/contents" || fail "build outputs in the sdist"

@@ -19,19 +19,26 @@ from kvblock.store import CallbackStore
 BS, LAYERS, HEADS, DIM = 4, 2, 2, 8
 
 
-def block_value(tokens: Sequence[int], b: int, layer: int, kv: int) -> np.ndarray:
-    """The K (kv=0) or V (kv=1) of block b in layer `layer`: a function of tokens[0 .. (b + 1) * BS)."""
+def block_value(tokens: Sequence[int], b: int, layer: int, kv: int, dtype: Any = np.float32) -> np.ndarray:
+    """The K (kv=0) or V (kv=1) of block b in layer `layer`: a function of tokens[0 .. (b + 1) * BS). dtype
+    uint8: an fp8 cache's bytes."""
     seed = zlib.crc32(np.asarray(tokens[:(b + 1) * BS], np.int64).tobytes()) ^ (layer * 2 + kv) << 20
-    return np.random.default_rng(seed).standard_normal((BS, HEADS, DIM)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.uint8:
+        return rng.integers(0, 256, (BS, HEADS, DIM), dtype=np.uint8)
+    return rng.standard_normal((BS, HEADS, DIM)).astype(np.float32)
 
 
 class Rig:
-    """One engine's manager, device cache and host cache; store_factory(host_cache) makes its store."""
+    """One engine's manager, device cache and host cache; store_factory(host_cache) makes its store.
+    cache_args: KVCache's dtype and scales (an fp8 cache's blocks are random bytes)."""
 
-    def __init__(self, store_factory: Any, num_blocks: int = 8, num_host_blocks: int = 4, events: bool = False) -> None:
+    def __init__(self, store_factory: Any, num_blocks: int = 8, num_host_blocks: int = 4, events: bool = False,
+                 **cache_args: Any) -> None:
         self.mgr = kvblock.Manager(num_blocks, BS, num_host_blocks=num_host_blocks, host_cache=True, events=events)
-        self.dev = kvblock.KVCache(LAYERS, num_blocks, BS, HEADS, DIM)
-        self.host = kvblock.KVCache(LAYERS, num_host_blocks, BS, HEADS, DIM)
+        self.dev = kvblock.KVCache(LAYERS, num_blocks, BS, HEADS, DIM, **cache_args)
+        self.host = kvblock.KVCache(LAYERS, num_host_blocks, BS, HEADS, DIM, **cache_args)
+        self.item = self.dev.k[0].dtype
         self.store = store_factory(self.host)
         self.mgr.set_store(self.store)
         self.next_id = 1
@@ -47,7 +54,7 @@ class Rig:
             for layer in range(LAYERS):
                 for kv, cache in enumerate((self.dev.k, self.dev.v)):
                     got = cache[layer][table[b]]
-                    assert np.array_equal(got, block_value(tokens, b, layer, kv)), \
+                    assert np.array_equal(got, block_value(tokens, b, layer, kv, self.item)), \
                         f"block {b} (device {table[b]}) layer {layer} {'KV'[kv]} holds wrong bytes"
 
     def start(self, tokens: Sequence[int]) -> Tuple[int, int]:
@@ -67,8 +74,8 @@ class Rig:
         self.check_attended(tokens, table, computed)
         for b in range(computed // BS, len(table)):  # "compute": the K/V of the blocks not cached
             for layer in range(LAYERS):
-                self.dev.k[layer][table[b]] = block_value(tokens, b, layer, 0)
-                self.dev.v[layer][table[b]] = block_value(tokens, b, layer, 1)
+                self.dev.k[layer][table[b]] = block_value(tokens, b, layer, 0, self.item)
+                self.dev.v[layer][table[b]] = block_value(tokens, b, layer, 1, self.item)
         m.batch_commit([sid])
         m.free(sid)
         self.transfers()

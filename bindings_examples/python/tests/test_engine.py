@@ -101,6 +101,20 @@ def test_sliding_window():
     assert not np.allclose(reference_generate(full, r.prompt, 2)[1], reference_generate(model, r.prompt, 2)[1])
 
 
+def test_window_prompt_longer_than_the_pool():
+    """A sliding-window model's prompts of 4-5 times the pool are served (admitted in part, each chunk's
+    tokens appended before it runs, the window releasing the rest) and generate the dense reference's tokens."""
+    model = Model(ModelConfig(seed=4, window=16, sink=4))
+    rng = np.random.default_rng(7)
+    shared = rng.integers(0, model.cfg.vocab, 150).tolist()
+    reqs = [Request(r, shared + rng.integers(0, model.cfg.vocab, 20 * r + 5).tolist(), MAX_TOKENS)
+            for r in range(3)]
+    cfg = EngineConfig(num_blocks=10, block_size=8, max_batched_tokens=16, record_logits=True)
+    assert all(len(r.prompt) > cfg.num_blocks * cfg.block_size * 1.8 for r in reqs)
+    eng = run_and_check(model, reqs, cfg)
+    assert eng.metrics.steps > sum(len(r.prompt) for r in reqs) // cfg.max_batched_tokens
+
+
 def test_hybrid_window_and_full_layers_as_kv_cache_groups():
     """Layers alternate window (even) and full attention (odd): the engine serves them as two KV cache
     groups of one manager. Token-exact against the dense reference (which masks each layer by its own

@@ -1,7 +1,7 @@
 """The torch engine on a Hugging Face format checkpoint written here (random weights): greedy generation is
 token-exact against transformers in fp32, with prefix hits, chunked prefill, preemption (recompute and
 swap), the host cache, fork (n > 1) and a sliding window in the runs. Without torch (or transformers for
-the reference) these tests SKIP, visibly: CI does not download torch."""
+the reference) these tests SKIP, visibly (CI installs both: tools/install_deps.sh)."""
 from __future__ import annotations
 
 import numpy as np

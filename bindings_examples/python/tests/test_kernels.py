@@ -102,7 +102,7 @@ def test_argument_checks_name_the_argument():
         (lambda: kvblock.paged_attention(cache, 0, np.zeros((1, QH, D), np.float32), np.zeros((1, 1), np.int64),
                                          np.ones(1, np.int32), np.zeros((1, QH, D), np.float32)),
          "block_tables: dtype must be int32"),
-        (lambda: kvblock.paged_attention(cache, 0, np.zeros((1, QH, D), np.float32), np.zeros((1, 2), np.int32)[:, ::2],
+        (lambda: kvblock.paged_attention(cache, 0, np.zeros((1, QH, D), np.float32), np.zeros((1, 4), np.int32)[:, ::2],
                                          np.ones(1, np.int32), np.zeros((1, QH, D), np.float32)),
          "block_tables: must be contiguous"),
         (lambda: kvblock.copy_blocks(cache, np.zeros((1, 3), np.int32)), "pairs must be an"),

@@ -9,12 +9,22 @@ from typing import Iterator, List, Optional, Tuple
 import numpy as np
 
 from .. import library_version
+from ..errors import KvbArgumentError
+from ..store import check_spec
 from . import blas, kv_quant, serve
 from .config import KV_DTYPE_FLAGS
 from .engine import Engine, EngineConfig
 from .kv_quant import calibrate_kv_scales, compare_logits
 from .model import Model, ModelConfig
 from .sequence import Request
+
+
+def _store_spec(spec: str) -> str:
+    """--store's type: a malformed spec is a usage error naming the forms."""
+    try:
+        return check_spec(spec)
+    except KvbArgumentError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
 
 
 def main() -> None:
@@ -38,7 +48,7 @@ def main() -> None:
     p.add_argument("--host-blocks", type=int, default=0)
     p.add_argument("--host-cache", action="store_true",
                    help="host blocks are a second prefix-cache level (needs --host-blocks)")
-    p.add_argument("--store", metavar="SPEC",
+    p.add_argument("--store", metavar="SPEC", type=_store_spec,
                    help="a store tier below the host cache (needs --host-cache): dir:PATH or redis://host:port/db; "
                         "blocks are put as they reach the host tier and, at exit, every block still cached on the "
                         "device, so engines sharing the store (or this one restarted) find the prefixes")
@@ -78,6 +88,8 @@ def main() -> None:
         p.error("--host-cache needs --host-blocks N > 0")
     if a.store and not a.host_cache:
         p.error(f"--store {a.store}: the store tier needs the host cache (--host-cache --host-blocks N)")
+    if a.threads and not (a.model or a.bench):
+        p.error("--threads: for the torch engine (--model DIR or --bench); the numpy engine has --blas-threads")
     if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
         if a.store and a.bench:
             p.error(f"--store {a.store}: for generation runs (--model DIR --text / --ids), not --bench")
@@ -117,7 +129,12 @@ def main() -> None:
     scales: Optional[Tuple[List[float], List[float]]] = None
     if fp8:
         scales = calibrate_kv_scales(model, next(iter(requests())).prompt, kv_dtype)
-    eng = Engine(model, engine_config(kv_dtype, scales))
+    try:
+        eng = Engine(model, engine_config(kv_dtype, scales))
+    except KvbArgumentError as e:  # a store nobody answers at, a directory that cannot be made: the user's to fix
+        if not a.store:
+            raise
+        p.error(f"--store {a.store}: {e.message}")
     if eng.publisher is not None and a.kv_events_wait and not eng.publisher.wait_for_subscribers(a.kv_events_wait, 60):
         p.error(f"fewer than {a.kv_events_wait} subscribers on {eng.publisher.bound_endpoint} after 60 s")
     for req in requests():

@@ -74,7 +74,8 @@ class Engine(OwnsHandle):
         self._mgr_clock = Clock(self.metrics, "manager_s")
         self._kernel_clock = Clock(self.metrics, "kernel_s")
         self.mover = BlockMover(self.mgr, self.cache, self.host, self.metrics, self._mgr_clock, self._kernel_clock)
-        self.scheduler = Scheduler(cfg, self.mgr, self.mover, self.metrics, self._mgr_clock, self._salt)
+        self.scheduler = Scheduler(cfg, self.mgr, self.mover, self.metrics, self._mgr_clock, self._salt,
+                                   (mc.window, mc.sink) if mc.window and not mc.hybrid else (0, 0))
         self.runner: StepRunner = self._make_runner()
         self.store: Optional[StoreTier] = None
         if cfg.store:

@@ -2,7 +2,10 @@
 and per step which sequences run: swapped ones back first, then one decode token for every running
 sequence (out of blocks: preempt the newest, by swap or recompute), then prompt chunks of running and new
 sequences within the token budget. Admission asks the manager (can_allocate, can_swap_in) and keeps room
-for every running sequence to grow; the block copies these decisions need run through the BlockMover."""
+for every running sequence to grow; the block copies these decisions need run through the BlockMover.
+A sliding-window model's prompt that does not fit the free blocks whole is admitted in part: its first
+chunk is allocated with the window set, and each later chunk's tokens are appended before it runs, so it
+holds only its window, sinks and current chunk (the window releases the rest as chunks commit)."""
 from __future__ import annotations
 
 import collections
@@ -22,8 +25,10 @@ class Scheduler:
     """salt(seq): the cache salt its blocks are allocated under (None: shared with every request)."""
 
     def __init__(self, cfg: EngineConfig, mgr: Manager, mover: BlockMover, metrics: Metrics,
-                 mgr_clock: ContextManager[Any], salt: Callable[[Seq], Optional[int]]) -> None:
+                 mgr_clock: ContextManager[Any], salt: Callable[[Seq], Optional[int]],
+                 window: Tuple[int, int] = (0, 0)) -> None:
         self.cfg, self.mgr, self.mover, self.metrics = cfg, mgr, mover, metrics
+        self.window, self.sink = window  # every sequence's sliding window (tokens, sinks); 0: none
         self.mgr_clock, self.salt = mgr_clock, salt
         self.store_poll: Optional[Callable[[], None]] = None  # set by the engine when it has a store tier
         self.waiting: Deque[Seq] = collections.deque()
@@ -38,6 +43,23 @@ class Scheduler:
 
     def _free_blocks_after(self, new_tokens: int) -> int:
         return self.mgr.num_free_blocks - -(-new_tokens // self.cfg.block_size)
+
+    def _extend(self, s: Seq, chunk: int) -> int:
+        """A prompt admitted in part: appends the tokens of its next chunk the manager lacks, as many as the
+        free blocks beyond one per other running sequence take; returns the chunk that can run now (maybe 0)."""
+        end = s.num_computed + chunk
+        if end <= s.allocated:
+            return chunk
+        bs = self.cfg.block_size
+        room = -s.allocated % bs + max(0, self.mgr.num_free_blocks - (len(self.running) - 1)) * bs
+        end = min(end, s.allocated + room)
+        if end <= s.num_computed and len(self.running) == 1:
+            raise RuntimeError(f"request {s.request.req_id}: the pool cannot hold its window and next chunk")
+        if end > s.allocated:
+            with self.mgr_clock:
+                self.mgr.append(s.seq_id, s.tokens[s.allocated:end])
+            s.allocated = end
+        return max(0, end - s.num_computed)
 
     def preempt(self, victim: Seq) -> None:
         """Swaps the victim out (preemption="swap", when the host has room), else frees it to be recomputed
@@ -129,24 +151,31 @@ class Scheduler:
             if budget <= 0:
                 break
             if s.seq_id not in decoding and not s.filling and s.num_computed < len(s.tokens):
-                chunk = min(len(s.tokens) - s.num_computed, budget)
-                prefills.append((s, chunk))
-                budget -= chunk
+                chunk = self._extend(s, min(len(s.tokens) - s.num_computed, budget))
+                if chunk:
+                    prefills.append((s, chunk))
+                    budget -= chunk
         while self.waiting and not self.swapped and budget > 0 and len(self.running) < cfg.max_num_seqs:
             s = self.waiting[0]
+            n, salt = len(s.tokens), self.salt(s)
             with self.mgr_clock:
-                cached = mgr.can_allocate(s.tokens, cache_salt=self.salt(s))
-                if cached is None or self._free_blocks_after(len(s.tokens) - cached) < len(self.running):
+                cached = mgr.can_allocate(s.tokens, cache_salt=salt)
+                if self.window and (cached is None or self._free_blocks_after(n - cached) < len(self.running)):
+                    n = min(n, budget)  # in part: the first chunk now, the rest appended chunk by chunk
+                    cached = mgr.can_allocate(s.tokens[:n], cache_salt=salt)
+                if cached is None or self._free_blocks_after(n - cached) < len(self.running):
                     if not self.running and cached is None and mgr.num_free_blocks == mgr.num_blocks:
-                        raise RuntimeError(f"request {s.request.req_id}: {len(s.tokens)} tokens never fit the pool")
+                        raise RuntimeError(f"request {s.request.req_id}: {n} tokens never fit the pool")
                     break
-                cached = mgr.allocate(s.seq_id, s.tokens, cache_salt=self.salt(s))
+                part = n < len(s.tokens)
+                cached = mgr.allocate(s.seq_id, s.tokens[:n] if part else s.tokens, cache_salt=salt,
+                                      window=self.window if part else 0, sink=self.sink if part else 0)
             self.waiting.popleft()
-            s.num_computed, s.status = cached, Status.RUNNING
+            s.num_computed, s.allocated, s.status = cached, n, Status.RUNNING
             self.running.append(s)
             if self.store_poll is not None and self._store_filling(s):
                 continue  # its prompt runs once its store blocks are in (a later step)
-            chunk = min(len(s.tokens) - cached, budget)
+            chunk = min(n - cached, budget)
             prefills.append((s, chunk))
             budget -= chunk
         return decodes, prefills

@@ -41,6 +41,7 @@ class Seq:
     num_computed: int = 0
     pending: bool = False
     filling: bool = False      # store gets in flight: it waits (kvblock.h, "Store tier")
+    allocated: int = 0         # tokens handed to the manager: all of a prompt but a windowed one admitted in part
     status: Status = Status.WAITING
     output: List[int] = field(default_factory=list)
     logits: List[np.ndarray] = field(default_factory=list)  # per generated token, when recorded

@@ -16,6 +16,7 @@ namespaced by the checkpoint (checkpoint_id) unless --store-model-id says otherw
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -35,6 +36,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--text", action="append", default=[], help="a prompt as text (repeatable)")
     g.add_argument("--ids", action="append", default=[], help="a prompt as comma-separated token ids (repeatable)")
     g.add_argument("--no-cuda-graph", action="store_true", help="run decode steps eagerly (no CUDA graphs)")
+    g.add_argument("--threads", type=_threads, default=0, metavar="N",
+                   help="CPU threads of torch (torch.set_num_threads) and of numpy's BLAS (default: theirs)")
+
+
+def _threads(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
 
 
 def bench_model_dir(tmp: str) -> str:
@@ -146,7 +156,7 @@ def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Na
     c = model.cfg
     print(f"torch engine bench: {c.model_type}, {c.num_layers} layers, hidden {c.hidden}, {c.num_q_heads}/"
           f"{c.num_kv_heads} q/kv heads, vocab {c.vocab}, {model.dtype_name} on {model.device}, "
-          f"{kv_dtype or model.dtype_name} K/V; {a.requests} "
+          f"{kv_dtype or model.dtype_name} K/V, {_torch_threads()} torch threads; {a.requests} "
           f"sequences x (prefix {a.shared_prefix} + prompt {a.prompt}) -> {a.max_tokens} tokens")
     for mode, r in results.items():
         line = (f"  {mode:8s} {r['tokens_per_s']:9.0f} tokens/s  {r['step_ms']:7.2f} ms/step  "
@@ -160,21 +170,34 @@ def print_bench(results: Dict[str, Dict[str, float]], model: Any, a: argparse.Na
         print(line)
 
 
+def _torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
+
+
 def main(a: argparse.Namespace) -> None:
     try:
         import torch
     except Exception as e:
         raise SystemExit(f"--model / --bench need torch (and safetensors): {type(e).__name__}: {e}")
-    from .checkpoint import checkpoint_id, load_tokenizer
+    from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .generation import Generation, SamplingParams, eos_token_ids
     from .sequence import Request
     from .torch_model import TorchModel
+    if a.threads:
+        from .blas import limit_threads
+        torch.set_num_threads(a.threads)
+        limit_threads(a.threads)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = a.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     max_len = a.num_blocks * a.block_size
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = a.model or bench_model_dir(tmp)
-        model = TorchModel.from_pretrained(model_dir, device, dtype, max_len=max_len)
+        try:
+            model = TorchModel.from_pretrained(model_dir, device, dtype, max_len=max_len)
+        except (CheckpointError, FileNotFoundError) as e:  # one line, as argparse reports a usage error
+            print("python -m kvblock.engine: error: " + " ".join(str(e).split()), file=sys.stderr)
+            raise SystemExit(2) from None
         if a.store and a.store_model_id is None:
             a.store_model_id = checkpoint_id(model_dir)
     if a.bench:
@@ -220,7 +243,8 @@ def main(a: argparse.Namespace) -> None:
                 print(f"  text: {tok.decode(s.output)!r}")
     m = eng.metrics
     print(f"{m.generated_tokens} tokens in {m.total_s:.2f} s ({m.generated_tokens / m.total_s:.0f} tokens/s), "
-          f"{m.steps} steps, {eng.runner.graph_replays} CUDA graph replays; {kv.dtype or model.dtype_name} K/V")
+          f"{m.steps} steps, {eng.runner.graph_replays} CUDA graph replays; {kv.dtype or model.dtype_name} K/V, "
+          f"{_torch_threads()} torch threads")
     if store_line:
         print(store_line)
     if fp8:

@@ -7,7 +7,7 @@ offload (device -> host) filled. The engine opens its store write-through, so ev
 host tier is put at the next poll, and flush() pushes what is still cached only on the device (a prefill
 engine handing its prompts to decode engines, an engine about to exit).
 
-Keys are namespaced by the K/V layout and a model id: by default a hash of the model's config (the numpy
+Keys are namespaced by the K/V layout (fp8 scales included) and a model id: by default a hash of the model's config (the numpy
 model's weights are a function of it); an engine on a checkpoint should pass EngineConfig.store_model_id."""
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import hashlib
 import secrets
 from typing import Any, Callable, ContextManager, Dict, Optional
 
-from ..errors import KvbError
 from ..manager import Manager
 from ..store import open_store
 from .config import EngineConfig
@@ -35,9 +34,8 @@ class StoreTier:
         if not cfg.host_cache or host is None:
             raise ValueError(f"store {cfg.store!r} needs the host cache (host_cache=True, num_host_blocks > 0): "
                              "host blocks stage the store's bytes")
+        # fp8 scales need no folding here: the namespace takes them from the host cache (kvblock.store).
         model_id = cfg.store_model_id if cfg.store_model_id is not None else default_model_id(model_cfg)
-        if cfg.kv_scales is not None:  # fp8 bytes are x / scale: engines calibrated otherwise must not share them
-            model_id = default_model_id((model_id, cfg.kv_scales))
         self.store = open_store(cfg.store or "", host, model_id=model_id, write_through=True)
         self.mgr, self.cfg, self.host_transfers, self.mgr_clock = mgr, cfg, host_transfers, mgr_clock
         # An asynchronous device (CUDA) must finish its copies before the store reads or refills host blocks.
@@ -95,15 +93,11 @@ class StoreTier:
         return {k: st[k] for k in st if k.startswith("store_")}
 
     def close(self) -> None:
-        """Unregisters and closes the store (its blocks stay in it). With gets still in flight (an engine
-        stopped mid-run on a store that has not answered) the store stays registered, and alive, as long
-        as the manager: the manager may still call it."""
+        """Unregisters and closes the store (its blocks stay in it). Gets still in flight (an engine stopped
+        mid-run on a store that has not answered) are abandoned: the manager never calls the store again."""
         self.host_transfers()
         self.poll()
         self.host_transfers()  # the loads of the gets that poll completed release their host blocks
-        try:
-            with self.mgr_clock:
-                self.mgr.set_store(None)
-        except KvbError:
-            return
+        with self.mgr_clock:
+            self.mgr.set_store(None)
         self.store.close()

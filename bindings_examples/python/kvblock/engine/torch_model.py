@@ -1,20 +1,42 @@
-"""A Llama / Qwen2 / Mistral decoder in torch (RMSNorm, RoPE, GQA attention, SwiGLU MLP, optional qkv bias and
-tied embeddings) over a flat batch of new tokens. Attention is a callback, as in the numpy model: the runner
-plugs in libkvblock's write_kv and paged / prefill attention on the KV cache. The arithmetic follows
+"""A Llama / Qwen2 / Mistral decoder in torch (RMSNorm, RoPE, GQA attention, gated MLP with transformers'
+common activations, optional attention and MLP biases and tied embeddings) over a flat batch of new tokens.
+Attention is a callback, as in the numpy model: the runner plugs in libkvblock's write_kv and paged / prefill
+attention on the KV cache. The arithmetic follows
 transformers' modeling code operation by operation (fp32 norms, cos/sin cast to the model dtype) so that fp32
 generation is token-exact against it and fp16 / bf16 logits stay close."""
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Callable, ContextManager, Dict, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from .checkpoint import HFConfig, load_config, load_weights, rope_inv_freq
+from .checkpoint_check import ACTIVATIONS, check_tensors, in_memory_infos
 
 Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # (layer, q, k, v) -> out
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def _gelu_fast(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+# hidden_act -> the function transformers' ACT2FN gives for it, written with the same operations in the same
+# order (so that fp32 results are bit-identical).
+ACTIVATION_FNS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu, "swish": F.silu, "gelu": F.gelu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"), "gelu_new": _gelu_new, "gelu_fast": _gelu_fast,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x), "relu": F.relu,
+    "relu2": lambda x: torch.square(F.relu(x)),
+}
+assert set(ACTIVATION_FNS) == set(ACTIVATIONS)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -44,25 +66,30 @@ class TorchModel:
         self.matmul_clock: ContextManager[Any] = contextlib.nullcontext()
         self.elementwise_clock: ContextManager[Any] = contextlib.nullcontext()
 
+        check_tensors(cfg, in_memory_infos(weights), "weights")  # a CheckpointError names the tensor
+        self.act = ACTIVATION_FNS[cfg.activation]
+
         def get(name: str) -> torch.Tensor:
-            if name not in weights:
-                raise KeyError(f"checkpoint: tensor {name!r} is missing")
             return weights[name].to(device=self.device, dtype=self.dtype)
+
+        def fused(names: Sequence[str], present: bool = True) -> Optional[torch.Tensor]:
+            return torch.cat([get(n) for n in names]) if present else None
 
         self.embed = get("model.embed_tokens.weight")
         self.final_norm = get("model.norm.weight")
-        self.lm_head = self.embed if cfg.tie_embeddings or "lm_head.weight" not in weights else get("lm_head.weight")
+        self.lm_head = self.embed if cfg.tie_embeddings else get("lm_head.weight")
         self.layers = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
-            a = p + "self_attn."
-            qkv_b = (torch.cat([get(a + f"{x}_proj.bias") for x in "qkv"]) if cfg.qkv_bias else None)
+            a, m = p + "self_attn.", p + "mlp."
             self.layers.append(dict(
                 attn_norm=get(p + "input_layernorm.weight"), mlp_norm=get(p + "post_attention_layernorm.weight"),
-                qkv=torch.cat([get(a + f"{x}_proj.weight") for x in "qkv"]), qkv_bias=qkv_b,
-                o=get(a + "o_proj.weight"),
-                gate_up=torch.cat([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]),
-                down=get(p + "mlp.down_proj.weight")))
+                qkv=fused([a + f"{x}_proj.weight" for x in "qkv"]),
+                qkv_bias=fused([a + f"{x}_proj.bias" for x in "qkv"], cfg.qkv_bias),
+                o=get(a + "o_proj.weight"), o_bias=get(a + "o_proj.bias") if cfg.o_bias else None,
+                gate_up=fused([m + "gate_proj.weight", m + "up_proj.weight"]),
+                gate_up_bias=fused([m + "gate_proj.bias", m + "up_proj.bias"], cfg.mlp_bias),
+                down=get(m + "down_proj.weight"), down_bias=get(m + "down_proj.bias") if cfg.mlp_bias else None))
         # cos / sin of every position up to max_len, fp32 as transformers computes them, then cast.
         n = min(cfg.max_positions, max_len) if max_len else cfg.max_positions
         inv = rope_inv_freq(cfg).to(self.device)
@@ -74,8 +101,10 @@ class TorchModel:
     @classmethod
     def from_pretrained(cls, model_dir: str, device: str = "cpu", dtype: str = "float32",
                         max_len: Optional[int] = None) -> "TorchModel":
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         cfg = load_config(model_dir)
-        return cls(cfg, load_weights(model_dir, device, DTYPES[dtype]), device, dtype, max_len)
+        return cls(cfg, load_weights(model_dir, device, DTYPES[dtype], cfg), device, dtype, max_len)
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor] = None) -> torch.Tensor:
         with self.matmul_clock:
@@ -97,14 +126,14 @@ class TorchModel:
                 q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
                 q, k = rotate(q.view(n, hq, d), cos, sin), rotate(k.view(n, hk, d), cos, sin)
             o = attention(layer, q, k, v.view(n, hk, d))  # v stays a strided view of qkv: no copy
-            o = self._linear(o.view(n, hq * d), p["o"])
+            o = self._linear(o.view(n, hq * d), p["o"], p["o_bias"])
             with ew:
                 x = x + o
                 h = rms_norm(x, p["mlp_norm"], cfg.rms_eps)
-            gate, up = self._linear(h, p["gate_up"]).chunk(2, dim=-1)
+            gate, up = self._linear(h, p["gate_up"], p["gate_up_bias"]).chunk(2, dim=-1)
             with ew:
-                h = F.silu(gate) * up
-            h = self._linear(h, p["down"])
+                h = self.act(gate) * up
+            h = self._linear(h, p["down"], p["down_bias"])
             with ew:
                 x = x + h
         with ew:

@@ -1,0 +1,232 @@
+// The shared-prefix loop on AMX tiles (cascade_amx.h): for each tile of 32 keys, K and V rows are
+// converted to fp32, split into bf16 high and low parts and packed (amx_tiles.h); the scores of every
+// 32 (or 16) query rows are one set of TDPBF16PS products (q_hi.k_hi + q_lo.k_hi + q_hi.k_lo), the mask
+// and online softmax stay fp32 on AVX-512 (cascade_softmax.inc), and P V is the same three products
+// with P split likewise, accumulated into the rows' fp32 acc. The key ranges, masks and prefetching are
+// those of cascade_tile.inc, so the results are the vector loops' up to the fp32 rounding of sums.
+#include "cascade_amx_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../common/amx_cpu.h"
+#include "../common/amx_tiles_cpu.h"
+#include "../common/simd_cpu.h"
+
+namespace kvb {
+namespace kern {
+namespace cpu {
+namespace casc {
+
+#if KVB_AMX_BUILD
+
+namespace {
+
+// Per-thread bf16 operands: queries [R16][D] and P [R16][32] split in two; K and V packed, two halves.
+struct Scratch {
+  std::vector<uint16_t> qh, ql, ph, pl;
+  std::vector<uint32_t> kh, kl, vh, vl;
+  void fit(int64_t rows, int64_t D) {
+    for (auto* v : {&qh, &ql})
+      if (int64_t(v->size()) < rows * D) v->resize(size_t(rows * D));
+    for (auto* v : {&ph, &pl})
+      if (int64_t(v->size()) < rows * kKeyTile) v->resize(size_t(rows * kKeyTile));
+    for (auto* v : {&kh, &kl, &vh, &vl})
+      if (int64_t(v->size()) < kKeyTile * D / 2) v->resize(size_t(kKeyTile * D / 2));
+  }
+};
+
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+}  // namespace
+
+KVB_SIMD_BEGIN_AVX512
+namespace amx_loop {
+#define KVB_SIMD_ISA 2
+#include "../common/simd_vec_cpu.inc"
+#include "cascade_softmax_cpu.inc"
+#undef KVB_SIMD_ISA
+
+static_assert(kKeyTile == amx::kKeys, "a key tile is one packed K / V tile set");
+
+template <Dtype DT>
+inline vf load_kv(const char* p) {
+  if constexpr (DT == Dtype::f16)
+    return load_f16(p);
+  else
+    return load_bf16(p);
+}
+
+// (vector-extension forms: GCC 12's _mm512 max / unpack trip -Wuninitialized on their undefined pass-through)
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+
+// Per 128-bit lane: [max a, max b, max c, max d] of that lane's 4 floats.
+inline vf max4_in_lanes(vf a, vf b, vf c, vf d) {
+#define KVB_LANES(i0, i1, i2, i3) i0, i1, i2, i3, i0 + 4, i1 + 4, i2 + 4, i3 + 4, i0 + 8, i1 + 8, i2 + 8, i3 + 8, \
+                                  i0 + 12, i1 + 12, i2 + 12, i3 + 12
+  const vf m01 = vmax(__builtin_shufflevector(a, b, KVB_LANES(0, 16, 1, 17)), __builtin_shufflevector(a, b, KVB_LANES(2, 18, 3, 19)));
+  const vf m23 = vmax(__builtin_shufflevector(c, d, KVB_LANES(0, 16, 1, 17)), __builtin_shufflevector(c, d, KVB_LANES(2, 18, 3, 19)));
+  return vmax(__builtin_shufflevector(m01, m23, KVB_LANES(0, 1, 16, 17)), __builtin_shufflevector(m01, m23, KVB_LANES(2, 3, 18, 19)));
+#undef KVB_LANES
+}
+
+// v[0..16) -> one vector whose lane i is the largest lane of v[i] (as sum_each, with max).
+inline vf max_each(const vf* v) {
+  const vf ra = max4_in_lanes(v[0], v[1], v[2], v[3]), rb = max4_in_lanes(v[4], v[5], v[6], v[7]);
+  const vf rc = max4_in_lanes(v[8], v[9], v[10], v[11]), rd = max4_in_lanes(v[12], v[13], v[14], v[15]);
+#define KVB_EVEN 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define KVB_ODD 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+  const vf ab = vmax(__builtin_shufflevector(ra, rb, KVB_EVEN), __builtin_shufflevector(ra, rb, KVB_ODD));
+  const vf cd = vmax(__builtin_shufflevector(rc, rd, KVB_EVEN), __builtin_shufflevector(rc, rd, KVB_ODD));
+  return vmax(__builtin_shufflevector(ab, cd, KVB_EVEN), __builtin_shufflevector(ab, cd, KVB_ODD));
+#undef KVB_EVEN
+#undef KVB_ODD
+}
+
+// softmax_tile for 16 rows [r0, r0 + 16) of a full tile (every row attends all 32 keys, no soft cap),
+// across the rows: the 16 row maxima and sums come out of one transposing reduction each instead of
+// 16 scalar ones. False (nothing changed) if some row's maximum is -inf (softmax_tile's case).
+template <int D>
+inline bool softmax_rows16(Rows& rw, float* sp, int64_t r0) {
+  static_assert(W == 16 && kKeyTile == 32, "16 rows of two vectors");
+  vf x[16][2], mx[16];
+  for (int i = 0; i < 16; ++i) {
+    x[i][0] = vload(sp + (r0 + i) * kKeyTile);
+    x[i][1] = vload(sp + (r0 + i) * kKeyTile + W);
+    mx[i] = vmax(x[i][0], x[i][1]);
+  }
+  const vf mold = vload(rw.m + r0), mnew = vmax(max_each(mx), mold);
+  if (_mm512_cmp_ps_mask(mnew, vsplat(kNegInf), _CMP_EQ_OQ)) return false;
+  const __mmask16 grew = _mm512_cmp_ps_mask(mnew, mold, _CMP_GT_OQ);
+  vf l = vload(rw.l + r0);
+  if (grew) {
+    float alpha[16];
+    const vf al = vexp2(mold - mnew);  // 0 while m is -inf
+    vstore(alpha, al);
+    l = _mm512_mask_mul_ps(l, grew, l, al);
+    for (int i = 0; i < 16; ++i) {
+      if (!(grew >> i & 1)) continue;
+      float* ar = rw.acc + (r0 + i) * D;
+      const vf a = vsplat(alpha[i]);
+      for (int d = 0; d < D; d += W) vstore(ar + d, vload(ar + d) * a);
+    }
+    vstore(rw.m + r0, mnew);
+  }
+  float m[16];
+  vstore(m, mnew);
+  vf s[16];
+  for (int i = 0; i < 16; ++i) {
+    const vf mv = vsplat(m[i]);
+    const vf p0 = vexp2(x[i][0] - mv), p1 = vexp2(x[i][1] - mv);
+    vstore(sp + (r0 + i) * kKeyTile, p0);
+    vstore(sp + (r0 + i) * kKeyTile + W, p1);
+    s[i] = p0 + p1;
+  }
+  vstore(rw.l + r0, l + sum_each(s));
+  return true;
+}
+
+template <int D, Dtype DT>
+void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64_t k1, const Mask& mk, Rows& rw) {
+  constexpr int64_t ES = 2;
+  constexpr bool kExact = DT == Dtype::bf16;  // bf16 K and V rows have no low part
+  const KeyRanges kr(rw, k0, k1, mk);
+  if (kr.nr == 0) return;
+  const int64_t R16 = (rw.R + 15) / 16 * 16;
+  Scratch& sc = scratch();
+  sc.fit(R16, D);
+  amx::split_bf16(rw.q, R16 * D, sc.qh.data(), sc.ql.data());  // rows past R are zero (finish_rows)
+  uint32_t* kl = kExact ? nullptr : sc.kl.data();
+  uint32_t* vl = kExact ? nullptr : sc.vl.data();
+  float* kst = rw.kt;  // [kKeyTile][D] fp32 rows of the tile
+  float* vst = rw.vt;
+  const char* kbase = static_cast<const char*>(c.k) + kvh * c.head_stride * ES;
+  const char* vbase = static_cast<const char*>(c.v) + kvh * c.head_stride * ES;
+  // Prefetch as cascade_tile.inc: the next tile's rows, every kv head's with mk.whole_rows.
+  const bool whole = mk.whole_rows && c.token_stride >= c.num_kv_heads * c.head_stride;
+  const char* kpre = whole ? static_cast<const char*>(c.k) : kbase;
+  const char* vpre = whole ? static_cast<const char*>(c.v) : vbase;
+  const int64_t pre_bytes = whole ? c.num_kv_heads * c.head_stride * ES : D * ES;
+  auto prefetch_tile = [&](int64_t p0, int64_t p1) {
+    for (int64_t tok = p0; tok < p1; ++tok) {
+      const int64_t off = paged_offset(c, table, tok);
+      for (int64_t o = 0; o < pre_bytes; o += 64) {
+        __builtin_prefetch(kpre + off * ES + o);
+        __builtin_prefetch(vpre + off * ES + o);
+      }
+    }
+  };
+  amx::tile_begin();
+  for (int rg = 0; rg < kr.nr; ++rg) {
+    const int64_t end = kr.range[rg][1];
+    for (int64_t t0 = kr.range[rg][0]; t0 < end; t0 += kKeyTile) {
+      const int n = int(std::min<int64_t>(kKeyTile, end - t0));
+      if (t0 == kr.range[rg][0]) prefetch_tile(t0, std::min(end, t0 + kKeyTile));
+      prefetch_tile(std::min(end, t0 + kKeyTile), std::min(end, t0 + 2 * kKeyTile));
+      for (int t = 0; t < n; ++t) {
+        const int64_t off = paged_offset(c, table, t0 + t);
+        const char* kp = kbase + off * ES;
+        const char* vp = vbase + off * ES;
+        for (int d = 0; d < D; d += W) {
+          vstore(kst + t * D + d, load_kv<DT>(kp + d * ES));
+          vstore(vst + t * D + d, load_kv<DT>(vp + d * ES));
+        }
+      }
+      // Keys past n: zero K (scored, then masked) and zero V (p is 0 there, and 0 * V must stay 0).
+      std::memset(kst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
+      std::memset(vst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
+      amx::pack_keys(kst, D, D, sc.kh.data(), kl);
+      amx::pack_values(vst, D, D, sc.vh.data(), vl);
+      for (int64_t r0 = 0; r0 < R16; r0 += 32)
+        amx::tile_scores(sc.qh.data() + r0 * D, sc.ql.data() + r0 * D, D, D, sc.kh.data(), kl,
+                         int(std::min<int64_t>(32, R16 - r0)), rw.s + r0 * kKeyTile);
+      const bool full = kr.full(t0, n);
+      int64_t done = 0;  // rows whose softmax is done, 16 at a time where the tile is full
+      if (full && n == kKeyTile && !(mk.soft_cap > 0.f))
+        while (done + 16 <= rw.R && softmax_rows16<D>(rw, rw.s, done)) done += 16;
+      softmax_tile<D>(rw, rw.s, R16, n, t0, full, mk, done);
+      amx::split_bf16(rw.s, R16 * kKeyTile, sc.ph.data(), sc.pl.data());
+      for (int64_t r0 = 0; r0 < R16; r0 += 32)
+        amx::tile_values(sc.ph.data() + r0 * kKeyTile, sc.pl.data() + r0 * kKeyTile, sc.vh.data(), vl, D,
+                         int(std::min<int64_t>(32, R16 - r0)), rw.acc + r0 * D);
+    }
+  }
+  amx::tile_end();
+}
+
+template <int D>
+AttendFn pick_dtype(Dtype dt) {
+  switch (dt) {
+    case Dtype::f16: return attend<D, Dtype::f16>;
+    case Dtype::bf16: return attend<D, Dtype::bf16>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace amx_loop
+KVB_SIMD_END
+
+AttendFn amx_attend(int64_t D, Dtype dt) {
+  switch (D) {
+    case 64: return amx_loop::pick_dtype<64>(dt);
+    case 128: return amx_loop::pick_dtype<128>(dt);
+    case 256: return amx_loop::pick_dtype<256>(dt);
+    default: return nullptr;
+  }
+}
+
+#else
+
+AttendFn amx_attend(int64_t, Dtype) { return nullptr; }
+
+#endif
+
+}  // namespace casc
+}  // namespace cpu
+}  // namespace kern
+}  // namespace kvb

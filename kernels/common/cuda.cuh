@@ -1,0 +1,178 @@
+// Shared by the CUDA back end: CUDA errors -> kvb::Error(device), a device guard, 16-byte vector
+// conversions for fp16 / bf16 / fp32.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "../../libkvblock/error.h"
+#include "paged.h"
+#include "types.h"
+
+namespace kvb {
+namespace kern {
+namespace cuda {
+
+// Throws Code::device with the CUDA error string; clears the (non-sticky) error state first.
+inline void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  fail(Code::device, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) and checks the launch through the call's own
+// return value. A <<<>>> launch followed by cudaGetLastError() would report (and clear) an error that the
+// caller's earlier, unrelated CUDA call left pending; a successful launch here leaves that state alone.
+template <typename... Params, typename... Args>
+inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   const char* what, Args&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "launch: argument count");
+  void* ptrs[sizeof...(Args) + 1] = {static_cast<void*>(&args)...};
+  check(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, ptrs, smem, stream), what);
+}
+
+// Device-side record of the first bad input a kernel met (kvb_cuda_take_fault; faults.cu owns it).
+struct FaultRecord {
+  unsigned int claimed;  // 0 = free; the first faulting thread sets 1, fills the details, then kind
+  unsigned int kind;     // kvb_fault_kind, published last
+  unsigned int kernel;   // kvb_kernel_id
+  unsigned int reserved;
+  long long index, column, value;
+  unsigned long long count;  // faulty work items
+};
+
+// Counts a fault and, if it is the first since the last take, records its details.
+__device__ __forceinline__ void record_fault(FaultRecord* r, unsigned kind, unsigned kernel, long long index,
+                                             long long column, long long value) {
+  atomicAdd(&r->count, 1ull);
+  if (atomicCAS(&r->claimed, 0u, 1u) != 0u) return;
+  r->kernel = kernel;
+  r->index = index;
+  r->column = column;
+  r->value = value;
+  __threadfence();
+  atomicExch(&r->kind, kind);
+}
+
+// Device address of the calling thread's current device's record (`device` is its ordinal, for the
+// cache of addresses).
+FaultRecord* fault_record(int device);
+
+// Makes `device` current for the scope and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    int cur = 0;
+    check(cudaGetDevice(&cur), "cudaGetDevice");
+    if (cur != device) {
+      check(cudaSetDevice(device), "cudaSetDevice");
+      prev_ = cur;
+    }
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Puts the calling thread in relaxed stream-capture mode for the scope, so that host-side queries made
+// while the caller captures a CUDA graph (cudaPointerGetAttributes may initialise a context and is not
+// on the documented list of capture-safe calls) can neither fail nor invalidate the caller's capture.
+// Touches no stream; restores the caller's mode afterwards.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      cudaGetLastError();
+      active_ = false;
+    }
+  }
+  ~RelaxedCapture() {
+    if (active_) cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool active_ = true;
+};
+
+// Largest power-of-two width (16, 8, 4, 2 or 1 bytes) dividing every value.
+inline int common_width(std::initializer_list<uint64_t> values) {
+  uint64_t acc = 16;
+  for (uint64_t v : values) acc |= v;
+  int w = 1;
+  while (w < 16 && (acc & uint64_t(w)) == 0) w <<= 1;
+  return w;
+}
+
+// The cache's K / V addresses and byte strides OR'ed together: % 16 == 0 when the kernels' 16-byte
+// loads (and cp.async) of K / V rows are all aligned.
+inline uint64_t kv_align_bits(const Cache& c) {
+  const int64_t es = int64_t(c.elem());
+  return uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
+         uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
+}
+
+// 16 bytes of T -> floats (8 for 16-bit types, 4 for fp32).
+template <typename T>
+struct Vec;
+
+template <>
+struct Vec<__half> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = __half22float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+  static __device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
+  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+};
+
+template <>
+struct Vec<__nv_bfloat16> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = __bfloat1622float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+  static __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+  static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+};
+
+template <>
+struct Vec<float> {
+  static constexpr int N = 4;
+  static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+  }
+  static __device__ __forceinline__ float load(const float* p) { return *p; }
+  static __device__ __forceinline__ float from_float(float x) { return x; }
+};
+
+}  // namespace cuda
+}  // namespace kern
+}  // namespace kvb

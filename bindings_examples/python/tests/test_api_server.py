@@ -348,3 +348,10 @@ def test_a_failed_step_fails_its_requests_and_the_engine_is_rebuilt(model_dir) -
         assert loop.alive and len(made) == 2 and loop.metrics.engine_restarts == 1
     finally:
         loop.stop()
+
+
+def test_a_bad_checkpoint_is_one_line_and_a_nonzero_exit(tmp_path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(PKG) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "kvblock.engine", "serve", "--model", str(tmp_path / "none"),
+                        "--port", "0", "--threads", "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0 and "config.json" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -33,6 +33,7 @@ from .protocol import (
     parse_completion,
     usage,
 )
+from .serve import _threads
 from .serving_loop import EngineLoop, Handle, QueueFull, Update
 
 MAX_BODY_BYTES = 8 << 20
@@ -246,6 +247,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-events-topic", default="")
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--no-cuda-graph", action="store_true")
+    p.add_argument("--threads", type=_threads, default=0, metavar="N",
+                   help="CPU threads of torch and of numpy's BLAS (default: theirs)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 
@@ -254,18 +257,25 @@ def build(a: argparse.Namespace) -> tuple:
     import torch
 
     from .chat_template import ChatTemplate
-    from .checkpoint import checkpoint_id, load_tokenizer
+    from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .engine import EngineConfig
     from .generation import Generation, eos_token_ids
     from .server_metrics import ServerMetrics
     from .torch_engine import TorchEngine
     from .torch_model import TorchModel
+    if a.threads:
+        from .blas import limit_threads
+        torch.set_num_threads(a.threads)
+        limit_threads(a.threads)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = a.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     max_len = a.num_blocks * a.block_size
     if a.max_model_len:
         max_len = min(max_len, a.max_model_len)
-    model = TorchModel.from_pretrained(a.model, device, dtype, max_len=max_len)
+    try:
+        model = TorchModel.from_pretrained(a.model, device, dtype, max_len=max_len)
+    except (CheckpointError, FileNotFoundError) as e:
+        raise SystemExit(f"serve: {e}") from None
     generation = Generation(eos_token_ids(a.model), load_tokenizer(a.model))
     name = a.served_model_name or os.path.basename(os.path.normpath(a.model))
     cfg = EngineConfig(num_blocks=a.num_blocks, block_size=a.block_size, num_host_blocks=a.host_blocks,

@@ -930,7 +930,9 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    from shared memory, a producer warpgroup loading K/V pages with cp.async into an mbarrier ring, two
    consumer warpgroups; same contract, faults and outputs); every other call, and every call without
    the variable, runs the portable kernel. The first call that asks notes on stderr whether it runs.
-   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls. */
+   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls; rows of
+   q_len 1 (decode rows, alone or in a mixed batch) run the decode kernel's items instead, so their
+   outputs are kvb_paged_attention's on the same rows, bit for bit. */
 typedef struct kvb_prefill_args {
   uint32_t struct_size;
   uint32_t num_seqs;

@@ -10,17 +10,20 @@
 namespace kvb {
 namespace kern {
 
-// Measured with `kvblock bench --only cascade` (the sweep of shared / own splits, each vector path
-// forced; docs/perf/kernels_cpu.md, "When grouping pays"): c from the splits with long shared parts, a
-// from those with long own parts. The constants lean towards the plain kernel, so that a group kept
-// near the break-even point still runs no slower than plain within the run-to-run noise.
+// Fitted to `kvblock bench --only cascade` (the sweep of shared / own splits of 64 x 4,224 tokens, the
+// ALWAYS column against plain; docs/perf/kernels_cpu.md, "When grouping pays"): the grouped call's own
+// keys cost about 2.2x the plain kernel's (a = 1.2: its items walk one kv head at a time), and a shared
+// key of one row about 0.3 of a plain one with AMX tiles (0.06-0.38 over the sweep). AVX2: a = 0.6-0.8,
+// c = 0.33-0.48. AVX-512 without tiles: a = 1.05-1.4, c = 0.32-0.62. The portable path's product saves nothing
+// (never grouped). The constants lean towards the plain kernel, so that a group
+// kept near the break-even point still runs no slower than plain within the run-to-run noise.
 GroupCost cpu_group_cost() {
   using cpu::simd::Isa;
-  if (cpu::amx::active()) return GroupCost{0.30, 0.50, 64};
+  if (cpu::amx::active()) return GroupCost{0.35, 1.2, 64};
   switch (cpu::simd::isa()) {
-    case Isa::avx512: return GroupCost{0.45, 0.50, 64};
-    case Isa::avx2: return GroupCost{0.55, 0.50, 64};
-    default: return GroupCost{1.0, 0.50, 64};  // the portable product costs what the plain walk saves
+    case Isa::avx512: return GroupCost{0.55, 1.2, 64};
+    case Isa::avx2: return GroupCost{0.45, 0.9, 64};
+    default: return GroupCost{1.0, 1.2, 64};  // the portable product costs what the plain walk saves
   }
 }
 

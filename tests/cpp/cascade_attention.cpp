@@ -362,6 +362,7 @@ void test_validation() {
   b.tables[size_t(row) * b.max_blocks] = (old + 1) % 600;  // a member whose head differs
   refused(b.groups(), "differs from");
   b.tables[size_t(row) * b.max_blocks] = old;
+  const int32_t shared0 = b.shared_blocks[0];
   b.shared_blocks[0] = int32_t(b.max_blocks) + 1;
   refused(b.groups(), "shared_blocks[0]");
   b.shared_blocks[0] = 1000;
@@ -370,6 +371,7 @@ void test_validation() {
   g.struct_size = 8;
   refused(g, "struct_size");
   // AUTO checks the description before its cost model drops any group.
+  b.shared_blocks[0] = shared0;
   b.members[1] = b.members[0];
   g = b.groups();
   g.policy = KVB_PREFIX_GROUPS_AUTO;

@@ -267,6 +267,19 @@ void test_cpu_threaded() {
   CHECK(p.compare_ref(p.out, "cpu-threaded") == 0);
 }
 
+// kvb_paged_attention on the problem's cache with its window, sinks and soft cap (a gives the batch).
+void run_decode(const Problem& p, kvb_attention_args& a) {
+  a.logits_soft_cap = p.cf.soft_cap;
+  a.window_tokens = p.cf.window;
+  a.sink_tokens = p.cf.sink;
+  size_t ws = 0;
+  CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
+  std::vector<float> work(ws / 4 + 4);
+  a.workspace = work.data();
+  a.workspace_size = ws;
+  CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+}
+
 // Decode rows (q_len 1) in a prefill call run the decode kernel's work item: a batch of only decode rows
 // gives kvb_paged_attention's output bit for bit (same batch, same strides), and a mixed batch's decode
 // rows those of a decode call over just those sequences; both against the float64 reference too, on
@@ -313,15 +326,7 @@ void test_cpu_decode_rows() {
         a.block_tables = tables.data();
         a.seq_lens = lens.data();
         a.scale = float(p.scale());
-        a.logits_soft_cap = c.soft_cap;
-        a.window_tokens = c.window;
-        a.sink_tokens = c.sink;
-        size_t ws = 0;
-        CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
-        std::vector<float> work(ws / 4 + 4);
-        a.workspace = work.data();
-        a.workspace_size = ws;
-        CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+        run_decode(p, a);
         int differ = 0;
         for (size_t k = 0; k < dec.size(); ++k)
           for (uint32_t h = 0; h < H; ++h)
@@ -375,15 +380,7 @@ void consistency(const Config& c, int32_t prompt, int32_t cached) {
     a.out_head_stride = whole.o_hs;
     a.block_tables = whole.tables.data();
     a.seq_lens = &len;
-    a.logits_soft_cap = c.soft_cap;
-    a.window_tokens = c.window;
-    a.sink_tokens = c.sink;
-    size_t ws = 0;
-    CHECK_OK(kvb_paged_attention_workspace_size(&whole.cache.desc, &a, &ws));
-    std::vector<float> work(ws / 4 + 4);
-    a.workspace = work.data();
-    a.workspace_size = ws;
-    CHECK_OK(kvb_paged_attention(&whole.cache.desc, &a, nullptr));
+    run_decode(whole, a);
   }
   CHECK(whole.compare(chunked, [&](int32_t r, uint32_t h, uint32_t d) { return row_of(whole.out, r, h, d); }, "chunked") == 0);
   CHECK(whole.compare(decoded, [&](int32_t r, uint32_t h, uint32_t d) { return row_of(whole.out, r, h, d); }, "decode") == 0);

@@ -579,8 +579,8 @@ KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
      (1 - c) * S * R >= a * sum_i(q_i * o_i) + m * R,
    c the cost of one row and one shared key in the grouped product, a the extra cost of one own key, m
    the merge of one row (in keys), all relative to one key of one row in the plain kernel; c, a and m
-   are the device's: measured per CPU vector path (AMX tiles, AVX-512, AVX2; the portable path never
-   groups), see docs/perf/kernels_cpu.md. CUDA (unmeasured: the constants are estimates on the same
+   are the device's: measured per CPU vector path (AMX tiles, AVX-512, AVX2, portable), see
+   docs/perf/kernels_cpu.md. CUDA (unmeasured: the constants are estimates on the same
    model) cannot read seq_lens on the host, so it takes each member's own part as
    max_blocks_per_seq * block_size - S, an upper bound that keeps fewer groups, never more.
    KVB_PREFIX_GROUPS_ALWAYS runs every group described (for tests and callers that measured their case). */

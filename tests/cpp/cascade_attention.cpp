@@ -286,7 +286,7 @@ void test_threaded_long_prefix() {
 
 // Policy AUTO through the C API, on every vector path: where the cost model keeps no group the call is
 // the plain kernel's (bit for bit), where it keeps some the results agree with plain within the
-// tolerance; small batches (groups dropped) and long shared prefixes (kept, except on the portable path).
+// tolerance; small batches (groups dropped) and long shared prefixes (kept).
 void test_auto_policy() {
   namespace amx = kvb::kern::cpu::amx;
   namespace kk = kvb::kern;

@@ -152,8 +152,7 @@ void test_invalid_passed_on() {
   CHECK(KeptGroups(null_members.g, kCost, batch(4, lens)).get() == &null_members.g);
 }
 
-// Each CPU path's constants: the portable path never groups; the others keep the long-shared
-// row and drop its short-shared rows.
+// Each CPU path's constants keep the long-shared row and drop its short-shared rows.
 void test_cpu_constants() {
   namespace simd = cpu::simd;
   namespace amx = cpu::amx;
@@ -169,10 +168,7 @@ void test_cpu_constants() {
       CHECK(!group_pays(k, decode_group(64, 32, 4192)));
       CHECK(!group_pays(k, decode_group(64, 256, 3968)));
       CHECK(!group_pays(k, decode_group(64, 1024, 3200)));
-      if (simd::Isa(isa) == simd::Isa::baseline)
-        CHECK(!group_pays(k, decode_group(256, 16384, 16)));
-      else
-        CHECK(group_pays(k, decode_group(64, 4096, 128)));
+      CHECK(group_pays(k, decode_group(64, 4096, 128)));
     }
   simd::force_isa(start);
   amx::force(amx_start);

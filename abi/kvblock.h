@@ -607,7 +607,28 @@ KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
    for their own query heads (7 keys each) and row 1 as usual (20 keys), and merges row 0's two parts:
    with m_s, l_s, o_s (max logit, sum of exponentials, normalised output) of the shared part and m_o,
    l_o, o_o of the own part, out = (l_s e^(m_s - M) o_s + l_o e^(m_o - M) o_o) / (l_s e^(m_s - M) +
-   l_o e^(m_o - M)), M = max(m_s, m_o). */
+   l_o e^(m_o - M)), M = max(m_s, m_o).
+
+   When grouping pays (policy KVB_PREFIX_GROUPS_AUTO, the default): reading the shared keys once saves
+   their reads for every member but the first; it costs the product over all members' rows, a merge per
+   row, and on the CPU a slower walk of the own keys than the plain kernel's. The export describes every
+   candidate (min_shared_blocks is the least sharing a candidate needs); the kernel launch, which knows
+   the device, runs each group only where its cost model expects it to be faster and the group's rows as
+   ordinary rows otherwise (same results either way). Per group of R query rows (members' q_len summed),
+   S shared tokens and own tokens o_i after them (member i has q_i rows), a group is kept when
+     (1 - c) * S * R >= a * sum_i(q_i * o_i) + m * R,
+   c the cost of one row and one shared key in the grouped product, a the extra cost of one own key, m
+   the merge of one row (in keys), all relative to one key of one row in the plain kernel; c, a and m
+   are the device's: measured per CPU vector path (AMX tiles, AVX-512, AVX2, portable), see
+   docs/perf/kernels_cpu.md. CUDA (unmeasured: the constants are estimates on the same
+   model) cannot read seq_lens on the host, so it takes each member's own part as
+   max_blocks_per_seq * block_size - S, an upper bound that keeps fewer groups, never more.
+   KVB_PREFIX_GROUPS_ALWAYS runs every group described (for tests and callers that measured their case). */
+typedef enum kvb_prefix_groups_policy {
+  KVB_PREFIX_GROUPS_AUTO = 0,   /* the kernels keep the groups their cost model expects to be faster */
+  KVB_PREFIX_GROUPS_ALWAYS = 1  /* the kernels run every group described */
+} kvb_prefix_groups_policy;
+
 typedef struct kvb_prefix_groups {
   uint32_t struct_size;
   uint32_t min_shared_blocks;  /* export: least shared blocks that make a group (default 2; 0 counts as 1) */
@@ -619,9 +640,12 @@ typedef struct kvb_prefix_groups {
   int32_t* shared_blocks;      /* [num_groups] leading blocks every member of group g holds */
   uint32_t num_groups;         /* export: out; kernels: in */
   uint32_t num_members;        /* export: out (= group_start[num_groups]); kernels: not read */
+  /* --- fields below were added after the first version; older callers' struct_size omits them (AUTO) --- */
+  uint32_t policy;             /* kernels: kvb_prefix_groups_policy (default KVB_PREFIX_GROUPS_AUTO);
+                                  export: not read, not written */
 } kvb_prefix_groups;           /* may grow at the end */
 
-/* Fill defaults (no buffers, min_shared_blocks 2, no groups) and struct_size. */
+/* Fill defaults (no buffers, min_shared_blocks 2, no groups, policy AUTO) and struct_size. */
 KVB_API void kvb_prefix_groups_init(kvb_prefix_groups* groups);
 
 typedef struct kvb_batch {
@@ -948,7 +972,9 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    from shared memory, a producer warpgroup loading K/V pages with cp.async into an mbarrier ring, two
    consumer warpgroups; same contract, faults and outputs); every other call, and every call without
    the variable, runs the portable kernel. The first call that asks notes on stderr whether it runs.
-   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls. */
+   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls; rows of
+   q_len 1 (decode rows, alone or in a mixed batch) run the decode kernel's items instead, so their
+   outputs are kvb_paged_attention's on the same rows, bit for bit. */
 typedef struct kvb_prefill_args {
   uint32_t struct_size;
   uint32_t num_seqs;

@@ -263,6 +263,13 @@ void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1) {
 
 }  // namespace
 
+void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
+  check_batch(c, a);
+  std::vector<int32_t> group_of;
+  std::vector<int64_t> shared;
+  check_groups(c, a, g, group_of, shared);
+}
+
 void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
   check_batch(c, a);
   Work w;

@@ -26,6 +26,10 @@ struct Attention : AttnHeads {
   const int32_t* seq_lens = nullptr;
   void* workspace = nullptr;
   AttnPlan plan;
+  // The decode rows of a prefill call (cpu::prefill_attention): sequence s's query and output row is
+  // q_rows[s] (NULL: s).
+  const int32_t* q_rows = nullptr;
+  int64_t q_row(int64_t s) const { return q_rows ? q_rows[s] : s; }
 };
 
 // Workspace layout when split: m[seq][head][part], l[seq][head][part], acc[seq][head][part][head_dim].

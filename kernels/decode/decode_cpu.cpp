@@ -162,7 +162,7 @@ void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
     for (int64_t d = 0; d < D; ++d) tmp[d] += wp * o[d];
   }
   const float inv = W > 0.f ? 1.f / W : 0.f;
-  char* op = static_cast<char*>(a.out) + (s * a.out_seq_stride + h * a.out_head_stride) * j.qes;
+  char* op = static_cast<char*>(a.out) + (a.q_row(s) * a.out_seq_stride + h * a.out_head_stride) * j.qes;
   for (int64_t d = 0; d < D; ++d) store_elem(op, a.q_dtype, d, tmp[d] * inv);
 }
 

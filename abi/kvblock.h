@@ -10,10 +10,17 @@
  *    6. Fork, copy-on-write, rollback, sliding window
  *    7. Host tier and swapping         kvb_seq_can_swap_out / _in, kvb_seq_swap_out / _in
  *    8. Host cache                     host blocks as a second prefix-cache level, kvb_drain_host_transfers
- *    8b. Store tier                    kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll, directory store
- *    9. Batch export for kernels       kvb_batch_export, kvb_batch_append, kvb_batch_commit
- *   10. Statistics, events, prefix-cache control
- *   11. Kernels                        write K/V, decode and prefill attention, copy / swap blocks, faults
+ *    9. Store tier                     kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll,
+ *                                      directory store
+ *   10. Batch export for kernels       kvb_batch_export, kvb_batch_append, kvb_batch_commit
+ *   11. Statistics, events, prefix-cache control
+ *   12. Kernels                        write K/V, decode and prefill attention, copy / swap blocks, faults:
+ *       12.1 Caches                    strides, devices, dtypes, kvb_cache_desc, kvb_cache_alloc / _free
+ *       12.2 Write K/V                 kvb_write_kv
+ *       12.3 Decode attention          kvb_paged_attention
+ *       12.4 Prefill attention         kvb_prefill_attention (prompts, chunks and decodes in one call)
+ *       12.5 Copy and swap blocks      kvb_copy_blocks, kvb_swap_blocks
+ *       12.6 CUDA input faults         kvb_cuda_take_fault
  * How the library behind this header is built, and the rules the manager follows (hash chain, free queue,
  * prefix index, KV cache groups, host tier): docs/ARCHITECTURE.md. The ABI rules: abi/ABI.md.
  *
@@ -203,7 +210,8 @@ KVB_API kvb_status kvb_block_hash(kvb_manager* m, int32_t block_id, uint64_t* ha
 KVB_API kvb_status kvb_seq_can_allocate(kvb_manager* m, const int64_t* tokens, size_t n, size_t* num_cached_tokens);
 /* Create sequence seq_id holding the prompt: reuse the longest cached prefix (never the last block), take
    free blocks for the rest. *num_cached_tokens (may be NULL) = tokens whose K/V are already computed. */
-KVB_API kvb_status kvb_seq_allocate(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n, size_t* num_cached_tokens);
+KVB_API kvb_status kvb_seq_allocate(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n,
+                                    size_t* num_cached_tokens);
 /* num_tokens more tokens of the sequence have their K/V written; blocks that become full enter the index. */
 KVB_API kvb_status kvb_seq_commit(kvb_manager* m, int64_t seq_id, size_t num_tokens);
 /* KVB_OK if num_tokens more tokens can be appended now, else KVB_ERR_OUT_OF_BLOCKS. */
@@ -323,14 +331,16 @@ typedef enum kvb_availability {
 KVB_API kvb_status kvb_seq_can_swap_out(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
 /* Move the sequence's held device blocks to host blocks. pairs[2*i] = device src, pairs[2*i+1] = host dst;
    run them with kvb_swap_blocks before the device blocks are reused. *num_pairs needed if too small. */
-KVB_API kvb_status kvb_seq_swap_out(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
+KVB_API kvb_status kvb_seq_swap_out(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs,
+                                    size_t* num_pairs);
 /* Can the swapped-out sequence come back? OK when free - needed >= watermark blocks (vLLM's rule). */
 KVB_API kvb_status kvb_seq_can_swap_in(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
 /* Bring the sequence back to device blocks. pairs[2*i] = host src, pairs[2*i+1] = device dst, in the
    order of the swap-out. Committed full blocks become findable again (each group's under its own key)
    where no device block holds that key, except a block right after a released slot (the released
    block's hash, its parent, left with it). */
-KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
+KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs,
+                                   size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Host cache (KVB_CONFIG_HOST_CACHE): host blocks as a second prefix-cache level                    */
@@ -787,6 +797,8 @@ KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 /* Kernels: write K/V, paged decode and prefill attention, copy and swap blocks (CPU / CUDA)     */
 /* ------------------------------------------------------------------------------------------------ */
 
+
+/* 12.1 Caches ---------------------------------------------------------------------------------- */
 /* Strides everywhere below are in elements, never negative (refused: no kernel walks backwards), and 0
    selects the dense default. Every call checks, with overflow-checked arithmetic, that the largest
    element offset any (block, token, head, dim) or (sequence, head, dim) reaches in each tensor it touches
@@ -860,6 +872,8 @@ KVB_API kvb_status kvb_cache_free(kvb_cache_desc* desc);
    without CUDA. */
 KVB_API kvb_status kvb_cuda_device_count(int32_t* count);
 
+
+/* 12.2 Write K/V ------------------------------------------------------------------------------- */
 /* New K and V of num_tokens tokens into the cache, token i at slot slot_mapping[i] (block*block_size +
    offset; -1 = skip). key/value in the cache's dtype (an FP8 cache: in input_dtype, quantized as kvb_dtype
    states) and on its device; strides in elements, 0 = dense. */
@@ -884,6 +898,8 @@ KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
 /* reshape_and_cache: scatter new K/V into the cache on stream (CUDA; ignored on CPU). */
 KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_args* args, void* stream);
 
+
+/* 12.3 Decode attention ------------------------------------------------------------------------ */
 /* Paged decode attention: one query token per sequence over its cached tokens. q and out in the cache's
    dtype (an FP8 cache: in q_dtype), everything on the cache's device; strides in elements (0 = dense).
    FP8 caches on CUDA: q_dtype FP16 or BF16 (FP32: KVB_ERR_UNSUPPORTED); K/V are read as bytes (half the
@@ -936,6 +952,8 @@ KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cach
    kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
 
+
+/* 12.4 Prefill attention ----------------------------------------------------------------------- */
 /* Paged prefill / extend attention over a ragged batch: every sequence brings q_len_i >= 0 new query
    tokens (a prompt, a chunk of one, speculative draft tokens or a single decode token: one call serves
    a batch that mixes them), whose K/V are already in the cache (kvb_write_kv). Positions: with
@@ -957,12 +975,12 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
 
    Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
    replays correctly after their contents change, as long as num_seqs, total_q_tokens and
-   max_blocks_per_seq are those captured; pad with sequences of 0 new and 0 cached tokens): query rows are packed (token, query head of the GQA group) per kv head and cut
-   into tiles of 128 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
-   b_i = floor(query_start[i] * group / 128) + i, which is computable from query_start alone and leaves
-   every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 128) + num_seqs
-   tiles per kv head (and per key split) and each CTA finds its sequence by binary search over
-   query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
+   max_blocks_per_seq are those captured; pad with sequences of 0 new and 0 cached tokens): query rows
+   are packed (token, query head of the GQA group) per kv head and cut into tiles of 128 packed rows.
+   Sequence i owns the tiles [b_i, b_i+1) with b_i = floor(query_start[i] * group / 128) + i, which is
+   computable from query_start alone and leaves every sequence enough tiles; the grid has
+   b_num_seqs = floor(total_q_tokens * group / 128) + num_seqs tiles per kv head (and per key split) and
+   each CTA finds its sequence by binary search over query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
    long, the key range is split into partitions written to the workspace and merged by a second
    kernel (flash-decoding style), so the workspace size depends on the shapes below and the device.
    fp16 / bf16 use tensor cores (mma.sync m16n8k16, fp32 accumulation); fp32 uses CUDA cores.
@@ -1031,6 +1049,8 @@ KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* ca
    are NaN. CUDA also needs q and out 16-byte aligned with strides a multiple of 16 bytes. */
 KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
 
+
+/* 12.5 Copy and swap blocks -------------------------------------------------------------------- */
 /* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
    num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */
 KVB_API kvb_status kvb_copy_blocks(const kvb_cache_desc* layers, size_t num_layers, const int32_t* pairs,
@@ -1047,6 +1067,8 @@ typedef enum kvb_swap_flags {
 KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_cache_desc* dst_layers,
                                    size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
                                    void* stream);
+
+/* 12.6 CUDA input faults ----------------------------------------------------------------------- */
 /* CUDA input faults. A CUDA kernel reads seq_lens, block_tables and slot_mapping on the device after the
    launching call has returned, so it cannot fail that call. It checks exactly what the CPU kernel checks
    before running (see kvb_paged_attention and kvb_write_kv_args.slot_mapping), never reads or writes

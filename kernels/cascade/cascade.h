@@ -1,5 +1,5 @@
 // Shared-prefix ("cascade") attention: the validated form of kvb_prefix_groups and the CPU entry point
-// that serves both decode and prefill / extend (kernels/cpu/cascade.cpp, kernels/capi_cascade.cpp).
+// that serves both decode and prefill / extend (kernels/cascade/cascade_cpu.cpp, kernels/cascade/cascade_capi.cpp).
 #pragma once
 #include <cstdint>
 
@@ -63,12 +63,12 @@ namespace cuda {
 // description being too large for its launch parameters; the plain kernel then runs). Checks the
 // description's host arrays against the batch (invalid_argument naming the bad value).
 size_t cascade_workspace(const Cache& c, const Attention& a, const kvb_prefix_groups& g);
-// Runs the shared-prefix decode (kernels/cuda/cascade.cu) and returns true, or returns false having
+// Runs the shared-prefix decode (kernels/cascade/cascade.cu) and returns true, or returns false having
 // launched nothing when it does not apply (description too large, workspace smaller than
 // cascade_workspace, a device without the shared memory): the caller then runs the plain kernel.
 bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups& g, void* workspace,
                     size_t workspace_size, void* stream);
-// The same for prefill / extend (kernels/cuda/cascade_prefill.cu; fp16 / bf16 caches, head_dim 64 / 128
+// The same for prefill / extend (kernels/cascade/cascade_prefill.cu; fp16 / bf16 caches, head_dim 64 / 128
 // / 256: 0 / false for any other cache, whose plain kernel then runs).
 size_t cascade_prefill_workspace(const Cache& c, const Prefill& a, const kvb_prefix_groups& g);
 bool cascade_prefill(const Cache& c, const Prefill& a, const kvb_prefix_groups& g, void* workspace,

@@ -1,5 +1,5 @@
 // Paged decode attention: the validated form of kvb_attention_args, the split-K plan shared by the
-// workspace query and the launch, and the two back ends (kernels/capi_attention.cpp is the C boundary).
+// workspace query and the launch, and the two back ends (kernels/decode/decode_capi.cpp is the C boundary).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -7,11 +7,10 @@
 // with exp2, one rescale per key tile and row; the causal / window mask is applied only to the key
 // tiles that some row of the item does not fully attend. Inner loops: 8-wide fp32 vectors (GCC/Clang
 // vector extensions), built twice on x86-64: portable, and for AVX2 + FMA + F16C, picked from the
-// process-wide vector path of simd.h (so KVB_CPU_ISA narrows prefill as it narrows decode).
-// Threads over the items for calls of at least kParallelFlops (kernels/cpu/parallel.h).
+// process-wide vector path of simd_cpu.h (so KVB_CPU_ISA narrows prefill as it narrows decode).
+// Threads over the items for calls of at least kParallelFlops (kernels/common/parallel_cpu.h).
 // Rows of one query token (decode rows, q_len 1) run the decode kernel's item instead (decode_rows): a
-// tile of G rows pays the K/V conversion per kv head that a longer tile shares, and was 3.4-12.6x the
-// decode kernel's time on the same batch.
+// tile of G rows pays the K/V conversion per kv head that a longer tile shares (figures: docs/perf/kernels_cpu.md).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -8,6 +8,7 @@
  *    4. Sequences: the core flow       allocate, commit, append, free, block tables, invariants
  *    5. Sequences: cache salt, extra keys, state     kvb_seq_options, kvb_seq_get_info
  *    6. Fork, copy-on-write, rollback, sliding window
+ *    6b. Token trees                   kvb_seq_append_tree, kvb_seq_commit_tree, kvb_drain_slot_copies
  *    7. Host tier and swapping         kvb_seq_can_swap_out / _in, kvb_seq_swap_out / _in
  *    8. Host cache                     host blocks as a second prefix-cache level, kvb_drain_host_transfers
  *    9. Store tier                     kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll,
@@ -310,6 +311,71 @@ KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_t
    verifying draft tokens commits only the accepted ones and rolls back the rest uncommitted.
    Switching the window off or widening it brings no released block back. */
 KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Token trees                                                                                       */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Speculative decoding with a draft tree (EAGLE, Medusa): the target verifies many draft continuations
+   in one step, then keeps one accepted root-to-leaf path.
+
+   kvb_seq_append_tree appends n draft tokens after the sequence's c committed tokens. parents[i] is -1
+   for a root (a child of the last committed token) or an earlier node (0 <= parents[i] < i; so no
+   cycle can be written). Node i takes position c + i in the block table: its K/V slot, and row i of the
+   sequence's rows in kvb_batch_export (slot_mapping, tree_mask). depths[i] (if depths is not NULL) is
+   0 for a root and depths[parents[i]] + 1 otherwise: the query of node i has position c + depths[i]
+   (its RoPE position). Blocks are taken exactly as kvb_seq_append of n tokens takes them (a shared
+   partial last block is copied first, no watermark; KVB_ERR_OUT_OF_BLOCKS changes nothing).
+   Requires: the sequence on device, every token committed (no uncomputed token) and no pending tree
+   (else KVB_ERR_BAD_STATE); n <= KVB_MAX_TREE_NODES and valid parents (else KVB_ERR_INVALID_ARGUMENT);
+   n = 0 does nothing. The tree is then pending until kvb_seq_commit_tree.
+
+   While a tree is pending, kvb_seq_append, kvb_seq_commit, kvb_batch_append, kvb_batch_commit,
+   kvb_seq_rollback, forking the sequence (kvb_seq_fork / _at with it as parent) and swapping it out
+   (kvb_seq_can_swap_out, kvb_seq_swap_out) are refused with KVB_ERR_BAD_STATE: a tree is one step's
+   draft, committed or dropped in that step. kvb_seq_free drops a pending tree with the sequence.
+   kvb_batch_export lists the tree's nodes as the sequence's uncomputed rows, and kvb_batch.tree_mask
+   gives their ancestor bits.
+
+   kvb_seq_commit_tree keeps the accepted path path[0..k) (k may be 0: the whole tree is dropped):
+   path[0] must be a root and path[j] a child of path[j - 1] (else KVB_ERR_INVALID_ARGUMENT, nothing
+   changed). Node path[j] moves to position c + j; a node already there (path[j] == j: always for a
+   chain's prefix) is not copied, any other becomes a slot pair (src, dst) for kvb_drain_slot_copies,
+   in every KV cache group. Then the positions from c + k on are dropped as kvb_seq_rollback drops
+   uncommitted tokens (blocks left empty return to the free queue, tail first; never refused, not even
+   where a window widened since the tree's append lacks released blocks), and the k accepted
+   tokens are committed as kvb_seq_commit(k) commits them: full blocks are hashed and enter the prefix
+   index (STORED events, the store tier) with the accepted tokens only; a rejected token is never hashed.
+
+   kvb_drain_slot_copies hands out every pending slot pair at once, pairs[2*i] = src slot, pairs[2*i+1]
+   = dst slot (block * block_size + offset, the form of slot_mapping; with KV cache groups, every
+   group's pairs, group 0's first: run them all on every layer, as a group's layers never read another
+   group's blocks). Run them (kvb_copy_slots, K and V of every layer) IN LIST ORDER, or read every
+   source before writing any destination: a later pair may overwrite a slot an earlier pair reads
+   (path {1, 2} moves c+1 -> c, then c+2 -> c+1), never the reverse. Run them right after the commit:
+   before the next forward step reads those positions, and before the pairs of any later drain
+   (kvb_drain_copies, kvb_drain_host_transfers, swaps) may copy those blocks. Until drained, a block
+   past the accepted path that holds a source keeps a reference (it is not reused). Capacity too small:
+   KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed, nothing drained.
+
+   Worked example (block_size 4). Sequence 7 holds 6 committed tokens in blocks {3, 5} (positions 0..5;
+   block 5 holds positions 4, 5). The draft tree: two roots A and B, A's children C and D, C's child E:
+     tokens  {A, B, C, D, E}   parents {-1, -1, 0, 0, 2}   ->  depths {0, 0, 1, 1, 2}
+   kvb_seq_append_tree(m, 7, tokens, parents, 5, depths) puts A..E at positions 6..10: block 5 gets A, B
+   (positions 6, 7) and a new block 9 gets C, D, E (8..10). RoPE positions are 6 + depth: A 6, B 6,
+   C 7, D 7, E 8. kvb_batch_export then gives sequence 7 five rows with slot_mapping {22, 23, 36, 37,
+   38} and tree_mask {0b00001, 0b00010, 0b00101, 0b01001, 0b10101} (row i, bit j: node j is node i or
+   an ancestor; key j lies at position 6 + j). The target accepts A, C, E: kvb_seq_commit_tree(m, 7,
+   {0, 2, 4}, 3) keeps A at 6 (in place), moves C from 8 to 7 and E from 10 to 8: slot pairs (36, 23),
+   (38, 36). The sequence now has 9 committed tokens {.., A, C, E} in blocks {3, 5, 9}; block 5 is full
+   and enters the prefix index hashed over {t4, t5, A, C}. Accepting only B ({1}, k = 1) would give
+   the pair (23, 22) and release block 9. */
+enum { KVB_MAX_TREE_NODES = 64 }; /* most nodes of one tree: one uint64_t mask word per node */
+
+KVB_API kvb_status kvb_seq_append_tree(kvb_manager* m, int64_t seq_id, const int64_t* tokens, const int32_t* parents,
+                                       size_t n, int32_t* depths);
+KVB_API kvb_status kvb_seq_commit_tree(kvb_manager* m, int64_t seq_id, const int32_t* path, size_t k);
+KVB_API kvb_status kvb_drain_slot_copies(kvb_manager* m, int64_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Host tier and swapping                                                                            */
@@ -673,6 +739,13 @@ typedef struct kvb_batch {
                                   one call per group fills the inputs of that group's layers */
   /* --- fields below were added with prefix groups; older callers' struct_size omits them --- */
   kvb_prefix_groups* prefix_groups; /* NULL = not wanted; else filled as above (kvb_prefix_groups) */
+  /* --- fields below were added with token trees; older callers' struct_size omits them --- */
+  uint64_t* tree_mask;         /* [slot_capacity] one word per uncomputed row, in slot_mapping's order,
+                                  then 0 up to slot_capacity; NULL = not wanted. A sequence with a pending
+                                  tree: row i has bit j set iff node j is node i or one of its ancestors
+                                  (see "Token trees"); any other sequence with q <= 64 rows: row i has
+                                  bits 0..i (causal); more than 64 rows: 0 (the kernels treat such a
+                                  sequence as causal and do not read its words) */
 } kvb_batch;
 
 /* Fill defaults (NULL outputs = not wanted, no columns, group 0) and struct_size. */

@@ -11,10 +11,17 @@
  *    6b. Token trees                   kvb_seq_append_tree, kvb_seq_commit_tree, kvb_drain_slot_copies
  *    7. Host tier and swapping         kvb_seq_can_swap_out / _in, kvb_seq_swap_out / _in
  *    8. Host cache                     host blocks as a second prefix-cache level, kvb_drain_host_transfers
- *    8b. Store tier                    kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll, directory store
- *    9. Batch export for kernels       kvb_batch_export, kvb_batch_append, kvb_batch_commit
- *   10. Statistics, events, prefix-cache control
- *   11. Kernels                        write K/V, decode and prefill attention, copy / swap blocks, faults
+ *    9. Store tier                     kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll,
+ *                                      directory store
+ *   10. Batch export for kernels       kvb_batch_export, kvb_batch_append, kvb_batch_commit
+ *   11. Statistics, events, prefix-cache control
+ *   12. Kernels                        write K/V, decode and prefill attention, copy / swap blocks, faults:
+ *       12.1 Caches                    strides, devices, dtypes, kvb_cache_desc, kvb_cache_alloc / _free
+ *       12.2 Write K/V                 kvb_write_kv
+ *       12.3 Decode attention          kvb_paged_attention
+ *       12.4 Prefill attention         kvb_prefill_attention (prompts, chunks and decodes in one call)
+ *       12.5 Copy and swap blocks      kvb_copy_blocks, kvb_swap_blocks
+ *       12.6 CUDA input faults         kvb_cuda_take_fault
  * How the library behind this header is built, and the rules the manager follows (hash chain, free queue,
  * prefix index, KV cache groups, host tier): docs/ARCHITECTURE.md. The ABI rules: abi/ABI.md.
  *
@@ -204,7 +211,8 @@ KVB_API kvb_status kvb_block_hash(kvb_manager* m, int32_t block_id, uint64_t* ha
 KVB_API kvb_status kvb_seq_can_allocate(kvb_manager* m, const int64_t* tokens, size_t n, size_t* num_cached_tokens);
 /* Create sequence seq_id holding the prompt: reuse the longest cached prefix (never the last block), take
    free blocks for the rest. *num_cached_tokens (may be NULL) = tokens whose K/V are already computed. */
-KVB_API kvb_status kvb_seq_allocate(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n, size_t* num_cached_tokens);
+KVB_API kvb_status kvb_seq_allocate(kvb_manager* m, int64_t seq_id, const int64_t* tokens, size_t n,
+                                    size_t* num_cached_tokens);
 /* num_tokens more tokens of the sequence have their K/V written; blocks that become full enter the index. */
 KVB_API kvb_status kvb_seq_commit(kvb_manager* m, int64_t seq_id, size_t num_tokens);
 /* KVB_OK if num_tokens more tokens can be appended now, else KVB_ERR_OUT_OF_BLOCKS. */
@@ -389,14 +397,16 @@ typedef enum kvb_availability {
 KVB_API kvb_status kvb_seq_can_swap_out(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
 /* Move the sequence's held device blocks to host blocks. pairs[2*i] = device src, pairs[2*i+1] = host dst;
    run them with kvb_swap_blocks before the device blocks are reused. *num_pairs needed if too small. */
-KVB_API kvb_status kvb_seq_swap_out(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
+KVB_API kvb_status kvb_seq_swap_out(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs,
+                                    size_t* num_pairs);
 /* Can the swapped-out sequence come back? OK when free - needed >= watermark blocks (vLLM's rule). */
 KVB_API kvb_status kvb_seq_can_swap_in(kvb_manager* m, int64_t seq_id, kvb_availability* answer);
 /* Bring the sequence back to device blocks. pairs[2*i] = host src, pairs[2*i+1] = device dst, in the
    order of the swap-out. Committed full blocks become findable again (each group's under its own key)
    where no device block holds that key, except a block right after a released slot (the released
    block's hash, its parent, left with it). */
-KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs, size_t* num_pairs);
+KVB_API kvb_status kvb_seq_swap_in(kvb_manager* m, int64_t seq_id, int32_t* pairs, size_t capacity_pairs,
+                                   size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Host cache (KVB_CONFIG_HOST_CACHE): host blocks as a second prefix-cache level                    */
@@ -673,7 +683,28 @@ KVB_API void kvb_store_dir_destroy(kvb_store_dir* dir);
    for their own query heads (7 keys each) and row 1 as usual (20 keys), and merges row 0's two parts:
    with m_s, l_s, o_s (max logit, sum of exponentials, normalised output) of the shared part and m_o,
    l_o, o_o of the own part, out = (l_s e^(m_s - M) o_s + l_o e^(m_o - M) o_o) / (l_s e^(m_s - M) +
-   l_o e^(m_o - M)), M = max(m_s, m_o). */
+   l_o e^(m_o - M)), M = max(m_s, m_o).
+
+   When grouping pays (policy KVB_PREFIX_GROUPS_AUTO, the default): reading the shared keys once saves
+   their reads for every member but the first; it costs the product over all members' rows, a merge per
+   row, and on the CPU a slower walk of the own keys than the plain kernel's. The export describes every
+   candidate (min_shared_blocks is the least sharing a candidate needs); the kernel launch, which knows
+   the device, runs each group only where its cost model expects it to be faster and the group's rows as
+   ordinary rows otherwise (same results either way). Per group of R query rows (members' q_len summed),
+   S shared tokens and own tokens o_i after them (member i has q_i rows), a group is kept when
+     (1 - c) * S * R >= a * sum_i(q_i * o_i) + m * R,
+   c the cost of one row and one shared key in the grouped product, a the extra cost of one own key, m
+   the merge of one row (in keys), all relative to one key of one row in the plain kernel; c, a and m
+   are the device's: measured per CPU vector path (AMX tiles, AVX-512, AVX2, portable), see
+   docs/perf/kernels_cpu.md. CUDA (unmeasured: the constants are estimates on the same
+   model) cannot read seq_lens on the host, so it takes each member's own part as
+   max_blocks_per_seq * block_size - S, an upper bound that keeps fewer groups, never more.
+   KVB_PREFIX_GROUPS_ALWAYS runs every group described (for tests and callers that measured their case). */
+typedef enum kvb_prefix_groups_policy {
+  KVB_PREFIX_GROUPS_AUTO = 0,   /* the kernels keep the groups their cost model expects to be faster */
+  KVB_PREFIX_GROUPS_ALWAYS = 1  /* the kernels run every group described */
+} kvb_prefix_groups_policy;
+
 typedef struct kvb_prefix_groups {
   uint32_t struct_size;
   uint32_t min_shared_blocks;  /* export: least shared blocks that make a group (default 2; 0 counts as 1) */
@@ -685,9 +716,12 @@ typedef struct kvb_prefix_groups {
   int32_t* shared_blocks;      /* [num_groups] leading blocks every member of group g holds */
   uint32_t num_groups;         /* export: out; kernels: in */
   uint32_t num_members;        /* export: out (= group_start[num_groups]); kernels: not read */
+  /* --- fields below were added after the first version; older callers' struct_size omits them (AUTO) --- */
+  uint32_t policy;             /* kernels: kvb_prefix_groups_policy (default KVB_PREFIX_GROUPS_AUTO);
+                                  export: not read, not written */
 } kvb_prefix_groups;           /* may grow at the end */
 
-/* Fill defaults (no buffers, min_shared_blocks 2, no groups) and struct_size. */
+/* Fill defaults (no buffers, min_shared_blocks 2, no groups, policy AUTO) and struct_size. */
 KVB_API void kvb_prefix_groups_init(kvb_prefix_groups* groups);
 
 typedef struct kvb_batch {
@@ -836,6 +870,8 @@ KVB_API kvb_status kvb_reset_prefix_cache(kvb_manager* m);
 /* Kernels: write K/V, paged decode and prefill attention, copy and swap blocks (CPU / CUDA)     */
 /* ------------------------------------------------------------------------------------------------ */
 
+
+/* 12.1 Caches ---------------------------------------------------------------------------------- */
 /* Strides everywhere below are in elements, never negative (refused: no kernel walks backwards), and 0
    selects the dense default. Every call checks, with overflow-checked arithmetic, that the largest
    element offset any (block, token, head, dim) or (sequence, head, dim) reaches in each tensor it touches
@@ -909,6 +945,8 @@ KVB_API kvb_status kvb_cache_free(kvb_cache_desc* desc);
    without CUDA. */
 KVB_API kvb_status kvb_cuda_device_count(int32_t* count);
 
+
+/* 12.2 Write K/V ------------------------------------------------------------------------------- */
 /* New K and V of num_tokens tokens into the cache, token i at slot slot_mapping[i] (block*block_size +
    offset; -1 = skip). key/value in the cache's dtype (an FP8 cache: in input_dtype, quantized as kvb_dtype
    states) and on its device; strides in elements, 0 = dense. */
@@ -933,6 +971,8 @@ KVB_API void kvb_write_kv_args_init(kvb_write_kv_args* args);
 /* reshape_and_cache: scatter new K/V into the cache on stream (CUDA; ignored on CPU). */
 KVB_API kvb_status kvb_write_kv(const kvb_cache_desc* cache, const kvb_write_kv_args* args, void* stream);
 
+
+/* 12.3 Decode attention ------------------------------------------------------------------------ */
 /* Paged decode attention: one query token per sequence over its cached tokens. q and out in the cache's
    dtype (an FP8 cache: in q_dtype), everything on the cache's device; strides in elements (0 = dense).
    FP8 caches on CUDA: q_dtype FP16 or BF16 (FP32: KVB_ERR_UNSUPPORTED); K/V are read as bytes (half the
@@ -985,6 +1025,8 @@ KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cach
    kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
 
+
+/* 12.4 Prefill attention ----------------------------------------------------------------------- */
 /* Paged prefill / extend attention over a ragged batch: every sequence brings q_len_i >= 0 new query
    tokens (a prompt, a chunk of one, speculative draft tokens or a single decode token: one call serves
    a batch that mixes them), whose K/V are already in the cache (kvb_write_kv). Positions: with
@@ -1006,12 +1048,12 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
 
    Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
    replays correctly after their contents change, as long as num_seqs, total_q_tokens and
-   max_blocks_per_seq are those captured; pad with sequences of 0 new and 0 cached tokens): query rows are packed (token, query head of the GQA group) per kv head and cut
-   into tiles of 128 packed rows. Sequence i owns the tiles [b_i, b_i+1) with
-   b_i = floor(query_start[i] * group / 128) + i, which is computable from query_start alone and leaves
-   every sequence enough tiles; the grid has b_num_seqs = floor(total_q_tokens * group / 128) + num_seqs
-   tiles per kv head (and per key split) and each CTA finds its sequence by binary search over
-   query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
+   max_blocks_per_seq are those captured; pad with sequences of 0 new and 0 cached tokens): query rows
+   are packed (token, query head of the GQA group) per kv head and cut into tiles of 128 packed rows.
+   Sequence i owns the tiles [b_i, b_i+1) with b_i = floor(query_start[i] * group / 128) + i, which is
+   computable from query_start alone and leaves every sequence enough tiles; the grid has
+   b_num_seqs = floor(total_q_tokens * group / 128) + num_seqs tiles per kv head (and per key split) and
+   each CTA finds its sequence by binary search over query_start; surplus tiles exit at once. When that grid is too small to fill a GPU and the cache is
    long, the key range is split into partitions written to the workspace and merged by a second
    kernel (flash-decoding style), so the workspace size depends on the shapes below and the device.
    fp16 / bf16 use tensor cores (mma.sync m16n8k16, fp32 accumulation); fp32 uses CUDA cores.
@@ -1021,7 +1063,9 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    from shared memory, a producer warpgroup loading K/V pages with cp.async into an mbarrier ring, two
    consumer warpgroups; same contract, faults and outputs); every other call, and every call without
    the variable, runs the portable kernel. The first call that asks notes on stderr whether it runs.
-   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls. */
+   On the CPU the work items are (sequence, kv head, query tile), threaded for large calls; rows of
+   q_len 1 (decode rows, alone or in a mixed batch) run the decode kernel's items instead, so their
+   outputs are kvb_paged_attention's on the same rows, bit for bit. */
 typedef struct kvb_prefill_args {
   uint32_t struct_size;
   uint32_t num_seqs;
@@ -1078,6 +1122,8 @@ KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* ca
    are NaN. CUDA also needs q and out 16-byte aligned with strides a multiple of 16 bytes. */
 KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
 
+
+/* 12.5 Copy and swap blocks -------------------------------------------------------------------- */
 /* Copy blocks pairs[2*i] -> pairs[2*i+1] (host int32 array, as from kvb_drain_copies) in every one of
    num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */
 KVB_API kvb_status kvb_copy_blocks(const kvb_cache_desc* layers, size_t num_layers, const int32_t* pairs,
@@ -1094,6 +1140,8 @@ typedef enum kvb_swap_flags {
 KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_cache_desc* dst_layers,
                                    size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
                                    void* stream);
+
+/* 12.6 CUDA input faults ----------------------------------------------------------------------- */
 /* CUDA input faults. A CUDA kernel reads seq_lens, block_tables and slot_mapping on the device after the
    launching call has returned, so it cannot fail that call. It checks exactly what the CPU kernel checks
    before running (see kvb_paged_attention and kvb_write_kv_args.slot_mapping), never reads or writes

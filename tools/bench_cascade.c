@@ -8,16 +8,26 @@
    sharing 4,096 tokens, each adding 16 new tokens after 112 own cached ones (speculative decoding / chunked
    extends of n > 1 samples). The ceiling is the plain call of the same run (its K+V bytes against the
    read ceiling). GPU calls are fenced on both sides (fence()): a sample is the kernels' time, not the
-   launch's. */
+   launch's.
+   The sweep (CPU and GPU): 64 sequences of 4,224 tokens, the shared part from 32 to 4,096 tokens; each
+   row times plain, the description as given (policy AUTO: the kernels keep a group where their cost
+   model expects a gain) and with KVB_PREFIX_GROUPS_ALWAYS (every group run), and prints grouped / plain
+   for both (the AUTO figure is the one that must not fall below plain).
+   Decode rows in a prefill call (CPU): kvb_prefill_attention with q_len 1 for each of 64 sequences of
+   4,224 tokens against kvb_paged_attention on the same batch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_kernels_env.h"
 #include "util.h"
 
+/* What one timed call runs. */
+enum { V_PLAIN, V_GROUPED, V_ALWAYS, V_PREFILL_Q1, NUM_VARIANTS };
+
 typedef struct cascade_ctx {
   kcache cache, q, out, tables, lens, ws, qstart;
   uint32_t q_len; /* 0: decode (kvb_paged_attention); else new tokens per sequence (kvb_prefill_attention) */
+  int both;       /* q_len 1: a and p both set up (decode rows as a decode and as a prefill call) */
   kvb_attention_args a;
   kvb_prefill_args p;
   kvb_prefix_groups g;
@@ -84,6 +94,7 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
   c->g.shared_blocks = c->shared_blocks;
   c->g.num_groups = sb > 0 ? 1 : 0;
   c->g.num_members = sb > 0 ? (uint32_t)c->group_start[1] : 0;
+  if (q_len == 1) c->both = 1;
   if (q_len) {
     kvb_prefill_args_init(&c->p);
     c->p.num_seqs = batch;
@@ -95,14 +106,14 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
       lib_error("kvb_prefill_attention_workspace_size", st);
       return 0;
     }
-    if (c->p.workspace_size && !kc_buffer(e, &c->ws, c->p.workspace_size)) return 0;
+    if (c->p.workspace_size && !c->both && !kc_buffer(e, &c->ws, c->p.workspace_size)) return 0;
     c->p.q = c->q.dev.k;
     c->p.out = c->out.dev.k;
     c->p.query_start = (const int32_t*)c->qstart.dev.k;
     c->p.block_tables = (const int32_t*)c->tables.dev.k;
     c->p.seq_lens = (const int32_t*)c->lens.dev.k;
     c->p.workspace = c->p.workspace_size ? c->ws.dev.k : NULL;
-    return 1;
+    if (!c->both) return 1;
   }
   kvb_attention_args_init(&c->a);
   c->a.num_seqs = batch;
@@ -113,7 +124,9 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
     lib_error("kvb_paged_attention_workspace_size", st);
     return 0;
   }
+  if (c->both && c->p.workspace_size > c->a.workspace_size) c->a.workspace_size = c->p.workspace_size;
   if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
+  if (c->both) c->p.workspace = c->p.workspace_size ? c->ws.dev.k : NULL;
   c->a.q = c->q.dev.k;
   c->a.out = c->out.dev.k;
   c->a.block_tables = (const int32_t*)c->tables.dev.k;
@@ -124,21 +137,24 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
 
 /* Wall and process CPU seconds of one call (CPU time: every thread of the call, less sensitive to other
    processes on a loaded machine than the wall time). */
-static int call(kenv* e, cascade_ctx* c, int with_groups, double* seconds, double* cpu_seconds) {
+static int call(kenv* e, cascade_ctx* c, int variant, double* seconds, double* cpu_seconds) {
   kvb_status st;
   double c0, t0;
+  int prefill = c->both ? variant == V_PREFILL_Q1 : c->q_len > 0;
+  const kvb_prefix_groups* pg = variant == V_GROUPED || variant == V_ALWAYS ? &c->g : NULL;
+  c->g.policy = variant == V_ALWAYS ? KVB_PREFIX_GROUPS_ALWAYS : KVB_PREFIX_GROUPS_AUTO;
   if (!fence(e)) return 0; /* GPU: nothing of the previous call runs into this sample */
   c0 = cpu_s();
   t0 = now_s();
-  if (c->q_len) {
-    c->p.prefix_groups = with_groups ? &c->g : NULL;
+  if (prefill) {
+    c->p.prefix_groups = pg;
     st = kvb_prefill_attention(&c->cache.dev, &c->p, NULL);
   } else {
-    c->a.prefix_groups = with_groups ? &c->g : NULL;
+    c->a.prefix_groups = pg;
     st = kvb_paged_attention(&c->cache.dev, &c->a, NULL);
   }
   if (st != KVB_OK) {
-    lib_error(c->q_len ? "kvb_prefill_attention" : "kvb_paged_attention", st);
+    lib_error(prefill ? "kvb_prefill_attention" : "kvb_paged_attention", st);
     return 0;
   }
   if (!fence(e)) return 0; /* GPU: the kernels are done */
@@ -147,51 +163,111 @@ static int call(kenv* e, cascade_ctx* c, int with_groups, double* seconds, doubl
   return 1;
 }
 
-/* Plain and cascade calls alternate (plain first on even samples, cascade first on odd ones). */
-static int run_case(kenv* e, const char* key, const char* label, uint32_t batch, uint32_t shared, uint32_t own,
-                    uint32_t q_len) {
+/* The variants of a row, their calls interleaved sample by sample (the order rotates from sample to
+   sample, so that load from other processes hits every variant alike); medians reported, and each
+   variant's speed-up over the first (plain or decode) as the median of the per-sample ratios (each
+   sample's calls run back to back, so a change of load between samples cancels). */
+static int run_variants(kenv* e, const char* key, const char* label, uint32_t batch, uint32_t shared, uint32_t own,
+                        uint32_t q_len, const int* variants, int nv) {
+  static const char* names[NUM_VARIANTS] = {"plain", "grouped", "always", "prefill"};
+  static double wall[NUM_VARIANTS][KMAX_REPS], cpu[NUM_VARIANTS][KMAX_REPS];
+  static double ratio[NUM_VARIANTS][KMAX_REPS], cratio[NUM_VARIANTS][KMAX_REPS];
+  double med[NUM_VARIANTS], cmed[NUM_VARIANTS], up[NUM_VARIANTS], cup[NUM_VARIANTS], t, tc, bytes;
   cascade_ctx c;
-  double plain[KMAX_REPS], casc[KMAX_REPS], plain_cpu[KMAX_REPS], casc_cpu[KMAX_REPS], mp, mc, cp, cc, bytes, t, tc;
   uint64_t rep;
-  int ok = cascade_setup(e, &c, batch, shared, own, q_len);
+  int k, ok = cascade_setup(e, &c, batch, shared, own, q_len);
+  size_t n = (size_t)(e->reps < KMAX_REPS ? e->reps : KMAX_REPS);
   report* r = e->r;
-  ok = ok && call(e, &c, 0, &t, &tc) && call(e, &c, 1, &t, &tc); /* warm-up */
-  for (rep = 0; ok && rep < e->reps && rep < KMAX_REPS; rep++) {
-    int first = (int)(rep % 2);
-    ok = call(e, &c, first, first ? &casc[rep] : &plain[rep], first ? &casc_cpu[rep] : &plain_cpu[rep]) &&
-         call(e, &c, !first, first ? &plain[rep] : &casc[rep], first ? &plain_cpu[rep] : &casc_cpu[rep]);
-  }
+  for (k = 0; ok && k < nv; k++) ok = call(e, &c, variants[k], &t, &tc); /* warm-up */
+  for (rep = 0; ok && rep < n; rep++)
+    for (k = 0; ok && k < nv; k++) {
+      int v = (int)((rep + (uint64_t)k) % (uint64_t)nv);
+      ok = call(e, &c, variants[v], &wall[v][rep], &cpu[v][rep]);
+    }
   if (ok) {
-    size_t n = (size_t)(e->reps < KMAX_REPS ? e->reps : KMAX_REPS);
-    mp = median(plain, n);
-    mc = median(casc, n);
-    cp = median(plain_cpu, n);
-    cc = median(casc_cpu, n);
+    for (k = 0; k < nv; k++)
+      for (rep = 0; rep < n; rep++) {
+        ratio[k][rep] = wall[k][rep] > 0 ? wall[0][rep] / wall[k][rep] : 0.0;
+        cratio[k][rep] = cpu[k][rep] > 0 ? cpu[0][rep] / cpu[k][rep] : 0.0;
+      }
+    for (k = 0; k < nv; k++) {
+      up[k] = median(ratio[k], n);
+      cup[k] = median(cratio[k], n);
+      med[k] = median(wall[k], n);
+      cmed[k] = median(cpu[k], n);
+    }
     bytes = (double)batch * (shared + own) * HKV * HD * 2 * 2;
     if (r->json) {
       report_group_begin(r, key, label);
-      report_f64(r, "plain_median_us", "plain median", mp * 1e6, 2, NULL);
-      report_f64(r, "cascade_median_us", "cascade median", mc * 1e6, 2, NULL);
-      report_f64(r, "speedup", "speed-up", mc > 0 ? mp / mc : 0.0, 3, NULL);
-      if (!e->cuda) {
-        report_f64(r, "plain_cpu_median_us", "plain process CPU time median", cp * 1e6, 2, NULL);
-        report_f64(r, "cascade_cpu_median_us", "cascade process CPU time median", cc * 1e6, 2, NULL);
+      for (k = 0; k < nv; k++) {
+        char name[64], desc[64];
+        snprintf(name, sizeof name, "%s_median_us", names[variants[k]]);
+        snprintf(desc, sizeof desc, "%s median", names[variants[k]]);
+        report_f64(r, name, desc, med[k] * 1e6, 2, NULL);
+        if (k > 0) {
+          snprintf(name, sizeof name, "%s_speedup", names[variants[k]]);
+          snprintf(desc, sizeof desc, "%s speed-up over %s", names[variants[k]], names[variants[0]]);
+          report_f64(r, name, desc, up[k], 3, NULL);
+        }
+        if (!e->cuda) {
+          snprintf(name, sizeof name, "%s_cpu_median_us", names[variants[k]]);
+          snprintf(desc, sizeof desc, "%s process CPU time median", names[variants[k]]);
+          report_f64(r, name, desc, cmed[k] * 1e6, 2, NULL);
+        }
       }
-      report_f64(r, "plain_gbps", "plain GB/s", bytes / mp / 1e9, 3, NULL);
-      if (e->ceil[CEIL_READ] > 0) report_f64(r, "plain_of_ceiling", "plain of read ceiling", bytes / mp / 1e9 / e->ceil[CEIL_READ], 4, NULL);
+      report_f64(r, "plain_gbps", "first variant GB/s", bytes / med[0] / 1e9, 3, NULL);
+      if (e->ceil[CEIL_READ] > 0)
+        report_f64(r, "plain_of_ceiling", "first variant of read ceiling", bytes / med[0] / 1e9 / e->ceil[CEIL_READ], 4, NULL);
       report_group_end(r);
     } else {
-      fprintf(r->f, "  %-38s %10.1f %10.1f  x%.2f (plain %.2f GB/s, %.1f%% of %s; medians, interleaved)\n", label,
-              mp * 1e6, mc * 1e6, mc > 0 ? mp / mc : 0.0, bytes / mp / 1e9,
-              e->ceil[CEIL_READ] > 0 ? 100.0 * bytes / mp / 1e9 / e->ceil[CEIL_READ] : 0.0, e->ceil_name[CEIL_READ]);
-      if (!e->cuda)
-        fprintf(r->f, "  %-38s %10.1f %10.1f  x%.2f (process CPU time, all threads; medians)\n", "", cp * 1e6, cc * 1e6,
-                cc > 0 ? cp / cc : 0.0);
+      fprintf(r->f, "  %-38s %10.1f", label, med[0] * 1e6);
+      for (k = 1; k < nv; k++) fprintf(r->f, " %10.1f x%.2f", med[k] * 1e6, up[k]);
+      fprintf(r->f, "  (%s GB/s %.2f, %.1f%% of %s; medians, interleaved)\n", names[variants[0]], bytes / med[0] / 1e9,
+              e->ceil[CEIL_READ] > 0 ? 100.0 * bytes / med[0] / 1e9 / e->ceil[CEIL_READ] : 0.0, e->ceil_name[CEIL_READ]);
+      if (!e->cuda) {
+        fprintf(r->f, "  %-38s %10.1f", "  process CPU time, all threads", cmed[0] * 1e6);
+        for (k = 1; k < nv; k++) fprintf(r->f, " %10.1f x%.2f", cmed[k] * 1e6, cup[k]);
+        fputc('\n', r->f);
+      }
       fflush(r->f);
     }
   }
   cascade_free(&c);
   return ok;
+}
+
+/* Plain against the description as given. */
+static int run_case(kenv* e, const char* key, const char* label, uint32_t batch, uint32_t shared, uint32_t own,
+                    uint32_t q_len) {
+  static const int v[] = {V_PLAIN, V_GROUPED};
+  return run_variants(e, key, label, batch, shared, own, q_len, v, 2);
+}
+
+/* The sweep of shared / own splits of 4,224 tokens (--quick: 16 sequences of 576). */
+static int run_sweep(kenv* e) {
+  static const int v[] = {V_PLAIN, V_GROUPED, V_ALWAYS};
+  static const uint32_t full[] = {32, 256, 1024, 2048, 3072, 4096}, quick[] = {32, 256, 512};
+  const uint32_t* sh = e->quick ? quick : full;
+  uint32_t i, n = e->quick ? 3 : 6, batch = e->quick ? 16 : 64, total = e->quick ? 576 : 4224;
+  int ok = 1;
+  if (!e->r->json)
+    fprintf(e->r->f, "  %-38s %10s %10s %5s %10s %5s\n", "sweep: shared + own tokens", "plain us", "grouped", "", "always", "");
+  for (i = 0; ok && i < n; i++) {
+    char key[64], label[80];
+    snprintf(key, sizeof key, "cascade_sweep_%ux%u+%u", batch, sh[i], total - sh[i]);
+    snprintf(label, sizeof label, "%u seqs share %u + %u own", batch, sh[i], total - sh[i]);
+    ok = run_variants(e, key, label, batch, sh[i], total - sh[i], 0, v, 3);
+  }
+  return ok;
+}
+
+/* Decode rows in a prefill call: q_len 1 for every sequence, against the decode call (CPU). */
+static int run_decode_rows(kenv* e) {
+  static const int v[] = {V_PLAIN, V_PREFILL_Q1};
+  if (!e->r->json) fprintf(e->r->f, "  %-38s %10s %10s\n", "decode rows, extend call of q_len 1", "decode us", "q_len 1 us");
+  return e->quick ? run_variants(e, "prefill_q1_16x576", "16 seqs x 576 tokens, q_len 1", 16, 0, 576, 1, v, 2)
+                  : run_variants(e, "prefill_q1_64x4224", "64 seqs x 4224 tokens, q_len 1", 64, 0, 4224, 1, v, 2) &&
+                        run_variants(e, "prefill_q1_8x4096", "8 seqs x 4096 tokens, q_len 1", 8, 0, 4096, 1, v, 2);
 }
 
 int bench_cascade(kenv* e) {
@@ -205,10 +281,13 @@ int bench_cascade(kenv* e) {
     return run_case(e, "cascade_256x16384+256", "256 seqs share 16384 + 256 own tokens", 256, 16384, 256, 0) &&
            run_case(e, "cascade_64x2048+6144", "64 seqs share 2048 of 8192 tokens", 64, 2048, 6144, 0) &&
            run_case(e, "cascade_extend_64x4096+128q16", "extend: 64 seqs share 4096, +16 new (128 own)", 64, 4096,
-                    128, 16);
+                    128, 16) &&
+           run_sweep(e);
   if (e->quick)
     return run_case(e, "cascade_16x512+64", "16 seqs share 512 + 64 own tokens", 16, 512, 64, 0) &&
-           run_case(e, "cascade_none_16x576", "16 seqs x 576 tokens, none shared", 16, 0, 576, 0);
+           run_case(e, "cascade_none_16x576", "16 seqs x 576 tokens, none shared", 16, 0, 576, 0) && run_sweep(e) &&
+           run_decode_rows(e);
   return run_case(e, "cascade_64x4096+128", "64 seqs share 4096 + 128 own tokens", 64, 4096, 128, 0) &&
-         run_case(e, "cascade_none_64x4224", "64 seqs x 4224 tokens, none shared", 64, 0, 4224, 0);
+         run_case(e, "cascade_none_64x4224", "64 seqs x 4224 tokens, none shared", 64, 0, 4224, 0) && run_sweep(e) &&
+         run_decode_rows(e);
 }

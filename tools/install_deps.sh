@@ -48,6 +48,9 @@ test|pip|torch|py:torch|the torch engine and its parity tests (CPU; PyPI'"'"'s w
 test|pip|transformers|py:transformers|the reference the torch engine is checked token for token against
 test|pip|safetensors|py:safetensors|the torch engine reads checkpoints in safetensors files
 test|pip|tokenizers|py:tokenizers|the engine CLI'"'"'s --text option (tokenizer.json)
+test|pip|fastapi uvicorn|py:uvicorn|the OpenAI-compatible server (python -m kvblock.engine serve) and its tests
+test|pip|jinja2|py:jinja2|the server'"'"'s chat completions render the checkpoint'"'"'s chat template
+test|pip|openai|py:openai|the server'"'"'s tests drive it with the official openai client
 test|pip?|pyzmq msgpack|py:zmq|KV events on the wire (kvblock/events.py) and their tests
 test|pip?|redis>=4.2|py:redis|the store tier'"'"'s Redis back end (kvblock/store_redis.py)
 test|pip?|mooncake-transfer-engine-non-cuda|py:mooncake.store|the store tier'"'"'s Mooncake back end (the wheel without CUDA)

@@ -1,5 +1,5 @@
 // Shared-prefix ("cascade") attention: the validated form of kvb_prefix_groups and the CPU entry point
-// that serves both decode and prefill / extend (kernels/cpu/cascade.cpp, kernels/capi_cascade.cpp).
+// that serves both decode and prefill / extend (kernels/cascade/cascade_cpu.cpp, kernels/cascade/cascade_capi.cpp).
 #pragma once
 #include <cstdint>
 
@@ -7,6 +7,7 @@
 #include "../decode/decode.h"
 #include "../prefill/prefill.h"
 #include "../common/types.h"
+#include "cascade_cost.h"
 
 namespace kvb {
 namespace kern {
@@ -48,17 +49,26 @@ const kvb_prefix_groups* prefix_groups_to_use(const Cache& c, const kvb_prefix_g
 // cache that is not FP8 and pg has groups (struct_size checked); else NULL (FP8 caches: the plain kernels).
 const kvb_prefix_groups* cuda_prefix_groups(const Cache& c, const kvb_prefix_groups* pg);
 
+// What the CUDA launches give the cost model: the batch with every length at its bound,
+// max_blocks_per_seq * block_size (seq_lens and query_start are device memory, never read on the host).
+BatchShape bound_shape(const Cache& c, const AttnHeads& a);
+
+// CPU: checks `call` and `pg` (from prefix_groups_to_use) as the shared-prefix kernel does, keeps the
+// groups the cost model expects to be faster (cascade_cost.h) and runs cpu::cascade_attention on them;
+// false, having computed nothing, when it keeps none (the caller runs the plain kernel).
+bool cpu_cascade(const Cache& c, const CascadeCall& call, const kvb_prefix_groups& pg);
+
 namespace cuda {
 // Workspace bytes the CUDA shared-prefix decode needs for this description (0: it would not run, the
 // description being too large for its launch parameters; the plain kernel then runs). Checks the
 // description's host arrays against the batch (invalid_argument naming the bad value).
 size_t cascade_workspace(const Cache& c, const Attention& a, const kvb_prefix_groups& g);
-// Runs the shared-prefix decode (kernels/cuda/cascade.cu) and returns true, or returns false having
+// Runs the shared-prefix decode (kernels/cascade/cascade.cu) and returns true, or returns false having
 // launched nothing when it does not apply (description too large, workspace smaller than
 // cascade_workspace, a device without the shared memory): the caller then runs the plain kernel.
 bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups& g, void* workspace,
                     size_t workspace_size, void* stream);
-// The same for prefill / extend (kernels/cuda/cascade_prefill.cu; fp16 / bf16 caches, head_dim 64 / 128
+// The same for prefill / extend (kernels/cascade/cascade_prefill.cu; fp16 / bf16 caches, head_dim 64 / 128
 // / 256: 0 / false for any other cache, whose plain kernel then runs).
 size_t cascade_prefill_workspace(const Cache& c, const Prefill& a, const kvb_prefix_groups& g);
 bool cascade_prefill(const Cache& c, const Prefill& a, const kvb_prefix_groups& g, void* workspace,
@@ -70,6 +80,8 @@ namespace cpu {
 // every row: each group's shared prefix once for all its members' rows, each sequence's own keys, and
 // the log-sum-exp merge. Throws invalid_argument naming the bad value.
 void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g);
+// The checks of cascade_attention alone (the batch, then the description against it).
+void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g);
 }  // namespace cpu
 
 }  // namespace kern

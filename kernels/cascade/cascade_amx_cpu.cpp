@@ -1,9 +1,9 @@
-// The shared-prefix loop on AMX tiles (cascade_amx.h): for each tile of 32 keys, K and V rows are
-// converted to fp32, split into bf16 high and low parts and packed (amx_tiles.h); the scores of every
+// The shared-prefix loop on AMX tiles (cascade_amx_cpu.h): for each tile of 32 keys, K and V rows are
+// converted to fp32, split into bf16 high and low parts and packed (amx_tiles_cpu.h); the scores of every
 // 32 (or 16) query rows are one set of TDPBF16PS products (q_hi.k_hi + q_lo.k_hi + q_hi.k_lo), the mask
-// and online softmax stay fp32 on AVX-512 (cascade_softmax.inc), and P V is the same three products
+// and online softmax stay fp32 on AVX-512 (cascade_softmax_cpu.inc), and P V is the same three products
 // with P split likewise, accumulated into the rows' fp32 acc. The key ranges, masks and prefetching are
-// those of cascade_tile.inc, so the results are the vector loops' up to the fp32 rounding of sums.
+// those of cascade_tile_cpu.inc, so the results are the vector loops' up to the fp32 rounding of sums.
 #include "cascade_amx_cpu.h"
 
 #include <algorithm>
@@ -147,7 +147,7 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
   float* vst = rw.vt;
   const char* kbase = static_cast<const char*>(c.k) + kvh * c.head_stride * ES;
   const char* vbase = static_cast<const char*>(c.v) + kvh * c.head_stride * ES;
-  // Prefetch as cascade_tile.inc: the next tile's rows, every kv head's with mk.whole_rows.
+  // Prefetch as cascade_tile_cpu.inc: the next tile's rows, every kv head's with mk.whole_rows.
   const bool whole = mk.whole_rows && c.token_stride >= c.num_kv_heads * c.head_stride;
   const char* kpre = whole ? static_cast<const char*>(c.k) : kbase;
   const char* vpre = whole ? static_cast<const char*>(c.v) : vbase;

@@ -1,4 +1,4 @@
-// The shared-prefix loop on AMX tiles (cascade_amx.cpp): the same contract as cascade_tile.inc's
+// The shared-prefix loop on AMX tiles (cascade_amx_cpu.cpp): the same contract as cascade_tile_cpu.inc's
 // attend_keys, for rows x keys products large enough to fill 16-row tiles.
 #pragma once
 #include <cstdint>

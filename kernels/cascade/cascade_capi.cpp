@@ -5,6 +5,7 @@
 #include "../../libkvblock/capi_guard.h"
 #include "../../libkvblock/capi_struct.h"
 #include "cascade.h"
+#include "cascade_cost.h"
 
 namespace kvb {
 namespace kern {
@@ -65,6 +66,28 @@ const kvb_prefix_groups* cuda_prefix_groups(const Cache& c, const kvb_prefix_gro
                   "prefix_groups: struct_size %u is smaller than its first version (call kvb_prefix_groups_init)",
                   pg->struct_size);
   return pg->num_groups > 0 ? pg : nullptr;
+}
+
+BatchShape bound_shape(const Cache& c, const AttnHeads& a) {
+  BatchShape b;
+  b.num_seqs = a.num_seqs;
+  b.block_size = c.block_size;
+  b.max_len = a.max_blocks * c.block_size;
+  return b;
+}
+
+bool cpu_cascade(const Cache& c, const CascadeCall& call, const kvb_prefix_groups& pg) {
+  cpu::check_prefix_groups(c, call, pg);
+  BatchShape b;
+  b.num_seqs = call.num_seqs;
+  b.block_size = c.block_size;
+  b.max_len = call.max_blocks * c.block_size;
+  b.seq_lens = call.seq_lens;
+  b.query_start = call.query_start;
+  const KeptGroups kept(pg, cpu_group_cost(), b);
+  if (!kept.get()) return false;
+  cpu::cascade_attention(c, call, *kept.get());
+  return true;
 }
 
 }  // namespace kern

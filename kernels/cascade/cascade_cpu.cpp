@@ -1,6 +1,6 @@
 // CPU shared-prefix ("cascade") attention for decode and prefill / extend (kvb_prefix_groups).
 //
-// Three kinds of work, all in fp32 with exp2 online softmax (cascade_tile.inc):
+// Three kinds of work, all in fp32 with exp2 online softmax (cascade_tile_cpu.inc):
 //  1. shared items (group, row tile, key partition), each kv head in turn: every member's query rows
 //     (tokens x the query heads of the kv head) against the group's shared keys, read once per row tile; the state
 //     (m, l, unnormalised acc) of each row goes to a per-call buffer, one slot per key partition;
@@ -40,7 +40,7 @@ constexpr int64_t kSharedRows = 256;  // query rows per shared item: the shared 
 constexpr int64_t kOwnRows = 128;     // query rows per own item (as the prefill kernel's tiles)
 constexpr int64_t kMinPartition = 512;  // shared keys per partition when split for the threads
 constexpr int64_t kParallelFlops = int64_t(8) << 20;
-// Row blocks of more rows than this run on AMX tiles where active (amx.h): fewer (a sequence's own keys
+// Row blocks of more rows than this run on AMX tiles where active (amx_cpu.h): fewer (a sequence's own keys
 // at decode) stay on the vector loop, which reads K and V straight from the cache without packing them.
 constexpr int64_t kAmxMinRows = 9;
 constexpr int64_t kSharedItemsPerThread = 4;
@@ -262,6 +262,13 @@ void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1) {
 }
 
 }  // namespace
+
+void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
+  check_batch(c, a);
+  std::vector<int32_t> group_of;
+  std::vector<int64_t> shared;
+  check_groups(c, a, g, group_of, shared);
+}
 
 void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
   check_batch(c, a);

@@ -1,5 +1,5 @@
 // Shared-prefix ("cascade") attention on tensor cores: one kernel for the shared part of decode and of
-// prefill / extend, and for the own part of prefill / extend (kernels/cascade_tiles.h has the work list).
+// prefill / extend, and for the own part of prefill / extend (kernels/cascade/cascade_tiles.h has the work list).
 //
 // Why a dedicated kernel rather than the prefill kernel with gathered rows: the prefill kernel's tile is
 // rows of one sequence at consecutive positions, read through one table, and its code is being changed

@@ -1,5 +1,5 @@
-// The state that the shared-prefix loops (cascade_tile.inc on every vector path, cascade_amx.cpp with
-// AMX tiles) share with their driver, kernels/cpu/cascade.cpp: the mask of a call and the online-softmax
+// The state that the shared-prefix loops (cascade_tile_cpu.inc on every vector path, cascade_amx_cpu.cpp with
+// AMX tiles) share with their driver, kernels/cascade/cascade_cpu.cpp: the mask of a call and the online-softmax
 // state of a block of query rows.
 #pragma once
 #include <algorithm>
@@ -21,7 +21,7 @@ constexpr int kKeyTile = 32;  // keys per tile (one AMX tile of P's bf16 pairs)
 struct Mask {
   float soft_cap;
   int64_t window, sink;
-  bool whole_rows;  // prefetch every kv head's rows of each token (see cascade_tile.inc)
+  bool whole_rows;  // prefetch every kv head's rows of each token (see cascade_tile_cpu.inc)
 };
 
 // Per-thread state of R query rows (arrays 64-byte aligned). R4: R rounded up to 16 (the AMX row tiles),
@@ -82,7 +82,7 @@ struct KeyRanges {
   }
 };
 
-// Runs rw's rows over keys [k0, k1) of one block table for kv head kvh (cascade_tile.inc).
+// Runs rw's rows over keys [k0, k1) of one block table for kv head kvh (cascade_tile_cpu.inc).
 using AttendFn = void (*)(const Cache&, int64_t, const int32_t*, int64_t, int64_t, const Mask&, Rows&);
 
 }  // namespace casc

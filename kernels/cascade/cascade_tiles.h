@@ -1,4 +1,4 @@
-// The work list of the CUDA tensor-core shared-prefix kernel (kernels/cuda/cascade_mma.cu) as plain
+// The work list of the CUDA tensor-core shared-prefix kernel (kernels/cascade/cascade_mma.cu) as plain
 // functions, compiled into the kernel (__host__ __device__) and into a CPU test
 // (tests/cpp/kernels_cascade_tiles.cpp) that checks, without a GPU, that the CTAs of a description cover
 // every (member query row, head, shared key) and every (query row, head, own key) exactly once.

@@ -1,4 +1,4 @@
-// AMX availability (amx.h): cpuid, XCR0 and the Linux permission for the tile data, once per process.
+// AMX availability (amx_cpu.h): cpuid, XCR0 and the Linux permission for the tile data, once per process.
 #include "amx_cpu.h"
 
 #include <atomic>

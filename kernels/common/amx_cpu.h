@@ -1,6 +1,6 @@
-// Whether the CPU kernels may use AMX tiles (TDPBF16PS) for the shared-prefix product (cascade_amx.cpp).
+// Whether the CPU kernels may use AMX tiles (TDPBF16PS) for the shared-prefix product (cascade_amx_cpu.cpp).
 //
-// AMX is a step above the AVX-512 vector path (simd.h), used only while that path is the current one:
+// AMX is a step above the AVX-512 vector path (simd_cpu.h), used only while that path is the current one:
 // the CPU must report AMX-TILE, AMX-BF16 and AVX512-BF16 (cpuid leaf 7), the OS must enable the tile
 // state in XCR0, and Linux must grant this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked
 // once). valgrind hides AMX, so under it (and on other CPUs and systems) the AVX-512 / AVX2 / baseline

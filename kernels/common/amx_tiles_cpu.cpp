@@ -1,4 +1,4 @@
-// AMX-BF16 packing and tile products (amx_tiles.h). Compiled for AMX + AVX512-BF16 by a target region
+// AMX-BF16 packing and tile products (amx_tiles_cpu.h). Compiled for AMX + AVX512-BF16 by a target region
 // around this file only; called only where amx::supported().
 #include "amx_tiles_cpu.h"
 

@@ -1,4 +1,4 @@
-// AMX-BF16 building blocks of the shared-prefix product (cascade_amx.cpp): fp32 operands split into
+// AMX-BF16 building blocks of the shared-prefix product (cascade_amx_cpu.cpp): fp32 operands split into
 // bf16 high and low parts, packed the way TDPBF16PS wants them, and the tile products.
 //
 // Accuracy: x = hi + lo + r with hi = bf16(x), lo = bf16(x - hi), |r| <= 2^-17 |x| (round to nearest
@@ -12,7 +12,7 @@
 // as 16 rows of 16 bf16 *pairs*: row kk holds (B[2kk][n], B[2kk+1][n]) for n = 0..15, a dword each.
 // Every tile here is 16 rows x 64 bytes.
 //
-// Only callable where amx::supported() (amx.h); tile_begin() first on the calling thread.
+// Only callable where amx::supported() (amx_cpu.h); tile_begin() first on the calling thread.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 // The cache descriptor and the devices behind it: kvb_cache_desc checked into a Cache (validate.cpp),
 // the back-end checks a call makes before it dispatches, cache memory (kvb_cache_alloc / kvb_cache_free)
-// and the CUDA device query and fault record (kernels/capi_cache.cpp is the C boundary). The CUDA
+// and the CUDA device query and fault record (kernels/common/cache_capi.cpp is the C boundary). The CUDA
 // functions exist in every build: without nvcc they fail with Code::unsupported (no_cuda.cpp).
 #pragma once
 #include <cstddef>
@@ -38,7 +38,7 @@ int device_count();           // 0 when no driver / device; never throws
 void check_device(int index);  // throws device/unsupported if the ordinal is unusable
 // Throws invalid_argument if p is not accessible from device `index` (e.g. pageable host memory).
 void check_pointer(const void* p, int index, const char* what);
-// Waits for stream, then reads and clears device `index`'s fault record (kernels/cuda/faults.cu).
+// Waits for stream, then reads and clears device `index`'s fault record (kernels/common/faults.cu).
 Fault take_fault(int index, void* stream);
 void* alloc_device(int index, size_t bytes);
 void free_device(int index, void* p);

@@ -1,6 +1,6 @@
 // C boundary of the cache descriptor: its initialiser, cache allocation, the CUDA device query and kernel
-// faults. (Each kernel's argument initialiser lives beside its kernel: capi_write_kv.cpp, capi_attention.cpp,
-// capi_prefill.cpp.)
+// faults. (Each kernel's argument initialiser lives beside its kernel: write_kv_capi.cpp, decode_capi.cpp,
+// prefill_capi.cpp.)
 #include <algorithm>
 #include <cstddef>
 #include <cstring>

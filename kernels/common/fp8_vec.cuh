@@ -1,5 +1,5 @@
 // Reading FP8 caches in the CUDA attention kernels: element tags for the two formats and KvVec, the
-// cache-side counterpart of Vec (common.cuh) that the decode kernel is templated on. For fp16 / bf16 /
+// cache-side counterpart of Vec (cuda.cuh) that the decode kernel is templated on. For fp16 / bf16 /
 // fp32 caches KvVec<T> is Vec<T> with 16-byte loads (those kernels compile as before); an fp8 cache
 // loads 8 codes (8 bytes) per lane, so each lane holds as many elements as with an fp16 cache and the
 // kernel moves half the bytes. Codes become floats through fp16: the cvt instruction on sm_89+ (exact,

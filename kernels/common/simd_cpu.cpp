@@ -1,4 +1,4 @@
-// CPU vector path selection (simd.h): cpuid through __builtin_cpu_supports (which also checks that the
+// CPU vector path selection (simd_cpu.h): cpuid through __builtin_cpu_supports (which also checks that the
 // OS saves the AVX / AVX-512 register state), once per process, with the KVB_CPU_ISA override.
 #include "simd_cpu.h"
 

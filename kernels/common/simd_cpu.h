@@ -2,9 +2,9 @@
 //
 // A kernel that wants wide vectors is compiled once per Isa: its body (an .inc file, or templates) is
 // included inside a namespace under the matching KVB_SIMD_BEGIN_* / KVB_SIMD_END pair, after
-// "simd_vec.inc", which defines the vector type `vf` of W floats and its helpers (loads that convert
+// "simd_vec_cpu.inc", which defines the vector type `vf` of W floats and its helpers (loads that convert
 // fp16 / bf16, fma, exp2, the transposing sum) for that path. The kernel then picks the copy for isa()
-// at run time. See kernels/cpu/attention.cpp for the pattern.
+// at run time. See kernels/decode/decode_cpu.cpp for the pattern.
 //
 // isa() is chosen once per process: the widest path this CPU (and OS) supports, or the one the
 // environment variable KVB_CPU_ISA=avx512|avx2|baseline asks for when it is supported (an unsupported

@@ -1,6 +1,6 @@
 // The types every kernel shares: element types, the validated form of one layer's cache, and what
 // decode and prefill attention calls have in common. Each operation's own validated arguments, checker
-// and back ends are in its header (write_kv.h, attention.h, prefill.h, cascade.h, copy.h; the cache
+// and back ends are in its header (write_kv.h, decode.h, prefill.h, cascade.h, copy.h; the cache
 // descriptor and devices in cache.h); the C boundary (kernels/capi_*.cpp) checks the public structs
 // into these forms, and the CPU and CUDA implementations only ever see them.
 #pragma once

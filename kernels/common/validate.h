@@ -1,7 +1,7 @@
 // The argument checks every kernel entry point shares (strides, extents, workspaces, q's dtype, the
 // attention heads); each operation's own checker is declared in its header (read_cache in cache.h,
-// read_write_kv in write_kv.h, read_attention in attention.h, read_prefill in prefill.h) and defined in
-// validate.cpp / validate_prefill.cpp. Every function throws kvb::Error(invalid_argument, message naming
+// read_write_kv in write_kv.h, read_attention in decode.h, read_prefill in prefill.h) and defined in
+// validate.cpp / prefill_validate.cpp. Every function throws kvb::Error(invalid_argument, message naming
 // the bad value) on bad input.
 #pragma once
 #include <initializer_list>

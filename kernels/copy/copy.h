@@ -1,5 +1,5 @@
 // Block copy (kvb_copy_blocks, copy-on-write within a cache) and swap (kvb_swap_blocks, between a device
-// and a host cache): the validated form and the two back ends (kernels/capi_copy.cpp is the C boundary).
+// and a host cache): the validated form and the two back ends (kernels/copy/copy_capi.cpp is the C boundary).
 #pragma once
 #include <cstdint>
 

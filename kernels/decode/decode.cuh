@@ -1,4 +1,4 @@
-// Shared by the paged decode kernels (attention.cu: CUDA cores, every dtype; decode_mma.cu: tensor cores
+// Shared by the paged decode kernels (decode.cu: CUDA cores, every dtype; decode_mma.cu: tensor cores
 // for 16-bit and fp8 caches and GQA groups of kMinGroup and more): launch parameters, the checks every kernel
 // makes the same way, the workspace layout the partition-merge kernel reads.
 #pragma once

@@ -1,5 +1,5 @@
 // Paged decode attention: the validated form of kvb_attention_args, the split-K plan shared by the
-// workspace query and the launch, and the two back ends (kernels/capi_attention.cpp is the C boundary).
+// workspace query and the launch, and the two back ends (kernels/decode/decode_capi.cpp is the C boundary).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +26,10 @@ struct Attention : AttnHeads {
   const int32_t* seq_lens = nullptr;
   void* workspace = nullptr;
   AttnPlan plan;
+  // The decode rows of a prefill call (cpu::prefill_attention): sequence s's query and output row is
+  // q_rows[s] (NULL: s).
+  const int32_t* q_rows = nullptr;
+  int64_t q_row(int64_t s) const { return q_rows ? q_rows[s] : s; }
 };
 
 // Workspace layout when split: m[seq][head][part], l[seq][head][part], acc[seq][head][part][head_dim].

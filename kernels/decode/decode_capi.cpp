@@ -48,7 +48,10 @@ KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cach
     *bytes = a.plan.workspace_bytes;
     // CUDA shared-prefix decode: its workspace when the description is set (the larger of the two).
     const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
-    if (cg) *bytes = std::max(*bytes, cuda::cascade_workspace(c, a, *cg));
+    if (cg) {
+      const KeptGroups kept(*cg, cuda_group_cost(), bound_shape(c, a));
+      if (kept.get()) *bytes = std::max(*bytes, cuda::cascade_workspace(c, a, *kept.get()));
+    }
   });
 }
 
@@ -60,9 +63,12 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
     if (a.num_seqs == 0) return;
     // Shared-prefix attention (kvb_prefix_groups) where prefix_groups_to_use says it applies.
     const kvb_prefix_groups* pg = has_prefix_groups(args) ? prefix_groups_to_use(c, args->prefix_groups) : nullptr;
-    if (pg) return cpu::cascade_attention(c, cascade_of(a), *pg);
+    if (pg && cpu_cascade(c, cascade_of(a), *pg)) return;
     const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
-    if (cg && cuda::cascade_decode(c, a, *cg, args->workspace, args->workspace_size, stream)) return;
+    if (cg) {
+      const KeptGroups kept(*cg, cuda_group_cost(), bound_shape(c, a));
+      if (kept.get() && cuda::cascade_decode(c, a, *kept.get(), args->workspace, args->workspace_size, stream)) return;
+    }
     if (c.cuda)
       cuda::paged_attention(c, a, stream);
     else

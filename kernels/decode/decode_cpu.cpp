@@ -1,12 +1,12 @@
 // CPU paged decode attention: the same split-K plan and workspace layout as the CUDA kernels (so results
 // and the workspace contract agree), online softmax in fp32 with exp2.
 //
-// Work item = (sequence, group of kv heads, partition); attention_item.inc holds its body, compiled once
-// per CPU code path (simd.h: AVX-512, AVX2+FMA+F16C, portable baseline) and chosen at run time. Each K
+// Work item = (sequence, group of kv heads, partition); decode_item_cpu.inc holds its body, compiled once
+// per CPU code path (simd_cpu.h: AVX-512, AVX2+FMA+F16C, portable baseline) and chosen at run time. Each K
 // and V row is read straight from the cache once (converted in registers) and used by every query head
 // of its GQA group; an item walks its tiles for all of its kv heads so whole cache blocks stream.
 //
-// Threads (parallel.h): items are shared out over up to hardware_concurrency() threads (including the
+// Threads (parallel_cpu.h): items are shared out over up to hardware_concurrency() threads (including the
 // caller) when the call reads at least kParallelBytes of K/V; smaller calls stay on the calling thread.
 // Threads are created per call (about 20-50 us each, negligible above the threshold).
 #include <algorithm>
@@ -162,7 +162,7 @@ void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
     for (int64_t d = 0; d < D; ++d) tmp[d] += wp * o[d];
   }
   const float inv = W > 0.f ? 1.f / W : 0.f;
-  char* op = static_cast<char*>(a.out) + (s * a.out_seq_stride + h * a.out_head_stride) * j.qes;
+  char* op = static_cast<char*>(a.out) + (a.q_row(s) * a.out_seq_stride + h * a.out_head_stride) * j.qes;
   for (int64_t d = 0; d < D; ++d) store_elem(op, a.q_dtype, d, tmp[d] * inv);
 }
 

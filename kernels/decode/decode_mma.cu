@@ -1,7 +1,7 @@
 // CUDA paged decode attention on tensor cores, for 16-bit and fp8 caches and GQA groups of dtiles::kMinGroup
-// query heads and more (geometry: kernels/decode_tiles.h).
+// query heads and more (geometry: kernels/decode/decode_tiles.h).
 //
-// The CUDA-core kernel (attention.cu) scores every K row against each query head of the group with
+// The CUDA-core kernel (decode.cu) scores every K row against each query head of the group with
 // FMAs and shuffles: at group 8 that work, not memory, bounds it. Here the group's query heads are the
 // M rows of mma.sync m16n8k16, so one K row costs the same whatever the group size. K and V of a stage
 // (64 keys) are gathered through the block table with 16-byte cp.async into XOR-swizzled shared memory,
@@ -9,7 +9,7 @@
 // 16w..16w+15 of every stage: S = Q K^T (Q and K through ldmatrix), online softmax in registers (base-2,
 // fp32), P repacked from the S accumulators into the A operand of O += P V (V through ldmatrix.trans).
 // The warps' (max, sum, O) merge through shared memory at the end; a single partition writes the output,
-// otherwise the partition's row goes to the workspace for attention.cu's reduce kernel. Faults, window +
+// otherwise the partition's row goes to the workspace for decode.cu's reduce kernel. Faults, window +
 // sinks and soft cap behave as in the CUDA-core kernel. No allocation, no host synchronisation.
 //
 // FP8 caches (KV = Fp8E4m3 / Fp8E5m2; q and out fp16 or bf16): the stages hold the fp8 bytes (half the

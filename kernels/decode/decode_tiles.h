@@ -1,4 +1,4 @@
-// The tensor-core paged decode kernel's geometry (kernels/cuda/decode_mma.cu) as plain functions, compiled
+// The tensor-core paged decode kernel's geometry (kernels/decode/decode_mma.cu) as plain functions, compiled
 // both into the kernel (__host__ __device__) and into a CPU test (tests/cpp/kernels_decode_tiles.cpp) that
 // checks, without a GPU, that the CTAs of a launch cover every attended (query head, key) pair exactly once
 // and that the swizzled ldmatrix / mma fragment addressing computes Q K^T and P V on an emulated warp.
@@ -78,7 +78,7 @@ KVB_HD int fp8_cvt_row(int w, int x, int head_dim) { return w * kWarpKeys + x / 
 KVB_HD int fp8_cvt_chunk(int x, int head_dim) { return x % (head_dim / 8); }
 KVB_HD int fp8_cvt_src(int head_dim, int row, int chunk) { return row * head_dim + chunk * 8; }
 
-// Partition size of a tensor-core decode launch (the host picks it; attention.cu).
+// Partition size of a tensor-core decode launch (the host picks it; decode.cu).
 //
 // The plan's partition size (plan_partition, shape-only: it sized the caller's workspace) or a
 // power-of-two multiple of it (fewer partitions: the workspace still suffices), chosen by a cost model
@@ -143,7 +143,7 @@ KVB_HD bool attends_at(int t, int pos, int window, int sink) {
 // device-side values, so exactly one owns each sequence; the host reads none of them.
 constexpr int kShortQueryMax = 4;
 KVB_HD bool short_query(int q_len, int group) { return q_len >= 1 && q_len <= kShortQueryMax && q_len * group <= kRows; }
-// The same, with the prefill kernels' fault checks (prefill_common.cuh seq_view): query_start[seq] = qs0,
+// The same, with the prefill kernels' fault checks (prefill.cuh seq_view): query_start[seq] = qs0,
 // query_start[seq + 1] = qs1, seq_lens[seq] = len, max_tokens = max_blocks_per_seq * block_size.
 KVB_HD bool decode_path_owns(int seq, int num_seqs, int qs0, int qs1, int total_q, int len, int max_tokens, int group) {
   const bool fault = (seq == 0 && qs0 != 0) || qs0 < 0 || qs1 < qs0 || qs1 > total_q || (seq == num_seqs - 1 && qs1 != total_q) ||

@@ -7,16 +7,20 @@
 // with exp2, one rescale per key tile and row; the causal / window mask is applied only to the key
 // tiles that some row of the item does not fully attend. Inner loops: 8-wide fp32 vectors (GCC/Clang
 // vector extensions), built twice on x86-64: portable, and for AVX2 + FMA + F16C, picked from the
-// process-wide vector path of simd.h (so KVB_CPU_ISA narrows prefill as it narrows decode).
-// Threads over the items for calls of at least kParallelFlops (kernels/cpu/parallel.h).
+// process-wide vector path of simd_cpu.h (so KVB_CPU_ISA narrows prefill as it narrows decode).
+// Threads over the items for calls of at least kParallelFlops (kernels/common/parallel_cpu.h).
+// Rows of one query token (decode rows, q_len 1) run the decode kernel's item instead (decode_rows): a
+// tile of G rows pays the K/V conversion per kv head that a longer tile shares (figures: docs/perf/kernels_cpu.md).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "../../libkvblock/error.h"
 #include "../common/paged.h"
+#include "../decode/decode.h"
 #include "prefill.h"
 #include "../common/convert_cpu.h"
 #include "../common/parallel_cpu.h"
@@ -137,10 +141,54 @@ ItemFn pick() {
   return run_item<D>;
 }
 
+// The q_len 1 rows of the call through cpu::paged_attention: a row at position seq_lens[s] - 1 sees what
+// a decode of sequence s sees (the same window, sinks and soft cap). The decode kernel's split-K
+// workspace is allocated here, like the prefill kernel's scratch.
+void decode_rows(const Cache& c, const Prefill& a, const std::vector<int32_t>& seqs) {
+  Attention d;
+  static_cast<AttnHeads&>(d) = a;
+  const int64_t n = int64_t(seqs.size());
+  d.num_seqs = n;
+  d.q = a.q;
+  d.q_seq_stride = a.q_token_stride;
+  d.q_head_stride = a.q_head_stride;
+  d.out = a.out;
+  d.out_seq_stride = a.out_token_stride;
+  d.out_head_stride = a.out_head_stride;
+  std::vector<int32_t> lens, tables, rows;
+  if (n == a.num_seqs) {  // every row a decode row: query_start[s] = s
+    d.seq_lens = a.seq_lens;
+    d.block_tables = a.block_tables;
+  } else {
+    lens.resize(size_t(n));
+    tables.resize(size_t(n * a.max_blocks));
+    rows.resize(size_t(n));
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t s = seqs[size_t(k)];
+      lens[size_t(k)] = a.seq_lens[s];
+      rows[size_t(k)] = a.query_start[s];
+      std::memcpy(&tables[size_t(k * a.max_blocks)], a.block_tables + s * a.max_blocks, sizeof(int32_t) * size_t(a.max_blocks));
+    }
+    d.seq_lens = lens.data();
+    d.block_tables = tables.data();
+    d.q_rows = rows.data();
+  }
+  d.plan = plan_attention(n, a.num_q_heads, c.num_kv_heads, c.head_dim, c.block_size, a.max_blocks);
+  // Every entry the reduction reads is written first: no fill (megabytes at 64 x 4096).
+  const std::unique_ptr<float[]> workspace(d.plan.workspace_bytes ? new float[d.plan.workspace_bytes / sizeof(float)] : nullptr);
+  d.workspace = workspace.get();
+  paged_attention(c, d);
+}
+
 }  // namespace
 
 void prefill_attention(const Cache& c, const Prefill& a) {
   check_inputs(c, a);
+  std::vector<int32_t> decode;
+  for (int64_t s = 0; s < a.num_seqs; ++s)
+    if (a.query_start[s + 1] - a.query_start[s] == 1) decode.push_back(int32_t(s));
+  if (!decode.empty()) decode_rows(c, a, decode);
+  if (int64_t(decode.size()) == a.num_seqs) return;
   const int64_t D = c.head_dim, G = a.num_q_heads / c.num_kv_heads, Hkv = c.num_kv_heads;
   Job j;
   j.c = &c;
@@ -163,6 +211,7 @@ void prefill_attention(const Cache& c, const Prefill& a) {
   double flops = 0;
   for (int64_t s = 0; s < a.num_seqs; ++s) {
     const int64_t q_len = int64_t(a.query_start[s + 1]) - a.query_start[s], len = a.seq_lens[s];
+    if (q_len == 1) continue;  // decode_rows did it
     for (int64_t j1 = q_len; j1 > 0; j1 -= j.tile_tokens) items.push_back({s, std::max<int64_t>(0, j1 - j.tile_tokens), j1});
     const double keys = a.window > 0 ? std::min<double>(double(a.window + a.sink), double(len)) : double(len);
     flops += 4.0 * double(q_len) * keys * double(a.num_q_heads) * double(D);

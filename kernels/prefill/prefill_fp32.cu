@@ -1,5 +1,5 @@
 // CUDA prefill / extend attention for fp32 caches: one tiled kernel (geometry in
-// kernels/prefill_fp32_tiles.h), K / V tiles through shared memory with 16-byte cp.async in two stages,
+// kernels/prefill/prefill_fp32_tiles.h), K / V tiles through shared memory with 16-byte cp.async in two stages,
 // serving the CTA's query heads of one kv head; online softmax in base 2. Two arithmetic variants:
 // - exact fp32 (the default), on CUDA cores: each thread computes the scores and outputs an mma
 //   accumulator fragment would hold (rows g, g + 8 x columns 2q, 2q + 1 of each 8-wide tile), by fp32

@@ -1,4 +1,4 @@
-// The tiled prefill kernel for fp32 caches (kernels/cuda/prefill_fp32.cu: exact fp32 on CUDA cores, or
+// The tiled prefill kernel for fp32 caches (kernels/prefill/prefill_fp32.cu: exact fp32 on CUDA cores, or
 // TF32 tensor cores when the caller sets kvb_prefill_args.allow_tf32): its work decomposition and mma.sync m16n8k8 fragment addressing as
 // plain functions, compiled into the kernel (__host__ __device__) and into a CPU test
 // (tests/cpp/kernels_prefill_fp32_tiles.cpp) that checks, without a GPU, that the CTAs cover every

@@ -1,4 +1,4 @@
-// The sm_90a prefill kernel's (kernels/cuda/prefill_hopper.cu) arithmetic as plain functions, compiled
+// The sm_90a prefill kernel's (kernels/prefill/prefill_hopper.cu) arithmetic as plain functions, compiled
 // into the kernel (__host__ __device__) and into a CPU test (tests/cpp/kernels_prefill_hopper_tiles.cpp)
 // that checks it without a GPU: the shared-memory layout the cp.async loads write, the wgmma matrix
 // descriptors that read it (addresses modelled from the PTX ISA's canonical 128-byte-swizzle layouts),

@@ -1,5 +1,5 @@
 // write_kv (reshape_and_cache): the validated form of kvb_write_kv_args, its checker and the two back
-// ends (kernels/capi_write_kv.cpp is the C boundary).
+// ends (kernels/write_kv/write_kv_capi.cpp is the C boundary).
 #pragma once
 #include <cstdint>
 

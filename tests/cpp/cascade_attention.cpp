@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cascade_batch.h"
+#include "../../kernels/cascade/cascade_cost.h"
 #include "../../kernels/common/amx_cpu.h"
 #include "../../kernels/common/simd_cpu.h"
 
@@ -254,6 +255,9 @@ void test_against_plain_and_reference() {
           CHECK_OK(b.run(&g));
           bad += b.compare(&plain, "cascade vs plain");
           bad += b.compare(nullptr, "cascade vs reference", &worst_casc[cf.dtype]);
+          g.policy = KVB_PREFIX_GROUPS_AUTO;  // the cost model's choice: the same function
+          CHECK_OK(b.run(&g));
+          bad += b.compare(&plain, "auto vs plain");
         }
       printf("  %s%s: max |out - float64| fp16 %.3g, bf16 %.3g, fp32 %.3g (plain kernel: %.3g, %.3g, %.3g)\n",
              simd::isa_name(simd::Isa(isa)), tiles ? " + AMX" : "", worst_casc[KVB_DTYPE_FP16], worst_casc[KVB_DTYPE_BF16],
@@ -278,6 +282,58 @@ void test_threaded_long_prefix() {
     CHECK(b.compare(&plain, "threaded cascade vs plain") == 0);
     CHECK(b.compare(nullptr, "threaded cascade vs reference") == 0);
   }
+}
+
+// Policy AUTO through the C API, on every vector path: where the cost model keeps no group the call is
+// the plain kernel's (bit for bit), where it keeps some the results agree with plain within the
+// tolerance; small batches (groups dropped) and long shared prefixes (kept).
+void test_auto_policy() {
+  namespace amx = kvb::kern::cpu::amx;
+  namespace kk = kvb::kern;
+  const simd::Isa start = simd::isa();
+  const bool amx_start = amx::active();
+  int kept = 0, dropped = 0;
+  for (int isa = 0; isa < simd::kNumIsas; ++isa) {
+    if (!simd::force_isa(simd::Isa(isa))) continue;
+    amx::force(simd::Isa(isa) == simd::Isa::avx512 && amx::supported());
+    for (unsigned i = 0; i < 8; ++i) {
+      const bool prefill = i % 2 == 1;
+      Config cf{i % 4 < 2 ? KVB_DTYPE_FP16 : KVB_DTYPE_BF16, 128, 16, 2, 4, 0, 0, 0.f, prefill, 300 + i + 10 * unsigned(isa)};
+      if (i == 5) cf.window = 600, cf.sink = 4;
+      if (i == 6) cf.soft_cap = 8.f;
+      g_big = i >= 4;
+      Batch b(cf);
+      g_big = false;
+      CHECK_OK(b.run(nullptr));
+      Tensor plain = b.out;
+      kvb_prefix_groups g = b.groups();
+      g.policy = KVB_PREFIX_GROUPS_AUTO;
+      kk::BatchShape shape;
+      shape.num_seqs = b.num_seqs;
+      shape.block_size = cf.block_size;
+      shape.max_len = int64_t(b.max_blocks) * cf.block_size;
+      shape.seq_lens = b.lens.data();
+      shape.query_start = prefill ? b.qstart.data() : nullptr;
+      const kk::KeptGroups k(g, kk::cpu_group_cost(), shape);
+      CHECK_OK(b.run(&g));
+      if (!k.get()) {
+        ++dropped;
+        for (size_t e = 0; e < b.out.n; ++e)
+          if (b.out.get(e) != plain.get(e)) {
+            CHECK(!"AUTO with no group kept differs from the plain kernel");
+            break;
+          }
+      } else {
+        ++kept;
+        CHECK(b.compare(&plain, "auto (groups kept) vs plain") == 0);
+      }
+      CHECK(b.compare(nullptr, "auto vs reference") == 0);
+    }
+  }
+  simd::force_isa(start);
+  amx::force(amx_start);
+  printf("  AUTO: %d batches kept groups, %d ran the plain kernel\n", kept, dropped);
+  CHECK(kept > 0 && dropped > 0);
 }
 
 // Bad descriptions are refused before anything is written, with a message naming the value.
@@ -306,6 +362,7 @@ void test_validation() {
   b.tables[size_t(row) * b.max_blocks] = (old + 1) % 600;  // a member whose head differs
   refused(b.groups(), "differs from");
   b.tables[size_t(row) * b.max_blocks] = old;
+  const int32_t shared0 = b.shared_blocks[0];
   b.shared_blocks[0] = int32_t(b.max_blocks) + 1;
   refused(b.groups(), "shared_blocks[0]");
   b.shared_blocks[0] = 1000;
@@ -313,6 +370,13 @@ void test_validation() {
   kvb_prefix_groups g = b.groups();
   g.struct_size = 8;
   refused(g, "struct_size");
+  // AUTO checks the description before its cost model drops any group.
+  b.shared_blocks[0] = shared0;
+  b.members[1] = b.members[0];
+  g = b.groups();
+  g.policy = KVB_PREFIX_GROUPS_AUTO;
+  refused(g, "already a member");
+  b.members = saved;
   // No groups: the plain kernel.
   g = b.groups();
   g.num_groups = 0;
@@ -324,6 +388,7 @@ void test_validation() {
 int main() {
   RUN_TEST(test_against_plain_and_reference);
   RUN_TEST(test_threaded_long_prefix);
+  RUN_TEST(test_auto_policy);
   RUN_TEST(test_validation);
   TEST_SUMMARY();
 }

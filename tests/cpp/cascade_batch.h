@@ -116,9 +116,12 @@ struct GroupedTables {
     }
   }
 
+  // policy ALWAYS: the shared-prefix kernels run every group, whatever their cost model expects
+  // (tests/cpp/cascade_cost.cpp tests the model and the AUTO path).
   kvb_prefix_groups groups() {
     kvb_prefix_groups g;
     kvb_prefix_groups_init(&g);
+    g.policy = KVB_PREFIX_GROUPS_ALWAYS;
     g.group_start = group_start.data();
     g.members = members.data();
     g.shared_blocks = shared_blocks.data();

@@ -267,6 +267,80 @@ void test_cpu_threaded() {
   CHECK(p.compare_ref(p.out, "cpu-threaded") == 0);
 }
 
+// kvb_paged_attention on the problem's cache with its window, sinks and soft cap (a gives the batch).
+void run_decode(const Problem& p, kvb_attention_args& a) {
+  a.logits_soft_cap = p.cf.soft_cap;
+  a.window_tokens = p.cf.window;
+  a.sink_tokens = p.cf.sink;
+  size_t ws = 0;
+  CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
+  std::vector<float> work(ws / 4 + 4);
+  a.workspace = work.data();
+  a.workspace_size = ws;
+  CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+}
+
+// Decode rows (q_len 1) in a prefill call run the decode kernel's work item: a batch of only decode rows
+// gives kvb_paged_attention's output bit for bit (same batch, same strides), and a mixed batch's decode
+// rows those of a decode call over just those sequences; both against the float64 reference too, on
+// every CPU vector path, with windows + sinks, soft caps, GQA and every dtype.
+void test_cpu_decode_rows() {
+  const simd::Isa initial = simd::isa();
+  const Config cfgs[] = {{KVB_DTYPE_FP16, 128, 16, 2, 4, 0, 0, 0.f, true, 61},
+                         {KVB_DTYPE_BF16, 64, 8, 2, 1, 40, 4, 0.f, false, 62},
+                         {KVB_DTYPE_FP32, 256, 16, 1, 12, 0, 0, 7.f, true, 63},
+                         {KVB_DTYPE_FP16, 64, 32, 2, 8, 100, 0, 5.f, false, 64}};
+  for (int isa = 0; isa < simd::kNumIsas; ++isa) {
+    if (!simd::force_isa(simd::Isa(isa))) continue;
+    for (const Config& c : cfgs)
+      for (bool mixed : {false, true}) {
+        const int32_t b = int32_t(c.block_size);
+        std::vector<SeqSpec> specs = {{1, 0}, {1, b / 2}, {1, 3 * b + 5}, {1, 700}, {1, 2 * b - 1}};
+        if (mixed) specs.insert(specs.begin() + 2, {{37, 20}, {0, 9}, {b + 1, 0}});
+        Problem p(c, specs);
+        run_cpu(p);
+        CHECK(p.compare_ref(p.out, mixed ? "decode rows of a mixed batch" : "decode rows") == 0);
+        // The decode call over the q_len 1 sequences, their rows gathered into a dense batch.
+        std::vector<size_t> dec;
+        for (size_t s = 0; s < specs.size(); ++s)
+          if (specs[s].q_len == 1) dec.push_back(s);
+        const uint32_t H = p.num_q_heads, D = c.head_dim;
+        const size_t es = esize(c.dtype);
+        Tensor q(c.dtype, dec.size() * H * D), out(c.dtype, dec.size() * H * D);
+        std::vector<int32_t> lens, tables;
+        for (size_t k = 0; k < dec.size(); ++k) {
+          const size_t s = dec[k];
+          lens.push_back(p.lens[s]);
+          tables.insert(tables.end(), p.tables.begin() + long(s * p.max_blocks), p.tables.begin() + long((s + 1) * p.max_blocks));
+          for (uint32_t h = 0; h < H; ++h)
+            std::memcpy(static_cast<char*>(q.data()) + ((k * H + h) * D) * es,
+                        static_cast<const char*>(p.q.data()) + size_t(p.qstart[s] * p.q_ts + h * p.q_hs) * es, D * es);
+        }
+        kvb_attention_args a;
+        kvb_attention_args_init(&a);
+        a.num_seqs = uint32_t(dec.size());
+        a.num_q_heads = H;
+        a.max_blocks_per_seq = p.max_blocks;
+        a.q = q.data();
+        a.out = out.data();
+        a.block_tables = tables.data();
+        a.seq_lens = lens.data();
+        a.scale = float(p.scale());
+        run_decode(p, a);
+        int differ = 0;
+        for (size_t k = 0; k < dec.size(); ++k)
+          for (uint32_t h = 0; h < H; ++h)
+            for (uint32_t d = 0; d < D; ++d) {
+              const float got = p.out.get(size_t(p.qstart[dec[k]] * p.o_ts + h * p.o_hs + d));
+              differ += got != out.get((k * H + h) * D + d);
+            }
+        if (differ) fprintf(stderr, "  %s %s: %d elements differ from the decode call\n", simd::isa_name(simd::Isa(isa)), dname(c.dtype), differ);
+        CHECK(differ == 0);
+      }
+  }
+  simd::force_isa(initial);
+}
+
 // One prompt three ways: one call, chunks (each over the cache the previous ones filled), and one
 // kvb_paged_attention decode call per token. All three agree with each other and the reference.
 void consistency(const Config& c, int32_t prompt, int32_t cached) {
@@ -306,15 +380,7 @@ void consistency(const Config& c, int32_t prompt, int32_t cached) {
     a.out_head_stride = whole.o_hs;
     a.block_tables = whole.tables.data();
     a.seq_lens = &len;
-    a.logits_soft_cap = c.soft_cap;
-    a.window_tokens = c.window;
-    a.sink_tokens = c.sink;
-    size_t ws = 0;
-    CHECK_OK(kvb_paged_attention_workspace_size(&whole.cache.desc, &a, &ws));
-    std::vector<float> work(ws / 4 + 4);
-    a.workspace = work.data();
-    a.workspace_size = ws;
-    CHECK_OK(kvb_paged_attention(&whole.cache.desc, &a, nullptr));
+    run_decode(whole, a);
   }
   CHECK(whole.compare(chunked, [&](int32_t r, uint32_t h, uint32_t d) { return row_of(whole.out, r, h, d); }, "chunked") == 0);
   CHECK(whole.compare(decoded, [&](int32_t r, uint32_t h, uint32_t d) { return row_of(whole.out, r, h, d); }, "decode") == 0);
@@ -546,6 +612,7 @@ void test_cuda_faults() {
 int main() {
   RUN_TEST(test_cpu_against_reference);
   RUN_TEST(test_cpu_threaded);
+  RUN_TEST(test_cpu_decode_rows);
   RUN_TEST(test_whole_chunked_decode_agree);
   RUN_TEST(test_validation);
 #if KVB_WITH_CUDA

@@ -42,6 +42,9 @@ check "bench --only cascade: exit 0" [ $? -eq 0 ]
 check "bench --only cascade: the shared-prefix rows" grep -q 'seqs share .* own tokens .*x[0-9]' "$TMP/oc.txt"
 check "bench --only cascade: CPU time row" grep -q 'process CPU time' "$TMP/oc.txt"
 check "bench --only cascade: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|prefill' '$TMP/oc.txt'"
+# The sweep (plain, grouped as the cost model decides, every group) and the decode rows of an extend call.
+check "bench --only cascade: sweep rows" grep -Eq '^  16 seqs share 32 \+ 544 own +[0-9.]+ +[0-9.]+ x[0-9.]+ +[0-9.]+ x[0-9.]+' "$TMP/oc.txt"
+check "bench --only cascade: decode rows row" grep -Eq '^  16 seqs x 576 tokens, q_len 1 +[0-9.]+ +[0-9.]+ x[0-9.]+' "$TMP/oc.txt"
 # Each new case alone: its row only, no kernels.
 for c in fork cow swap batch; do
   "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"

@@ -3,9 +3,10 @@
     batch = m.batch_export(ids, bufs, prefix_groups=True)   # batch.prefix_groups: a PrefixGroups
     paged_attention(cache, layer, q, batch.block_tables, batch.seq_lens, out, prefix_groups=batch.prefix_groups)
 
-The kernels then read each group's shared blocks once for all its members (CPU; the CUDA kernels run the
-plain computation for now). The rule (full computed blocks only, -1 ends the sharing, min_shared_blocks)
-is kvblock.h's, at kvb_prefix_groups."""
+The kernels then read each group's shared blocks once for all its members, where their cost model expects
+that to be faster than the plain kernel (policy AUTO; always=True runs every group). The rules (full
+computed blocks only, -1 ends the sharing, min_shared_blocks, the cost model) are kvblock.h's, at
+kvb_prefix_groups."""
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -22,7 +23,7 @@ class PrefixGroups:
     has >= 2 members), and the cffi struct the export fills and the kernels read. Valid until the next
     export into the same BatchBuffers."""
 
-    def __init__(self, max_seqs: int, min_shared_blocks: int = 2) -> None:
+    def __init__(self, max_seqs: int, min_shared_blocks: int = 2, always: bool = False) -> None:
         cap = max(1, int(max_seqs))
         self.group_start_all = np.zeros(cap + 1, np.int32)
         self.members_all = np.zeros(cap, np.int32)
@@ -30,6 +31,7 @@ class PrefixGroups:
         c = ffi.new("kvb_prefix_groups*")
         _lib.lib.kvb_prefix_groups_init(c)
         c.min_shared_blocks = int(min_shared_blocks)
+        c.policy = _lib.lib.KVB_PREFIX_GROUPS_ALWAYS if always else _lib.lib.KVB_PREFIX_GROUPS_AUTO
         c.group_capacity = c.member_capacity = cap
         c.group_start = ffi.from_buffer("int32_t[]", self.group_start_all)
         c.members = ffi.from_buffer("int32_t[]", self.members_all)
@@ -77,6 +79,7 @@ def restrict_rows(pg: "PrefixGroups | None", lo: int, hi: int) -> "PrefixGroups 
     if lo == 0 and (len(members) == 0 or int(members.max()) < hi):
         return pg
     out = PrefixGroups(max(1, hi - lo), int(pg.c.min_shared_blocks))
+    out.c.policy = pg.c.policy
     ng = nm = 0
     gs = pg.group_start
     for g in range(pg.num_groups):

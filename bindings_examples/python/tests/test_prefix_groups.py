@@ -50,18 +50,36 @@ def test_kernels_with_groups_equal_plain():
         cache.k[0][...] = rng.standard_normal(cache.k[0].shape).astype(np.float32)
         cache.v[0][...] = rng.standard_normal(cache.v[0].shape).astype(np.float32)
         q = rng.standard_normal((3, QH, D)).astype(np.float32)
-        out_plain, out_groups = np.full_like(q, np.nan), np.full_like(q, np.nan)
-        kvblock.paged_attention(cache, 0, q, batch.block_tables, batch.seq_lens, out_plain)
-        kvblock.paged_attention(cache, 0, q, batch.block_tables, batch.seq_lens, out_groups,
-                                prefix_groups=batch.prefix_groups)
-        np.testing.assert_allclose(out_groups, out_plain, rtol=2e-5, atol=2e-5)
-        # Prefill rows reaching back into the shared prefix: 5 rows per sequence.
-        qs = np.array([0, 5, 10, 15], np.int32)
         qp = rng.standard_normal((15, QH, D)).astype(np.float32)
-        op, og = np.full_like(qp, np.nan), np.full_like(qp, np.nan)
-        for window, sink in [(0, 0), (24, 4)]:
-            kvblock.prefill_attention(cache, 0, qp, qs, batch.seq_lens, batch.block_tables, op, window=window,
-                                      sink=sink)
-            kvblock.prefill_attention(cache, 0, qp, qs, batch.seq_lens, batch.block_tables, og, window=window,
-                                      sink=sink, prefix_groups=batch.prefix_groups)
-            np.testing.assert_allclose(og, op, rtol=2e-5, atol=2e-5)
+        # AUTO (the default: this group is too small to pay, so the plain kernel runs) and ALWAYS (the
+        # shared-prefix kernel runs it).
+        for policy in (kvblock._lib.lib.KVB_PREFIX_GROUPS_AUTO, kvblock._lib.lib.KVB_PREFIX_GROUPS_ALWAYS):
+            batch.prefix_groups.c.policy = policy
+            out_plain, out_groups = np.full_like(q, np.nan), np.full_like(q, np.nan)
+            kvblock.paged_attention(cache, 0, q, batch.block_tables, batch.seq_lens, out_plain)
+            kvblock.paged_attention(cache, 0, q, batch.block_tables, batch.seq_lens, out_groups,
+                                    prefix_groups=batch.prefix_groups)
+            np.testing.assert_allclose(out_groups, out_plain, rtol=2e-5, atol=2e-5)
+            # Prefill rows reaching back into the shared prefix: 5 rows per sequence.
+            qs = np.array([0, 5, 10, 15], np.int32)
+            op, og = np.full_like(qp, np.nan), np.full_like(qp, np.nan)
+            for window, sink in [(0, 0), (24, 4)]:
+                kvblock.prefill_attention(cache, 0, qp, qs, batch.seq_lens, batch.block_tables, op, window=window,
+                                          sink=sink)
+                kvblock.prefill_attention(cache, 0, qp, qs, batch.seq_lens, batch.block_tables, og, window=window,
+                                          sink=sink, prefix_groups=batch.prefix_groups)
+                np.testing.assert_allclose(og, op, rtol=2e-5, atol=2e-5)
+
+
+def test_policy_defaults_and_travels():
+    """AUTO by default, ALWAYS on request; restrict_rows keeps the policy of the description it cuts."""
+    assert kvblock.PrefixGroups(4).c.policy == kvblock._lib.lib.KVB_PREFIX_GROUPS_AUTO
+    pg = kvblock.PrefixGroups(4, always=True)
+    assert pg.c.policy == kvblock._lib.lib.KVB_PREFIX_GROUPS_ALWAYS
+    pg.group_start_all[:2] = [0, 2]
+    pg.members_all[:2] = [1, 3]
+    pg.shared_blocks_all[0] = 2
+    pg.c.num_groups, pg.c.num_members = 1, 2
+    cut = kvblock.prefix_groups.restrict_rows(pg, 1, 4)
+    assert cut is not pg and list(cut.members) == [0, 2]
+    assert cut.c.policy == kvblock._lib.lib.KVB_PREFIX_GROUPS_ALWAYS

@@ -1,7 +1,9 @@
-"""python -m kvblock.engine: the mini engine on a synthetic workload with a shared prompt prefix."""
+"""python -m kvblock.engine: the mini engine on a synthetic workload with a shared prompt prefix
+(python -m kvblock.engine serve --model DIR: the OpenAI-compatible server, see api_server.py)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -26,6 +28,12 @@ def _store_spec(spec: str) -> str:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["serve"]:  # the OpenAI-compatible server (api_server.py)
+        try:
+            from .api_server import main as serve_main
+        except ImportError as e:
+            raise SystemExit(f"serve needs fastapi, uvicorn and torch (pip install fastapi uvicorn): {e}")
+        return serve_main(sys.argv[2:])
     p = argparse.ArgumentParser(prog="python -m kvblock.engine", description=__doc__)
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--shared-prefix", type=int, default=512, help="tokens of prompt prefix shared by every request")

@@ -21,7 +21,7 @@ class EngineConfig:
     preemption: str = "recompute"    # or "swap"
     prefix_caching: bool = True      # False: a cache salt per request, so requests never share blocks
     record_logits: bool = False
-    prefix_groups: bool = True       # attention reads blocks shared by several sequences once per step (cascade)
+    prefix_groups: bool = True       # blocks shared by several sequences read once per step where it pays (cascade)
     # the paged K/V caches: "float32", "float16", "bfloat16" (torch only), "float8_e4m3", "float8_e5m2";
     # None: the model's dtype (the numpy model's is float32)
     kv_dtype: Optional[str] = None

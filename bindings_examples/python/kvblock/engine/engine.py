@@ -27,6 +27,7 @@ from ..manager import BatchBuffers, Manager
 from ..prefix_groups import restrict_rows
 from .block_mover import BlockMover
 from .config import Clock, EngineConfig, Metrics
+from .generation import Generation
 from .model import Model, sample
 from .numpy_runner import NumpyRunner
 from .scheduler import Scheduler
@@ -66,6 +67,8 @@ class Engine(OwnsHandle):
         self.bufs = BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)
         self.group_bufs = [BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens)] if mc.hybrid else []
         self.finished: Dict[int, List[Seq]] = collections.defaultdict(list)
+        self.generation = Generation()  # stop conditions and sampling of requests with params (eos, tokenizer)
+        self.on_token: Optional[Callable[[Seq], None]] = None  # called after every token a sample gets
         self.metrics = Metrics()
         self._next_seq = 0
         self._mgr_clock = Clock(self.metrics, "manager_s")
@@ -124,6 +127,20 @@ class Engine(OwnsHandle):
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
+
+    def abort(self, req_id: int) -> List[Seq]:
+        """Ends the unfinished samples of request req_id wherever they are (waiting, running, swapped), their
+        blocks freed and finish_reason "abort" (between steps). The samples ended."""
+        sch, out = self.scheduler, []
+        for q in (sch.waiting, sch.running, sch.swapped):
+            for s in [s for s in q if s.request.req_id == req_id]:
+                q.remove(s)
+                if s.status != Status.WAITING:  # a waiting sample holds no blocks
+                    with self._mgr_clock:
+                        self.mgr.free(s.seq_id)
+                s.status, s.pending, s.finish_reason = Status.FINISHED, False, "abort"
+                out.append(s)
+        return out
 
     def run(self) -> Dict[int, List[Seq]]:
         t0 = time.perf_counter()
@@ -250,7 +267,9 @@ class Engine(OwnsHandle):
 
     def _emit(self, s: Seq, logits: Any, tok: Optional[int] = None) -> None:
         r = s.request
-        if tok is None or r.temperature > 0:  # a device's greedy token is only used at temperature 0
+        if r.params is not None:
+            tok = self.generation.next_token(s, lambda: self._host_logits(logits), tok)
+        elif tok is None or r.temperature > 0:  # a device's greedy token is only used at temperature 0
             tok = sample(self._host_logits(logits), r.temperature, r.seed, r.req_id, s.index, len(s.tokens))
         s.tokens.append(tok)
         s.output.append(tok)
@@ -258,9 +277,13 @@ class Engine(OwnsHandle):
             s.logits.append(np.array(self._host_logits(logits), np.float32))
         s.pending = True
         self.metrics.generated_tokens += 1
+        s.finish_reason = self.generation.finish_reason(s) if r.params is not None else None
         if s.done:
             with self._mgr_clock:
                 self.mgr.free(s.seq_id)
             self.scheduler.running.remove(s)
             s.status, s.pending = Status.FINISHED, False
+            s.finish_reason = s.finish_reason or "length"
             self.finished[r.req_id].append(s)
+        if self.on_token is not None:
+            self.on_token(s)

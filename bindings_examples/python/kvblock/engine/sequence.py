@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -24,6 +24,9 @@ class Request:
     temperature: float = 0.0   # 0 = greedy
     seed: int = 0
     cache_salt: Optional[str] = None  # as vLLM's: requests with different salts never share cached blocks
+    # generation.SamplingParams: stop conditions, top-k / top-p, logprobs; its seed (or `seed`) keys the draws.
+    # None: greedy / temperature sampling for exactly max_tokens.
+    params: Optional[Any] = None
 
 
 @dataclass
@@ -42,7 +45,12 @@ class Seq:
     status: Status = Status.WAITING
     output: List[int] = field(default_factory=list)
     logits: List[np.ndarray] = field(default_factory=list)  # per generated token, when recorded
+    finish_reason: Optional[str] = None  # "stop", "length" or "abort" once finished
+    # with request.params: (token, its logprob, [(token, logprob)] top k) per generated token when asked for,
+    # and the decoded text (generation.SeqText)
+    logprobs: List[Tuple[int, float, List[Tuple[int, float]]]] = field(default_factory=list)
+    text: Optional[Any] = None
 
     @property
     def done(self) -> bool:
-        return len(self.output) >= self.request.max_tokens
+        return self.finish_reason is not None or len(self.output) >= self.request.max_tokens

@@ -181,6 +181,7 @@ def main(a: argparse.Namespace) -> None:
     except Exception as e:
         raise SystemExit(f"--model / --bench need torch (and safetensors): {type(e).__name__}: {e}")
     from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
+    from .generation import Generation, SamplingParams, eos_token_ids
     from .sequence import Request
     from .torch_model import TorchModel
     if a.threads:
@@ -226,8 +227,9 @@ def main(a: argparse.Namespace) -> None:
     kv = kv_setup(model, a, prompts[0])
     fp8 = kv.scales is not None
     eng = _engine(model, a, cuda_graph=not a.no_cuda_graph, kv=kv, record_logits=fp8)
-    requests = [Request(r, p, a.max_tokens, n=a.n, temperature=a.temperature, seed=a.seed)
-                for r, p in enumerate(prompts)]
+    eng.generation = Generation(eos_token_ids(model_dir), tok)  # it stops at the checkpoint's EOS
+    params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temperature, n=a.n, seed=a.seed)
+    requests = [Request(r, p, a.max_tokens, n=a.n, seed=a.seed, params=params) for r, p in enumerate(prompts)]
     for req in requests:
         eng.add_request(req)
     out = eng.run()
@@ -236,7 +238,7 @@ def main(a: argparse.Namespace) -> None:
     eng.close()
     for r in range(len(prompts)):
         for s in out[r]:
-            print(f"request {r} sample {s.index}: ids {s.output}")
+            print(f"request {r} sample {s.index}: ids {s.output} ({s.finish_reason})")
             if tok is not None:
                 print(f"  text: {tok.decode(s.output)!r}")
     m = eng.metrics

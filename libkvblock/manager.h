@@ -489,7 +489,7 @@ class Manager {
     std::vector<GroupHit> group_hits;
     std::vector<ChainLink> group_links;          // links before hits that follow a miss (or start the prompt)
     std::vector<GroupHit> group_hits_by_group;   // the same, by group then prompt order (take(Grouped))
-    uint32_t group_first[kMaxKvCacheGroups + 1];    // group g's: group_hits_by_group[group_first[g], [g + 1])
+    uint32_t group_first[kMaxKvCacheGroups + 1];  // group g's: group_hits_by_group[group_first[g], [g + 1])
     std::vector<int32_t> store_hosts;            // allocate's staging host blocks, one per store hit
   };
 

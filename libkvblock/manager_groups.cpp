@@ -31,11 +31,11 @@ void Manager::plan(Grouped, const int64_t* tokens, size_t n, const SeqOptions& o
   const uint32_t M = out.num_blocks - 1;  // never the last block (see the FullAttention plan)
   scratch_.group_hits.clear();
   scratch_.group_links.clear();
-  ChainLink link[kMaxKvCacheGroups];        // each group's chain before block i
-  uint32_t last_miss1[kMaxKvCacheGroups];   // 1 + the last block group g missed, 0 if none
+  ChainLink link[kMaxKvCacheGroups];       // each group's chain before block i
+  uint32_t last_miss1[kMaxKvCacheGroups];  // 1 + the last block group g missed, 0 if none
   uint32_t missed[kMaxKvCacheGroups], num_missed = 0;  // the window groups that missed a block so far
-  uint32_t left[kMaxKvCacheGroups];         // hits group g can still make: its blocks on both levels less its hits
-  bool exhausted = false;                // no candidate past the current block can be valid
+  uint32_t left[kMaxKvCacheGroups];        // hits group g can still make: its blocks on both levels less its hits
+  bool exhausted = false;                  // no candidate past the current block can be valid
   // Window groups, and the run of hits their window needs once it is full: ceil((window - 1) / bs), at
   // least 1 (a candidate k needs blocks k - min(k, run) .. k - 1 in the group).
   uint32_t windows[kMaxKvCacheGroups], run[kMaxKvCacheGroups], num_windows = 0;
@@ -156,8 +156,8 @@ void Manager::reserve(Grouped, Sequence& s, const SeqOptions&, const Plan& p) {
 size_t Manager::take(Grouped, Sequence& s, const int64_t* tokens, size_t n, const SeqOptions& opts, const Plan& p) {
   const uint32_t* first = scratch_.group_first;
   const uint32_t G = groups_.count, k = p.hits;
-  // Every group's device hits are taken and host hits pinned before any
-  // block leaves the free queue: its evictions (and their offloads) must not touch them.
+  // Every group's device hits are taken and host hits pinned before any block leaves the free queue: its
+  // evictions (and their offloads) must not touch them.
   // A window group's blocks not taken are followed by its window: the link before the window's first
   // block is kept (released_links), read now, while the hit before it (if any) still holds its content.
   const GroupHit* hits = scratch_.group_hits_by_group.data();

@@ -8,8 +8,11 @@
 //   q, k, v and the softmax weights rounded to TF32 (10-bit mantissa, round to nearest) and fp32
 //   accumulation.
 // fp16 / bf16 use the tensor-core kernel in prefill.cu.
+#include <climits>
+
 #include "../prefill_fp32_tiles.h"
 #include "../prefill.h"
+#include "../prefill_tiles.h"
 #include "prefill_common.cuh"
 
 namespace kvb {
@@ -140,6 +143,11 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     // Positions of this thread's rows g and g + 8 (padding rows copy the segment's last).
     const int pos0 = pos_first + min(g, n - 1), pos1 = pos_first + min(g + 8, n - 1);
+    // A token tree (q_len <= 64 with a mask): new keys from tree_base on (INT_MAX: none) are seen by the
+    // rows' words, tree_mask[pos + tree_row], read on the tiles that reach them.
+    const int base = sv.len - sv.q_len;
+    const int tree_base = p.tree_mask != nullptr && sv.q_len <= int(kTreeMaxTokens) ? base : INT_MAX;
+    const int tree_row = sv.row0 - base;
 
     if (nt > 0) load_tile(0);
     cp_async_commit();
@@ -184,6 +192,9 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
 
       // Base-2 logits, the mask, online softmax (rows g and g + 8; a row's 8-key columns sit in a quad).
       float mx0 = -INFINITY, mx1 = -INFINITY;
+      const bool tree_tile = t0 + BN > tree_base;
+      const uint64_t w0 = tree_tile ? __ldg(p.tree_mask + pos0 + tree_row) : 0;
+      const uint64_t w1 = tree_tile ? __ldg(p.tree_mask + pos1 + tree_row) : 0;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
@@ -191,6 +202,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
           float v = p.soft_cap > 0.f ? p.soft_cap * tanhf(s[j][x] * p.scale / p.soft_cap) * kLog2e : s[j][x] * p.q_scale;
           const int t = t0 + j * 8 + c_col(lane, x);
           if (!attends(t, x < 2 ? pos0 : pos1, p.window, p.sink)) v = -INFINITY;
+          if (tree_tile && !tiles::tree_sees(t, x < 2 ? pos0 : pos1, tree_base, x < 2 ? w0 : w1)) v = -INFINITY;
           s[j][x] = v;
           if (x < 2) mx0 = fmaxf(mx0, v); else mx1 = fmaxf(mx1, v);
         }

@@ -20,6 +20,10 @@ struct SlotCopy {
   int64_t num_layers = 0;
   std::vector<int64_t> pairs;        // [2 * n]: source slot, destination slot
   std::vector<int32_t> group_start;  // [num_groups + 1]
+  // [num_groups]: 1 when no pair of the group reads a slot an earlier pair of it writes, so copying the
+  // pairs one after another in their order reads every source before it is overwritten (a compaction's
+  // pairs, listed by destination, are such a group); 0: the group's sources must be read first.
+  std::vector<uint8_t> in_order;
   int64_t largest_group = 0;
 };
 

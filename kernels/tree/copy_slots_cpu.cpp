@@ -1,6 +1,6 @@
-// CPU slot copy: each group's source rows are read into a buffer before any of its destinations is
-// written (a group of one pair copies directly). A token's K (or V) row is one memcpy when its heads
-// are back to back, else one per head.
+// CPU slot copy: a group whose pairs can run in their order (copy_slots.h in_order: every compaction)
+// copies directly, pair after pair; any other group reads its source rows into a buffer first. A
+// token's K (or V) row is one memcpy when its heads are back to back, else one per head.
 #include <cstring>
 #include <vector>
 
@@ -45,15 +45,15 @@ struct Rows {
 void copy_slots(const SlotCopy& s) {
   if (s.num_layers == 0 || s.pairs.empty()) return;
   const Rows r(s.layers[0]);
-  std::vector<char> staged(size_t(s.largest_group > 1 ? s.largest_group * r.token_bytes() : 0));
+  std::vector<char> staged(size_t(s.largest_group * r.token_bytes()));
   for (int64_t l = 0; l < s.num_layers; ++l)
     for (int kv = 0; kv < 2; ++kv) {
       char* base = static_cast<char*>(kv ? s.layers[l].v : s.layers[l].k);
       for (size_t g = 0; g + 1 < s.group_start.size(); ++g) {
         const int64_t i0 = s.group_start[g], n = s.group_start[g + 1] - i0;
         const int64_t* p = s.pairs.data() + 2 * i0;
-        if (n == 1) {
-          r.copy(base + r.offset(p[1]), false, base + r.offset(p[0]), false);
+        if (s.in_order[g]) {
+          for (int64_t i = 0; i < n; ++i) r.copy(base + r.offset(p[2 * i + 1]), false, base + r.offset(p[2 * i]), false);
           continue;
         }
         for (int64_t i = 0; i < n; ++i) r.copy(staged.data() + i * r.token_bytes(), true, base + r.offset(p[2 * i]), false);

@@ -47,12 +47,14 @@ SlotCopy plan_slot_copy(const int64_t* pairs, size_t num_pairs, int64_t num_slot
       fail(Code::invalid_argument, "destination slot %lld is written twice (pairs[%lld] and pairs[%lld])",
            (long long)pairs[2 * by_dst[i] + 1], (long long)by_dst[i - 1], (long long)by_dst[i]);
   std::vector<int64_t> parent(num_pairs);
+  std::vector<uint8_t> reads_earlier_write(num_pairs, 0);
   std::iota(parent.begin(), parent.end(), 0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t src = pairs[2 * i];
     auto it = std::lower_bound(by_dst.begin(), by_dst.end(), src,
                                [&](int64_t p, int64_t slot) { return pairs[2 * p + 1] < slot; });
     if (it == by_dst.end() || pairs[2 * *it + 1] != src) continue;
+    reads_earlier_write[size_t(i)] = *it < i;
     const int64_t a = find_root(parent, i), b = find_root(parent, *it);
     if (a != b) parent[size_t(std::max(a, b))] = std::min(a, b);
   }
@@ -73,6 +75,10 @@ SlotCopy plan_slot_copy(const int64_t* pairs, size_t num_pairs, int64_t num_slot
   if (n > 0) s.group_start.push_back(int32_t(n));
   for (size_t g = 0; g + 1 < s.group_start.size(); ++g) {
     const int64_t size = s.group_start[g + 1] - s.group_start[g];
+    bool in_order = true;
+    for (int32_t k = s.group_start[g]; k < s.group_start[g + 1]; ++k)
+      in_order = in_order && !reads_earlier_write[size_t(order[size_t(k)])];
+    s.in_order.push_back(in_order ? 1 : 0);
     if (size > kMaxSlotGroup)
       fail(Code::invalid_argument, "pairs: %lld pairs starting with pairs[%lld] are linked through their slots (one reads "
            "a slot another writes), more than the %lld one group may hold", (long long)size,

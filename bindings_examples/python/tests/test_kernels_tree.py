@@ -102,9 +102,9 @@ def test_copy_slots_compaction():
         for s in untouched:
             np.testing.assert_array_equal(cache.k[layer][s // BS, s % BS], before[layer][0][s // BS, s % BS])
     kvblock.copy_slots(cache, [])  # nothing to do
-    with pytest.raises(kvblock.KvbArgumentError, match="written twice"):
+    with pytest.raises(kvblock.KvbError, match="written twice"):
         kvblock.copy_slots(cache, [[1, 2], [3, 2]])
-    with pytest.raises(kvblock.KvbArgumentError, match="source slot 32"):
+    with pytest.raises(kvblock.KvbError, match="source slot 32"):
         kvblock.copy_slots(cache, [[32, 2]])
     with pytest.raises(kvblock.KvbArgumentError, match="int64"):
         kvblock.copy_slots(cache, np.array([[1, 2]], np.int32))

@@ -888,6 +888,10 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    With window_tokens 64 and sink_tokens 4, the last row (position 99) sees 0..3 and 36..99.
    Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
    exactly what kvb_paged_attention computes.
+   A token tree (tree_mask below): 3 draft nodes after 20 committed tokens, nodes 1 and 2 both children
+   of node 0, written at positions 20, 21, 22: seq_lens {23}, query_start {0, 3}, tree_mask {0b001,
+   0b011, 0b101} (ancestor-or-self bits). Row 0 sees 0..20, row 1 sees 0..21, row 2 sees 0..20 and 22
+   but not its sibling at 21.
 
    Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
    replays correctly after their contents change, as long as num_seqs, total_q_tokens and

@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
   // k-steps of S = Q K^T unrolled: all 8 at D 64 (ptxas spilled 24 bytes on sm_90 with 4), 4 above.
   constexpr int kKUnroll = D <= 64 ? D / 8 : 4;
   extern __shared__ __align__(16) float smem[];
-  __shared__ int s_bad;
+  __shared__ int s_bad, s_tree_base, s_tree_row;
   const int warps = int(blockDim.x >> 5), nthreads = int(blockDim.x);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   float* sQ = smem + warp * kRows * RS;  // this warp's Q rows, as TF32 bit patterns
@@ -109,7 +109,14 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
         *reinterpret_cast<float4*>(sQ + i * RS + c * 4) = v;
       }
     }
-    if (tid == 0) s_bad = 0;
+    if (tid == 0) {
+      // A token tree (q_len <= 64 with a mask): new keys from s_tree_base on (INT_MAX: none) are seen by
+      // the rows' words, tree_mask[pos + s_tree_row]; shared, so the tile loop keeps no registers for them.
+      const int base = sv.len - sv.q_len;
+      s_bad = 0;
+      s_tree_base = p.tree_mask != nullptr && sv.q_len <= int(kTreeMaxTokens) ? base : INT_MAX;
+      s_tree_row = sv.row0 - base;
+    }
     __syncthreads();
 
     const KeyWalk walk = key_walk(pos_first, pos_last, p.window, p.sink, BN);
@@ -143,11 +150,6 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     // Positions of this thread's rows g and g + 8 (padding rows copy the segment's last).
     const int pos0 = pos_first + min(g, n - 1), pos1 = pos_first + min(g + 8, n - 1);
-    // A token tree (q_len <= 64 with a mask): new keys from tree_base on (INT_MAX: none) are seen by the
-    // rows' words, tree_mask[pos + tree_row], read on the tiles that reach them.
-    const int base = sv.len - sv.q_len;
-    const int tree_base = p.tree_mask != nullptr && sv.q_len <= int(kTreeMaxTokens) ? base : INT_MAX;
-    const int tree_row = sv.row0 - base;
 
     if (nt > 0) load_tile(0);
     cp_async_commit();
@@ -192,9 +194,6 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
 
       // Base-2 logits, the mask, online softmax (rows g and g + 8; a row's 8-key columns sit in a quad).
       float mx0 = -INFINITY, mx1 = -INFINITY;
-      const bool tree_tile = t0 + BN > tree_base;
-      const uint64_t w0 = tree_tile ? __ldg(p.tree_mask + pos0 + tree_row) : 0;
-      const uint64_t w1 = tree_tile ? __ldg(p.tree_mask + pos1 + tree_row) : 0;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
@@ -202,10 +201,23 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
           float v = p.soft_cap > 0.f ? p.soft_cap * tanhf(s[j][x] * p.scale / p.soft_cap) * kLog2e : s[j][x] * p.q_scale;
           const int t = t0 + j * 8 + c_col(lane, x);
           if (!attends(t, x < 2 ? pos0 : pos1, p.window, p.sink)) v = -INFINITY;
-          if (tree_tile && !tiles::tree_sees(t, x < 2 ? pos0 : pos1, tree_base, x < 2 ? w0 : w1)) v = -INFINITY;
           s[j][x] = v;
           if (x < 2) mx0 = fmaxf(mx0, v); else mx1 = fmaxf(mx1, v);
         }
+      const int tree_base = s_tree_base;
+      if (t0 + BN > tree_base) {  // a tile reaching a tree's new keys: their bits, and the maxima again
+        const uint64_t* words = p.tree_mask + s_tree_row;
+        const uint64_t w0 = __ldg(words + pos0), w1 = __ldg(words + pos1);
+        mx0 = mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int t = t0 + j * 8 + c_col(lane, x);
+            if (!tiles::tree_sees(t, x < 2 ? pos0 : pos1, tree_base, x < 2 ? w0 : w1)) s[j][x] = -INFINITY;
+            if (x < 2) mx0 = fmaxf(mx0, s[j][x]); else mx1 = fmaxf(mx1, s[j][x]);
+          }
+      }
 #pragma unroll
       for (int o2 = 1; o2 <= 2; o2 <<= 1) {
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));

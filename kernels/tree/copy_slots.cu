@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../cache.h"
 #include "../cuda/common.cuh"
 #include "copy_slots.h"
 

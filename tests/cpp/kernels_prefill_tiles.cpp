@@ -453,8 +453,40 @@ void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
 
 }  // namespace
 
+// The tree part of the CUDA mask: after mask_from(base) no tile holding a key >= base is full (so every
+// tree key goes through tree_sees), tiles wholly before it stay full as before; tree_columns packs
+// tree_sees for a fragment row's columns exactly, for tiles that start before, at and inside the tree.
+void test_tree_mask_tiles_and_columns() {
+  std::mt19937 rng(17);
+  int bad = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int bn = trial % 2 ? 32 : 64, q_len = 1 + int(rng() % 64), base = int(rng() % 300);
+    const int pos_first = base + int(rng() % uint32_t(q_len)), pos_last = base + q_len - 1;
+    tiles::KeyTiles kt = tiles::key_tiles(pos_first, pos_last, 0, 0, bn, 0, 1 << 20);
+    const tiles::KeyTiles plain = kt;
+    kt.mask_from(base);
+    for (int i = 0; i < kt.count(); ++i) {
+      const int t = kt.tile(i);
+      if (kt.full(t) && (t + 1) * bn > base) bad++;               // a full tile reaching the tree
+      if (kt.full(t) != (plain.full(t) && (t + 1) * bn <= base)) bad++;  // anything else changed
+    }
+    const uint64_t word = uint64_t(rng()) << 32 | rng();
+    const int pos = base + int(rng() % uint32_t(q_len)), key0 = base - 40 + int(rng() % 100);
+    const int n_tiles = bn / 8;
+    const uint32_t seen = tiles::tree_columns(word, key0, pos, base, n_tiles);
+    for (int n = 0; n < n_tiles; ++n)
+      for (int x = 0; x < 2; ++x) {
+        const int key = key0 + 8 * n + x;
+        const bool want = key < base || key == pos || (key - base < 64 && ((word >> (key - base)) & 1));
+        if (key <= pos && bool((seen >> (2 * n + x)) & 1) != want) bad++;
+      }
+  }
+  CHECK(bad == 0);
+}
+
 int main() {
   RUN_TEST(test_grid_covers_every_row_and_key_once);
+  RUN_TEST(test_tree_mask_tiles_and_columns);
   RUN_TEST(test_key_tiles_near_int_max);
   RUN_TEST(test_cta_order_covers_every_tile_and_head_once_kv_head_fastest);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);

@@ -70,14 +70,7 @@ KVB_HD bool attends(int key, int pos, int window, int sink) {
 KVB_HD bool tree_sees(int key, int pos, int base, uint64_t word) {
   return key < base || key == pos || ((word >> ((key - base) & 63)) & 1) != 0;
 }
-// tree_sees for the 2 n_tiles keys key0 + 8 n + x (n < n_tiles <= 16, x < 2) of one mma fragment row:
-// bit 2 n + x of the result.
-KVB_HD uint32_t tree_columns(uint64_t word, int key0, int pos, int base, int n_tiles) {
-  uint32_t seen = 0;
-  for (int n = 0; n < n_tiles; ++n)
-    for (int x = 0; x < 2; ++x) seen |= uint32_t(tree_sees(key0 + 8 * n + x, pos, base, word)) << (2 * n + x);
-  return seen;
-}
+
 
 // The key tiles (of bn tokens) a CTA walks for query positions [pos_first, pos_last] within key split
 // `split` of split_tiles tiles: the sinks [a0, a1), then the window [b0, b1); count() tiles in all.

@@ -311,14 +311,13 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
 #pragma unroll
           for (int h = 0; h < 2; ++h) {  // the thread's two rows of the m-tile
             const int pos = s_pos[tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, 2 * h)];
-            // Bit 2 n + x: the row sees key k0 + 8 n + c_col(lane, x) (the 64-bit word dies here).
-            const uint32_t seen = tiles::tree_columns(__ldg(words + pos), k0 + tiles::frag::c_col(lane, 0), pos, tree_base, NT);
+            const uint64_t word = __ldg(words + pos);
 #pragma unroll
             for (int n = 0; n < NT; ++n)
 #pragma unroll
-              for (int x = 0; x < 2; ++x) {
-                const int key = k0 + n * 8 + tiles::frag::c_col(lane, x);
-                if (!tiles::attends(key, pos, W, sink) || !((seen >> (2 * n + x)) & 1u)) s[mi][n][2 * h + x] = -INFINITY;
+              for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                const int key = k0 + n * 8 + tiles::frag::c_col(lane, e);
+                if (!tiles::attends(key, pos, W, sink) || !tiles::tree_sees(key, pos, tree_base, word)) s[mi][n][e] = -INFINITY;
               }
           }
       }

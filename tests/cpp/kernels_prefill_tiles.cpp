@@ -454,8 +454,8 @@ void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
 }  // namespace
 
 // The tree part of the CUDA mask: after mask_from(base) no tile holding a key >= base is full (so every
-// tree key goes through tree_sees), tiles wholly before it stay full as before; tree_columns packs
-// tree_sees for a fragment row's columns exactly, for tiles that start before, at and inside the tree.
+// tree key goes through the words), tiles wholly before it stay full as before; tree_sees reads the
+// word's bits below the row (and sees the row itself and everything before the tree).
 void test_tree_mask_tiles_and_columns() {
   std::mt19937 rng(17);
   int bad = 0;
@@ -471,15 +471,11 @@ void test_tree_mask_tiles_and_columns() {
       if (kt.full(t) != (plain.full(t) && (t + 1) * bn <= base)) bad++;  // anything else changed
     }
     const uint64_t word = uint64_t(rng()) << 32 | rng();
-    const int pos = base + int(rng() % uint32_t(q_len)), key0 = base - 40 + int(rng() % 100);
-    const int n_tiles = bn / 8;
-    const uint32_t seen = tiles::tree_columns(word, key0, pos, base, n_tiles);
-    for (int n = 0; n < n_tiles; ++n)
-      for (int x = 0; x < 2; ++x) {
-        const int key = key0 + 8 * n + x;
-        const bool want = key < base || key == pos || (key - base < 64 && ((word >> (key - base)) & 1));
-        if (key <= pos && bool((seen >> (2 * n + x)) & 1) != want) bad++;
-      }
+    const int pos = base + int(rng() % uint32_t(q_len));
+    for (int key = std::max(0, base - 40); key <= pos; ++key) {
+      const bool want = key < base || key == pos || ((word >> (key - base)) & 1);
+      if (tiles::tree_sees(key, pos, base, word) != want) bad++;
+    }
   }
   CHECK(bad == 0);
 }

@@ -44,6 +44,6 @@ def library_path() -> str:
 
 __all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind",
            "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "SeqIds", "hash_tokens",
-           "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "copy_slots", "swap_blocks", "take_fault",
-           "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load", "__version__",
-           "PrefixGroups", "GroupedBatch", "DirStore", "CallbackStore", "MemoryBackend", "open_store"]
+           "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "copy_slots", "swap_blocks",
+           "take_fault", "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load",
+           "__version__", "PrefixGroups", "GroupedBatch", "DirStore", "CallbackStore", "MemoryBackend", "open_store"]

@@ -1,6 +1,7 @@
 """Kernels on caller memory (numpy arrays, torch tensors on CPU or CUDA), no copies: a KVCache holding every
 layer's K/V and its kvb_cache_desc descriptors, and write_kv, paged_attention (decode), prefill_attention
-(with an optional token-tree mask), copy_blocks, copy_slots and swap_blocks. Every argument is checked (dtype, shape, strides, device) before the C call.
+(with an optional token-tree mask), copy_blocks, copy_slots and swap_blocks. Every argument is checked (dtype,
+shape, strides, device) before the C call.
 CUDA kernels check their device-side inputs (seq_lens, block tables, slot mapping, query_start) on the device,
 after the launching call returned: take_fault() reports what they found."""
 from __future__ import annotations

@@ -161,6 +161,60 @@ void test_bad_inputs() {
   CHECK(l.same(want));
 }
 
+// Random pair lists, valid and not: the call succeeds exactly when a simple model says the list is
+// valid (slots in range, src != dst, destinations distinct, linked groups of at most 64), and then
+// matches the reference; a refused list leaves every byte as it was.
+void test_random_lists_against_model() {
+  std::mt19937 rng(77);
+  Layers l(KVB_DTYPE_BF16, 2, 6, 8, 1, 64, 0, rng);
+  const int64_t slots = l.slots();
+  int accepted = 0, refused = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = int(rng() % (trial % 10 == 0 ? 90 : 12));
+    std::vector<int64_t> pairs;
+    for (int i = 0; i < 2 * n; ++i) pairs.push_back(int64_t(rng() % uint32_t(slots + 2)) - (rng() % 50 == 0 ? 3 : 0));
+    if (trial % 10 == 0)  // a long chain i + 1 -> i (one group of n pairs)
+      for (int i = 0; i < n; ++i) pairs[size_t(2 * i)] = i + 1, pairs[size_t(2 * i + 1)] = i;
+    // The model: range, src != dst, distinct destinations, then the size of each linked group.
+    bool valid = true;
+    std::vector<int> dst_of(size_t(slots), -1);
+    for (int i = 0; i < n && valid; ++i) {
+      const int64_t s = pairs[size_t(2 * i)], d = pairs[size_t(2 * i + 1)];
+      valid = s >= 0 && s < slots && d >= 0 && d < slots && s != d && dst_of[size_t(d)] < 0;
+      if (valid) dst_of[size_t(d)] = i;
+    }
+    if (valid) {
+      std::vector<int> group(static_cast<size_t>(n));
+      std::iota(group.begin(), group.end(), 0);
+      for (bool changed = true; changed;) {  // label propagation: a reader and the writer of its source
+        changed = false;
+        for (int i = 0; i < n; ++i) {
+          const int w = dst_of[size_t(pairs[size_t(2 * i)])];
+          if (w < 0) continue;
+          const int g = std::min(group[size_t(i)], group[size_t(w)]);
+          if (group[size_t(i)] != g || group[size_t(w)] != g) group[size_t(i)] = group[size_t(w)] = g, changed = true;
+        }
+      }
+      for (int g = 0; g < n; ++g) valid = valid && std::count(group.begin(), group.end(), g) <= 64;
+    }
+    Layers want = l;
+    for (size_t i = 0; i < want.caches.size(); ++i) {
+      want.caches[i].desc.k = want.caches[i].k.data();
+      want.caches[i].desc.v = want.caches[i].v.data();
+    }
+    if (valid) want.reference(pairs);
+    const kvb_status st = kvb_copy_slots(l.descs.data(), l.descs.size(), pairs.data(), size_t(n), nullptr);
+    if ((st == KVB_OK) != valid || (st != KVB_OK && st != KVB_ERR_INVALID_ARGUMENT) || !l.same(want)) {
+      fprintf(stderr, "  trial %d: %d pairs, model %s, got %s (%s)\n", trial, n, valid ? "valid" : "invalid",
+              kvb_status_string(st), kvb_last_error());
+      CHECK(false);
+      break;
+    }
+    (valid ? accepted : refused)++;
+  }
+  CHECK(accepted > 50 && refused > 50);
+}
+
 #if KVB_WITH_CUDA
 void test_cuda_against_cpu() {
   const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_FP32, KVB_DTYPE_FP8_E4M3};
@@ -199,6 +253,7 @@ void test_cuda_against_cpu() {
 int main() {
   RUN_TEST(test_cpu_against_reference);
   RUN_TEST(test_bad_inputs);
+  RUN_TEST(test_random_lists_against_model);
 #if KVB_WITH_CUDA
   if (cuda_devices() > 0)
     RUN_TEST(test_cuda_against_cpu);

@@ -112,7 +112,8 @@ void bench_help(FILE* f) {
       "                         still runs the first five manager cases; a manager case skips the kernels;\n"
       "                         cascade: only the kernels' shared-prefix rows (after the read ceiling): plain\n"
       "                         against grouped, a sweep of shared / own splits (plain, grouped as the cost\n"
-      "                         model decides, every group), and decode rows as an extend call of q_len 1\n"
+      "                         model decides, every group), and decode rows as an extend call of q_len 1;\n"
+      "                         tree-kernels: only the token-tree kernel rows (tree-masked extend, copy_slots)\n"
       "    --device DEV         where the kernels run: cpu (default), auto (the CPU, then the GPU when a\n"
       "                         CUDA device is usable, else a note that it was skipped) or cuda (the GPU\n"
       "                         only; exit status 1 if no CUDA device is usable or the library was built\n"
@@ -150,7 +151,7 @@ static int known_case(const char* name) {
   int k;
   for (k = 0; k < NUM_CASES; k++)
     if (!strcmp(name, bench_case_keys[k])) return 1;
-  return !strcmp(name, "kernels") || !strcmp(name, "cascade");
+  return !strcmp(name, "kernels") || !strcmp(name, "cascade") || !strcmp(name, "tree-kernels");
 }
 
 int bench_parse_args(int argc, char** argv, bench_opts* o) {
@@ -172,13 +173,18 @@ int bench_parse_args(int argc, char** argv, bench_opts* o) {
     } else if (OPT("--only")) {
       if (got < 0) return EXIT_USAGE;
       if (!known_case(val)) {
-        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, kernels or cascade");
+        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, hosthit, "
+                   "tree, spec, kernels, cascade or tree-kernels");
         return EXIT_USAGE;
       }
       o->only = val;
       if (!strcmp(val, "cascade")) { /* the kernel section, reduced to its shared-prefix rows */
         o->only = "kernels";
         o->cascade_only = 1;
+      }
+      if (!strcmp(val, "tree-kernels")) { /* the kernel section, reduced to its token-tree rows */
+        o->only = "kernels";
+        o->tree_only = 1;
       }
     } else if (OPT("--device")) {
       if (got < 0) return EXIT_USAGE;

@@ -49,14 +49,15 @@ ifneq ($(NVCC),)
   CXXFLAGS_  += -DKVB_WITH_CUDA=1
   LDLIBS_    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
   PC_LIBS_PRIVATE += -L$${cudalibdir} -lcudart_static -ldl -lrt
-  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
+  CUDA_SRCS  := $(wildcard kernels/cuda/*.cu) $(wildcard kernels/tree/*.cu)
 endif
 
 # Objects of a build with and without CUDA are compiled differently (KVB_WITH_CUDA): each has its own
 # folder, and the library is linked again when the choice changes, so that `make CUDA=0` followed by
 # `make` (or the reverse) never mixes them.
 OBJ       := $(BUILD)/obj/$(if $(NVCC),cuda,cpu)
-LIB_SRCS  := $(wildcard libkvblock/*.cpp) $(wildcard kernels/*.cpp) $(wildcard kernels/cpu/*.cpp)
+LIB_SRCS  := $(wildcard libkvblock/*.cpp) $(wildcard kernels/*.cpp) $(wildcard kernels/cpu/*.cpp) \
+             $(wildcard kernels/tree/*.cpp)
 LIB_OBJS  := $(LIB_SRCS:%.cpp=$(OBJ)/%.o) $(CUDA_SRCS:%.cu=$(OBJ)/%.cu.o)
 LINK_STAMP:= $(BUILD)/obj/linked-from
 TOOL_SRCS := $(wildcard tools/*.c)

@@ -8,6 +8,7 @@
  *    4. Sequences: the core flow       allocate, commit, append, free, block tables, invariants
  *    5. Sequences: cache salt, extra keys, state     kvb_seq_options, kvb_seq_get_info
  *    6. Fork, copy-on-write, rollback, sliding window
+ *    6b. Token trees                   kvb_seq_append_tree, kvb_seq_commit_tree, kvb_drain_slot_copies
  *    7. Host tier and swapping         kvb_seq_can_swap_out / _in, kvb_seq_swap_out / _in
  *    8. Host cache                     host blocks as a second prefix-cache level, kvb_drain_host_transfers
  *    8b. Store tier                    kvb_store (callbacks), kvb_manager_set_store, kvb_store_poll, directory store
@@ -302,6 +303,70 @@ KVB_API kvb_status kvb_seq_rollback(kvb_manager* m, int64_t seq_id, size_t num_t
    verifying draft tokens commits only the accepted ones and rolls back the rest uncommitted.
    Switching the window off or widening it brings no released block back. */
 KVB_API kvb_status kvb_seq_set_window(kvb_manager* m, int64_t seq_id, uint32_t window_tokens, uint32_t sink_tokens);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Token trees                                                                                       */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Speculative decoding with a draft tree (EAGLE, Medusa): the target verifies many draft continuations
+   in one step, then keeps one accepted root-to-leaf path.
+
+   kvb_seq_append_tree appends n draft tokens after the sequence's c committed tokens. parents[i] is -1
+   for a root (a child of the last committed token) or an earlier node (0 <= parents[i] < i; so no
+   cycle can be written). Node i takes position c + i in the block table: its K/V slot, and row i of the
+   sequence's rows in kvb_batch_export (slot_mapping, tree_mask). depths[i] (if depths is not NULL) is
+   0 for a root and depths[parents[i]] + 1 otherwise: the query of node i has position c + depths[i]
+   (its RoPE position). Blocks are taken exactly as kvb_seq_append of n tokens takes them (a shared
+   partial last block is copied first, no watermark; KVB_ERR_OUT_OF_BLOCKS changes nothing).
+   Requires: the sequence on device, every token committed (no uncomputed token) and no pending tree
+   (else KVB_ERR_BAD_STATE); n <= KVB_MAX_TREE_NODES and valid parents (else KVB_ERR_INVALID_ARGUMENT);
+   n = 0 does nothing. The tree is then pending until kvb_seq_commit_tree.
+
+   While a tree is pending, kvb_seq_append, kvb_seq_commit, kvb_batch_append, kvb_batch_commit,
+   kvb_seq_rollback, forking the sequence (kvb_seq_fork / _at with it as parent) and swapping it out
+   (kvb_seq_can_swap_out, kvb_seq_swap_out) are refused with KVB_ERR_BAD_STATE: a tree is one step's
+   draft, committed or dropped in that step. kvb_seq_free drops a pending tree with the sequence.
+   kvb_batch_export lists the tree's nodes as the sequence's uncomputed rows, and kvb_batch.tree_mask
+   gives their ancestor bits.
+
+   kvb_seq_commit_tree keeps the accepted path path[0..k) (k may be 0: the whole tree is dropped):
+   path[0] must be a root and path[j] a child of path[j - 1] (else KVB_ERR_INVALID_ARGUMENT, nothing
+   changed). Node path[j] moves to position c + j; a node already there (path[j] == j: always for a
+   chain's prefix) is not copied, any other becomes a slot pair (src, dst) for kvb_drain_slot_copies,
+   in every KV cache group. Then the positions from c + k on are dropped as kvb_seq_rollback drops
+   uncommitted tokens (blocks left empty return to the free queue, tail first), and the k accepted
+   tokens are committed as kvb_seq_commit(k) commits them: full blocks are hashed and enter the prefix
+   index (STORED events, the store tier) with the accepted tokens only; a rejected token is never hashed.
+
+   kvb_drain_slot_copies hands out every pending slot pair at once, pairs[2*i] = src slot, pairs[2*i+1]
+   = dst slot (block * block_size + offset, the form of slot_mapping; with KV cache groups, every
+   group's pairs, group 0's first: run them all on every layer, as a group's layers never read another
+   group's blocks). Run them (kvb_copy_slots, K and V of every layer) IN LIST ORDER, or read every
+   source before writing any destination: a later pair may overwrite a slot an earlier pair reads
+   (path {1, 2} moves c+1 -> c, then c+2 -> c+1), never the reverse. Run them right after the commit:
+   before the next forward step reads those positions, and before the pairs of any later drain
+   (kvb_drain_copies, kvb_drain_host_transfers, swaps) may copy those blocks. Until drained, a block
+   past the accepted path that holds a source keeps a reference (it is not reused). Capacity too small:
+   KVB_ERR_BUFFER_TOO_SMALL, *num_pairs = needed, nothing drained.
+
+   Worked example (block_size 4). Sequence 7 holds 6 committed tokens in blocks {3, 5} (positions 0..5;
+   block 5 holds positions 4, 5). The draft tree: two roots A and B, A's children C and D, C's child E:
+     tokens  {A, B, C, D, E}   parents {-1, -1, 0, 0, 2}   ->  depths {0, 0, 1, 1, 2}
+   kvb_seq_append_tree(m, 7, tokens, parents, 5, depths) puts A..E at positions 6..10: block 5 gets A, B
+   (positions 6, 7) and a new block 9 gets C, D, E (8..10). RoPE positions are 6 + depth: A 6, B 6,
+   C 7, D 7, E 8. kvb_batch_export then gives sequence 7 five rows with slot_mapping {22, 23, 36, 37,
+   38} and tree_mask {0b00001, 0b00010, 0b00101, 0b01001, 0b10101} (row i, bit j: node j is node i or
+   an ancestor; key j lies at position 6 + j). The target accepts A, C, E: kvb_seq_commit_tree(m, 7,
+   {0, 2, 4}, 3) keeps A at 6 (in place), moves C from 8 to 7 and E from 10 to 8: slot pairs (36, 23),
+   (38, 36). The sequence now has 9 committed tokens {.., A, C, E} in blocks {3, 5, 9}; block 5 is full
+   and enters the prefix index hashed over {t4, t5, A, C}. Accepting only B ({1}, k = 1) would give
+   the pair (23, 22) and release block 9. */
+enum { KVB_MAX_TREE_NODES = 64 }; /* most nodes of one tree: one uint64_t mask word per node */
+
+KVB_API kvb_status kvb_seq_append_tree(kvb_manager* m, int64_t seq_id, const int64_t* tokens, const int32_t* parents,
+                                       size_t n, int32_t* depths);
+KVB_API kvb_status kvb_seq_commit_tree(kvb_manager* m, int64_t seq_id, const int32_t* path, size_t k);
+KVB_API kvb_status kvb_drain_slot_copies(kvb_manager* m, int64_t* pairs, size_t capacity_pairs, size_t* num_pairs);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Host tier and swapping                                                                            */
@@ -599,6 +664,13 @@ typedef struct kvb_batch {
                                   one call per group fills the inputs of that group's layers */
   /* --- fields below were added with prefix groups; older callers' struct_size omits them --- */
   kvb_prefix_groups* prefix_groups; /* NULL = not wanted; else filled as above (kvb_prefix_groups) */
+  /* --- fields below were added with token trees; older callers' struct_size omits them --- */
+  uint64_t* tree_mask;         /* [slot_capacity] one word per uncomputed row, in slot_mapping's order,
+                                  then 0 up to slot_capacity; NULL = not wanted. A sequence with a pending
+                                  tree: row i has bit j set iff node j is node i or one of its ancestors
+                                  (see "Token trees"); any other sequence with q <= 64 rows: row i has
+                                  bits 0..i (causal); more than 64 rows: 0 (the kernels treat such a
+                                  sequence as causal and do not read its words) */
 } kvb_batch;
 
 /* Fill defaults (NULL outputs = not wanted, no columns, group 0) and struct_size. */
@@ -888,6 +960,10 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    With window_tokens 64 and sink_tokens 4, the last row (position 99) sees 0..3 and 36..99.
    Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
    exactly what kvb_paged_attention computes.
+   A token tree (tree_mask below): 3 draft nodes after 20 committed tokens, nodes 1 and 2 both children
+   of node 0, written at positions 20, 21, 22: seq_lens {23}, query_start {0, 3}, tree_mask {0b001,
+   0b011, 0b101} (ancestor-or-self bits). Row 0 sees 0..20, row 1 sees 0..21, row 2 sees 0..20 and 22
+   but not its sibling at 21.
 
    Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
    replays correctly after their contents change, as long as num_seqs, total_q_tokens and
@@ -946,6 +1022,21 @@ typedef struct kvb_prefill_args {
   uint32_t reserved2;           /* 0 */
   const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
                                              also KVB_0.2 */
+  /* --- fields below were added with token trees; older callers' struct_size omits them (then NULL) --- */
+  const uint64_t* tree_mask;    /* NULL = no trees (causal rows, as above); else [total_q_tokens] words, host
+                                   memory for a CPU cache, device memory for a CUDA one (read during the
+                                   call / the launch, never kept): for a sequence with q_len_i <= 64, row j
+                                   (position p = seq_lens[i] - q_len_i + j) attends every key before
+                                   seq_lens[i] - q_len_i (the committed prefix), itself, and the new key at
+                                   position seq_lens[i] - q_len_i + b, b < j, iff bit b of
+                                   tree_mask[query_start[i] + j] is set; bit j and the bits above it are
+                                   not read (a node sees itself; its ancestors come before it, so a
+                                   q_len_i = 1 row is a plain decode row). Window and sinks, when set, further limit every key by the row's
+                                   position p as for causal rows. Causal words (row j: bits 0..j) give
+                                   exactly the causal result, so one call mixes trees, chains, decode rows
+                                   and prefills; a sequence with q_len_i > 64 is causal and its words are
+                                   not read. A tree mask with prefix_groups (num_groups > 0) is refused
+                                   (KVB_ERR_UNSUPPORTED); on CUDA it always runs the portable kernel. */
 } kvb_prefill_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */
@@ -967,6 +1058,21 @@ KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_
    num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */
 KVB_API kvb_status kvb_copy_blocks(const kvb_cache_desc* layers, size_t num_layers, const int32_t* pairs,
                                    size_t num_pairs, void* stream);
+
+/* Copy token slots (block * block_size + offset) within each of num_layers caches: the K and V rows (every
+   kv head, the cache's own bytes, any dtype) of slot pairs[2*i] go to slot pairs[2*i+1], in every layer
+   (same shape, dtype, strides and device), on stream: token-tree compaction moves the accepted nodes
+   to consecutive positions this way. pairs is a host array, read during the call and never kept (on
+   CUDA the pairs travel in the launch parameters, so a captured CUDA graph replays the pairs of capture
+   time; no device buffer, no allocation, no host synchronisation).
+   Semantics: every pair reads its source as it was before the call (all reads happen before any write),
+   so a slot may be the destination of one pair and the source of others (a compaction moves node 5 onto
+   slot 2 while node 2 moves onto slot 1). Refused (KVB_ERR_INVALID_ARGUMENT, nothing copied): a slot
+   outside [0, num_blocks * block_size), a pair with source == destination, a destination written twice,
+   and a group of more than 64 pairs linked through their slots (pair a links to pair b when a reads the
+   slot b writes; a tree's compaction is one group of at most 63 pairs). */
+KVB_API kvb_status kvb_copy_slots(const kvb_cache_desc* layers, size_t num_layers, const int64_t* pairs,
+                                  size_t num_pairs, void* stream);
 
 typedef enum kvb_swap_flags {
   KVB_SWAP_AUTO = 0,        /* pick the faster method */

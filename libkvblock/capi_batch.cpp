@@ -49,6 +49,17 @@ void kvb_batch_init(kvb_batch* batch) {
   batch->struct_size = sizeof *batch;
 }
 
+// kvb_batch grew tree_mask after KVB_0.2 (abi/ABI.md, "Symbol versions"): a binary linked against an
+// earlier version binds this one, which writes the layout up to prefix_groups. (A name outside kvb_*, so
+// that only its versioned alias is exported.)
+static constexpr size_t kBatchSize01 = offsetof(kvb_batch, tree_mask);
+KVB_API void kvbv01_batch_init(kvb_batch* batch) {
+  if (!batch) return;
+  std::memset(static_cast<void*>(batch), 0, kBatchSize01);
+  batch->struct_size = uint32_t(kBatchSize01);
+}
+__asm__(".symver kvbv01_batch_init, kvb_batch_init@KVB_0.1");
+
 kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_seqs, kvb_batch* batch) {
   return with_manager(m, [&](kvb::Manager& mg) {
     kvb::require_struct(batch, offsetof(kvb_batch, max_blocks_needed) + sizeof(uint32_t), "kvb_batch");
@@ -66,6 +77,7 @@ kvb_status kvb_batch_export(kvb_manager* m, const int64_t* seq_ids, size_t num_s
     kvb::PrefixGroupsOut groups;
     kvb_prefix_groups* pg = KVB_COVERS(batch, kvb_batch, prefix_groups) ? batch->prefix_groups : nullptr;
     if (pg) out.prefix_groups = read_prefix_groups_out(pg, groups);
+    if (KVB_COVERS(batch, kvb_batch, tree_mask)) out.tree_mask = batch->tree_mask;
     struct Report {  // sizes are reported also when the call fails for a buffer that is too small
       kvb_batch* b;
       kvb::BatchOut& o;

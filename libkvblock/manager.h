@@ -17,6 +17,7 @@
 #include "sequence_table.h"
 #include "store.h"
 #include "tier.h"
+#include "tree.h"
 
 namespace kvb {
 
@@ -128,6 +129,7 @@ struct BatchOut {
   uint32_t max_blocks_needed = 0;     // out
   uint32_t group = 0;                 // whose block tables and slots
   PrefixGroupsOut* prefix_groups = nullptr;  // NULL = not wanted
+  uint64_t* tree_mask = nullptr;      // [slot_capacity]; NULL = not wanted
 };
 
 using BlockPair = std::pair<int32_t, int32_t>;  // (src, dst)
@@ -187,6 +189,14 @@ class Manager {
   // Decode step for N sequences at once (manager_batch.cpp); all-or-nothing. counts NULL = all uncomputed.
   void batch_append(const int64_t* ids, const int64_t* tokens, size_t n);
   void batch_commit(const int64_t* ids, const size_t* counts, size_t n);
+
+  // Token trees (manager_tree.cpp; kvblock.h, "Token trees"). depths may be NULL.
+  void append_tree(int64_t id, const int64_t* tokens, const int32_t* parents, size_t n, int32_t* depths);
+  void commit_tree(int64_t id, const int32_t* path, size_t k);
+  const std::vector<SlotPair>& pending_slot_copies() const { return trees_.copies; }
+  void release_slot_copies();  // after the caller took them
+  // The calls that a pending tree refuses (append, commit, rollback, fork, swap) test s.tree_nodes inline.
+  [[noreturn]] void refuse_pending_tree(const Sequence& s, const char* what) const;
 
   // Stats (manager_stats.cpp), events (manager_events.cpp), control (manager_blocks.cpp).
   Stats stats() const;
@@ -263,6 +273,7 @@ class Manager {
   void rollback_apply(const Sequence& s, GroupTable& t, uint64_t len, uint32_t nb, uint32_t hashed, const ChainLink& chain);
   Sequence& seq(int64_t id);             // throws no_such_sequence
   Sequence& device_seq(int64_t id);      // ... and bad_state if swapped out
+  Sequence& swap_out_seq(int64_t id);    // ... and bad_state with a pending token tree
   Sequence* find_seq(int64_t id);
   const Sequence* find_seq_const(int64_t id) const;
   Sequence& new_seq(int64_t id);         // throws sequence_exists; inserts into the table
@@ -365,6 +376,9 @@ class Manager {
   size_t host_available() const;          // host blocks a swap out may take
   size_t held_blocks(const Sequence& s, bool host) const;  // blocks held in every group (device or host tables)
   void check_host_invariants(const std::vector<uint8_t>& host_held) const;
+  void check_tree_invariants(std::vector<int32_t>& refs) const;  // adds the held blocks' references
+  // The export's tree_mask rows of one sequence (its uncomputed tokens).
+  void write_tree_mask(const Sequence& s, uint64_t* out) const;
 
   // Store tier (manager_store.cpp).
   // Continues a lookup that missed at block `from` (chain: the link before it) into the store.
@@ -438,6 +452,7 @@ class Manager {
   StoreTier store_;
   Counters counters_;
   Scratch scratch_;
+  TreeState trees_;
 };
 
 }  // namespace kvb

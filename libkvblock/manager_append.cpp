@@ -112,6 +112,7 @@ void Manager::hash_committed_blocks(const Sequence& s, GroupTable& t) {
 
 void Manager::commit(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
+  if (s.tree_nodes) refuse_pending_tree(s, "kvb_seq_commit");
   uint64_t uncomputed = s.num_tokens - s.num_computed;
   if (n > uncomputed)
     fail(Code::invalid_argument, "seq %" PRId64 ": commit of %zu token%s exceeds %" PRIu64 " uncomputed token%s", id, n,
@@ -147,6 +148,7 @@ bool Manager::can_append(int64_t id, size_t n) {
 
 void Manager::append(int64_t id, const int64_t* tokens, size_t n) {
   Sequence& s = device_seq(id);
+  if (s.tree_nodes) refuse_pending_tree(s, "kvb_seq_append");
   if (n == 0) return;
   if (n > static_cast<size_t>(kMaxSeqBlocks) * bs_ || s.num_tokens + n > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
     fail(Code::invalid_argument, "seq %" PRId64 ": append of %zu tokens to %" PRIu64 " would exceed %u blocks", id, n,

@@ -154,6 +154,7 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
   scratch.shared_partial.clear();
   for (size_t i = 0; i < n; ++i) {
     const Sequence& s = *find_seq(ids[i]);
+    if (s.tree_nodes) refuse_pending_tree(s, "kvb_batch_append");
     // append()'s length limit, checked here for the whole batch before anything changes.
     if (s.num_tokens + 1 > static_cast<uint64_t>(kMaxSeqBlocks) * bs_)
       fail(Code::invalid_argument, "batch append: seq %" PRId64 " (seq_ids[%zu]) already holds %" PRIu64
@@ -195,6 +196,8 @@ void Manager::batch_append(const int64_t* ids, const int64_t* tokens, size_t n) 
 
 void Manager::batch_commit(const int64_t* ids, const size_t* counts, size_t n) {
   check_batch_ids(ids, n, "batch commit");
+  for (size_t i = 0; i < n; ++i)
+    if (find_seq(ids[i])->tree_nodes) refuse_pending_tree(*find_seq(ids[i]), "kvb_batch_commit");
   if (counts)
     for (size_t i = 0; i < n; ++i) {
       const Sequence& s = *find_seq(ids[i]);
@@ -245,9 +248,9 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
     fail(Code::buffer_too_small, "block tables need %u column%s, max_blocks_per_seq is %u", max_blocks,
          plural_s(max_blocks),
          out.max_blocks_per_seq);
-  if (out.slot_mapping && slots > out.slot_capacity)
-    fail(Code::buffer_too_small, "slot mapping needs %zu entr%s, slot_capacity is %zu", slots, slots == 1 ? "y" : "ies",
-         out.slot_capacity);
+  if ((out.slot_mapping || out.tree_mask) && slots > out.slot_capacity)
+    fail(Code::buffer_too_small, "%s needs %zu entr%s, slot_capacity is %zu", out.slot_mapping ? "slot mapping" : "tree mask", slots,
+         slots == 1 ? "y" : "ies", out.slot_capacity);
 
   if (out.prefix_groups) find_prefix_groups(ids, n, out.group, *out.prefix_groups);
 
@@ -268,9 +271,11 @@ void Manager::batch_export(const int64_t* ids, size_t n, BatchOut& out) {
         out.slot_mapping[k++] = static_cast<int64_t>(table[pos / bs_]) * bs_ + static_cast<int64_t>(pos % bs_);
     else
       k += s.num_tokens - s.num_computed;
+    if (out.tree_mask) write_tree_mask(s, out.tree_mask + (k - (s.num_tokens - s.num_computed)));
     if (out.query_start) out.query_start[i + 1] = static_cast<int32_t>(k);
   }
   if (out.slot_mapping) std::fill(out.slot_mapping + k, out.slot_mapping + out.slot_capacity, int64_t{-1});
+  if (out.tree_mask) std::fill(out.tree_mask + k, out.tree_mask + out.slot_capacity, uint64_t{0});
 }
 
 }  // namespace kvb

@@ -181,6 +181,7 @@ void Manager::check_invariants() const {
   }
   for (const BlockPair& p : pending_.copies)
     KVB_INVARIANT(!is_dst[p.first], "pending copy from block %d, itself waiting for a copy", p.first);
+  check_tree_invariants(refs);  // pending token trees, and the blocks their slot copies hold
 
   uint64_t cached_free = 0;
   size_t indexed = 0;

@@ -36,6 +36,7 @@ static ChainLink chain_at(const Sequence& s, const GroupTable& t, uint32_t num_h
 
 void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
   Sequence& p = device_seq(parent_id);
+  if (p.tree_nodes) refuse_pending_tree(p, "a fork");
   if (parent_id == child_id) fail(Code::sequence_exists, "fork of seq %" PRId64 " onto itself", parent_id);
   if (find_seq(child_id)) fail(Code::sequence_exists, "sequence id %" PRId64 " already exists", child_id);
   if (pos == 0 || pos > p.num_tokens)
@@ -100,6 +101,7 @@ void Manager::fork(int64_t parent_id, int64_t child_id, size_t pos) {
 
 void Manager::rollback(int64_t id, size_t n) {
   Sequence& s = device_seq(id);
+  if (s.tree_nodes) refuse_pending_tree(s, "kvb_seq_rollback");
   if (n == 0) return;
   if (n >= s.num_tokens)
     fail(Code::invalid_argument, "seq %" PRId64 ": rollback of %zu token%s must leave at least 1 of %" PRIu64, id, n,

@@ -197,8 +197,14 @@ size_t Manager::held_blocks(const Sequence& s, bool host) const {
 
 size_t Manager::host_available() const { return host_blocks_.empty.size() + host_.pool.num_free() + host_blocks_.twins.size; }
 
+Sequence& Manager::swap_out_seq(int64_t id) {
+  Sequence& s = device_seq(id);
+  if (s.tree_nodes) refuse_pending_tree(s, "swapping out");
+  return s;
+}
+
 Availability Manager::can_swap_out(int64_t id) {
-  size_t need = held_blocks(device_seq(id), false);
+  size_t need = held_blocks(swap_out_seq(id), false);
   if (need > cfg_.num_host_blocks) return Availability::never;
   return host_available() >= need ? Availability::ok : Availability::later;
 }
@@ -211,7 +217,7 @@ Availability Manager::can_swap_in(int64_t id) {
   return device_.pool.num_free() >= need + watermark_blocks_ ? Availability::ok : Availability::later;
 }
 
-size_t Manager::swap_out_size(int64_t id) { return held_blocks(device_seq(id), false); }
+size_t Manager::swap_out_size(int64_t id) { return held_blocks(swap_out_seq(id), false); }
 
 size_t Manager::swap_in_size(int64_t id) {
   Sequence& s = seq(id);
@@ -220,7 +226,7 @@ size_t Manager::swap_in_size(int64_t id) {
 }
 
 void Manager::swap_out(int64_t id, int32_t* pairs) {
-  Sequence& s = device_seq(id);
+  Sequence& s = swap_out_seq(id);
   size_t need = held_blocks(s, false);
   if (cfg_.num_host_blocks == 0)
     fail(Code::out_of_blocks, "seq %" PRId64 ": swap out needs %zu host block%s, but there is no host tier "

@@ -55,6 +55,7 @@ Sequence& Manager::new_seq(int64_t id) {
   s.id = id;
   s.live = true;
   s.swapped = false;
+  s.tree_nodes = 0;
   s.num_tokens = s.num_computed = s.num_cached = 0;
   s.extra_keys.clear();
   s.store_filling = 0;

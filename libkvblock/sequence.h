@@ -57,6 +57,7 @@ struct alignas(64) Sequence {
   int64_t id = 0;
   bool live = false;
   bool swapped = false;            // every group's blocks live in its host_table, its table holds -1 placeholders
+  uint8_t tree_nodes = 0;          // nodes of a pending token tree (tree.h; its shape is kept by the manager)
   uint64_t num_tokens = 0;
   uint64_t num_computed = 0;       // tokens whose K/V are written
   uint64_t num_cached = 0;         // prefix-hit tokens at allocation

@@ -79,6 +79,24 @@ static void kvbt_state_take(kvb_manager* m, const int64_t* ids, size_t num_ids, 
       kvbt_state_put(s, &len, sizeof len);
       if (ts == KVB_OK) kvbt_state_put(s, table, len * sizeof table[0]);
     }
+    { /* the sequence's uncomputed rows as the kernels see them: slots and tree-mask words */
+      static int64_t slots[256];
+      static uint64_t mask[256];
+      int32_t qs[2] = {0, 0};
+      kvb_batch bt;
+      kvb_batch_init(&bt);
+      bt.query_start = qs;
+      bt.slot_mapping = slots;
+      bt.tree_mask = mask;
+      bt.slot_capacity = 256;
+      ts = kvb_batch_export(m, &ids[i], 1, &bt);
+      kvbt_state_status(s, ts);
+      if (ts == KVB_OK) {
+        kvbt_state_put(s, qs, sizeof qs);
+        kvbt_state_put(s, slots, (size_t)qs[1] * sizeof slots[0]);
+        kvbt_state_put(s, mask, (size_t)qs[1] * sizeof mask[0]);
+      }
+    }
   }
   nblocks = st.num_blocks;
   for (b = 0; kvbt_state_hashes && b < nblocks && b < (1u << 20); ++b) {
@@ -97,6 +115,13 @@ static void kvbt_state_take(kvb_manager* m, const int64_t* ids, size_t num_ids, 
     kvbt_state_status(s, kvb_drain_copies(m, pairs, 4096, &np));
     kvbt_state_put(s, &np, sizeof np);
     if (np <= 4096) kvbt_state_put(s, pairs, 2 * np * sizeof pairs[0]);
+    {
+      static int64_t slot_pairs[2 * 4096];
+      np = 0;
+      kvbt_state_status(s, kvb_drain_slot_copies(m, slot_pairs, 4096, &np));
+      kvbt_state_put(s, &np, sizeof np);
+      if (np <= 4096) kvbt_state_put(s, slot_pairs, 2 * np * sizeof slot_pairs[0]);
+    }
     {
       static int32_t loads[2 * 4096];
       size_t nl = 0;

@@ -56,7 +56,9 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
   if (!r->json && e.quick) fputs("  (--quick: the working sets fit in the CPU caches; fractions above 100% are expected)\n", r->f);
   ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e));
   if (o->cascade_only) ok = ok && bench_cascade(&e);
-  else ok = ok && bench_attention(&e) && bench_cascade(&e) && bench_prefill(&e) && bench_write_kv(&e) && bench_blocks(&e);
+  else if (o->tree_only) ok = ok && bench_tree(&e);
+  else ok = ok && bench_attention(&e) && bench_cascade(&e) && bench_prefill(&e) && bench_tree(&e) && bench_write_kv(&e) &&
+                bench_blocks(&e);
   cache_free(&e.fence_dev);
   cache_free(&e.fence_host);
   if (r->json) report_group_end(r);

@@ -14,7 +14,7 @@
 #include <xxhash.h>
 
 const char* const bench_case_keys[NUM_CASES] = {"hash", "kvb_hash_tokens", "miss", "hit", "decode",
-                                                "fork", "cow", "swap", "batch", "hosthit"};
+                                                "fork", "cow", "swap", "batch", "hosthit", "tree", "spec"};
 
 static void summarize(bench_case* c) {
   double sorted[MAX_REPS];
@@ -27,14 +27,6 @@ static void summarize(bench_case* c) {
   c->spread = c->median > 0 ? (c->max - c->min) / c->median : 0.0;
 }
 
-#define CHECK(call)                    \
-  do {                                 \
-    kvb_status st_ = (call);           \
-    if (st_ != KVB_OK) {               \
-      lib_error(#call, st_);           \
-      return -1.0;                     \
-    }                                  \
-  } while (0)
 
 static volatile uint64_t g_sink;
 
@@ -305,9 +297,10 @@ static void label_cases(bench_case* c) {
       "bare XXH64 of one block",       "kvb_hash_tokens of one block",   "miss: allocate+commit+free",
       "hit: allocate+free (cached)",   "decode: append+commit 1 token",  "fork: fork+free (shared)",
       "cow: fork_at+append+drain+free", "swap: swap_out+swap_in",        "batch: export decode step",
-      "hosthit: allocate+drain+free"};
+      "hosthit: allocate+drain+free",  "tree: append_tree+commit_tree", "spec: append+commit+rollback"};
   static const char* const units[NUM_CASES] = {"ns/block", "ns/block", "ns/block", "ns/block", "ns/token",
-                                               "ns/block", "ns/op",    "ns/block", "ns/seq",   "ns/block"};
+                                               "ns/block", "ns/op",    "ns/block", "ns/seq",   "ns/block",
+                                               "ns/node",  "ns/token"};
   int k;
   for (k = 0; k < NUM_CASES; k++) {
     c[k].key = bench_case_keys[k];
@@ -321,7 +314,7 @@ static void label_cases(bench_case* c) {
 
 /* The managers and buffers of every case. */
 typedef struct bench_state {
-  kvb_manager *m, *md, *mf, *ms, *mb, *mh; /* miss/hit, decode, fork/cow, swap, batch, host hits */
+  kvb_manager *m, *md, *mf, *ms, *mb, *mh, *mt; /* miss/hit, decode, fork/cow, swap, batch, host hits, trees */
   int64_t* tokens;
   uint64_t* stripes; /* the bare hash's input: per block [parent][tokens] */
   int32_t* swap_pairs;
@@ -336,6 +329,7 @@ static void state_release(bench_state* st) {
   kvb_manager_destroy(st->ms);
   kvb_manager_destroy(st->mb);
   kvb_manager_destroy(st->mh);
+  kvb_manager_destroy(st->mt);
   free(st->tokens);
   free(st->stripes);
   free(st->swap_pairs);
@@ -367,7 +361,8 @@ static int state_setup(const bench_opts* o, uint64_t decode_blocks, bench_state*
   if (!(st->m = make_manager(o->block_size, o->num_blocks, 0)) ||
       !(st->md = make_manager(o->block_size, decode_blocks, 0)) ||
       !(st->mf = make_manager(o->block_size, nb + 16, 0)) || !(st->ms = make_manager(o->block_size, nb + 16, nb + 16)) ||
-      !(st->mb = make_manager(o->block_size, batch_blocks, 0)))
+      !(st->mb = make_manager(o->block_size, batch_blocks, 0)) ||
+      !(st->mt = make_manager(o->block_size, bench_tree_blocks(o), 0)))
     return 0;
   {
     /* Host hits: a device pool of one prompt (+2, all taken by the filler), a host level of four prompts. */
@@ -400,6 +395,8 @@ static double run_case(int k, const bench_opts* o, bench_state* st) {
     case C_COW: return run_cow(o, st->mf, &st->next_token);
     case C_SWAP: return run_swap(o, st->ms, st->swap_pairs);
     case C_HOSTHIT: return run_hosthit(o, st->mh, st->tokens, &st->fresh);
+    case C_TREE: return bench_run_tree(o, st->mt, &st->next_token, 0);
+    case C_SPEC: return bench_run_tree(o, st->mt, &st->next_token, 1);
     default: return run_batch(o, st->mb, &st->batch);
   }
 }

@@ -7,9 +7,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvblock.h"
 #include "report.h"
 
 #define MAX_REPS 1000
+
+/* In a timed case (a function returning its ns per unit): a failed library call prints its error and makes
+   the case return -1. (lib_error: util.h.) */
+#define CHECK(call)                    \
+  do {                                 \
+    kvb_status st_ = (call);           \
+    if (st_ != KVB_OK) {               \
+      lib_error(#call, st_);           \
+      return -1.0;                     \
+    }                                  \
+  } while (0)
 
 typedef struct bench_opts {
   uint32_t block_size;
@@ -26,6 +38,7 @@ typedef struct bench_opts {
   const char* only;        /* run just this case (profiling); NULL = all */
   const char* device;      /* kernels: cpu, auto or cuda */
   int cascade_only;        /* --only cascade: only = "kernels", and of those the shared-prefix rows */
+  int tree_only;           /* --only tree: only = "kernels", and of those the token-tree rows */
 } bench_opts;
 
 typedef struct bench_case {
@@ -40,7 +53,7 @@ typedef struct bench_case {
   double target;           /* the design goal as a ratio to the bare hash (miss 4, hit 3); 0 = none */
 } bench_case;
 
-enum { C_HASH, C_LIBHASH, C_MISS, C_HIT, C_DECODE, C_FORK, C_COW, C_SWAP, C_BATCH, C_HOSTHIT, NUM_CASES };
+enum { C_HASH, C_LIBHASH, C_MISS, C_HIT, C_DECODE, C_FORK, C_COW, C_SWAP, C_BATCH, C_HOSTHIT, C_TREE, C_SPEC, NUM_CASES };
 /* The cases' --only and JSON keys, in C_* order. */
 extern const char* const bench_case_keys[NUM_CASES];
 
@@ -57,6 +70,10 @@ size_t cow_position(const bench_opts* o);
 /* Labels the cases, sets up their managers, runs the warm-up and the repetitions into cases (each
    summarized) and releases the managers; 0 on a failure (message printed). */
 int bench_run_manager(const bench_opts* o, uint64_t decode_blocks, bench_case* cases);
+/* Token trees (bench_tree_step.c): blocks the cases' manager needs, and one repetition (ns per node of a
+   16-node tree step, or, chain != 0, per token of the same step drafted as a chain); < 0 on a failure. */
+uint64_t bench_tree_blocks(const bench_opts* o);
+double bench_run_tree(const bench_opts* o, kvb_manager* m, int64_t* next_token, int chain);
 /* The config and the manager's table (or JSON groups) and, on a full run, the design goals. */
 void bench_print_manager(report* r, const bench_opts* o, const bench_case* cases);
 

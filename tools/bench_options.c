@@ -17,7 +17,7 @@ void bench_help(FILE* f) {
       "                  [--num-blocks N] [--json]\n"
       "\n"
       "DESCRIPTION\n"
-      "    Nine manager cases, each run once as a warm-up and then --reps times, interleaved; the median,\n"
+      "    Eleven manager cases, each run once as a warm-up and then --reps times, interleaved; the median,\n"
       "    the minimum, the maximum and the spread ((max - min) / median) of the repetitions are printed.\n"
       "      hash    bare XXH64 of one block's bytes (block_size * 8 token bytes + 8 parent-hash bytes),\n"
       "              chained over the prompt's blocks: the floor any prefix cache pays per block. The tool\n"
@@ -45,11 +45,17 @@ void bench_help(FILE* f) {
       "      batch   kvb_batch_export of one decode step of --decode-seqs sequences of prompt/2 committed\n"
       "              tokens plus one new token each, into preallocated buffers (block tables, lengths,\n"
       "              query starts, slot mapping), per sequence; the time per call is printed too.\n"
+      "      tree    one speculative step per sequence, round-robin over --decode-seqs sequences: a 16-node\n"
+      "              draft tree (4 roots, 4 levels) by kvb_seq_append_tree, kvb_seq_commit_tree of a 4-node\n"
+      "              path that moves every node, kvb_drain_slot_copies; per node.\n"
+      "      spec    the same step drafted as a 16-token chain: kvb_seq_append, kvb_seq_commit of 4,\n"
+      "              kvb_seq_rollback of 12; per token (for comparison).\n"
       "    The ratios of the first five cases to the bare hash (\"vs hash\") and to kvb_hash_tokens (\"vs\n"
       "    lib\") are printed, then the design goals of PERFORMANCE.md with what each means: a cached\n"
       "    prompt block costs at most 3x its bare hash, a new one (hashed, indexed, evicting) at most 4x,\n"
-      "    a decode token at most 100 ns. They are marked met or missed on a full run only (not with\n"
-      "    --quick); a missed goal is a finding to look into, not an error.\n"
+      "    a decode token at most 100 ns, a draft-tree node at most 2x a decode token. They are marked met\n"
+      "    or missed on a full run only (not with --quick); a missed goal is a finding to look into, not\n"
+      "    an error.\n"
       "\n"
       ,
       f);
@@ -102,9 +108,10 @@ void bench_help(FILE* f) {
       "    --quick              small run for tests: 3 repetitions, 16 prompts, 64 decode tokens, small\n"
       "                         kernel shapes (under 3 s)\n"
       "    --only CASE          run one case (hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap,\n"
-      "                         batch, hosthit) or only the kernels (kernels), e.g. under a profiler; the warm-up\n"
+      "                         batch, hosthit, tree, spec) or only the kernels (kernels), e.g. under a profiler; the warm-up\n"
       "                         still runs the first five manager cases; a manager case skips the kernels;\n"
-      "                         cascade: only the kernels' shared-prefix rows (after the read ceiling)\n"
+      "                         cascade: only the kernels' shared-prefix rows (after the read ceiling);\n"
+      "                         tree: only the token-tree rows (tree-masked extend, copy_slots)\n"
       "    --device DEV         where the kernels run: cpu (default), auto (the CPU, then the GPU when a\n"
       "                         CUDA device is usable, else a note that it was skipped) or cuda (the GPU\n"
       "                         only; exit status 1 if no CUDA device is usable or the library was built\n"
@@ -142,7 +149,7 @@ static int known_case(const char* name) {
   int k;
   for (k = 0; k < NUM_CASES; k++)
     if (!strcmp(name, bench_case_keys[k])) return 1;
-  return !strcmp(name, "kernels") || !strcmp(name, "cascade");
+  return !strcmp(name, "kernels") || !strcmp(name, "cascade") || !strcmp(name, "tree");
 }
 
 int bench_parse_args(int argc, char** argv, bench_opts* o) {
@@ -164,13 +171,18 @@ int bench_parse_args(int argc, char** argv, bench_opts* o) {
     } else if (OPT("--only")) {
       if (got < 0) return EXIT_USAGE;
       if (!known_case(val)) {
-        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, kernels or cascade");
+        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, kernels, cascade "
+                   "or tree");
         return EXIT_USAGE;
       }
       o->only = val;
       if (!strcmp(val, "cascade")) { /* the kernel section, reduced to its shared-prefix rows */
         o->only = "kernels";
         o->cascade_only = 1;
+      }
+      if (!strcmp(val, "tree")) { /* the kernel section, reduced to its token-tree rows */
+        o->only = "kernels";
+        o->tree_only = 1;
       }
     } else if (OPT("--device")) {
       if (got < 0) return EXIT_USAGE;

@@ -128,6 +128,38 @@ static void test_batch_before_prefix_groups(void) {
   kvb_manager_destroy(m);
 }
 
+/* kvb_batch grew tree_mask with token trees (KVB_0.3): kvb_batch_init@KVB_0.1 writes the layout up to
+   prefix_groups, and a struct of that size exports without a mask; the default version writes it all. */
+static void test_batch_grown_init_versions(void) {
+  typedef void (*init_fn)(kvb_batch*);
+  const size_t old = offsetof(kvb_batch, tree_mask);
+  kvb_manager* m = two_sequences();
+  const int64_t ids[2] = {1, 2};
+  int32_t lens[2];
+  init_fn b01, b03;
+  void* sym[2];
+  buffer b;
+  size_t i;
+  sym[0] = dlvsym(RTLD_DEFAULT, "kvb_batch_init", "KVB_0.1");
+  sym[1] = dlvsym(RTLD_DEFAULT, "kvb_batch_init", "KVB_0.3");
+  memcpy(&b01, &sym[0], sizeof b01);
+  memcpy(&b03, &sym[1], sizeof b03);
+  CHECK(b01 && b03 && b01 != b03);
+  if (b01 && b03) {
+    memset(b.bytes, POISON, sizeof b.bytes);
+    b01(&b.batch);
+    CHECK(b.batch.struct_size == old && b.batch.prefix_groups == NULL);
+    for (i = old; i < sizeof b.bytes; ++i) CHECK(b.bytes[i] == POISON);
+    b.batch.seq_lens = lens;
+    CHECK_OK(kvb_batch_export(m, ids, 2, &b.batch));
+    CHECK(untouched_from(&b, old) && lens[0] == 10 && lens[1] == 3);
+    memset(b.bytes, POISON, sizeof b.bytes);
+    b03(&b.batch);
+    CHECK(b.batch.struct_size == sizeof(kvb_batch) && b.batch.tree_mask == NULL && untouched_from(&b, sizeof(kvb_batch)));
+  }
+  kvb_manager_destroy(m);
+}
+
 /* The earlier kvb_batch was 64 bytes too (group sits in its tail padding), so an old caller's struct_size
    covers group: its old kvb_batch_init zeroed the padding (group 0, the default); garbage there, from a
    caller that did not zero the struct, is refused on a manager without groups (ABI.md). */
@@ -291,6 +323,7 @@ int main(void) {
   RUN_TEST(test_batch_before_group);
   RUN_TEST(test_batch_old_padding);
   RUN_TEST(test_batch_before_prefix_groups);
+  RUN_TEST(test_batch_grown_init_versions);
   RUN_TEST(test_stats_before_host_cache);
   RUN_TEST(test_init_writes_its_own_sizeof);
   TEST_SUMMARY();

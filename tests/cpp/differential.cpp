@@ -42,6 +42,7 @@
 //   engine.h      the engine side: KV store, batch export, commits
 //   operations.h  the operation generator (op_* and one_step: where a new operation goes)
 //   store_mem.h, operations_store.h  the store configurations' in-memory store and its side of a run
+//   model_tree.h, operations_tree.h  token trees: the model (append + rollback + commit) and the operation
 //   compare.h     the comparison after every step
 //   this file     the driver: seeds, configurations, failure reports
 //
@@ -65,6 +66,7 @@
 #include "differential/model.h"
 #include "differential/operations.h"
 #include "differential/operations_store.h"
+#include "differential/operations_tree.h"
 #include "differential/run.h"
 #include "differential/util.h"
 
@@ -133,6 +135,8 @@ int main() {
            g_act.appends, g_act.forks, g_act.cow, g_act.rollbacks, g_act.released, g_act.swaps_out, g_act.swaps_in,
            g_act.evictions, g_act.errors, g_act.host_hit_tokens, g_act.offloads, g_act.loads, g_act.host_evictions,
            g_act.events, g_act.window_skipped, g_act.window_cut);
+    printf("     %s trees: %" PRIu64 " appended, %" PRIu64 " committed, %" PRIu64 " slot pairs\n", kConfigs[ci].name,
+           g_act.trees, g_act.tree_commits, g_act.slot_pairs);
     if (kConfigs[ci].store)
       printf("     %s store: %" PRIu64 " hit tokens, %" PRIu64 " puts, %" PRIu64 " good gets, %" PRIu64 " failed gets\n",
              kConfigs[ci].name, g_act.store_hit_tokens, g_act.store_puts, g_act.store_gets, g_act.store_failed_gets);

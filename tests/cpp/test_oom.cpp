@@ -180,6 +180,22 @@ std::vector<Step> build_steps(bool quick) {
     b.slot_capacity = 64;
     return kvb_batch_export(c.m, ids, 4, &b);
   });
+  // A token tree on the windowed sequence 4: its first tree grows the per-slot shapes, its commit the
+  // pending slot pairs and held blocks.
+  add("append_tree 4", KVB_OK, [](Ctx& c) {
+    const int64_t t[8] = {50, 51, 52, 53, 54, 55, 56, 57};
+    const int32_t parents[8] = {-1, -1, 0, 1, 3, 4, 5, -1};
+    int32_t depths[8];
+    return kvb_seq_append_tree(c.m, 4, t, parents, 8, depths);
+  });
+  add("commit_tree 4", KVB_OK, [](Ctx& c) {
+    const int32_t path[5] = {1, 3, 4, 5, 6};
+    return kvb_seq_commit_tree(c.m, 4, path, 5);
+  });
+  add("drain_slot_copies", KVB_OK, [](Ctx& c) {
+    static int64_t pairs[64];
+    return kvb_drain_slot_copies(c.m, pairs, 32, &c.n);
+  });
   add("can_swap_out 2", KVB_OK, [](Ctx& c) {
     kvb_availability a;
     return kvb_seq_can_swap_out(c.m, 2, &a);

@@ -1,7 +1,8 @@
 // A warm manager allocates nothing (issue 21 item 3: sequence objects are pooled, and each keeps its group
 // tables and their capacity): the same workload run a second time on the same manager (allocate prompts
-// that miss, commit them, decode token by token and in batches, fork, roll back, allocate a cached prompt,
-// free everything) makes no call to operator new, without KV cache groups and with them (full and window
+// that miss, commit them, decode token by token and in batches, verify token trees (append, export with
+// tree masks, commit a path, drain the slot copies), fork, roll back, allocate a cached prompt, free
+// everything) makes no call to operator new, without KV cache groups and with them (full and window
 // groups). Counted with a global allocator that counts while a round runs (the library is linked
 // statically into this binary).
 #include <cstddef>
@@ -57,6 +58,34 @@ kvb_manager* make(uint32_t num_groups) {
 // The workload's buffers, made before any round (the test's own allocations are not counted).
 std::vector<int64_t> prompt(100), shared(64), toks(kSeqs);
 
+// A 20-node draft tree (a bush under roots 0 and 1, a chain under root 12, a lone root 19) and the
+// accepted paths: one moving nodes within the last block, one moving a node from a block past the path
+// (held until the drain), one moving a chain down.
+constexpr size_t kTreeNodes = 20;
+const int32_t kParents[kTreeNodes] = {-1, -1, 0, 0, 1, 2, 2, 3, 5, 5, 6, 8, -1, 12, 13, 14, 15, 16, 17, -1};
+const std::vector<int32_t> kPaths[3] = {{0, 2, 5, 8, 11}, {19}, {12, 13, 14, 15, 16, 17, 18}};
+std::vector<int64_t> tree_toks(kTreeNodes), slots(kSeqs * kTreeNodes), slot_pairs(2 * 3 * kSeqs * kTreeNodes);
+std::vector<uint64_t> masks(kSeqs * kTreeNodes);
+std::vector<int32_t> depths(kTreeNodes), query_start(kSeqs + 1);
+
+void tree_step(kvb_manager* m, const int64_t* ids, int64_t round) {
+  for (int s = 0; s < kSeqs; ++s) {
+    for (size_t i = 0; i < kTreeNodes; ++i) tree_toks[i] = round * 100000 + 70000 + s * 100 + static_cast<int64_t>(i);
+    CHECK_OK(kvb_seq_append_tree(m, ids[s], tree_toks.data(), kParents, kTreeNodes, depths.data()));
+  }
+  kvb_batch b;
+  kvb_batch_init(&b);
+  b.query_start = query_start.data();
+  b.slot_mapping = slots.data();
+  b.tree_mask = masks.data();
+  b.slot_capacity = slots.size();
+  CHECK_OK(kvb_batch_export(m, ids, kSeqs, &b));
+  for (int s = 0; s < kSeqs; ++s) CHECK_OK(kvb_seq_commit_tree(m, ids[s], kPaths[s % 3].data(), kPaths[s % 3].size()));
+  size_t np = 0;
+  CHECK_OK(kvb_drain_slot_copies(m, slot_pairs.data(), slot_pairs.size() / 2, &np));
+  CHECK(np > 0);
+}
+
 // One round of the workload; `round` makes its prompts new (misses) while the shared prompt stays cached
 // from the second round on.
 void workload(kvb_manager* m, uint32_t num_groups, int64_t round) {
@@ -84,6 +113,7 @@ void workload(kvb_manager* m, uint32_t num_groups, int64_t round) {
   CHECK_OK(kvb_seq_fork_at(m, ids[0], 100, 175));  // a child sharing the sequence but its last 5 tokens
   CHECK_OK(kvb_seq_rollback(m, 100, 3));
   CHECK_OK(kvb_seq_free(m, 100));
+  tree_step(m, ids, round);
   for (size_t i = 0; i < shared.size(); ++i) shared[i] = 7000000 + static_cast<int64_t>(i);
   size_t cached = 0;
   CHECK_OK(kvb_seq_allocate(m, 200, shared.data(), shared.size(), &cached));

@@ -24,7 +24,8 @@
 // Any violation aborts, which libFuzzer reports as a crash with the input saved.
 //
 // This file drives the steps; the configuration is decoded in fuzz_config.h, the model is in
-// fuzz_model.h, the op handlers in fuzz_ops_seq.h (sequence lifecycle) and fuzz_ops_io.h (the rest).
+// fuzz_model.h, the op handlers in fuzz_ops_seq.h (sequence lifecycle), fuzz_ops_tree.h (token trees) and
+// fuzz_ops_io.h (the rest).
 #include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
@@ -41,6 +42,7 @@
 #include "fuzz_model.h"
 #include "fuzz_ops_io.h"
 #include "fuzz_ops_seq.h"
+#include "fuzz_ops_tree.h"
 #include "fuzz_store.h"
 #include "kvblock.h"
 #include "kvbt_state.h"
@@ -53,14 +55,17 @@ enum Op {
   OP_DRAIN_COPIES, OP_ROLLBACK, OP_WINDOW, OP_SWAP_OUT, OP_SWAP_IN, OP_BATCH, OP_STATS, OP_EVENTS, OP_RESET,
   OP_EXTRA_KEY, OP_INFO, OP_NUM_FREE, OP_NULL_MANAGER, OP_DRAIN_HOST, OP_COUNT,
   // Only inputs whose manager has a store draw it (the others decode their bytes as before it existed).
-  OP_STORE_POLL = OP_COUNT
+  OP_STORE_POLL = OP_COUNT,
+  // Op bytes from 0xf0 on (fuzz_ops_tree.h): the corpus's low op bytes decode as before trees existed.
+  OP_TREE
 };
+constexpr uint8_t kTreeOpByte = 0xf0;
 
-const char* const kOpNames[OP_COUNT + 1] = {"allocate", "can_allocate", "commit", "append", "can_append", "free",
+const char* const kOpNames[OP_TREE + 1] = {"allocate", "can_allocate", "commit", "append", "can_append", "free",
                                         "block_table", "block_hash", "fork", "drain_copies", "rollback",
                                         "set_window", "swap_out", "swap_in", "batch_export", "get_stats",
                                         "drain_events", "reset_prefix_cache", "set_extra_key", "get_info",
-                                        "num_free_blocks", "null_manager", "drain_host_transfers", "store_poll"};
+                                        "num_free_blocks", "null_manager", "drain_host_transfers", "store_poll", "token_tree"};
 
 // Operations that run while store gets are in flight; before any other the driver settles the store
 // (fuzz_store.h): a sequence with gets in flight may only be allocated, freed, read or polled.
@@ -86,11 +91,12 @@ void run(const uint8_t* data, size_t size) {
   std::vector<int64_t> snap_ids;
 
   for (int step = 0; step < 256 && !r.empty(); ++step) {
-    const Op op = static_cast<Op>(r.u8() % (g_store.on ? OP_COUNT + 1 : OP_COUNT));
+    const uint8_t op_byte = r.u8();
+    const Op op = op_byte >= kTreeOpByte ? OP_TREE : static_cast<Op>(op_byte % (g_store.on ? OP_COUNT + 1 : OP_COUNT));
     // The forward step that wrote the K/V a commit reports ran after every pending transfer, and so does a
     // swap-in (kvblock.h's order): the engine drains them first.
     if (g_store.on && !runs_while_filling(op)) store_settle(m, md);
-    if (op == OP_COMMIT || op == OP_BATCH || op == OP_SWAP_IN) drain_host_all(m, md);
+    if (op == OP_COMMIT || op == OP_BATCH || op == OP_SWAP_IN || op == OP_TREE) drain_host_all(m, md);
     snap_ids.clear();
     for (const auto& e : md.seqs) snap_ids.push_back(e.first);
     snap_ids.push_back(-1);
@@ -123,6 +129,7 @@ void run(const uint8_t* data, size_t size) {
       case OP_NULL_MANAGER: st.null_manager(); break;
       case OP_DRAIN_HOST: st.drain_host_transfers(); break;
       case OP_STORE_POLL: store_op(m, md, r, trace); break;
+      case OP_TREE: st.tree(); break;
     }
     const kvb_status s = st.s;
     const char* const what = st.what;

@@ -333,6 +333,8 @@ struct Step {
   void num_free();
   void null_manager();
   void drain_host_transfers();
+  // fuzz_ops_tree.h: a token tree appended, checked, refusing plain calls, committed.
+  void tree();
 };
 
 }  // namespace kvbfuzz

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Symbol versions (abi/ABI.md, "Symbol versions"): every kvb_* function the shared library exports carries
 # version KVB_0.1 (abi/libkvblock.map), except the _init of the structs that grew after it
-# (kvb_cache_desc_init, kvb_attention_args_init with FP8 caches, kvb_prefill_args_init with allow_tf32): KVB_0.2 by default, their KVB_0.1 versions kept, and a program linked against the library records KVB_0.1
+# (kvb_cache_desc_init, kvb_attention_args_init with FP8 caches, kvb_prefill_args_init with allow_tf32): KVB_0.2 by default
+# (kvb_batch_init, grown with token trees: KVB_0.3), their KVB_0.1 versions kept, and a program linked against the library records KVB_0.1
 # references, which is what lets a later release serve it the KVB_0.1 behaviour (the _init of a struct
 # that grew writes the 0.1 size). Skipped without objdump.
 BUILD=${BUILD:-build}
@@ -22,29 +23,32 @@ done
 # objdump -T rows: ... FLAGS SECTION SIZE VERSION NAME; the version is "(V)" for a hidden one or a reference.
 defined=$(objdump -T "$lib" | awk '$NF ~ /^kvb_/ && $0 !~ /\*UND\*/ {print $(NF-1), $NF}')
 n=$(echo "$defined" | grep -c ' kvb_')
-grown='kvb_cache_desc_init kvb_attention_args_init kvb_prefill_args_init kvb_stats_init'
+grown='kvb_cache_desc_init kvb_attention_args_init kvb_prefill_args_init kvb_stats_init kvb_batch_init'
 is_grown() { case " $grown " in *" $1 "*) return 0;; esac; return 1; }
+# The version a grown _init has by default: the node of the release that last grew its struct.
+grown_version() { case "$1" in kvb_batch_init) echo KVB_0.3;; *) echo KVB_0.2;; esac; }
 others=$(echo "$defined" | while read -r v name; do
-  if is_grown "$name"; then [ "$v" = "KVB_0.2" ] || [ "$v" = "(KVB_0.1)" ] || echo "$v $name"
+  if is_grown "$name"; then [ "$v" = "$(grown_version "$name")" ] || [ "$v" = "(KVB_0.1)" ] || echo "$v $name"
   else [ "$v" = "KVB_0.1" ] || echo "$v $name"; fi
 done)
 if [ "$n" -gt 30 ] && [ -z "$others" ]; then
-  ok "the library exports $n kvb_* functions, each at version KVB_0.1 (the grown _init at KVB_0.2)"
+  ok "the library exports $n kvb_* functions, each at version KVB_0.1 (the grown _init at KVB_0.2 / 0.3)"
 else
   bad "exported kvb_* functions not at KVB_0.1 (of $n): $(echo "$others" | head -n 5 | tr '\n' ';')"
 fi
 for name in $grown; do
-  if echo "$defined" | grep -q "^(KVB_0.1) $name\$" && echo "$defined" | grep -q "^KVB_0.2 $name\$"; then
-    ok "$name exists at KVB_0.2 (default) and KVB_0.1 (for binaries linked before it grew)"
+  gv=$(grown_version "$name")
+  if echo "$defined" | grep -q "^(KVB_0.1) $name\$" && echo "$defined" | grep -q "^$gv $name\$"; then
+    ok "$name exists at $gv (default) and KVB_0.1 (for binaries linked before it grew)"
   else
-    bad "$name is not at both KVB_0.2 and KVB_0.1"
+    bad "$name is not at both $gv and KVB_0.1"
   fi
 done
 if objdump -T "$lib" | grep -q 'kvbv01_'; then bad "the KVB_0.1 _init bodies leak under their own names"; fi
 refs=$(objdump -T "$consumer" | awk '$NF ~ /^kvb_/ && /\*UND\*/ {print $(NF-1), $NF}')
 n=$(echo "$refs" | grep -c ' kvb_')
 others=$(echo "$refs" | while read -r v name; do
-  if is_grown "$name"; then [ "$v" = "(KVB_0.2)" ] || echo "$v $name"
+  if is_grown "$name"; then [ "$v" = "($(grown_version "$name"))" ] || echo "$v $name"
   else [ "$v" = "(KVB_0.1)" ] || echo "$v $name"; fi
 done)
 if [ "$n" -gt 10 ] && [ -z "$others" ]; then

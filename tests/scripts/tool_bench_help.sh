@@ -6,7 +6,8 @@
 check "bench --quick --json: exit 0" [ $? -eq 0 ]
 check "bench json: valid" valid_json "$TMP/b.json"
 for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config kernels cpu \
-         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 write_kv copy_blocks swap_out swap_in; do
+         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 write_kv copy_blocks swap_out swap_in \
+         extend_plain_2x64 extend_tree_2x64 copy_slots; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done
 check "bench json: copy_blocks_runs" grep -q '"copy_blocks_runs": {' "$TMP/b.json"
@@ -42,6 +43,13 @@ check "bench --only cascade: exit 0" [ $? -eq 0 ]
 check "bench --only cascade: the shared-prefix rows" grep -q 'seqs share .* own tokens .*x[0-9]' "$TMP/oc.txt"
 check "bench --only cascade: CPU time row" grep -q 'process CPU time' "$TMP/oc.txt"
 check "bench --only cascade: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|prefill' '$TMP/oc.txt'"
+check "bench json: tree extend against the plain one" grep -q '"of_plain_extend": ' "$TMP/b.json"
+# --only tree: the token-tree rows alone (tree-masked extend against the plain one, copy_slots).
+"$KVB" bench --quick --only tree >"$TMP/ot.txt"
+check "bench --only tree: exit 0" [ $? -eq 0 ]
+check "bench --only tree: extend rows" grep -Eq '^  extend fp16 2x64 over 192, tree mask .*x the plain extend' "$TMP/ot.txt"
+check "bench --only tree: copy_slots row" grep -Eq '^  copy_slots 2 layers x [0-9]+ pairs .* of memcpy$' "$TMP/ot.txt"
+check "bench --only tree: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|paged_attention|^  prefill' '$TMP/ot.txt'"
 # Each new case alone: its row only, no kernels.
 for c in fork cow swap batch; do
   "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"

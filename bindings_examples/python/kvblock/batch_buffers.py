@@ -21,11 +21,16 @@ class BatchBuffers(OwnsHandle):
     points into its own arrays)."""
     _what_is_owned = "a kvb_batch whose C pointers point into its own arrays"
     _pg: Optional[PrefixGroups] = None  # the prefix groups of the last grouped export (batch_export)
+    _with_mask = False  # tree_mask=True: exports fill tree_mask_all
 
-    def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0) -> None:
-        """Sizes are uint32 (kvb_batch's); 0 rows or columns mean 1, slot_capacity 0 means max_seqs."""
+    def __init__(self, max_seqs: int = 256, max_blocks_per_seq: int = 128, slot_capacity: int = 0, *,
+                 tree_mask: bool = False) -> None:
+        """Sizes are uint32 (kvb_batch's); 0 rows or columns mean 1, slot_capacity 0 means max_seqs. With
+        tree_mask=True every export also fills Batch.tree_mask (kvb_batch.tree_mask: one uint64 word per
+        uncomputed row, a pending token tree's ancestor bits, causal bits for other rows up to 64)."""
         seqs, cols = u32(max_seqs, "max_seqs"), u32(max_blocks_per_seq, "max_blocks_per_seq")
         slots = u32(slot_capacity, "slot_capacity")
+        self._with_mask = bool(tree_mask)
         self._alloc(max(1, seqs), max(1, cols), max(1, slots or seqs))
 
     def _alloc(self, seqs: int, cols: int, slots: int) -> None:
@@ -41,7 +46,11 @@ class BatchBuffers(OwnsHandle):
         b.query_start = ffi.from_buffer("int32_t[]", self.query_start_all)
         b.slot_mapping = ffi.from_buffer("int64_t[]", self.slot_mapping_all)
         b.slot_capacity = slots
-        self._keep = (b.block_tables, b.seq_lens, b.query_start, b.slot_mapping)
+        self.tree_mask_all: Optional[np.ndarray] = None
+        if self._with_mask:
+            self.tree_mask_all = np.zeros(slots, np.uint64)
+            b.tree_mask = ffi.from_buffer("uint64_t[]", self.tree_mask_all)
+        self._keep = (b.block_tables, b.seq_lens, b.query_start, b.slot_mapping, b.tree_mask)
         self.c = b
         # Read by every batch_export: plain attributes, cheaper than the cffi struct or the arrays' shapes.
         self._rows, self._group = seqs, 0
@@ -52,8 +61,9 @@ class BatchBuffers(OwnsHandle):
         same shape: a decode step exports the same sequences step after step, and its Batch (four views and
         the tuple) is then the one of the step before, whose views see the new values."""
         # tuple.__new__ skips the NamedTuple's Python-level __new__
+        mask = self.tree_mask_all[:k] if self.tree_mask_all is not None else None
         batch = tuple.__new__(Batch, (self.block_tables_all[:n], self.seq_lens_all[:n],
-                                      self.query_start_all[: n + 1], self.slot_mapping_all[:k], k, need))
+                                      self.query_start_all[: n + 1], self.slot_mapping_all[:k], k, need, mask))
         self._last = (n, k, need, batch)
         return batch
 
@@ -70,3 +80,4 @@ class Batch(NamedTuple):
     slot_mapping: np.ndarray   # [num_slots] int64: the cache slot of every uncomputed token
     num_slots: int
     max_blocks_needed: int
+    tree_mask: Optional[np.ndarray] = None  # [num_slots] uint64 when the buffers were made with tree_mask=True

@@ -34,6 +34,7 @@ from ._convert import (
 )
 from ._guard import GuardedHandle, inline_call
 from ._nocopy import OwnsHandle
+from ._tree_calls import TreeCalls
 from .batch_buffers import Batch as Batch  # (re-exported: kvblock.Batch)
 from .batch_buffers import BatchBuffers as BatchBuffers
 from .errors import KvbArgumentError, KvbClosedError, check, header_enum_members
@@ -122,7 +123,7 @@ def _refuse_overflow(seq_id: int, other: Any, what: str) -> NoReturn:
     raise AssertionError(f"cffi refused {seq_id!r} and {other!r} that the checks accept")  # pragma: no cover
 
 
-class Manager(BatchCalls, OwnsHandle):
+class Manager(BatchCalls, TreeCalls, OwnsHandle):
     """A KV-cache block manager (one kvb_manager). Use it as a context manager, or call close().
     Copying and pickling are refused (TypeError): a copy would share the C manager and destroy it.
 

@@ -109,6 +109,7 @@ struct Activity {
            cow = 0, rollbacks = 0, released = 0, swaps_out = 0, swaps_in = 0, evictions = 0, errors = 0,
            host_hit_tokens = 0, offloads = 0, loads = 0, host_evictions = 0, events = 0, window_skipped = 0,
            window_cut = 0, store_hit_tokens = 0, store_puts = 0, store_gets = 0, store_failed_gets = 0;
+  uint64_t trees = 0, tree_commits = 0, slot_pairs = 0;
 };
 Activity g_act;
 

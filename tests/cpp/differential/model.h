@@ -94,6 +94,7 @@ struct MSeq {
   std::map<uint32_t, uint64_t> extra;
   std::vector<uint64_t> hashes;     // chain hashes of blocks [0, hashed) up to the first uncacheable one
   size_t filling = 0;               // store gets in flight
+  std::vector<int32_t> tree;        // parents of a pending token tree (its nodes: the uncomputed tokens)
 };
 
 // A store get in flight (kvblock.h "Store tier"): host block `host` fills block `index` of sequence `id`,
@@ -148,6 +149,8 @@ struct Model {
   std::map<std::pair<uint32_t, uint64_t>, int> hash_count[2];
   std::vector<MEvent> events;
   std::vector<std::pair<int32_t, int32_t>> pending;  // copy-on-write (src, dst)
+  std::vector<std::pair<int64_t, int64_t>> slot_pending;  // token-tree compaction (src slot, dst slot)
+  std::vector<int32_t> slot_held;   // blocks past an accepted path holding a source, until the drain
   uint64_t query = 0, hit = 0, computed = 0, evictions = 0, cow = 0, sw_out = 0, sw_in = 0;
   // Store level (model_store.h): the keys the store holds (model index keys), per host block its staging
   // state (0, 1 = a get fills it, 2 = filled, its load pending), whether its content was put, the
@@ -270,11 +273,19 @@ struct Model {
   kvb_status append(int64_t id, const std::vector<int64_t>& t);
   kvb_status free_seq(int64_t id);
   kvb_status fork(int64_t pid, int64_t cid, size_t pos, bool at);
-  kvb_status rollback(int64_t id, size_t n);
+  kvb_status rollback(int64_t id, size_t n, bool window_check = true);  // false: a tree's commit
   bool needs_released(const MSeq& s, size_t len, size_t done) const;
   kvb_status set_window(int64_t id, uint32_t w, uint32_t sk);
   kvb_status set_extra_key(int64_t id, uint32_t bi, uint64_t key);
   kvb_status reset_prefix_cache();
+
+  // ---- token trees (model_tree.h) ----
+  static std::vector<uint64_t> tree_masks(const std::vector<int32_t>& parents);
+  std::vector<uint64_t> mask_rows(const MSeq& s) const;  // kvb_batch.tree_mask of s's uncomputed rows
+  kvb_status append_tree(int64_t id, const std::vector<int64_t>& t, const std::vector<int32_t>& parents,
+                         std::vector<int32_t>* depths);
+  kvb_status commit_tree(int64_t id, const std::vector<int32_t>& path);
+  void release_slot_copies();
 
   // ---- the batched decode calls (model_batch.h) ----
   kvb_status check_batch_ids(const std::vector<int64_t>& ids);
@@ -321,5 +332,6 @@ struct Model {
 #include "model_lookup.h"
 #include "model_seq.h"
 #include "model_batch.h"
+#include "model_tree.h"
 #include "model_host.h"
 #include "model_store.h"

@@ -19,8 +19,16 @@ kvb_status Model::check_batch_ids(const std::vector<int64_t>& ids) {
   return KVB_OK;
 }
 
+// A pending token tree refuses the whole batch before any count or block is looked at.
+static bool any_tree(Model& m, const std::vector<int64_t>& ids) {
+  for (int64_t id : ids)
+    if (!m.find(id)->tree.empty()) return true;
+  return false;
+}
+
 kvb_status Model::batch_append(const std::vector<int64_t>& ids, const std::vector<int64_t>& toks) {
   if (kvb_status st = check_batch_ids(ids)) return st;
+  if (any_tree(*this, ids)) return KVB_ERR_BAD_STATE;
   Model trial = *this;
   for (size_t i = 0; i < ids.size(); ++i)
     if (kvb_status st = trial.append(ids[i], {toks[i]})) return st;
@@ -30,6 +38,7 @@ kvb_status Model::batch_append(const std::vector<int64_t>& ids, const std::vecto
 
 kvb_status Model::batch_commit(const std::vector<int64_t>& ids, const std::vector<size_t>& counts) {
   if (kvb_status st = check_batch_ids(ids)) return st;
+  if (any_tree(*this, ids)) return KVB_ERR_BAD_STATE;
   Model trial = *this;
   for (size_t i = 0; i < ids.size(); ++i)
     if (kvb_status st = trial.commit(ids[i], counts[i])) return st;

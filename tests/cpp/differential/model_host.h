@@ -141,7 +141,7 @@ void Model::release_swapped(MSeq& s) {
 kvb_status Model::can_swap_out(int64_t id, kvb_availability* a) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
-  if (s->swapped) return KVB_ERR_BAD_STATE;
+  if (s->swapped || !s->tree.empty()) return KVB_ERR_BAD_STATE;
   size_t need = held(*s);
   *a = need > H ? KVB_AVAIL_NEVER : host_available() >= need ? KVB_AVAIL_OK : KVB_AVAIL_LATER;
   return KVB_OK;
@@ -150,7 +150,7 @@ kvb_status Model::can_swap_out(int64_t id, kvb_availability* a) {
 kvb_status Model::check_swap_out(int64_t id, size_t cap, size_t* need) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
-  if (s->swapped) return KVB_ERR_BAD_STATE;
+  if (s->swapped || !s->tree.empty()) return KVB_ERR_BAD_STATE;
   *need = held(*s);
   if (cap < *need) return KVB_ERR_BUFFER_TOO_SMALL;
   if (host_available() < *need) return KVB_ERR_OUT_OF_BLOCKS;

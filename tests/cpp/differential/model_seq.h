@@ -126,7 +126,7 @@ void Model::apply_window(const MSeq& s, MTable& t) {
 kvb_status Model::commit(int64_t id, size_t n) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
-  if (s->swapped) return KVB_ERR_BAD_STATE;
+  if (s->swapped || !s->tree.empty()) return KVB_ERR_BAD_STATE;  // a pending tree commits with its path
   if (n > s->tokens.size() - s->computed) return KVB_ERR_INVALID_ARGUMENT;
   s->computed += n;
   computed += n;
@@ -199,7 +199,7 @@ kvb_status Model::can_append(int64_t id, size_t n) {
 kvb_status Model::append(int64_t id, const std::vector<int64_t>& tok) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
-  if (s->swapped) return KVB_ERR_BAD_STATE;
+  if (s->swapped || !s->tree.empty()) return KVB_ERR_BAD_STATE;
   if (tok.empty()) return KVB_OK;
   size_t need = 0;
   for (const MTable& t : s->g) need += append_needed(*s, t, tok.size());
@@ -262,7 +262,7 @@ kvb_status Model::fork(int64_t pid, int64_t cid, size_t pos, bool at) {
   MSeq* p = find(pid);
   if (!p) return KVB_ERR_NO_SUCH_SEQUENCE;
   if (!at) pos = p->tokens.size();
-  if (p->swapped) return KVB_ERR_BAD_STATE;
+  if (p->swapped || !p->tree.empty()) return KVB_ERR_BAD_STATE;
   if (pid == cid || find(cid)) return KVB_ERR_SEQUENCE_EXISTS;
   if (pos == 0 || pos > p->tokens.size()) return KVB_ERR_INVALID_ARGUMENT;
   if (pos > p->computed) return KVB_ERR_BAD_STATE;
@@ -310,15 +310,15 @@ bool Model::needs_released(const MSeq& s, size_t len, size_t done) const {
   return false;
 }
 
-kvb_status Model::rollback(int64_t id, size_t n) {
+kvb_status Model::rollback(int64_t id, size_t n, bool window_check) {
   MSeq* s = find(id);
   if (!s) return KVB_ERR_NO_SUCH_SEQUENCE;
-  if (s->swapped) return KVB_ERR_BAD_STATE;
+  if (s->swapped || !s->tree.empty()) return KVB_ERR_BAD_STATE;
   if (n == 0) return KVB_OK;
   if (n >= s->tokens.size()) return KVB_ERR_INVALID_ARGUMENT;
   const size_t len = s->tokens.size() - n;
   const size_t nb = nblocks(len);
-  if (needs_released(*s, len, std::min(s->computed, len))) return KVB_ERR_BAD_STATE;
+  if (window_check && needs_released(*s, len, std::min(s->computed, len))) return KVB_ERR_BAD_STATE;
   const size_t hashed = std::min(s->hashed, len / bs);
   // The library releases the groups last to first here (and first to last in kvb_seq_free); kvblock.h
   // does not say which, so the model follows it.

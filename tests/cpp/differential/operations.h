@@ -381,7 +381,8 @@ void Run::op_invalid() {
       expect(kvb_seq_swap_in(m_, d, buf, 2, &n), KVB_ERR_BAD_STATE, "swap_in(on device)");
       expect(kvb_seq_can_swap_in(m_, d, &a), KVB_ERR_BAD_STATE, "can_swap_in(on device)");
       size_t L = model_.find(d)->tokens.size();
-      expect(kvb_seq_rollback(m_, d, L), KVB_ERR_INVALID_ARGUMENT, "rollback(all)");
+      expect(kvb_seq_rollback(m_, d, L), model_.find(d)->tree.empty() ? KVB_ERR_INVALID_ARGUMENT : KVB_ERR_BAD_STATE,
+             "rollback(all)");
       break;
     }
     case 12: {
@@ -440,7 +441,7 @@ void Run::one_step() {
   else if (r < 62) op_fork();
   else if (r < 65) (host_cache() && rng_.chance(0.5)) ? op_drain_host() : op_drain();
   else if (r < 69) op_rollback();
-  else if (r < 73) op_spec_decode();
+  else if (r < 73) rng_.chance(0.5) ? op_spec_decode() : op_tree();
   else if (r < 76) op_window();
   else if (r < 80) op_swap_out();
   else if (r < 84) op_swap_in();

@@ -154,6 +154,8 @@ class Run {
     else if (!strcmp(what, "rollback")) ++g_act.rollbacks;
     else if (!strcmp(what, "swap_out")) ++g_act.swaps_out;
     else if (!strcmp(what, "swap_in")) ++g_act.swaps_in;
+    else if (!strcmp(what, "append_tree")) ++g_act.trees;
+    else if (!strcmp(what, "commit_tree")) ++g_act.tree_commits;
   }
 
   void note(const std::string& s) {
@@ -222,6 +224,10 @@ class Run {
   void op_fork();
   void op_rollback();
   void op_spec_decode();  // append k speculative tokens, commit them, reject some
+  void op_tree();         // append a random token tree, or commit a pending one's random path (operations_tree.h)
+  void commit_tree(int64_t id);
+  void drain_and_run_slot_copies();
+  void check_tree_masks(const std::vector<int64_t>& ids);  // kvb_batch.tree_mask against the model
   void op_window();
   void op_swap_out();
   void op_swap_in();

@@ -31,6 +31,7 @@ from .model import Model, sample
 from .numpy_runner import NumpyRunner
 from .scheduler import Scheduler
 from .sequence import Request, Seq, Status
+from .speculative import TreeSpeculator
 from .step import EngineModel, StepBatch, StepRunner
 from .store_tier import StoreTier
 
@@ -74,6 +75,7 @@ class Engine(OwnsHandle):
         self.scheduler = Scheduler(cfg, self.mgr, self.mover, self.metrics, self._mgr_clock, self._salt,
                                    (mc.window, mc.sink) if mc.window and not mc.hybrid else (0, 0))
         self.runner: StepRunner = self._make_runner()
+        self.speculator = TreeSpeculator(self) if cfg.speculative_tree else None
         self.store: Optional[StoreTier] = None
         if cfg.store:
             self.store = StoreTier(cfg, self.mgr, self.host, mc, self.mover.host_transfers, self._mgr_clock,
@@ -161,6 +163,8 @@ class Engine(OwnsHandle):
         self.metrics.steps += 1
         self.mover.host_transfers()  # the loads of this step's prefix hits (and offloads) before the forward pass
         if not decodes and not prefills:
+            return
+        if self.speculator is not None and self.speculator.step(decodes, prefills):
             return
         b = self._prepare(decodes, prefills)
         logits, tokens = self.runner.run(b)

@@ -44,19 +44,20 @@ def model():
     return Model(ModelConfig(num_layers=3, seed=7))
 
 
-RUNS = {
-    "large pool, prefix hits, chunks": dict(num_blocks=128, block_size=8, max_batched_tokens=24),
-    "tiny pool, recompute": dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40),
-    "tiny pool, swap": dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40, num_host_blocks=64,
-                            preemption="swap"),
+RUNS = {  # (shared prefix, max_tokens, engine config)
+    "large pool, prefix hits, chunks": (24, 9, dict(num_blocks=128, block_size=8, max_batched_tokens=24)),
+    "tiny pool, recompute": (8, 16, dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40)),
+    "tiny pool, swap": (8, 16, dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40,
+                                    num_host_blocks=64, preemption="swap")),
 }
 
 
 @pytest.mark.parametrize("draft_layers", [1, 3])
 @pytest.mark.parametrize("name", list(RUNS))
 def test_tree_speculation_is_token_exact_with_plain_greedy(model, name, draft_layers):
-    cfg = RUNS[name]
-    reqs = requests(model.cfg.vocab, temperature=0.8)  # odd requests sample: they decode plainly
+    prefix, max_tokens, cfg = RUNS[name]
+    # odd requests sample (temperature 0.8): they decode plainly, in the same steps as the trees
+    reqs = requests(model.cfg.vocab, prefix=prefix, max_tokens=max_tokens, temperature=0.8)
     plain, plain_eng = run(model, reqs, **cfg)
     spec, eng = run(model, reqs, speculative_tree=(3, 2), draft_layers=draft_layers, **cfg)
     assert spec == plain
@@ -70,8 +71,8 @@ def test_tree_speculation_is_token_exact_with_plain_greedy(model, name, draft_la
         assert st.accepted < st.drafted
     assert eng.metrics.steps < plain_eng.metrics.steps
     assert eng.mgr.stats()["hit_tokens"] > 0
-    if name != "large pool, prefix hits, chunks":
-        assert eng.metrics.preemptions + eng.metrics.swaps_out > 0
+    if "tiny" in name:  # and some trees found no room: those sequences decoded plainly in the same steps
+        assert eng.metrics.preemptions + eng.metrics.swaps_out > 0 and st.fallbacks > 0
 
 
 @pytest.mark.parametrize("draft_layers", [1, 3])

@@ -44,29 +44,30 @@ def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph:
     return {i: [s.output for s in sorted(v, key=lambda s: s.index)] for i, v in out.items()}, eng
 
 
-RUNS = {
-    "prefix hits, chunks": dict(num_blocks=96, block_size=8, max_batched_tokens=24),
-    "tiny pool, recompute": dict(num_blocks=14, block_size=4, max_num_seqs=4, max_batched_tokens=40),
-    "tiny pool, swap, n=2": dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40,
-                                 num_host_blocks=64, preemption="swap", n=2),
+RUNS = {  # (shared prefix, max_tokens, engine config)
+    "prefix hits, chunks": (20, 10, dict(num_blocks=96, block_size=8, max_batched_tokens=24)),
+    "tiny pool, recompute": (8, 16, dict(num_blocks=14, block_size=4, max_num_seqs=4, max_batched_tokens=40)),
+    "tiny pool, swap, n=2": (8, 16, dict(num_blocks=14, block_size=4, max_num_seqs=4, max_batched_tokens=40,
+                                         num_host_blocks=64, preemption="swap", n=2)),
 }
 
 
 @pytest.mark.parametrize("draft_layers", [1, 3])
 @pytest.mark.parametrize("name", list(RUNS))
 def test_torch_tree_speculation_is_token_exact_with_plain_greedy(model_dir, name, draft_layers):
-    cfg = dict(RUNS[name])
+    shared, max_tokens, cfg = RUNS[name]
+    cfg = dict(cfg)
     n = cfg.pop("n", 1)
-    prompts = _prompts(512, 4, 20, seed=3)
-    plain, _ = _run(model_dir, prompts, 10, n=n, **cfg)
-    spec, eng = _run(model_dir, prompts, 10, n=n, speculative_tree=(3, 2), draft_layers=draft_layers, **cfg)
+    prompts = _prompts(512, 4, shared, seed=3)
+    plain, _ = _run(model_dir, prompts, max_tokens, n=n, **cfg)
+    spec, eng = _run(model_dir, prompts, max_tokens, n=n, speculative_tree=(3, 2), draft_layers=draft_layers, **cfg)
     assert spec == plain
     st = eng.speculator.stats
     assert st.verified > 0
     if draft_layers == 3:
         assert st.accepted == st.drafted and st.tokens_per_target_step > 2
-    if name != "prefix hits, chunks":
-        assert eng.metrics.preemptions + eng.metrics.swaps_out > 0
+    if "tiny" in name:  # and some trees found no room: those sequences decoded plainly in the same steps
+        assert eng.metrics.preemptions + eng.metrics.swaps_out > 0 and st.fallbacks > 0
     assert eng.mgr.stats()["hit_tokens"] > 0
 
 
@@ -76,4 +77,4 @@ def test_torch_speculation_with_emulated_graphs(model_dir):
     plain, _ = _run(model_dir, prompts, 7, cuda_graph="emulate", num_blocks=64, block_size=8)
     spec, eng = _run(model_dir, prompts, 7, cuda_graph="emulate", num_blocks=64, block_size=8,
                      speculative_tree=(2, 2), draft_layers=2)
-    assert spec == plain and eng.speculator.stats.verified > 0
+    assert spec == plain and eng.speculator.stats.verified > 0 and eng.runner.graph_replays > 0

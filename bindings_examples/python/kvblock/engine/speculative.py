@@ -4,9 +4,9 @@ torch backends alike: it drives the engine's runner).
 In a step where some decoding sequences speculate (greedy ones, temperature 0; sampled sequences decode one
 token as usual, in the same batch):
   1. Reserve: the scheduler appended each one's last sampled token as a plain decode token; it is rolled
-     back and a placeholder tree of the final size is appended and dropped (Manager.append_tree, then
-     commit_tree of an empty path), so that every tree of the step is known to fit the free blocks. A
-     sequence whose tree does not fit gets its token back and decodes plainly.
+     back and a placeholder tree of the final size is appended (Manager.append_tree); once every sequence
+     has one, they are all dropped (commit_tree of an empty path): the step's trees are known to fit the
+     free blocks together. A sequence whose tree does not fit gets its token back and decodes plainly.
   2. Draft (draft.py): level by level, each tree so far is appended, the draft model (the target's first
      layers, on the same KV cache) runs it with the tree mask and its nodes' positions (committed + depth),
      and the tree is dropped again; the frontier's logits grow the next level. d levels = d draft passes.
@@ -122,9 +122,11 @@ class TreeSpeculator:
                     mgr.append(s.seq_id, [s.tokens[-1]])  # the block the rollback freed takes it back
                     self.stats.fallbacks += 1
                     continue
-                mgr.commit_tree(s.seq_id, [])
             self._copy_on_write()
             trees.append((s, DraftTree.root(s.tokens[-1], levels)))
+        with eng._mgr_clock:  # dropped once all fit together: smaller trees (the draft's) fit as well
+            for s, _ in trees:
+                mgr.commit_tree(s.seq_id, [])
         return trees
 
     def _append(self, s: Seq, t: DraftTree) -> None:

@@ -6,7 +6,8 @@ copy-on-write pairs run by copy_blocks, an optional sliding window, an optional 
 store tier below it (store: blocks shared with other engines and kept across restarts; store_tier.py),
 and hybrid models
 (window and full layers as two KV cache groups of one manager, each layer reading its group's block table),
-with swap and the host cache too (a sequence swaps all its groups as one).
+with swap and the host cache too (a sequence swaps all its groups as one), and token-tree speculative
+decoding (EngineConfig.speculative_tree: speculative.py runs the steps where sequences speculate).
 
 Every step: scheduler.py's Scheduler decides what runs -> _prepare (batch_export into a StepBatch of host
 arrays) -> the runner (numpy_runner.py's NumpyRunner on the numpy model here; torch_engine.py's TorchEngine

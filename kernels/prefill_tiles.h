@@ -71,6 +71,7 @@ KVB_HD bool tree_sees(int key, int pos, int base, uint64_t word) {
   return key < base || key == pos || ((word >> ((key - base) & 63)) & 1) != 0;
 }
 
+
 // The key tiles (of bn tokens) a CTA walks for query positions [pos_first, pos_last] within key split
 // `split` of split_tiles tiles: the sinks [a0, a1), then the window [b0, b1); count() tiles in all.
 struct KeyTiles {

@@ -123,22 +123,6 @@ void launch_slot_copies(const SlotCopy& s, cudaStream_t stream) {
   }
 }
 
-bool large_slot_params_ok() {
-#ifdef KVB_LARGE_SLOT_PARAMS
-  static const bool ok = [] {
-    int v = 0;
-    if (cudaDriverGetVersion(&v) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return v >= 12010;
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 void copy_slots(const SlotCopy& s, void* stream) {
@@ -149,7 +133,7 @@ void copy_slots(const SlotCopy& s, void* stream) {
     check_pointer(s.layers[l].v, s.layers[l].device_index, "layers[].v");
   }
 #ifdef KVB_LARGE_SLOT_PARAMS
-  if (large_slot_params_ok()) return launch_slot_copies<LargeSlotParams>(s, as_stream(stream));
+  if (large_kernel_params_ok()) return launch_slot_copies<LargeSlotParams>(s, as_stream(stream));
 #endif
   launch_slot_copies<SmallSlotParams>(s, as_stream(stream));
 }

@@ -8,6 +8,7 @@
 
 #include "../common/cache.h"
 #include "../common/cuda.cuh"
+#include "../common/paged.h"
 #include "copy_slots.h"
 
 namespace kvb {
@@ -43,7 +44,7 @@ static_assert(sizeof(LargeSlotParams) <= 32764, "LargeSlotParams must fit the 32
 template <typename W, class P>
 __device__ __forceinline__ W* chunk(const P& p, char* base, int64_t slot, int col) {
   const int h = col / p.chunks_per_head, c = col - h * p.chunks_per_head;
-  return reinterpret_cast<W*>(base + (slot >> p.block_shift) * p.block_stride + (slot & p.block_mask) * p.token_stride +
+  return reinterpret_cast<W*>(base + paged_offset(slot >> p.block_shift, slot, p.block_mask, p.block_stride, p.token_stride) +
                               h * p.head_stride + int64_t(c) * int64_t(sizeof(W)));
 }
 

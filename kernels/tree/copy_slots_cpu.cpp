@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/paged.h"
 #include "copy_slots.h"
 
 namespace kvb {
@@ -29,7 +30,9 @@ struct Rows {
     block_mask = c.block_size - 1;
     dense = head_stride == row_bytes;
   }
-  int64_t offset(int64_t slot) const { return (slot >> block_shift) * block_stride + (slot & block_mask) * token_stride; }
+  int64_t offset(int64_t slot) const {
+    return paged_offset(slot >> block_shift, slot, block_mask, block_stride, token_stride);
+  }
   int64_t token_bytes() const { return heads * row_bytes; }
   // Token at `from` (a cache address) to `to`, where either side may be a dense buffer row.
   void copy(char* to, bool to_dense, const char* from, bool from_dense) const {

@@ -7,6 +7,8 @@
 #include "attention.h"
 #include "cache.h"
 #include "cascade.h"
+#include "cpu/amx.h"
+#include "cpu/simd.h"
 #include "validate.h"
 
 using namespace kvb;
@@ -22,6 +24,12 @@ static_assert(kAttentionArgsSize01 == 112, "kvb_attention_args of KVB_0.1 is 112
 }  // namespace
 
 extern "C" {
+
+KVB_API const char* kvb_cpu_isa(void) {
+  static const char* const with_amx[cpu::simd::kNumIsas] = {"baseline+amx", "avx2+amx", "avx512+amx", "avx512bf16+amx"};
+  const cpu::simd::Isa isa = cpu::simd::isa();
+  return cpu::amx::active() ? with_amx[int(isa)] : cpu::simd::isa_name(isa);
+}
 
 KVB_API void kvb_attention_args_init(kvb_attention_args* args) {
   if (!args) return;

@@ -17,6 +17,7 @@ static int run_kernels(const bench_opts* o, report* r) {
   ko.reps = o->reps;
   ko.quick = o->quick;
   ko.cascade_only = o->cascade_only;
+  ko.attention_only = o->attention_only;
   return bench_kernels(&ko, r);
 }
 

@@ -26,6 +26,7 @@ typedef struct bench_opts {
   const char* only;        /* run just this case (profiling); NULL = all */
   const char* device;      /* kernels: cpu, auto or cuda */
   int cascade_only;        /* --only cascade: only = "kernels", and of those the shared-prefix rows */
+  int attention_only;      /* --only attention: only = "kernels", and of those the decode-attention rows */
 } bench_opts;
 
 typedef struct bench_case {

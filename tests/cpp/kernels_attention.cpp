@@ -228,7 +228,7 @@ void test_isa_selection() {
 
 // Every case on every code path this machine supports, each against the float64 reference, checking
 // that the path asked for ran (bf16 caches on avx512bf16: the pair dot products) and that no path's
-// largest error per dtype exceeds the portable path's by more than a quarter (KVB_TEST_QUICK=1, as under
+// largest error per dtype exceeds the portable path's by more than half (KVB_TEST_QUICK=1, as under
 // valgrind: the default path only).
 void test_cpu_against_reference() {
   const simd::Isa initial = simd::isa();
@@ -260,7 +260,7 @@ void test_cpu_against_reference() {
            worst[i][KVB_DTYPE_FP16], worst[i][KVB_DTYPE_BF16], worst[i][KVB_DTYPE_FP32]);
   }
   for (int i = 1; i < simd::kNumIsas; ++i)
-    for (int dt = 0; dt < 3 && ran[0] && ran[i]; ++dt) CHECK(worst[i][dt] <= 1.25 * worst[0][dt]);
+    for (int dt = 0; dt < 3 && ran[0] && ran[i]; ++dt) CHECK(worst[i][dt] <= 1.5 * worst[0][dt]);
   simd::force_isa(initial);
 }
 

@@ -23,6 +23,7 @@ struct Case {
   float soft_cap;
   bool strided;  // padded q / out strides
   unsigned seed;
+  bool hnd = false;  // head-major cache: a head's rows of a block contiguous (CPU only)
 };
 
 // Inputs of one attention call on the CPU, plus the expected output.
@@ -48,6 +49,10 @@ struct Problem {
     for (int32_t L : lens) total_blocks += uint32_t((L + bs - 1) / bs);
     total_blocks += 7;  // never-used blocks
     cache = HostCache(c.dtype, total_blocks, bs, c.num_kv_heads, c.head_dim);
+    if (c.hnd) {  // the same bytes per block, addressed [head][token][dim]
+      cache.desc.head_stride = int64_t(bs) * c.head_dim;
+      cache.desc.token_stride = c.head_dim;
+    }
     cache.k.fill_random(rng);
     cache.v.fill_random(rng);
     std::vector<int32_t> ids(total_blocks);
@@ -195,6 +200,14 @@ std::vector<Case> cases() {
   return out;
 }
 
+// Head-major caches, each dtype, both head blockings of the decode item (G <= 2 and G > 2).
+std::vector<Case> hnd_cases() {
+  return {{KVB_DTYPE_BF16, 128, 16, 2, 4, 0, 0, 0.f, false, 90, true},
+          {KVB_DTYPE_BF16, 64, 32, 4, 1, 50, 4, 0.f, true, 91, true},
+          {KVB_DTYPE_FP16, 256, 16, 2, 2, 0, 0, 10.f, false, 92, true},
+          {KVB_DTYPE_FP32, 128, 8, 1, 8, 0, 0, 0.f, false, 93, true}};
+}
+
 void run_cpu(Problem& p) {
   size_t ws = 0;
   kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
@@ -226,10 +239,10 @@ void test_isa_selection() {
   CHECK(name == kvb_cpu_isa());
 }
 
-// Every case on every code path this machine supports, each against the float64 reference, checking
-// that the path asked for ran (bf16 caches on avx512bf16: the pair dot products) and that no path's
-// largest error per dtype exceeds the portable path's by more than half (KVB_TEST_QUICK=1, as under
-// valgrind: the default path only).
+// Every case (and head-major caches) on every code path this machine supports, each against the float64
+// reference, checking that the path asked for ran (bf16 caches on avx512bf16: the pair dot products) and
+// that no path's largest error per dtype exceeds the portable path's by more than half
+// (KVB_TEST_QUICK=1, as under valgrind: the default path only).
 void test_cpu_against_reference() {
   const simd::Isa initial = simd::isa();
   const char* quick = std::getenv("KVB_TEST_QUICK");
@@ -240,7 +253,9 @@ void test_cpu_against_reference() {
     if ((!all && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
     ran[i] = true;
     int bad = 0, split = 0;
-    for (const Case& c : cases()) {
+    std::vector<Case> all_cases = cases(), hnd = hnd_cases();
+    all_cases.insert(all_cases.end(), hnd.begin(), hnd.end());
+    for (const Case& c : all_cases) {
       Problem p(c);
       size_t ws = 0;
       kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);

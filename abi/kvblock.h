@@ -1014,16 +1014,22 @@ KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
 /* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). On the CPU
-   the vector code path (AVX-512, AVX2+FMA+F16C, or portable) is chosen once at run time; the environment
-   variable KVB_CPU_ISA=avx512|avx2|baseline narrows it (for testing and comparisons). With prefix_groups,
-   the shared-prefix product of fp16 / bf16 caches also runs on AMX-BF16 tiles where the CPU and OS allow
-   it (KVB_CPU_ISA unset or amx; any of the three names above turns the tiles off).
+   the vector code path (AVX-512 with AVX512-BF16, AVX-512, AVX2+FMA+F16C, or portable) is chosen once at
+   run time; the environment variable KVB_CPU_ISA=avx512bf16|avx512|avx2|baseline narrows it (for testing
+   and comparisons). With prefix_groups, the shared-prefix product of fp16 / bf16 caches also runs on
+   AMX-BF16 tiles where the CPU and OS allow it (KVB_CPU_ISA unset or amx; any of the four names above
+   turns the tiles off).
    seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
    that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
    too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks
    this before anything is written and fails the call; CUDA checks the same on the device (see
    kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
+/* The CPU kernels' vector code path now (see kvb_paged_attention and KVB_CPU_ISA): "avx512bf16" (AVX-512
+   with AVX512-BF16; decode on a bf16 cache takes its q.k products as bf16 pair dot products there),
+   "avx512", "avx2" (AVX2 + FMA + F16C) or "baseline" (portable), with "+amx" appended while AMX-BF16 tiles
+   serve the shared-prefix product. A static string, never NULL. */
+KVB_API const char* kvb_cpu_isa(void);
 
 
 /* 12.4 Prefill attention ----------------------------------------------------------------------- */

@@ -39,6 +39,7 @@ typedef struct bench_opts {
   const char* device;      /* kernels: cpu, auto or cuda */
   int cascade_only;        /* --only cascade: only = "kernels", and of those the shared-prefix rows */
   int tree_only;           /* --only tree-kernels: only = "kernels", and of those the token-tree rows */
+  int attention_only;      /* --only attention: only = "kernels", and of those the decode-attention rows */
 } bench_opts;
 
 typedef struct bench_case {

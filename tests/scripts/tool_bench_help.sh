@@ -6,7 +6,7 @@
 check "bench --quick --json: exit 0" [ $? -eq 0 ]
 check "bench json: valid" valid_json "$TMP/b.json"
 for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config kernels cpu \
-         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 write_kv copy_blocks swap_out swap_in \
+         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 attention_bf16_8x256 write_kv copy_blocks swap_out swap_in \
          extend_plain_2x64 extend_tree_2x64 copy_slots; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done
@@ -53,6 +53,14 @@ check "bench --only tree-kernels: exit 0" [ $? -eq 0 ]
 check "bench --only tree-kernels: extend rows" grep -Eq '^  extend fp16 2x64 over 192, tree mask .*x the plain extend' "$TMP/ot.txt"
 check "bench --only tree-kernels: copy_slots row" grep -Eq '^  copy_slots 2 layers x [0-9]+ pairs .* of memcpy$' "$TMP/ot.txt"
 check "bench --only tree-kernels: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|paged_attention|^  prefill' '$TMP/ot.txt'"
+# --only attention: the decode rows alone, with the CPU code path they ran on; KVB_CPU_ISA narrows it.
+KVB_CPU_ISA=baseline "$KVB" bench --quick --only attention >"$TMP/oa.txt"
+check "bench --only attention: exit 0" [ $? -eq 0 ]
+check "bench --only attention: the path forced" grep -q '^  CPU code path: baseline ' "$TMP/oa.txt"
+check "bench --only attention: bf16 row" grep -Eq '^  paged_attention bf16 8 seqs x 256 +[0-9.]+ ' "$TMP/oa.txt"
+check "bench --only attention: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|prefill|share' '$TMP/oa.txt'"
+"$KVB" bench --quick --only attention --json >"$TMP/oa.json"
+check "bench --only attention --json: the path" grep -Eq '"cpu_path": "(avx512bf16|avx512|avx2|baseline)(\+amx)?"' "$TMP/oa.json"
 # Each new case alone: its row only, no kernels.
 for c in fork cow swap batch; do
   "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"

@@ -1014,16 +1014,22 @@ KVB_API void kvb_attention_args_init(kvb_attention_args* args);
 KVB_API kvb_status kvb_paged_attention_workspace_size(const kvb_cache_desc* cache, const kvb_attention_args* args,
                                                       size_t* bytes);
 /* Decode attention on stream: no allocation, no host synchronisation (CUDA-graph capturable). On the CPU
-   the vector code path (AVX-512, AVX2+FMA+F16C, or portable) is chosen once at run time; the environment
-   variable KVB_CPU_ISA=avx512|avx2|baseline narrows it (for testing and comparisons). With prefix_groups,
-   the shared-prefix product of fp16 / bf16 caches also runs on AMX-BF16 tiles where the CPU and OS allow
-   it (KVB_CPU_ISA unset or amx; any of the three names above turns the tiles off).
+   the vector code path (AVX-512 with AVX512-BF16, AVX-512, AVX2+FMA+F16C, or portable) is chosen once at
+   run time; the environment variable KVB_CPU_ISA=avx512bf16|avx512|avx2|baseline narrows it (for testing
+   and comparisons). With prefix_groups, the shared-prefix product of fp16 / bf16 caches also runs on
+   AMX-BF16 tiles where the CPU and OS allow it (KVB_CPU_ISA unset or amx; any of the four names above
+   turns the tiles off).
    seq_lens[s] must be in [0, max_blocks_per_seq * block_size], and every block_tables entry of a block
    that holds an attended token (inside the window, or a sink) in [0, num_blocks) (-1 there is an error
    too: only blocks wholly outside the window may read -1, and those entries are never read). CPU checks
    this before anything is written and fails the call; CUDA checks the same on the device (see
    kvb_cuda_take_fault): the outputs of a faulty sequence are NaN. */
 KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_attention_args* args, void* stream);
+/* The CPU kernels' vector code path now (see kvb_paged_attention and KVB_CPU_ISA): "avx512bf16" (AVX-512
+   with AVX512-BF16; decode on a bf16 cache takes its q.k products as bf16 pair dot products there),
+   "avx512", "avx2" (AVX2 + FMA + F16C) or "baseline" (portable), with "+amx" appended while AMX-BF16 tiles
+   serve the shared-prefix product. A static string, never NULL. */
+KVB_API const char* kvb_cpu_isa(void);
 
 
 /* 12.4 Prefill attention ----------------------------------------------------------------------- */
@@ -1045,6 +1051,10 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
    With window_tokens 64 and sink_tokens 4, the last row (position 99) sees 0..3 and 36..99.
    Decode is the case q_len_i = 1: the row is position seq_lens[i] - 1 and sees the whole sequence,
    exactly what kvb_paged_attention computes.
+   A token tree (tree_mask below): 3 draft nodes after 20 committed tokens, nodes 1 and 2 both children
+   of node 0, written at positions 20, 21, 22: seq_lens {23}, query_start {0, 3}, tree_mask {0b001,
+   0b011, 0b101} (ancestor-or-self bits). Row 0 sees 0..20, row 1 sees 0..21, row 2 sees 0..20 and 22
+   but not its sibling at 21.
 
    Work layout on CUDA (no host read of query_start, seq_lens or block_tables, so a captured CUDA graph
    replays correctly after their contents change, as long as num_seqs, total_q_tokens and
@@ -1105,6 +1115,21 @@ typedef struct kvb_prefill_args {
   uint32_t reserved2;           /* 0 */
   const kvb_prefix_groups* prefix_groups; /* NULL = plain; else shared-prefix attention (see kvb_prefix_groups);
                                              also KVB_0.2 */
+  /* --- fields below were added with token trees; older callers' struct_size omits them (then NULL) --- */
+  const uint64_t* tree_mask;    /* NULL = no trees (causal rows, as above); else [total_q_tokens] words, host
+                                   memory for a CPU cache, device memory for a CUDA one (read during the
+                                   call / the launch, never kept): for a sequence with q_len_i <= 64, row j
+                                   (position p = seq_lens[i] - q_len_i + j) attends every key before
+                                   seq_lens[i] - q_len_i (the committed prefix), itself, and the new key at
+                                   position seq_lens[i] - q_len_i + b, b < j, iff bit b of
+                                   tree_mask[query_start[i] + j] is set; bit j and the bits above it are
+                                   not read (a node sees itself; its ancestors come before it, so a
+                                   q_len_i = 1 row is a plain decode row). Window and sinks, when set, further limit every key by the row's
+                                   position p as for causal rows. Causal words (row j: bits 0..j) give
+                                   exactly the causal result, so one call mixes trees, chains, decode rows
+                                   and prefills; a sequence with q_len_i > 64 is causal and its words are
+                                   not read. A tree mask with prefix_groups (num_groups > 0) is refused
+                                   (KVB_ERR_UNSUPPORTED); on CUDA it always runs the portable kernel. */
 } kvb_prefill_args;
 
 /* Fill defaults (everything 0: dense strides, default scale, no window, no soft cap) and struct_size. */
@@ -1128,6 +1153,21 @@ KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_
    num_layers caches (same shape, dtype, strides and device), in one launch where it fits. */
 KVB_API kvb_status kvb_copy_blocks(const kvb_cache_desc* layers, size_t num_layers, const int32_t* pairs,
                                    size_t num_pairs, void* stream);
+
+/* Copy token slots (block * block_size + offset) within each of num_layers caches: the K and V rows (every
+   kv head, the cache's own bytes, any dtype) of slot pairs[2*i] go to slot pairs[2*i+1], in every layer
+   (same shape, dtype, strides and device), on stream: token-tree compaction moves the accepted nodes
+   to consecutive positions this way. pairs is a host array, read during the call and never kept (on
+   CUDA the pairs travel in the launch parameters, so a captured CUDA graph replays the pairs of capture
+   time; no device buffer, no allocation, no host synchronisation).
+   Semantics: every pair reads its source as it was before the call (all reads happen before any write),
+   so a slot may be the destination of one pair and the source of others (a compaction moves node 5 onto
+   slot 2 while node 2 moves onto slot 1). Refused (KVB_ERR_INVALID_ARGUMENT, nothing copied): a slot
+   outside [0, num_blocks * block_size), a pair with source == destination, a destination written twice,
+   and a group of more than 64 pairs linked through their slots (pair a links to pair b when a reads the
+   slot b writes; a tree's compaction is one group of at most 63 pairs). */
+KVB_API kvb_status kvb_copy_slots(const kvb_cache_desc* layers, size_t num_layers, const int64_t* pairs,
+                                  size_t num_pairs, void* stream);
 
 typedef enum kvb_swap_flags {
   KVB_SWAP_AUTO = 0,        /* pick the faster method */

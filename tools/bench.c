@@ -17,6 +17,8 @@ static int run_kernels(const bench_opts* o, report* r) {
   ko.reps = o->reps;
   ko.quick = o->quick;
   ko.cascade_only = o->cascade_only;
+  ko.tree_only = o->tree_only;
+  ko.attention_only = o->attention_only;
   return bench_kernels(&ko, r);
 }
 

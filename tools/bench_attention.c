@@ -49,6 +49,24 @@ static int kc_alloc_fp32(kenv* e, kcache* c, uint32_t nblocks) {
   return kc_upload(e, c);
 }
 
+/* Random bf16 values of magnitude 1/8..1, as fill16's. */
+static void fill_bf16(uint16_t* p, size_t n, uint64_t* state) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    uint64_t x = next_rand(state);
+    p[i] = (uint16_t)((x & 0x8000u) | ((124u + (x >> 16) % 3u) << 7) | ((x >> 32) & 0x7fu));
+  }
+}
+
+/* A bf16 cache: the fp16 allocation relabelled (same element size), filled with random bf16 values. */
+static int kc_alloc_bf16(kenv* e, kcache* c, uint32_t nblocks) {
+  if (!kc_alloc(e, c, nblocks, BS, HKV, HD, 2048)) return 0;
+  c->dev.dtype = c->host.dtype = KVB_DTYPE_BF16;
+  fill_bf16((uint16_t*)c->host.k, desc_bytes(&c->host) / 2, &e->seed);
+  fill_bf16((uint16_t*)c->host.v, desc_bytes(&c->host) / 2, &e->seed);
+  return kc_upload(e, c);
+}
+
 /* An fp8 e4m3 cache: the fp16 allocation relabelled (strides are in elements, so the bytes used are the
    first half), filled with e4m3 codes of magnitude 1/8..1.875 (no NaN codes) on the host side, then
    uploaded (a GPU cache: its blocks move as fp8 bytes); scales 1. */
@@ -79,12 +97,15 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
   memset(c, 0, sizeof *c);
   if (!(dtype == KVB_DTYPE_FP32         ? kc_alloc_fp32(e, &c->cache, nblocks)
         : dtype == KVB_DTYPE_FP8_E4M3 ? kc_alloc_fp8(e, &c->cache, nblocks)
+        : dtype == KVB_DTYPE_BF16     ? kc_alloc_bf16(e, &c->cache, nblocks)
                                         : kc_alloc(e, &c->cache, nblocks, BS, HKV, HD, 2048) && kc_fill_random(e, &c->cache)) ||
       !kc_buffer(e, &c->q, qbytes) || !kc_buffer(e, &c->out, qbytes) ||
       !kc_buffer(e, &c->tables, (size_t)nblocks * 4) || !kc_buffer(e, &c->lens, (size_t)batch * 4))
     return 0;
   if (dtype == KVB_DTYPE_FP32)
     fill32((float*)c->q.host.k, qbytes / 4, &e->seed);
+  else if (dtype == KVB_DTYPE_BF16)
+    fill_bf16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
   else
     fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
   if (hnd) {
@@ -112,23 +133,26 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
 }
 
 int bench_attention(kenv* e) {
-  /* (batch, context, cache dtype: 0 fp16, 1 fp32, 2 fp8 e4m3 with fp16 queries, HND?), ended by {0, 0}.
+  /* (batch, context, cache dtype: 0 fp16, 1 fp32, 2 fp8 e4m3 with fp16 queries, 3 bf16, HND?), ended by
+     {0, 0}.
      GPU: one sequence (latency), then the throughput shapes of the PERFORMANCE.md goal ((64, 8192) and
      (16, 32768): long contexts, split-K), (64, 8192) on fp8 too (the goal: <= 0.55x the fp16 time); CPU: the goal's shapes (fp16, fp8 and fp32 at 4096 tokens) and
      smaller, against the streaming-read ceiling (attention reads K and V once, with every thread), the
      fp16 and fp32 goal shapes also on a head-major (HND) cache of the same bytes: a head's rows of a block
-     contiguous instead of head_dim slices num_kv_heads x head_dim apart (NHD). */
+     contiguous instead of head_dim slices num_kv_heads x head_dim apart (NHD); bf16 at the goal shape
+     (its own code on CPUs with AVX512-BF16). */
   static const uint32_t gpu[][4] = {{1, 4096, 0, 0}, {32, 4096, 0, 0}, {128, 2048, 0, 0}, {64, 8192, 0, 0},
                                     {64, 8192, 2, 0}, {16, 32768, 0, 0}, {0, 0, 0, 0}};
   static const uint32_t gpu_quick[][4] = {{8, 1024, 0, 0}, {8, 1024, 2, 0}, {32, 512, 0, 0}, {0, 0, 0, 0}};
-  static const uint32_t cpu[][4] = {{1, 4096, 0, 0}, {8, 4096, 0, 0}, {8, 4096, 0, 1}, {8, 4096, 2, 0},
-                                    {32, 1024, 0, 0}, {8, 4096, 1, 0}, {8, 4096, 1, 1}, {0, 0, 0, 0}};
-  static const uint32_t cpu_quick[][4] = {{4, 256, 0, 0}, {8, 256, 0, 0}, {8, 256, 0, 1}, {8, 256, 2, 0},
-                                          {4, 256, 1, 0}, {4, 256, 1, 1}, {0, 0, 0, 0}};
-  static const char* const prefix[] = {"", "fp32_", "fp8_"};
-  static const char* const name[] = {"", "fp32 ", "fp8_e4m3 "};
-  static const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_FP32, KVB_DTYPE_FP8_E4M3};
-  static const double elem_bytes[] = {2, 4, 1};
+  static const uint32_t cpu[][4] = {{1, 4096, 0, 0}, {8, 4096, 0, 0}, {8, 4096, 0, 1}, {8, 4096, 3, 0},
+                                    {8, 4096, 3, 1}, {8, 4096, 2, 0}, {32, 1024, 0, 0}, {8, 4096, 1, 0},
+                                    {8, 4096, 1, 1}, {0, 0, 0, 0}};
+  static const uint32_t cpu_quick[][4] = {{4, 256, 0, 0}, {8, 256, 0, 0}, {8, 256, 0, 1}, {8, 256, 3, 0},
+                                          {8, 256, 2, 0}, {4, 256, 1, 0}, {4, 256, 1, 1}, {0, 0, 0, 0}};
+  static const char* const prefix[] = {"", "fp32_", "fp8_", "bf16_"};
+  static const char* const name[] = {"", "fp32 ", "fp8_e4m3 ", "bf16 "};
+  static const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_FP32, KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16};
+  static const double elem_bytes[] = {2, 4, 1, 2};
   const uint32_t(*shapes)[4] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
   for (s = 0; shapes[s][0] && ok; s++) {

@@ -46,6 +46,7 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
     report_group_begin(r, cuda ? "cuda" : "cpu", cuda ? "cuda" : "cpu");
     report_u64(r, "reps", "reps", e.reps, NULL);
     report_u64(r, "calls_per_sample", "calls per sample", (uint64_t)e.inner, NULL);
+    if (!cuda) report_str(r, "cpu_path", "CPU code path", kvb_cpu_isa());
   } else {
     fprintf(r->f,
             "kernels on the %s: fp16, Hq=%d Hkv=%d D=%d, block %d, random data; 1 warm-up, %llu samples of %d "
@@ -53,10 +54,15 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
             cuda ? "GPU (legacy default stream, fenced)" : "CPU", HQ, HKV, HD, BS, (unsigned long long)e.reps,
             e.inner, e.inner > 1 ? "s" : "", "case", "median us", "min us", "max us", "spread", "GB/s", "of ceiling");
   }
+  if (!r->json && !cuda)
+    fprintf(r->f, "  CPU code path: %s (KVB_CPU_ISA=avx512bf16|avx512|avx2|baseline narrows it)\n", kvb_cpu_isa());
   if (!r->json && e.quick) fputs("  (--quick: the working sets fit in the CPU caches; fractions above 100% are expected)\n", r->f);
   ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e));
   if (o->cascade_only) ok = ok && bench_cascade(&e);
-  else ok = ok && bench_attention(&e) && bench_cascade(&e) && bench_prefill(&e) && bench_write_kv(&e) && bench_blocks(&e);
+  else if (o->tree_only) ok = ok && bench_tree(&e);
+  else if (o->attention_only) ok = ok && bench_attention(&e);
+  else ok = ok && bench_attention(&e) && bench_cascade(&e) && bench_prefill(&e) && bench_tree(&e) && bench_write_kv(&e) &&
+                bench_blocks(&e);
   cache_free(&e.fence_dev);
   cache_free(&e.fence_host);
   if (r->json) report_group_end(r);

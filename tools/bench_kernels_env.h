@@ -102,6 +102,22 @@ int bench_attention(kenv* e);
 int bench_cascade(kenv* e);
 /* bench_prefill.c: kvb_prefill_attention cases in TFLOP/s (CPU: and of a measured FMA peak). */
 int bench_prefill(kenv* e);
+/* A prefill batch: prompts of new_tokens over cached tokens, then decodes rows over decode_ctx. */
+typedef struct pshape {
+  const char* key;
+  uint32_t prompts, new_tokens, cached, decodes, decode_ctx;
+} pshape;
+typedef struct prefill_ctx {
+  kcache cache, q, out, qs, lens, tables, ws;
+  kvb_prefill_args a;
+  double flops;
+} prefill_ctx;
+/* The batch of s on e's device in dtype (random data and block tables), ready for call_prefill. */
+int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtype);
+int call_prefill(void* ctx);
+void prefill_free(prefill_ctx* c);
+/* bench_tree.c: tree-masked extend against the plain extend of the same tokens; kvb_copy_slots in GB/s. */
+int bench_tree(kenv* e);
 /* bench_write_copy_swap.c: kvb_write_kv, then kvb_copy_blocks and kvb_swap_blocks. */
 int bench_write_kv(kenv* e);
 int bench_blocks(kenv* e);

@@ -38,6 +38,8 @@ typedef struct bench_opts {
   const char* only;        /* run just this case (profiling); NULL = all */
   const char* device;      /* kernels: cpu, auto or cuda */
   int cascade_only;        /* --only cascade: only = "kernels", and of those the shared-prefix rows */
+  int tree_only;           /* --only tree-kernels: only = "kernels", and of those the token-tree rows */
+  int attention_only;      /* --only attention: only = "kernels", and of those the decode-attention rows */
 } bench_opts;
 
 typedef struct bench_case {
@@ -69,7 +71,7 @@ size_t cow_position(const bench_opts* o);
 /* Labels the cases, sets up their managers, runs the warm-up and the repetitions into cases (each
    summarized) and releases the managers; 0 on a failure (message printed). */
 int bench_run_manager(const bench_opts* o, uint64_t decode_blocks, bench_case* cases);
-/* Token trees (bench_tree.c): blocks the cases' manager needs, and one repetition (ns per node of a
+/* Token trees (bench_tree_step.c): blocks the cases' manager needs, and one repetition (ns per node of a
    16-node tree step, or, chain != 0, per token of the same step drafted as a chain); < 0 on a failure. */
 uint64_t bench_tree_blocks(const bench_opts* o);
 double bench_run_tree(const bench_opts* o, kvb_manager* m, int64_t* next_token, int chain);

@@ -66,9 +66,10 @@ void bench_help(FILE* f) {
       "    GB/s and the fraction of a copy ceiling measured in the same run:\n"
       "      kvb_paged_attention  decode attention, block tables randomly permuted, every sequence at the\n"
       "                     full context; GB/s = K+V bytes read / time. CPU: (1 seq, 4096 tokens),\n"
-      "                     (8, 4096), fp8 e4m3 (8, 4096) with fp16 queries, (32, 1024) and fp32\n"
-      "                     (8, 4096), the fp16 and fp32 (8, 4096) also on a head-major (HND)\n"
-      "                     cache, against the streaming-read ceiling; GPU: (1, 4096), (32, 4096),\n"
+      "                     (8, 4096), bf16 (8, 4096), fp8 e4m3 (8, 4096) with fp16 queries,\n"
+      "                     (32, 1024) and fp32 (8, 4096), the fp16, bf16 and fp32 (8, 4096) also on\n"
+      "                     a head-major (HND) cache, against the streaming-read ceiling, after a line\n"
+      "                     naming the CPU code path (KVB_CPU_ISA); GPU: (1, 4096), (32, 4096),\n"
       "                     (128, 2048), (64, 8192), fp8 e4m3 (64, 8192) and (16, 32768); --quick:\n"
       "                     smaller.\n"
       "      kvb_prefill_attention  prefill / extend attention, fp16, bf16 and fp8 e4m3 (fp16 queries)\n"
@@ -112,7 +113,9 @@ void bench_help(FILE* f) {
       "                         still runs the first five manager cases; a manager case skips the kernels;\n"
       "                         cascade: only the kernels' shared-prefix rows (after the read ceiling): plain\n"
       "                         against grouped, a sweep of shared / own splits (plain, grouped as the cost\n"
-      "                         model decides, every group), and decode rows as an extend call of q_len 1\n"
+      "                         model decides, every group), and decode rows as an extend call of q_len 1;\n"
+      "                         tree-kernels: only the token-tree kernel rows (tree-masked extend, copy_slots);\n"
+      "                         attention: only the decode-attention rows (after the ceilings)\n"
       "    --device DEV         where the kernels run: cpu (default), auto (the CPU, then the GPU when a\n"
       "                         CUDA device is usable, else a note that it was skipped) or cuda (the GPU\n"
       "                         only; exit status 1 if no CUDA device is usable or the library was built\n"
@@ -150,7 +153,8 @@ static int known_case(const char* name) {
   int k;
   for (k = 0; k < NUM_CASES; k++)
     if (!strcmp(name, bench_case_keys[k])) return 1;
-  return !strcmp(name, "kernels") || !strcmp(name, "cascade");
+  return !strcmp(name, "kernels") || !strcmp(name, "cascade") || !strcmp(name, "tree-kernels") ||
+         !strcmp(name, "attention");
 }
 
 int bench_parse_args(int argc, char** argv, bench_opts* o) {
@@ -172,13 +176,22 @@ int bench_parse_args(int argc, char** argv, bench_opts* o) {
     } else if (OPT("--only")) {
       if (got < 0) return EXIT_USAGE;
       if (!known_case(val)) {
-        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, kernels or cascade");
+        tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, hosthit, "
+                   "tree, spec, kernels, cascade, tree-kernels or attention");
         return EXIT_USAGE;
       }
       o->only = val;
       if (!strcmp(val, "cascade")) { /* the kernel section, reduced to its shared-prefix rows */
         o->only = "kernels";
         o->cascade_only = 1;
+      }
+      if (!strcmp(val, "tree-kernels")) { /* the kernel section, reduced to its token-tree rows */
+        o->only = "kernels";
+        o->tree_only = 1;
+      }
+      if (!strcmp(val, "attention")) { /* the kernel section, reduced to its decode-attention rows */
+        o->only = "kernels";
+        o->attention_only = 1;
       }
     } else if (OPT("--device")) {
       if (got < 0) return EXIT_USAGE;

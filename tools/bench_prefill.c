@@ -127,25 +127,14 @@ static double fma_peak(int quick, const char** what) {
 /* Prefill cases                                                                                   */
 /* ---------------------------------------------------------------------------------------------- */
 
-typedef struct pshape {
-  const char* key;
-  uint32_t prompts, new_tokens, cached, decodes, decode_ctx;
-} pshape;
-
-typedef struct prefill_ctx {
-  kcache cache, q, out, qs, lens, tables, ws;
-  kvb_prefill_args a;
-  double flops;
-} prefill_ctx;
-
-static int call_prefill(void* p) {
+int call_prefill(void* p) {
   prefill_ctx* c = (prefill_ctx*)p;
   kvb_status st = kvb_prefill_attention(&c->cache.dev, &c->a, NULL);
   if (st != KVB_OK) lib_error("kvb_prefill_attention", st);
   return st == KVB_OK;
 }
 
-static void prefill_free(prefill_ctx* c) {
+void prefill_free(prefill_ctx* c) {
   kc_free(&c->cache);
   kc_free(&c->q);
   kc_free(&c->out);
@@ -171,7 +160,7 @@ static int fill_fp8(kenv* e, kcache* c) {
   return kc_upload(e, c);
 }
 
-static int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtype) {
+int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtype) {
   uint32_t n = s->prompts + s->decodes, i, b, maxb = 0, nblocks = 0, total_q = 0, next = 0;
   int32_t *qs, *lens, *tab, *perm;
   size_t qbytes;

@@ -21,6 +21,7 @@ GroupCost cpu_group_cost() {
   using cpu::simd::Isa;
   if (cpu::amx::active()) return GroupCost{0.35, 1.2, 64};
   switch (cpu::simd::isa()) {
+    case Isa::avx512bf16:  // the cascade tiles run the AVX-512 code there (fitted on avx512 only)
     case Isa::avx512: return GroupCost{0.55, 1.2, 64};
     case Isa::avx2: return GroupCost{0.45, 0.9, 64};
     default: return GroupCost{0.35, 0.5, 64};

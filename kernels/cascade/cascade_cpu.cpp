@@ -52,6 +52,7 @@ constexpr int64_t kSharedItemsPerThread = 4;
 AttendFn pick_attend(int64_t D, Dtype dt) {
   switch (simd::isa()) {
 #if KVB_SIMD_X86
+    case simd::Isa::avx512bf16:  // (no bf16 pair code here: the AVX-512 copy)
     case simd::Isa::avx512: return avx512::pick_attend(D, dt);
     case simd::Isa::avx2: return avx2::pick_attend(D, dt);
 #endif

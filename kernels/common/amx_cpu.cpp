@@ -74,7 +74,7 @@ bool supported() { return state().why == nullptr; }
 
 const char* why_not() { return state().why ? state().why : ""; }
 
-bool active() { return state().on.load(std::memory_order_relaxed) && simd::isa() == simd::Isa::avx512; }
+bool active() { return state().on.load(std::memory_order_relaxed) && simd::is_avx512(simd::isa()); }
 
 bool force(bool on) {
   if (on && !supported()) return false;

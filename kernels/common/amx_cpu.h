@@ -4,8 +4,8 @@
 // the CPU must report AMX-TILE, AMX-BF16 and AVX512-BF16 (cpuid leaf 7), the OS must enable the tile
 // state in XCR0, and Linux must grant this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked
 // once). valgrind hides AMX, so under it (and on other CPUs and systems) the AVX-512 / AVX2 / baseline
-// loops run. KVB_CPU_ISA: unset, `amx` or an unknown value keep AMX where available; `avx512`, `avx2` or
-// `baseline` turn it off (the named vector path without tiles).
+// loops run. KVB_CPU_ISA: unset, `amx` or an unknown value keep AMX where available; `avx512bf16`,
+// `avx512`, `avx2` or `baseline` turn it off (the named vector path without tiles).
 #pragma once
 
 #include "simd_cpu.h"
@@ -26,7 +26,7 @@ namespace amx {
 bool supported();
 // Why not (a sentence), or "" when supported().
 const char* why_not();
-// True when the kernels use AMX now: supported(), not turned off, and simd::isa() is avx512.
+// True when the kernels use AMX now: supported(), not turned off, and simd::isa() is an AVX-512 path.
 bool active();
 // For tests: turn AMX on (false, changing nothing, when unsupported) or off.
 bool force(bool on);

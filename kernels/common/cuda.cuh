@@ -107,6 +107,24 @@ class RelaxedCapture {
   bool active_ = true;
 };
 
+// True when this process may launch kernels with more than 4 KB of parameters: that needs CUDA 12.1+ at
+// build time and a 12.1+ driver at run time (else the launch fails).
+inline bool large_kernel_params_ok() {
+#if CUDART_VERSION >= 12010
+  static const bool ok = [] {
+    int v = 0;
+    if (cudaDriverGetVersion(&v) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return v >= 12010;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 // Largest power-of-two width (16, 8, 4, 2 or 1 bytes) dividing every value.
 inline int common_width(std::initializer_list<uint64_t> values) {
   uint64_t acc = 16;

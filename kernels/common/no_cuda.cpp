@@ -6,6 +6,7 @@
 #include "../cascade/cascade.h"
 #include "../copy/copy.h"
 #include "../prefill/prefill.h"
+#include "../tree/copy_slots.h"
 #include "../write_kv/write_kv.h"
 
 namespace kvb {
@@ -24,6 +25,7 @@ void write_kv(const Cache&, const WriteKv&, void*) { no_cuda(); }
 void paged_attention(const Cache&, const Attention&, void*) { no_cuda(); }
 void prefill_attention(const Cache&, const Prefill&, void*) { no_cuda(); }
 void copy_blocks(const BlockCopy&, void*) { no_cuda(); }
+void copy_slots(const SlotCopy&, void*) { no_cuda(); }
 Fault take_fault(int, void*) { no_cuda(); }
 void* alloc_device(int, size_t) { no_cuda(); }
 void free_device(int, void*) { no_cuda(); }

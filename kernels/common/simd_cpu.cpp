@@ -23,6 +23,9 @@ bool cpu_has(Isa isa) {
     case Isa::avx512:
       __builtin_cpu_init();
       return __builtin_cpu_supports("avx512f") && cpu_has(Isa::avx2);
+    case Isa::avx512bf16:
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") && cpu_has(Isa::avx512);
 #endif
     default: return false;
   }
@@ -53,6 +56,7 @@ const char* isa_name(Isa isa) {
     case Isa::baseline: return "baseline";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512bf16: return "avx512bf16";
   }
   return "?";
 }

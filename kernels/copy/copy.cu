@@ -72,23 +72,6 @@ __global__ void __launch_bounds__(256) copy_kernel(const P p) {
 // CTAs of a copy that reads or writes mapped host memory (see copy_kernel).
 constexpr int kHostCopyCtas = 48;
 
-// True when this process may launch kernels with more than 4 KB of parameters.
-bool large_params_ok() {
-#ifdef KVB_LARGE_COPY_PARAMS
-  static const bool ok = [] {
-    int v = 0;
-    if (cudaDriverGetVersion(&v) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return v >= 12010;
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
 // Device-usable address of a cache tensor (mapped address for page-locked host memory); nullptr when
 // the memory is pageable host memory.
 char* device_address(const void* p, int device, const char* what) {
@@ -190,7 +173,7 @@ void copy_with_kernel(const BlockCopy& b, int device, bool on_device, cudaStream
   }
   const int max_ctas = on_device ? INT_MAX : kHostCopyCtas;
 #ifdef KVB_LARGE_COPY_PARAMS
-  if (large_params_ok()) return launch_copies<LargeParams>(b, src, dst, max_ctas, stream);
+  if (large_kernel_params_ok()) return launch_copies<LargeParams>(b, src, dst, max_ctas, stream);
 #endif
   launch_copies<SmallParams>(b, src, dst, max_ctas, stream);
 }

@@ -14,9 +14,11 @@ using namespace kvb;
 using namespace kvb::kern;
 
 namespace {
-
-constexpr size_t kMaxLayers = 1 << 16;
 constexpr size_t kMaxPairs = size_t(1) << 31;
+}  // namespace
+
+namespace kvb {
+namespace kern {
 
 // layers[] is an array of the caller's struct, which may be older (smaller) or newer (larger) than this
 // library's: element l starts l * layers[0].struct_size bytes in (the header's rule for arrays of
@@ -53,6 +55,11 @@ std::vector<Cache> read_layers(const kvb_cache_desc* layers, size_t num_layers, 
   return out;
 }
 
+}  // namespace kern
+}  // namespace kvb
+
+namespace {
+
 // Every block id in range; destinations distinct; for an in-place copy no destination is also a source.
 void check_pairs(const int32_t* pairs, size_t num_pairs, int64_t src_blocks, int64_t dst_blocks, bool in_place) {
   KVB_REQUIRE_ARG(pairs != nullptr, "pairs is NULL");
@@ -82,7 +89,7 @@ extern "C" {
 KVB_API kvb_status kvb_copy_blocks(const kvb_cache_desc* layers, size_t num_layers, const int32_t* pairs,
                                    size_t num_pairs, void* stream) {
   return guarded([&] {
-    KVB_REQUIRE_ARG(num_layers <= kMaxLayers, "num_layers %zu exceeds %zu", num_layers, kMaxLayers);
+    KVB_REQUIRE_ARG(num_layers <= kMaxCopyLayers, "num_layers %zu exceeds %zu", num_layers, kMaxCopyLayers);
     KVB_REQUIRE_ARG(num_pairs <= kMaxPairs, "num_pairs %zu exceeds %zu", num_pairs, kMaxPairs);
     if (num_layers == 0 && num_pairs == 0) return;
     std::vector<Cache> c = read_layers(layers, num_layers, "layers");
@@ -108,7 +115,7 @@ KVB_API kvb_status kvb_swap_blocks(const kvb_cache_desc* src_layers, const kvb_c
                                    size_t num_layers, const int32_t* pairs, size_t num_pairs, uint32_t flags,
                                    void* stream) {
   return guarded([&] {
-    KVB_REQUIRE_ARG(num_layers <= kMaxLayers, "num_layers %zu exceeds %zu", num_layers, kMaxLayers);
+    KVB_REQUIRE_ARG(num_layers <= kMaxCopyLayers, "num_layers %zu exceeds %zu", num_layers, kMaxCopyLayers);
     KVB_REQUIRE_ARG(num_pairs <= kMaxPairs, "num_pairs %zu exceeds %zu", num_pairs, kMaxPairs);
     KVB_REQUIRE_ARG(flags <= KVB_SWAP_USE_KERNEL, "flags %u is not a kvb_swap_flags value", flags);
     if (num_layers == 0 && num_pairs == 0) return;

@@ -549,6 +549,7 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   p.num_seqs = int(a.num_seqs);
   p.total_q = int(a.num_seqs);
   p.kernel_id = KVB_KERNEL_PAGED_ATTENTION;
+  p.tree = 0;
 
   // Workspace rows of this launch's partition count (<= the plan's: inside the caller's workspace).
   const int64_t rows = a.num_seqs * a.num_q_heads * np;

@@ -57,6 +57,7 @@ struct AttnParams : PagedIo {
   const int32_t* query_start;
   int num_seqs, total_q;
   unsigned kernel_id;  // kvb_kernel_id of faults
+  int tree;            // the prefill call has a tree mask: only q_len 1 sequences are this path's
 };
 
 // seq_lens[seq], or -1 when it is outside [0, max_blocks << block_shift] (a fault).

@@ -8,6 +8,8 @@
 #include "../common/cache.h"
 #include "../cascade/cascade.h"
 #include "../common/validate.h"
+#include "../common/amx_cpu.h"
+#include "../common/simd_cpu.h"
 
 using namespace kvb;
 using namespace kvb::kern;
@@ -22,6 +24,12 @@ static_assert(kAttentionArgsSize01 == 112, "kvb_attention_args of KVB_0.1 is 112
 }  // namespace
 
 extern "C" {
+
+KVB_API const char* kvb_cpu_isa(void) {
+  static const char* const with_amx[cpu::simd::kNumIsas] = {"baseline+amx", "avx2+amx", "avx512+amx", "avx512bf16+amx"};
+  const cpu::simd::Isa isa = cpu::simd::isa();
+  return cpu::amx::active() ? with_amx[int(isa)] : cpu::simd::isa_name(isa);
+}
 
 KVB_API void kvb_attention_args_init(kvb_attention_args* args) {
   if (!args) return;

@@ -2,14 +2,16 @@
 // and the workspace contract agree), online softmax in fp32 with exp2.
 //
 // Work item = (sequence, group of kv heads, partition); decode_item_cpu.inc holds its body, compiled once
-// per CPU code path (simd_cpu.h: AVX-512, AVX2+FMA+F16C, portable baseline) and chosen at run time. Each K
-// and V row is read straight from the cache once (converted in registers) and used by every query head
-// of its GQA group; an item walks its tiles for all of its kv heads so whole cache blocks stream.
+// per CPU code path (simd_cpu.h: AVX-512 with AVX512-BF16, AVX-512, AVX2+FMA+F16C, portable baseline) and
+// chosen at run time. Each K and V row is read straight from the cache once (converted in registers) and
+// used by every query head of its GQA group; an item walks its tiles for all of its kv heads so whole
+// cache blocks stream.
 //
 // Threads (parallel_cpu.h): items are shared out over up to hardware_concurrency() threads (including the
 // caller) when the call reads at least kParallelBytes of K/V; smaller calls stay on the calling thread.
 // Threads are created per call (about 20-50 us each, negligible above the threshold).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -127,19 +129,32 @@ struct Job {
 
 using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t, int64_t);
 
-// The item body once per code path.
+// The item body once per code path (AVX512-BF16 included: bf16 caches take pair dot products there).
 #define KVB_SIMD_BODY "../decode/decode_item_cpu.inc"  // once per code path
+#define KVB_SIMD_BF16_VARIANT
 #include "../common/simd_variants_cpu.inc"
+#undef KVB_SIMD_BF16_VARIANT
 #undef KVB_SIMD_BODY
 
+std::atomic<int> last_path{-2};  // isa * 2 + pairs
+
 ItemFn pick_item(int64_t D, Dtype dt, int64_t G) {
-  switch (simd::isa()) {
+  const simd::Isa isa = simd::isa();
+  ItemFn f;
+  bool pairs = false;
+  switch (isa) {
 #if KVB_SIMD_X86
-    case simd::Isa::avx512: return avx512::pick_item(D, dt, G);
-    case simd::Isa::avx2: return avx2::pick_item(D, dt, G);
+    case simd::Isa::avx512bf16:
+      f = avx512bf16::pick_item(D, dt, G);
+      pairs = avx512bf16::pairs_for(dt);
+      break;
+    case simd::Isa::avx512: f = avx512::pick_item(D, dt, G); break;
+    case simd::Isa::avx2: f = avx2::pick_item(D, dt, G); break;
 #endif
-    default: return baseline::pick_item(D, dt, G);
+    default: f = baseline::pick_item(D, dt, G);
   }
+  last_path.store(int(isa) * 2 + pairs, std::memory_order_relaxed);
+  return f;
 }
 
 // Reduce the partitions of one query head: weights l_p * 2^(m_p - M).
@@ -167,6 +182,11 @@ void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
 }
 
 }  // namespace
+
+DecodePath last_decode_path() {
+  const int v = last_path.load(std::memory_order_relaxed);
+  return DecodePath{v < 0 ? -1 : v / 2, v >= 0 && (v & 1) != 0};
+}
 
 void paged_attention(const Cache& c, const Attention& a) {
   check_inputs(c, a);

@@ -97,7 +97,7 @@ __device__ __forceinline__ void decode_mma_body(const AttnParams& p, float ks, f
     row0 = p.query_start[seq];
     const int row1 = p.query_start[seq + 1];
     len = p.seq_lens[seq];
-    if (!decode_path_owns(seq, p.num_seqs, row0, row1, p.total_q, len, p.max_blocks << p.block_shift, p.group))
+    if (!decode_path_owns(seq, p.num_seqs, row0, row1, p.total_q, len, p.max_blocks << p.block_shift, p.group, p.tree != 0))
       return;  // the prefill kernel's sequence
     q_len = row1 - row0;  // every split writes its rows: the prefill reduce kernel reads all of them
   }
@@ -476,6 +476,7 @@ void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cu
   p.num_seqs = pp.num_seqs;
   p.total_q = pp.total_q;
   p.kernel_id = KVB_KERNEL_PREFILL_ATTENTION;
+  p.tree = pp.tree_mask != nullptr;
   const dim3 grid(unsigned(pp.num_seqs), unsigned(pp.num_q_heads / pp.group), unsigned(pp.num_splits));
   if (fp8) {
     decode::mma_kernel_fp8(dtype, cache, head_dim, cap);  // raises the shared memory limit

@@ -140,15 +140,18 @@ KVB_HD bool attends_at(int t, int pos, int window, int sink) {
 // instead of wasting a 64-row prefill tile; the prefill kernel's CTAs of such sequences exit at once. A
 // sequence whose query_start / seq_lens break the contract stays with the prefill kernel, which reports
 // it (a negative query_start, which it tolerates, too). Both kernels call decode_path_owns with the same
-// device-side values, so exactly one owns each sequence; the host reads none of them.
+// device-side values, so exactly one owns each sequence; the host reads none of them. With a tree mask
+// (tree) only q_len 1 rows go to the decode kernel (causal; a tree row of one node sees the prefix and
+// itself), the others need their words.
 constexpr int kShortQueryMax = 4;
 KVB_HD bool short_query(int q_len, int group) { return q_len >= 1 && q_len <= kShortQueryMax && q_len * group <= kRows; }
 // The same, with the prefill kernels' fault checks (prefill.cuh seq_view): query_start[seq] = qs0,
 // query_start[seq + 1] = qs1, seq_lens[seq] = len, max_tokens = max_blocks_per_seq * block_size.
-KVB_HD bool decode_path_owns(int seq, int num_seqs, int qs0, int qs1, int total_q, int len, int max_tokens, int group) {
+KVB_HD bool decode_path_owns(int seq, int num_seqs, int qs0, int qs1, int total_q, int len, int max_tokens, int group,
+                             bool tree = false) {
   const bool fault = (seq == 0 && qs0 != 0) || qs0 < 0 || qs1 < qs0 || qs1 > total_q || (seq == num_seqs - 1 && qs1 != total_q) ||
                      len < qs1 - qs0 || len > max_tokens;
-  return !fault && short_query(qs1 - qs0, group);
+  return !fault && short_query(qs1 - qs0, group) && (!tree || qs1 - qs0 == 1);
 }
 
 // Packed row r of a work item of q_len tokens x heads query heads (token-major, as the prefill kernel

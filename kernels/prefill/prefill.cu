@@ -88,7 +88,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, ct.tile);
   const SeqView sv = seq_view(p, seq);
   if (dtiles::decode_path_owns(seq, p.num_seqs, p.query_start[seq], p.query_start[seq + 1], p.total_q, p.seq_lens[seq],
-                               p.max_blocks << p.block_shift, G))
+                               p.max_blocks << p.block_shift, G, p.tree_mask != nullptr))
     return;  // a short query: launch_short_queries (decode_mma.cu) computes its rows
   const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, ct.tile, sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
@@ -100,8 +100,10 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   const int base = sv.len - sv.q_len;
   const int pos_first = base + pr0 / G, pos_last = base + (pr0 + rows - 1) / G;
   // Attended key tiles of this split: the sinks, then the window up to pos_last (prefill_tiles.h).
-  const tiles::KeyTiles kt =
-      tiles::key_tiles(pos_first, pos_last, p.window, p.sink, BN, split, p.split_tokens / BN);
+  tiles::KeyTiles kt = tiles::key_tiles(pos_first, pos_last, p.window, p.sink, BN, split, p.split_tokens / BN);
+  // A token tree (q_len <= 64 with a mask): its new keys [base, len) are masked by the rows' words.
+  const bool tree = p.tree_mask != nullptr && sv.q_len <= int(kTreeMaxTokens);
+  if (tree) kt.mask_from(base);
   const int W = p.window, sink = kt.sink, lo_first = kt.lo_first;
   const int n_tiles = sv.fault == KVB_FAULT_NONE ? kt.count() : 0;
   __shared__ int s_bad;  // an attended key's block id was out of range: this tile's rows are NaN
@@ -154,6 +156,10 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   // the main loop needs); padding rows copy the last.
   __shared__ int s_pos[BM];
   if (tid < BM) s_pos[tid] = base + (pr0 + min(tid, rows - 1)) / G;
+  // Tree rows: new keys start at s_tree_base (INT_MAX: no tree); the word of the row at position pos is
+  // tree_mask[pos + s_tree_row]. Shared, so the main loop keeps no registers for them.
+  __shared__ int s_tree_base, s_tree_row;
+  if (tid == 0) s_tree_base = tree ? base : INT_MAX, s_tree_row = sv.row0 - base;
   __syncthreads();  // s_off of tiles 0 and 1, s_pos visible
   // Thread tid copies chunk tid % C of rows tid / C + j kThreads / C: the same chunk, hence the same
   // swizzle, in every row it copies, so each copy is one base plus an immediate.
@@ -287,15 +293,34 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
     }
     if (!kt.full(kt.tile(i))) {
       const int k0 = kt.tile(i) * BN;
+      const int tree_base = s_tree_base;
+      if (tree_base == INT_MAX) {
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
+        for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+          for (int n = 0; n < NT; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (!tiles::attends(k0 + n * 8 + tiles::frag::c_col(lane, e),
-                                s_pos[tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, e)], W, sink))
-              s[mi][n][e] = -INFINITY;
+            for (int e = 0; e < 4; ++e)
+              if (!tiles::attends(k0 + n * 8 + tiles::frag::c_col(lane, e),
+                                  s_pos[tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, e)], W, sink))
+                s[mi][n][e] = -INFINITY;
+      } else {
+        const uint64_t* words = p.tree_mask + s_tree_row;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // the thread's two rows of the m-tile
+            const int pos = s_pos[tiles::mtile_of(warp, mi, MI) * 16 + tiles::frag::c_row(lane, 2 * h)];
+            const uint64_t word = __ldg(words + pos);
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+              for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                const int key = k0 + n * 8 + tiles::frag::c_col(lane, e);
+                if (!tiles::attends(key, pos, W, sink) || !tiles::tree_sees(key, pos, tree_base, word)) s[mi][n][e] = -INFINITY;
+              }
+          }
+      }
     }
     // Online softmax with the lazy row max (prefill_tiles.h row_max_moves). The 4 threads of a row
     // share its reference max m, so when no thread's own part of the row exceeds m by the slack, no
@@ -594,6 +619,10 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   check_pointer(a.query_start, c.device_index, "args.query_start");
   check_pointer(a.seq_lens, c.device_index, "args.seq_lens");
   check_pointer(a.block_tables, c.device_index, "args.block_tables");
+  if (a.tree_mask) {
+    if (uintptr_t(a.tree_mask) % 8 != 0) fail(Code::invalid_argument, "args: tree_mask must be 8-byte aligned");
+    check_pointer(a.tree_mask, c.device_index, "args.tree_mask");
+  }
   if (a.plan.num_splits > 1) check_pointer(a.workspace, c.device_index, "args.workspace");
 
   PrefillParams p;
@@ -611,6 +640,7 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   p.query_start = a.query_start;
   p.seq_lens = a.seq_lens;
   p.block_tables = a.block_tables;
+  p.tree_mask = a.tree_mask;
   const int64_t rows = a.total_q * a.num_q_heads * a.plan.num_splits;
   p.ws_m = a.plan.num_splits > 1 ? static_cast<float*>(a.workspace) : nullptr;
   p.ws_l = p.ws_m ? p.ws_m + rows : nullptr;

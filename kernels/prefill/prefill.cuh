@@ -19,6 +19,7 @@ struct PrefillParams {
   const int32_t* query_start;
   const int32_t* seq_lens;
   const int32_t* block_tables;
+  const uint64_t* tree_mask;  // [total_q] or NULL (kvb_prefill_args.tree_mask)
   float* ws_m;
   float* ws_l;
   float* ws_o;

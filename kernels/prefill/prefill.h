@@ -13,6 +13,8 @@ namespace kern {
 // Packed query rows (token, query head of the GQA group) per CUDA tile, and the CUDA key tile (tokens:
 // 32 from D 128 up, where two m-tiles of O per warp leave no registers for a 64-key S).
 constexpr int64_t kPrefillTileRows = 128;
+// Longest q_len whose rows follow the tree mask (one 64-bit word per row); longer ones are causal.
+constexpr int64_t kTreeMaxTokens = 64;
 inline int64_t prefill_key_tile(int64_t head_dim) { return head_dim >= 128 ? 32 : 64; }
 
 // Key-range split (CUDA only): num_splits partitions of split_tokens tokens each; 1 = single pass.
@@ -32,6 +34,7 @@ struct Prefill : AttnHeads {
   const int32_t* query_start = nullptr;  // [num_seqs + 1]
   const int32_t* seq_lens = nullptr;     // [num_seqs], new tokens included
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
+  const uint64_t* tree_mask = nullptr;    // [total_q] or NULL (kvb_prefill_args.tree_mask)
   void* workspace = nullptr;
   bool allow_tf32 = false;  // fp32 caches on CUDA: TF32 tensor cores allowed
   PrefillPlan plan;

@@ -60,6 +60,10 @@ KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_
     Prefill a = read_prefill(c, args, true);
     require_backend(c, "cache");
     if (a.num_seqs == 0) return;
+    const kvb_prefix_groups* given = has_prefix_groups(args) ? args->prefix_groups : nullptr;
+    if (a.tree_mask && given && given->num_groups > 0)
+      fail(Code::unsupported, "args: tree_mask with prefix_groups (%u groups) is not supported; pass one or the other",
+           given->num_groups);
     // Shared-prefix attention (kvb_prefix_groups) where prefix_groups_to_use says it applies.
     const kvb_prefix_groups* pg = has_prefix_groups(args) ? prefix_groups_to_use(c, args->prefix_groups) : nullptr;
     if (pg && cpu_cascade(c, cascade_of(a), *pg)) return;

@@ -5,7 +5,8 @@
 // share the kv head and by several query tokens. Keys are walked in tiles of kKeyTile tokens over the
 // attended range only (sinks, then the window, up to the tile's last position); online softmax in fp32
 // with exp2, one rescale per key tile and row; the causal / window mask is applied only to the key
-// tiles that some row of the item does not fully attend. Inner loops: 8-wide fp32 vectors (GCC/Clang
+// tiles that some row of the item does not fully attend (with a tree mask, also those that reach the
+// draft keys, whose bits are tested per key). Inner loops: 8-wide fp32 vectors (GCC/Clang
 // vector extensions), built twice on x86-64: portable, and for AVX2 + FMA + F16C, picked from the
 // process-wide vector path of simd_cpu.h (so KVB_CPU_ISA narrows prefill as it narrows decode).
 // Threads over the items for calls of at least kParallelFlops (kernels/common/parallel_cpu.h).

@@ -8,8 +8,11 @@
 //   q, k, v and the softmax weights rounded to TF32 (10-bit mantissa, round to nearest) and fp32
 //   accumulation.
 // fp16 / bf16 use the tensor-core kernel in prefill.cu.
+#include <climits>
+
 #include "prefill_fp32_tiles.h"
 #include "prefill.h"
+#include "prefill_tiles.h"
 #include "prefill.cuh"
 
 namespace kvb {
@@ -58,7 +61,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
   // k-steps of S = Q K^T unrolled: all 8 at D 64 (ptxas spilled 24 bytes on sm_90 with 4), 4 above.
   constexpr int kKUnroll = D <= 64 ? D / 8 : 4;
   extern __shared__ __align__(16) float smem[];
-  __shared__ int s_bad;
+  __shared__ int s_bad, s_tree_base, s_tree_row;
   const int warps = int(blockDim.x >> 5), nthreads = int(blockDim.x);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   float* sQ = smem + warp * kRows * RS;  // this warp's Q rows, as TF32 bit patterns
@@ -106,7 +109,14 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
         *reinterpret_cast<float4*>(sQ + i * RS + c * 4) = v;
       }
     }
-    if (tid == 0) s_bad = 0;
+    if (tid == 0) {
+      // A token tree (q_len <= 64 with a mask): new keys from s_tree_base on (INT_MAX: none) are seen by
+      // the rows' words, tree_mask[pos + s_tree_row]; shared, so the tile loop keeps no registers for them.
+      const int base = sv.len - sv.q_len;
+      s_bad = 0;
+      s_tree_base = p.tree_mask != nullptr && sv.q_len <= int(kTreeMaxTokens) ? base : INT_MAX;
+      s_tree_row = sv.row0 - base;
+    }
     __syncthreads();
 
     const KeyWalk walk = key_walk(pos_first, pos_last, p.window, p.sink, BN);
@@ -194,6 +204,20 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
           s[j][x] = v;
           if (x < 2) mx0 = fmaxf(mx0, v); else mx1 = fmaxf(mx1, v);
         }
+      const int tree_base = s_tree_base;
+      if (t0 + BN > tree_base) {  // a tile reaching a tree's new keys: their bits, and the maxima again
+        const uint64_t* words = p.tree_mask + s_tree_row;
+        const uint64_t w0 = __ldg(words + pos0), w1 = __ldg(words + pos1);
+        mx0 = mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const int t = t0 + j * 8 + c_col(lane, x);
+            if (!tiles::tree_sees(t, x < 2 ? pos0 : pos1, tree_base, x < 2 ? w0 : w1)) s[j][x] = -INFINITY;
+            if (x < 2) mx0 = fmaxf(mx0, s[j][x]); else mx1 = fmaxf(mx1, s[j][x]);
+          }
+      }
 #pragma unroll
       for (int o2 = 1; o2 <= 2; o2 <<= 1) {
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));

@@ -310,7 +310,7 @@ bool hopper_prefill_selected(const Cache& c, const Prefill& a) {
     const char* e = getenv("KVB_CUDA_PREFILL");
     return e != nullptr && strcmp(e, "hopper") == 0;
   }();
-  if (!wanted) return false;
+  if (!wanted || a.tree_mask) return false;  // tree masks: the portable kernel
   const bool sixteen = c.dtype == Dtype::f16 || c.dtype == Dtype::bf16;
   if (!hp::takes(int(c.head_dim), sixteen, a.q_dtype == c.dtype, int(a.plan.num_splits))) return false;
   int major = 0, minor = 0, optin = 0;

@@ -65,6 +65,13 @@ KVB_HD bool attends(int key, int pos, int window, int sink) {
   return key <= pos && (window <= 0 || key > pos - window || key < sink);
 }
 
+// The tree part of the mask (kvb_prefill_args.tree_mask) for a key the row attends causally: keys before
+// the new ones (base) and the row itself are seen, a new key below the row by its bit of the row's word.
+KVB_HD bool tree_sees(int key, int pos, int base, uint64_t word) {
+  return key < base || key == pos || ((word >> ((key - base) & 63)) & 1) != 0;
+}
+
+
 // The key tiles (of bn tokens) a CTA walks for query positions [pos_first, pos_last] within key split
 // `split` of split_tiles tiles: the sinks [a0, a1), then the window [b0, b1); count() tiles in all.
 struct KeyTiles {
@@ -77,6 +84,9 @@ struct KeyTiles {
     const int k0 = t * bn;
     return k0 + bn - 1 <= pos_first && (window <= 0 || imax(k0, sink) >= imin(k0 + bn, lo_last));
   }
+  // Keys from `key` on go through the mask in every tile that holds one (a token tree's new keys, whose
+  // rows see them by their words): no tile reaching them is full.
+  KVB_HD void mask_from(int key) { pos_first = imin(pos_first, key - 1); }
 };
 
 KVB_HD KeyTiles key_tiles(int pos_first, int pos_last, int window, int sink, int bn, int split, int split_tiles) {

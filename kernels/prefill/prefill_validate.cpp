@@ -79,6 +79,7 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   t.query_start = a.query_start;
   t.seq_lens = a.seq_lens;
   t.block_tables = a.block_tables;
+  t.tree_mask = t.total_q > 0 ? a.tree_mask : nullptr;
   t.workspace = a.workspace;
   return t;
 }

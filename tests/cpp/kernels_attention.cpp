@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 
+#include "../../kernels/decode/decode.h"
+#include "../../kernels/common/amx_cpu.h"
 #include "../../kernels/common/simd_cpu.h"
 #include "kernels_util.h"
 
@@ -20,6 +23,7 @@ struct Case {
   float soft_cap;
   bool strided;  // padded q / out strides
   unsigned seed;
+  bool hnd = false;  // head-major cache: a head's rows of a block contiguous (CPU only)
 };
 
 // Inputs of one attention call on the CPU, plus the expected output.
@@ -45,6 +49,10 @@ struct Problem {
     for (int32_t L : lens) total_blocks += uint32_t((L + bs - 1) / bs);
     total_blocks += 7;  // never-used blocks
     cache = HostCache(c.dtype, total_blocks, bs, c.num_kv_heads, c.head_dim);
+    if (c.hnd) {  // the same bytes per block, addressed [head][token][dim]
+      cache.desc.head_stride = int64_t(bs) * c.head_dim;
+      cache.desc.token_stride = c.head_dim;
+    }
     cache.k.fill_random(rng);
     cache.v.fill_random(rng);
     std::vector<int32_t> ids(total_blocks);
@@ -137,8 +145,9 @@ struct Problem {
   }
 
   // Every output element matches `want(s, h, d)`; padding between rows still holds the poison.
+  // worst: if not null, raised to the largest |got - want|.
   template <class Want>
-  int compare(const Tensor& got, Want want, const char* what) const {
+  int compare(const Tensor& got, Want want, const char* what, double* worst = nullptr) const {
     int bad = 0;
     std::vector<bool> logical(got.n, false);
     for (size_t s = 0; s < lens.size(); ++s)
@@ -147,6 +156,7 @@ struct Problem {
           const size_t i = size_t(int64_t(s) * o_ss + h * o_hs + d);
           logical[i] = true;
           const double w = want(s, h, d), g = got.get(i);
+          if (worst) *worst = std::max(*worst, std::fabs(g - w));
           if (!close(g, w, cs.dtype) && bad++ < 3)
             fprintf(stderr, "  %s %s D=%u bs=%u G=%u win=%u cap=%g: seq %zu (len %d) head %u d %u: got %g want %g\n", what,
                     dname(cs.dtype), cs.head_dim, cs.block_size, cs.group, cs.window, (double)cs.soft_cap, s, lens[s], h,
@@ -190,6 +200,14 @@ std::vector<Case> cases() {
   return out;
 }
 
+// Head-major caches, each dtype, both head blockings of the decode item (G <= 2 and G > 2).
+std::vector<Case> hnd_cases() {
+  return {{KVB_DTYPE_BF16, 128, 16, 2, 4, 0, 0, 0.f, false, 90, true},
+          {KVB_DTYPE_BF16, 64, 32, 4, 1, 50, 4, 0.f, true, 91, true},
+          {KVB_DTYPE_FP16, 256, 16, 2, 2, 0, 0, 10.f, false, 92, true},
+          {KVB_DTYPE_FP32, 128, 8, 1, 8, 0, 0, 0.f, false, 93, true}};
+}
+
 void run_cpu(Problem& p) {
   size_t ws = 0;
   kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
@@ -217,31 +235,47 @@ void test_isa_selection() {
   for (int i = 0; i < simd::kNumIsas; ++i)
     printf(" %s%s", simd::isa_name(simd::Isa(i)), simd::isa_supported(simd::Isa(i)) ? "" : " (not here)");
   printf("; default %s\n", simd::isa_name(simd::isa()));
+  const std::string name = std::string(simd::isa_name(simd::isa())) + (kvb::kern::cpu::amx::active() ? "+amx" : "");
+  CHECK(name == kvb_cpu_isa());
 }
 
-// Every case on every code path this machine supports, each against the float64 reference
+// Every case (and head-major caches) on every code path this machine supports, each against the float64
+// reference, checking that the path asked for ran (bf16 caches on avx512bf16: the pair dot products) and
+// that no path's largest error per dtype exceeds the portable path's by more than half
 // (KVB_TEST_QUICK=1, as under valgrind: the default path only).
 void test_cpu_against_reference() {
   const simd::Isa initial = simd::isa();
   const char* quick = std::getenv("KVB_TEST_QUICK");
   const bool all = !(quick && std::strcmp(quick, "1") == 0);
+  double worst[simd::kNumIsas][3] = {};  // [path][dtype]
+  bool ran[simd::kNumIsas] = {};
   for (int i = 0; i < simd::kNumIsas; ++i) {
     if ((!all && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
+    ran[i] = true;
     int bad = 0, split = 0;
-    for (const Case& c : cases()) {
+    std::vector<Case> all_cases = cases(), hnd = hnd_cases();
+    all_cases.insert(all_cases.end(), hnd.begin(), hnd.end());
+    for (const Case& c : all_cases) {
       Problem p(c);
       size_t ws = 0;
       kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
       CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
       split += ws > 0;
       run_cpu(p);
+      const kvb::kern::cpu::DecodePath path = kvb::kern::cpu::last_decode_path();
+      CHECK(path.isa == i);
+      CHECK(path.pairs == (simd::Isa(i) == simd::Isa::avx512bf16 && c.dtype == KVB_DTYPE_BF16));
       const uint32_t D = c.head_dim, H = p.num_q_heads;
       bad += p.compare(p.out, [&](size_t s, uint32_t h, uint32_t d) { return p.ref[(s * H + h) * D + d]; },
-                       simd::isa_name(simd::Isa(i)));
+                       simd::isa_name(simd::Isa(i)), &worst[i][c.dtype]);
     }
     CHECK(bad == 0);
     CHECK(split > 0);  // the long sequences exercise the split-K path
+    printf("   %s: max |out - float64| fp16 %.3g, bf16 %.3g, fp32 %.3g\n", simd::isa_name(simd::Isa(i)),
+           worst[i][KVB_DTYPE_FP16], worst[i][KVB_DTYPE_BF16], worst[i][KVB_DTYPE_FP32]);
   }
+  for (int i = 1; i < simd::kNumIsas; ++i)
+    for (int dt = 0; dt < 3 && ran[0] && ran[i]; ++dt) CHECK(worst[i][dt] <= 1.5 * worst[0][dt]);
   simd::force_isa(initial);
 }
 

@@ -453,8 +453,36 @@ void test_lazy_row_max_softmax_is_exact_and_rarely_rescales() {
 
 }  // namespace
 
+// The tree part of the CUDA mask: after mask_from(base) no tile holding a key >= base is full (so every
+// tree key goes through the words), tiles wholly before it stay full as before; tree_sees reads the
+// word's bits below the row (and sees the row itself and everything before the tree).
+void test_tree_mask_tiles_and_columns() {
+  std::mt19937 rng(17);
+  int bad = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int bn = trial % 2 ? 32 : 64, q_len = 1 + int(rng() % 64), base = int(rng() % 300);
+    const int pos_first = base + int(rng() % uint32_t(q_len)), pos_last = base + q_len - 1;
+    tiles::KeyTiles kt = tiles::key_tiles(pos_first, pos_last, 0, 0, bn, 0, 1 << 20);
+    const tiles::KeyTiles plain = kt;
+    kt.mask_from(base);
+    for (int i = 0; i < kt.count(); ++i) {
+      const int t = kt.tile(i);
+      if (kt.full(t) && (t + 1) * bn > base) bad++;               // a full tile reaching the tree
+      if (kt.full(t) != (plain.full(t) && (t + 1) * bn <= base)) bad++;  // anything else changed
+    }
+    const uint64_t word = uint64_t(rng()) << 32 | rng();
+    const int pos = base + int(rng() % uint32_t(q_len));
+    for (int key = std::max(0, base - 40); key <= pos; ++key) {
+      const bool want = key < base || key == pos || ((word >> (key - base)) & 1);
+      if (tiles::tree_sees(key, pos, base, word) != want) bad++;
+    }
+  }
+  CHECK(bad == 0);
+}
+
 int main() {
   RUN_TEST(test_grid_covers_every_row_and_key_once);
+  RUN_TEST(test_tree_mask_tiles_and_columns);
   RUN_TEST(test_key_tiles_near_int_max);
   RUN_TEST(test_cta_order_covers_every_tile_and_head_once_kv_head_fastest);
   RUN_TEST(test_fragment_addressing_on_an_emulated_warp);

@@ -12,6 +12,8 @@ kernels/common/cuda.cuh 1
 kernels/copy/copy.cu 5
 kernels/copy/copy_cpu.cpp 5
 kernels/prefill/prefill_hopper.cu 1
+kernels/tree/copy_slots.cu 1
+kernels/tree/copy_slots_cpu.cpp 1
 kernels/write_kv/write_kv.cu 1
 "
 pattern='(\*[[:space:]]*[A-Za-z_0-9.>()-]*\b(block_stride|s_block|d_block)\b)|\b(block_stride|s_block|d_block)\b\)?[[:space:]]*\*'

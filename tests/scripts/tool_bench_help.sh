@@ -6,7 +6,8 @@
 check "bench --quick --json: exit 0" [ $? -eq 0 ]
 check "bench json: valid" valid_json "$TMP/b.json"
 for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config kernels cpu \
-         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 write_kv copy_blocks swap_out swap_in; do
+         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 attention_bf16_8x256 write_kv copy_blocks swap_out swap_in \
+         extend_plain_2x64 extend_tree_2x64 copy_slots; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done
 check "bench json: copy_blocks_runs" grep -q '"copy_blocks_runs": {' "$TMP/b.json"
@@ -45,6 +46,21 @@ check "bench --only cascade: no other kernel row" sh -c "! grep -Eq 'write_kv|co
 # The sweep (plain, grouped as the cost model decides, every group) and the decode rows of an extend call.
 check "bench --only cascade: sweep rows" grep -Eq '^  16 seqs share 32 \+ 544 own +[0-9.]+ +[0-9.]+ x[0-9.]+ +[0-9.]+ x[0-9.]+' "$TMP/oc.txt"
 check "bench --only cascade: decode rows row" grep -Eq '^  16 seqs x 576 tokens, q_len 1 +[0-9.]+ +[0-9.]+ x[0-9.]+' "$TMP/oc.txt"
+check "bench json: tree extend against the plain one" grep -q '"of_plain_extend": ' "$TMP/b.json"
+# --only tree-kernels: the token-tree rows alone (tree-masked extend against the plain one, copy_slots).
+"$KVB" bench --quick --only tree-kernels >"$TMP/ot.txt"
+check "bench --only tree-kernels: exit 0" [ $? -eq 0 ]
+check "bench --only tree-kernels: extend rows" grep -Eq '^  extend fp16 2x64 over 192, tree mask .*x the plain extend' "$TMP/ot.txt"
+check "bench --only tree-kernels: copy_slots row" grep -Eq '^  copy_slots 2 layers x [0-9]+ pairs .* of memcpy$' "$TMP/ot.txt"
+check "bench --only tree-kernels: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|paged_attention|^  prefill' '$TMP/ot.txt'"
+# --only attention: the decode rows alone, with the CPU code path they ran on; KVB_CPU_ISA narrows it.
+KVB_CPU_ISA=baseline "$KVB" bench --quick --only attention >"$TMP/oa.txt"
+check "bench --only attention: exit 0" [ $? -eq 0 ]
+check "bench --only attention: the path forced" grep -q '^  CPU code path: baseline ' "$TMP/oa.txt"
+check "bench --only attention: bf16 row" grep -Eq '^  paged_attention bf16 8 seqs x 256 +[0-9.]+ ' "$TMP/oa.txt"
+check "bench --only attention: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|prefill|share' '$TMP/oa.txt'"
+"$KVB" bench --quick --only attention --json >"$TMP/oa.json"
+check "bench --only attention --json: the path" grep -Eq '"cpu_path": "(avx512bf16|avx512|avx2|baseline)(\+amx)?"' "$TMP/oa.json"
 # Each new case alone: its row only, no kernels.
 for c in fork cow swap batch; do
   "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"

@@ -5,7 +5,7 @@
     cached = m.allocate(1, prompt_tokens)
 
 See Manager (the block manager), KVCache and the kernel functions (write_kv, paged_attention,
-prefill_attention, copy_blocks, swap_blocks; take_fault for CUDA input faults), and
+prefill_attention, copy_blocks, copy_slots, swap_blocks; take_fault for CUDA input faults), and
 the store tier (kvblock.store: blocks that outlive the process, in a directory or Redis), and
 `python -m kvblock.engine` (a mini serving engine).
 """
@@ -18,6 +18,7 @@ from .errors import FaultKind, KernelFault, KernelId, KvbArgumentError, KvbClose
 from .kernels import (
     KVCache,
     copy_blocks,
+    copy_slots,
     cuda_device_count,
     has_prefill_kernel,
     paged_attention,
@@ -43,6 +44,6 @@ def library_path() -> str:
 
 __all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind",
            "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "SeqIds", "hash_tokens",
-           "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "swap_blocks", "take_fault",
-           "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load", "__version__",
-           "PrefixGroups", "GroupedBatch", "DirStore", "CallbackStore", "MemoryBackend", "open_store"]
+           "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "copy_slots", "swap_blocks",
+           "take_fault", "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load",
+           "__version__", "PrefixGroups", "GroupedBatch", "DirStore", "CallbackStore", "MemoryBackend", "open_store"]

@@ -11,9 +11,9 @@ import numpy as np
 from .errors import KvbArgumentError
 
 CPU, CUDA = 0, 1
-_TYPESTR = {"<f2": "float16", "<f4": "float32", "<i4": "int32", "<i8": "int64", "<u1": "uint8",
+_TYPESTR = {"<f2": "float16", "<f4": "float32", "<i4": "int32", "<i8": "int64", "<u8": "uint64", "<u1": "uint8",
             "|u1": "uint8", "|i1": "int8"}
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8, "uint8": 1, "int8": 1,
+_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8, "uint64": 8, "uint8": 1, "int8": 1,
              "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 

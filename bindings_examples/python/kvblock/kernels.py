@@ -1,6 +1,7 @@
 """Kernels on caller memory (numpy arrays, torch tensors on CPU or CUDA), no copies: a KVCache holding every
-layer's K/V and its kvb_cache_desc descriptors, and write_kv, paged_attention (decode), prefill_attention,
-copy_blocks and swap_blocks. Every argument is checked (dtype, shape, strides, device) before the C call.
+layer's K/V and its kvb_cache_desc descriptors, and write_kv, paged_attention (decode), prefill_attention
+(with an optional token-tree mask), copy_blocks, copy_slots and swap_blocks. Every argument is checked (dtype,
+shape, strides, device) before the C call.
 CUDA kernels check their device-side inputs (seq_lens, block tables, slot mapping, query_start) on the device,
 after the launching call returned: take_fault() reports what they found."""
 from __future__ import annotations
@@ -368,11 +369,15 @@ def paged_attention(cache: KVCache, layer: int, q: Any, block_tables: Any, seq_l
 
 def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_lens: Any, block_tables: Any,
                       out: Any, *, scale: float = 0.0, soft_cap: float = 0.0, window: int = 0, sink: int = 0,
-                      allow_tf32: bool = False, stream: Any = None, prefix_groups: Any = None) -> Any:
+                      allow_tf32: bool = False, stream: Any = None, prefix_groups: Any = None,
+                      tree_mask: Any = None) -> Any:
     """Prefill / extend attention over a ragged batch (query_start as batch_export writes it; seq_lens include
     the new tokens, whose K/V are already written). q, out [total_q_tokens, num_q_heads, head_dim].
     allow_tf32: an fp32 cache on CUDA may use TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32
-    accumulation: ~1e-3 relative error, several times faster); default False: exact fp32."""
+    accumulation: ~1e-3 relative error, several times faster); default False: exact fp32.
+    tree_mask: [total_q_tokens] uint64 (int64 accepted) on the cache's device, or None: for a sequence of at
+    most 64 new tokens, row j sees the committed prefix, itself, and new token b < j iff bit b of its word
+    is set (kvb_prefill_args.tree_mask); longer sequences stay causal."""
     qs = _int_array(query_start, "query_start", "int32", 1, cache)
     num_seqs = qs.shape[0] - 1
     if num_seqs < 0:
@@ -393,6 +398,11 @@ def prefill_attention(cache: KVCache, layer: int, q: Any, query_start: Any, seq_
     a.scale, a.logits_soft_cap = real(scale, "scale"), real(soft_cap, "soft_cap")
     a.window_tokens, a.sink_tokens = u32(window, "window"), u32(sink, "sink")
     a.allow_tf32 = 1 if allow_tf32 else 0
+    if tree_mask is not None:
+        tv = view(tree_mask, "tree_mask")
+        require(tv, "tree_mask", dtype=tv.dtype if tv.dtype in ("uint64", "int64") else "uint64", ndim=1,
+                shape=(qv.shape[0],), device=cache.device, contiguous=True)
+        a.tree_mask = ffi.cast("uint64_t*", tv.ptr)
     size = ffi.new("size_t*")
     d = cache.desc(layer)
     check(lib.kvb_prefill_attention_workspace_size(d, a, size))
@@ -434,6 +444,24 @@ def copy_blocks(cache: KVCache, pairs: Any, stream: Any = None) -> None:
     buf, n = _pairs(pairs)
     if n:
         check(_lib.lib.kvb_copy_blocks(cache.descs, cache.num_layers, buf, n, _stream(stream)))
+
+
+def copy_slots(cache: KVCache, pairs: Any, stream: Any = None) -> None:
+    """Copies the K and V rows (every kv head) of token slot src to slot dst for every (src, dst) row of pairs
+    ([n, 2] int64, host) in every layer: token-tree compaction. Every pair reads its source as it was before
+    the call, so a slot may be one pair's destination and another's source (kvb_copy_slots)."""
+    p = pairs
+    if not isinstance(p, np.ndarray):
+        p = np.asarray(p)
+        if p.dtype.kind not in "iu" and p.size:
+            raise KvbArgumentError(f"pairs must hold integers, got {p.dtype}")
+        p = p.astype(np.int64).reshape(p.shape if p.size else (0, 2))
+    if p.dtype != np.int64 or p.ndim != 2 or p.shape[1:] != (2,):
+        raise KvbArgumentError(f"pairs must be an [n, 2] int64 array (src slot, dst slot), got {p.dtype} {p.shape}")
+    p = np.ascontiguousarray(p)
+    if p.shape[0]:
+        check(_lib.lib.kvb_copy_slots(cache.descs, cache.num_layers, ffi.from_buffer("int64_t[]", p), p.shape[0],
+                                      _stream(stream)))
 
 
 def swap_blocks(src: KVCache, dst: KVCache, pairs: Any, stream: Any = None) -> None:

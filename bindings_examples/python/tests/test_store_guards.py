@@ -31,8 +31,9 @@ def test_store_over_another_cache_refused(tmp_path):
     rig = Rig(lambda h: DirStore(str(tmp_path / "good"), h, write_through=True))  # 8 device, 4 host blocks
     good = rig.store
     over_device = DirStore(str(tmp_path / "bad"), rig.dev)
-    with pytest.raises(kvblock.KvbError, match=r"INVALID_ARGUMENT: kvb_store.num_host_blocks 8 differs from the manager's "
-                                                      r"num_host_blocks 4 \(it is the device block count"):
+    with pytest.raises(kvblock.KvbError,
+                       match=r"INVALID_ARGUMENT: kvb_store.num_host_blocks 8 differs from the manager's "
+                             r"num_host_blocks 4 \(it is the device block count"):
         rig.mgr.set_store(over_device)
     other_host = kvblock.KVCache(LAYERS, 6, BS, HEADS, DIM)
     for bad in (DirStore(str(tmp_path / "bad"), other_host), CallbackStore(MemoryBackend(), other_host)):

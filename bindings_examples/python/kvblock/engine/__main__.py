@@ -11,7 +11,7 @@ import numpy as np
 from .. import library_version
 from ..errors import KvbArgumentError
 from ..store import check_spec
-from . import blas, kv_quant, serve
+from . import blas, kv_quant, serve, speculative
 from .config import KV_DTYPE_FLAGS
 from .engine import Engine, EngineConfig
 from .kv_quant import calibrate_kv_scales, compare_logits
@@ -83,6 +83,7 @@ def main() -> None:
                    help="threads of the model's numpy matmuls (default 1: they are small, and a BLAS thread pool "
                         "slows them down; 0 keeps the BLAS default; OPENBLAS_NUM_THREADS etc. take precedence)")
     serve.add_arguments(p)
+    speculative.add_arguments(p)
     a = p.parse_args()
     if a.host_cache and a.host_blocks <= 0:
         p.error("--host-cache needs --host-blocks N > 0")
@@ -114,7 +115,7 @@ def main() -> None:
                             kv_events_topic=a.kv_events_topic, kv_events_encoding=a.kv_events_encoding,
                             kv_events_replay_frames=a.kv_events_replay_frames, kv_dtype=dtype, kv_scales=scales,
                             record_logits=fp8, store=a.store if events else None,
-                            store_model_id=a.store_model_id)
+                            store_model_id=a.store_model_id, **speculative.config_fields(a))
 
     def requests() -> Iterator[Request]:
         rng = np.random.default_rng(a.seed)
@@ -163,6 +164,8 @@ def main() -> None:
         print(store_line)
     print(f"preemptions:       {m.preemptions} by recompute, {m.swaps_out} swapped out, {m.swaps_in} swapped in; "
           f"{m.cow_copies} copy-on-write blocks")
+    for line in speculative.summary_lines(eng):
+        print(line)
     print(f"time share:        manager {100 * m.manager_s / m.total_s:.1f}%, "
           f"kernels {100 * m.kernel_s / m.total_s:.1f}%, "
           f"model matmuls + scheduler {100 * other / m.total_s:.1f}%")

@@ -36,6 +36,10 @@ class EngineConfig:
     # The store tier (engine/store_tier.py; needs host_cache): "dir:PATH", "redis://host:port/db" or "memory:"
     store: Optional[str] = None
     store_model_id: Optional[int] = None             # key namespace; None = a hash of the model's config
+    # Token-tree speculative decoding (engine/speculative.py): (depth, width) of the draft tree, None = off;
+    # the draft is the target's first draft_layers layers (0: half of them, at least one)
+    speculative_tree: Optional[Tuple[int, int]] = None
+    draft_layers: int = 0
 
 
 @dataclass

@@ -6,7 +6,8 @@ copy-on-write pairs run by copy_blocks, an optional sliding window, an optional 
 store tier below it (store: blocks shared with other engines and kept across restarts; store_tier.py),
 and hybrid models
 (window and full layers as two KV cache groups of one manager, each layer reading its group's block table),
-with swap and the host cache too (a sequence swaps all its groups as one).
+with swap and the host cache too (a sequence swaps all its groups as one), and token-tree speculative
+decoding (EngineConfig.speculative_tree: speculative.py runs the steps where sequences speculate).
 
 Every step: scheduler.py's Scheduler decides what runs -> _prepare (batch_export into a StepBatch of host
 arrays) -> the runner (numpy_runner.py's NumpyRunner on the numpy model here; torch_engine.py's TorchEngine
@@ -32,6 +33,7 @@ from .model import Model, sample
 from .numpy_runner import NumpyRunner
 from .scheduler import Scheduler
 from .sequence import Request, Seq, Status
+from .speculative import TreeSpeculator
 from .step import EngineModel, StepBatch, StepRunner
 from .store_tier import StoreTier
 
@@ -77,6 +79,7 @@ class Engine(OwnsHandle):
         self.scheduler = Scheduler(cfg, self.mgr, self.mover, self.metrics, self._mgr_clock, self._salt,
                                    (mc.window, mc.sink) if mc.window and not mc.hybrid else (0, 0))
         self.runner: StepRunner = self._make_runner()
+        self.speculator = TreeSpeculator(self) if cfg.speculative_tree else None
         self.store: Optional[StoreTier] = None
         if cfg.store:
             self.store = StoreTier(cfg, self.mgr, self.host, mc, self.mover.host_transfers, self._mgr_clock,
@@ -178,6 +181,8 @@ class Engine(OwnsHandle):
         self.metrics.steps += 1
         self.mover.host_transfers()  # the loads of this step's prefix hits (and offloads) before the forward pass
         if not decodes and not prefills:
+            return
+        if self.speculator is not None and self.speculator.step(decodes, prefills):
             return
         b = self._prepare(decodes, prefills)
         logits, tokens = self.runner.run(b)

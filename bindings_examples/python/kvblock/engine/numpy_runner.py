@@ -40,7 +40,7 @@ class NumpyRunner:
                                     sink=sink, prefix_groups=pg_d)
                 if b.prefills:
                     prefill_attention(self.cache, layer, q[nd:], b.query_start_p, b.seq_lens_p, bt_p, out[nd:],
-                                      window=window, sink=sink, prefix_groups=pg_p)
+                                      window=window, sink=sink, prefix_groups=pg_p, tree_mask=b.tree_mask)
             return out.astype(np.float32, copy=False)
 
         return self.model.forward(b.tokens, b.positions, attention, logit_rows=b.rows), None

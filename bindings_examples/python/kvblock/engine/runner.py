@@ -62,7 +62,7 @@ class ModelRunner:
 
     def _attention(self, cache: KVCache, nd: int, groups: List[tuple], seq_lens_d: Optional[torch.Tensor],
                    query_start_p: Optional[torch.Tensor], seq_lens_p: Optional[torch.Tensor],
-                   prefix_groups: Optional[List[tuple]] = None) -> Callable:
+                   prefix_groups: Optional[List[tuple]] = None, tree_mask: Optional[torch.Tensor] = None) -> Callable:
         """The model's attention callback for one step: decode rows [0, nd), prompt-chunk rows after them.
         prefix_groups: per KV cache group, the (decode, prefill) kvblock.PrefixGroups of StepBatch (host
         arrays, read by the kernel call itself); None = plain (the captured graphs)."""
@@ -84,7 +84,8 @@ class ModelRunner:
                                     stream=stream, prefix_groups=pg_d)
                 if query_start_p is not None:
                     prefill_attention(cache, layer, q[nd:], query_start_p, seq_lens_p, bt_p, out[nd:],
-                                      window=window, sink=sink, stream=stream, prefix_groups=pg_p)
+                                      window=window, sink=sink, stream=stream, prefix_groups=pg_p,
+                                      tree_mask=tree_mask)
             return out if self.attn_dtype is None else out.to(self.model.dtype)
 
         return attention
@@ -115,8 +116,9 @@ class ModelRunner:
         qs_p = sl_p = None
         if b.prefills:
             qs_p, sl_p = self._dev(b.query_start_p), self._dev(b.seq_lens_p)
+        mask = None if b.tree_mask is None else self._dev(b.tree_mask.view(np.int64))  # torch has no uint64 ops
         attn = self._attention(self.cache, nd, groups, self._dev(b.seq_lens_d) if nd else None, qs_p, sl_p,
-                               b.prefix_groups)
+                               b.prefix_groups, mask)
         hidden = self.model.forward(self._dev(b.tokens), self._dev(b.positions), attn)
         return self.model.logits(hidden[self._dev(b.rows)])
 

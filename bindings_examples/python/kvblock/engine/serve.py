@@ -77,6 +77,7 @@ def reference_dtype(model: Any) -> str:
 
 def _engine(model: Any, a: argparse.Namespace, *, cuda_graph: bool, profile: bool = False,
             kv: KVSetup = KVSetup(), record_logits: bool = False, store: bool = True) -> Any:
+    from . import speculative
     from .engine import EngineConfig
     from .torch_engine import TorchEngine
     cfg = EngineConfig(num_blocks=a.num_blocks, block_size=a.block_size, num_host_blocks=a.host_blocks,
@@ -84,7 +85,7 @@ def _engine(model: Any, a: argparse.Namespace, *, cuda_graph: bool, profile: boo
                        preemption=a.preemption, prefix_caching=not a.no_prefix_caching, kv_dtype=kv.dtype,
                        kv_scales=kv.scales, record_logits=record_logits,
                        store=getattr(a, "store", None) if store else None,
-                       store_model_id=getattr(a, "store_model_id", None))
+                       store_model_id=getattr(a, "store_model_id", None), **speculative.config_fields(a))
     return TorchEngine(model, cfg, cuda_graph=cuda_graph, profile=profile)
 
 
@@ -183,6 +184,7 @@ def main(a: argparse.Namespace) -> None:
     from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .generation import Generation, SamplingParams, eos_token_ids
     from .sequence import Request
+    from .speculative import summary_lines
     from .torch_model import TorchModel
     if a.threads:
         from .blas import limit_threads
@@ -245,6 +247,8 @@ def main(a: argparse.Namespace) -> None:
     print(f"{m.generated_tokens} tokens in {m.total_s:.2f} s ({m.generated_tokens / m.total_s:.0f} tokens/s), "
           f"{m.steps} steps, {eng.runner.graph_replays} CUDA graph replays; {kv.dtype or model.dtype_name} K/V, "
           f"{_torch_threads()} torch threads")
+    for line in summary_lines(eng):
+        print(line)
     if store_line:
         print(store_line)
     if fp8:

@@ -65,6 +65,8 @@ class StepBatch:
     # per KV cache group: the prefix groups of the decode rows and of the prompt-chunk rows (renumbered
     # from 0 for each of the two kernel calls), None where no rows share blocks (kvblock.PrefixGroups)
     prefix_groups: List[Tuple[Any, Any]] = field(default_factory=list)
+    # uint64 [rows of the prompt-chunk call]: token trees' ancestor words (kvb_prefill_args.tree_mask), None = causal
+    tree_mask: Optional[np.ndarray] = None
 
 
 class StepRunner(Protocol):

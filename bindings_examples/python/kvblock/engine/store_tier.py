@@ -7,8 +7,9 @@ offload (device -> host) filled. The engine opens its store write-through, so ev
 host tier is put at the next poll, and flush() pushes what is still cached only on the device (a prefill
 engine handing its prompts to decode engines, an engine about to exit).
 
-Keys are namespaced by the K/V layout (fp8 scales included) and a model id: by default a hash of the model's config (the numpy
-model's weights are a function of it); an engine on a checkpoint should pass EngineConfig.store_model_id."""
+Keys are namespaced by the K/V layout (fp8 scales included) and a model id: by default a hash of the model's
+config (the numpy model's weights are a function of it);
+an engine on a checkpoint should pass EngineConfig.store_model_id."""
 from __future__ import annotations
 
 import hashlib

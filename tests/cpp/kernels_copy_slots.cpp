@@ -4,6 +4,7 @@
 // against the CPU, plain and graph-captured (SKIP without a GPU).
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <numeric>
 
 #include "kernels_util.h"
@@ -224,7 +225,7 @@ void test_cuda_against_cpu() {
       for (bool graph : {false, true}) {
         std::mt19937 rng(seed++);
         Layers cpu(dt, 3, 40, 16, 2, 128, pad, rng);
-        std::vector<DeviceCache> dev;
+        std::deque<DeviceCache> dev;  // DeviceCache owns device buffers: not movable, so no vector
         for (const HostCache& c : cpu.caches) dev.emplace_back(c);
         std::vector<kvb_cache_desc> descs;
         for (const DeviceCache& d : dev) descs.push_back(d.desc);

@@ -260,15 +260,11 @@ def build(a: argparse.Namespace) -> tuple:
     from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .engine import EngineConfig
     from .generation import Generation, eos_token_ids
+    from .serve import torch_placement
     from .server_metrics import ServerMetrics
     from .torch_engine import TorchEngine
     from .torch_model import TorchModel
-    if a.threads:
-        from .blas import limit_threads
-        torch.set_num_threads(a.threads)
-        limit_threads(a.threads)
-    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = a.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    device, dtype = torch_placement(a, torch)
     max_len = a.num_blocks * a.block_size
     if a.max_model_len:
         max_len = min(max_len, a.max_model_len)

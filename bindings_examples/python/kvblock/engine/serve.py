@@ -26,6 +26,18 @@ import numpy as np
 COMPARED_REQUESTS = 8  # --bench with fp8 K/V: the requests whose logits are compared (they are recorded)
 
 
+def torch_placement(a: argparse.Namespace, torch: Any) -> Tuple[str, str]:
+    """--threads applied (torch's and BLAS's), then the device and dtype: --device / --dtype, else the GPU
+    in bfloat16 when torch sees one, the CPU in float32 otherwise (serve and the one-shot CLI alike)."""
+    if a.threads:
+        from .blas import limit_threads
+        torch.set_num_threads(a.threads)
+        limit_threads(a.threads)
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = a.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    return device, dtype
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("torch engine (--model / --bench)")
     g.add_argument("--model", metavar="DIR", help="Hugging Face format checkpoint directory (local only)")
@@ -186,12 +198,7 @@ def main(a: argparse.Namespace) -> None:
     from .sequence import Request
     from .speculative import summary_lines
     from .torch_model import TorchModel
-    if a.threads:
-        from .blas import limit_threads
-        torch.set_num_threads(a.threads)
-        limit_threads(a.threads)
-    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = a.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    device, dtype = torch_placement(a, torch)
     max_len = a.num_blocks * a.block_size
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = a.model or bench_model_dir(tmp)

@@ -38,6 +38,12 @@ def library_version() -> str:
     return ffi.string(_lib.lib.kvb_version_string()).decode()
 
 
+def cpu_isa() -> str:
+    """The CPU kernels' vector path ("avx512bf16", "avx512", "avx2" or "baseline", "+amx" while AMX tiles are
+    used), as KVB_CPU_ISA and the CPU allow."""
+    return ffi.string(_lib.lib.kvb_cpu_isa()).decode()
+
+
 def library_path() -> str:
     return _lib.LIBRARY_PATH
 
@@ -45,5 +51,6 @@ def library_path() -> str:
 __all__ = ["Manager", "KvbError", "KvbArgumentError", "KvbClosedError", "KernelFault", "Status", "FaultKind",
            "KernelId", "Availability", "SeqInfo", "Event", "Medium", "Batch", "BatchBuffers", "SeqIds", "hash_tokens",
            "KVCache", "write_kv", "paged_attention", "prefill_attention", "copy_blocks", "copy_slots", "swap_blocks",
-           "take_fault", "cuda_device_count", "has_prefill_kernel", "library_version", "library_path", "load",
+           "take_fault", "cuda_device_count", "has_prefill_kernel", "library_version", "cpu_isa", "library_path",
+           "load",
            "__version__", "PrefixGroups", "GroupedBatch", "DirStore", "CallbackStore", "MemoryBackend", "open_store"]

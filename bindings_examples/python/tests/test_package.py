@@ -152,3 +152,11 @@ def test_system_library_through_pkg_config(tmp_path):
                    {"KVBLOCK_USE_SYSTEM": "1", "PATH": f"{fake.parent}:{os.environ['PATH']}"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(libdir / "libkvblock.so.0")
+
+
+def test_cpu_isa_names_the_forced_path():
+    # A fresh process per value: the path is chosen once per process, from KVB_CPU_ISA.
+    for isa in ("baseline", "avx2"):
+        out = subprocess.run([sys.executable, "-c", "import kvblock; print(kvblock.cpu_isa())"],
+                             env={**os.environ, "KVB_CPU_ISA": isa}, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == isa, out

@@ -174,7 +174,7 @@ const AttnCase kCases[] = {
 void test_decode_fp8() {
   const simd::Isa initial = simd::isa();
   for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+    if ((kvbt_quick() && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
     for (const AttnCase& cs : kCases) {
       // ragged, one long enough to split (partitions of 256 tokens)
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}}, 3 + cs.D + cs.G);
@@ -205,7 +205,7 @@ void test_decode_fp8() {
 void test_prefill_fp8() {
   const simd::Isa initial = simd::isa();
   for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+    if ((kvbt_quick() && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
     for (const AttnCase& cs : kCases) {
       // a prompt, a chunk over a cached prefix, a decode token, an empty sequence
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{50, 50}, {130, 20}, {0, 0}, {77, 1}}, 5 + cs.D + cs.G);
@@ -234,7 +234,7 @@ void test_prefill_fp8() {
 void test_decode_nan_codes() {
   const simd::Isa initial = simd::isa();
   for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+    if ((kvbt_quick() && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
     for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
       for (int which = 0; which < 2; ++which)
         for (int32_t tok : {0, 31, 45, 99}) {

@@ -66,18 +66,10 @@ struct Batch : GroupedTables {
                         size_t wss, const kvb_prefix_groups* g) const {
     kvb_prefill_args a;
     kvb_prefill_args_init(&a);
-    a.num_seqs = num_seqs;
-    a.num_q_heads = num_q_heads;
-    a.max_blocks_per_seq = max_blocks;
+    set_paged(a, num_seqs, num_q_heads, max_blocks, qp, op, tab, len);
+    set_mask(a, cf.soft_cap, cf.window, cf.sink);
     a.total_q_tokens = total_q;
-    a.q = qp;
-    a.out = op;
     a.query_start = qs;
-    a.seq_lens = len;
-    a.block_tables = tab;
-    a.logits_soft_cap = cf.soft_cap;
-    a.window_tokens = cf.window;
-    a.sink_tokens = cf.sink;
     a.workspace = ws;
     a.workspace_size = wss;
     a.prefix_groups = g;
@@ -87,13 +79,7 @@ struct Batch : GroupedTables {
   Tensor cpu(const kvb_prefix_groups* g) {
     Tensor out(cf.dtype, q.n);
     out.poison();
-    size_t ws = 0;
-    kvb_prefill_args a = args(q.data(), out.data(), qstart.data(), lens.data(), tables.data(), nullptr, 0, g);
-    CHECK_OK(kvb_prefill_attention_workspace_size(&cache.desc, &a, &ws));
-    std::vector<uint64_t> work(ws / 8 + 2);
-    a.workspace = ws ? work.data() : nullptr;
-    a.workspace_size = ws;
-    CHECK_OK(kvb_prefill_attention(&cache.desc, &a, nullptr));
+    attend_cpu(cache.desc, args(q.data(), out.data(), qstart.data(), lens.data(), tables.data(), nullptr, 0, g));
     return out;
   }
 

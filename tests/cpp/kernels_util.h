@@ -79,6 +79,52 @@ struct HostCache {
   }
 };
 
+// The fields kvb_attention_args and kvb_prefill_args share: the batch's shape and its buffers.
+template <class Args>
+void set_paged(Args& a, uint32_t num_seqs, uint32_t num_q_heads, uint32_t max_blocks, const void* q, void* out,
+               const int32_t* tables, const int32_t* lens) {
+  a.num_seqs = num_seqs;
+  a.num_q_heads = num_q_heads;
+  a.max_blocks_per_seq = max_blocks;
+  a.q = q;
+  a.out = out;
+  a.block_tables = tables;
+  a.seq_lens = lens;
+}
+
+// A call's key mask and soft cap.
+template <class Args>
+void set_mask(Args& a, float soft_cap, uint32_t window, uint32_t sink) {
+  a.logits_soft_cap = soft_cap;
+  a.window_tokens = window;
+  a.sink_tokens = sink;
+}
+
+// Decode and prefill by their arguments' type, so that one template runs either.
+inline kvb_status workspace_size(const kvb_cache_desc* c, const kvb_attention_args* a, size_t* ws) {
+  return kvb_paged_attention_workspace_size(c, a, ws);
+}
+inline kvb_status workspace_size(const kvb_cache_desc* c, const kvb_prefill_args* a, size_t* ws) {
+  return kvb_prefill_attention_workspace_size(c, a, ws);
+}
+inline kvb_status attend(const kvb_cache_desc* c, const kvb_attention_args* a, void* stream) {
+  return kvb_paged_attention(c, a, stream);
+}
+inline kvb_status attend(const kvb_cache_desc* c, const kvb_prefill_args* a, void* stream) {
+  return kvb_prefill_attention(c, a, stream);
+}
+
+// A CPU call with the workspace its query asks for (the call's own workspace fields are replaced).
+template <class Args>
+void attend_cpu(const kvb_cache_desc& c, Args a) {
+  size_t ws = 0;
+  CHECK_OK(workspace_size(&c, &a, &ws));
+  std::vector<uint64_t> work(ws / 8 + 2);
+  a.workspace = ws ? work.data() : nullptr;
+  a.workspace_size = ws;
+  CHECK_OK(attend(&c, &a, nullptr));
+}
+
 inline bool close(double got, double want, uint32_t dtype) {
   const double atol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 2e-3 : 1.6e-2;
   const double rtol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 4e-3 : 1.6e-2;

@@ -367,16 +367,7 @@ int main() {
   RUN_TEST(test_cpu_against_reference);
   RUN_TEST(test_cpu_zero_length_batch);
   RUN_TEST(test_cpu_failed_call_writes_nothing);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_against_cpu);
-    RUN_TEST(test_cuda_rejects_host_pointers);
-  } else {
-    SKIP_TEST(test_cuda_against_cpu, "no CUDA device");
-    SKIP_TEST(test_cuda_rejects_host_pointers, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_against_cpu, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_against_cpu);
+  RUN_CUDA_TEST(test_cuda_rejects_host_pointers);
   TEST_SUMMARY();
 }

@@ -184,17 +184,7 @@ void test_batches_valid_on_cpu() {
 
 int main() {
   RUN_TEST(test_batches_valid_on_cpu);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_groups_equal_plain);
-    RUN_TEST(test_cuda_member_with_other_blocks_faults);
-  } else {
-    SKIP_TEST(test_cuda_groups_equal_plain, "no CUDA device");
-    SKIP_TEST(test_cuda_member_with_other_blocks_faults, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_groups_equal_plain, "built without CUDA");
-  SKIP_TEST(test_cuda_member_with_other_blocks_faults, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_groups_equal_plain);
+  RUN_CUDA_TEST(test_cuda_member_with_other_blocks_faults);
   TEST_SUMMARY();
 }

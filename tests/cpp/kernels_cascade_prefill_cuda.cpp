@@ -66,10 +66,10 @@ struct Batch : GroupedTables {
                         size_t wss, const kvb_prefix_groups* g) const {
     kvb_prefill_args a;
     kvb_prefill_args_init(&a);
-    set_paged(a, num_seqs, num_q_heads, max_blocks, qp, op, tab, len);
-    set_mask(a, cf.soft_cap, cf.window, cf.sink);
     a.total_q_tokens = total_q;
     a.query_start = qs;
+    set_paged(a, num_seqs, num_q_heads, max_blocks, qp, op, tab, len);
+    set_mask(a, cf.soft_cap, cf.window, cf.sink);
     a.workspace = ws;
     a.workspace_size = wss;
     a.prefix_groups = g;
@@ -257,20 +257,8 @@ int main() {
   RUN_TEST(test_batches_valid_on_cpu);
   if (cuda_built()) RUN_TEST(test_workspace_query_counts_the_shared_path);
   else SKIP_TEST(test_workspace_query_counts_the_shared_path, "built without CUDA");
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_groups_equal_plain);
-    RUN_TEST(test_cuda_member_with_other_blocks_faults);
-    RUN_TEST(test_cuda_faulty_sequence_without_rows_is_reported);
-  } else {
-    SKIP_TEST(test_cuda_groups_equal_plain, "no CUDA device");
-    SKIP_TEST(test_cuda_member_with_other_blocks_faults, "no CUDA device");
-    SKIP_TEST(test_cuda_faulty_sequence_without_rows_is_reported, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_groups_equal_plain, "built without CUDA");
-  SKIP_TEST(test_cuda_member_with_other_blocks_faults, "built without CUDA");
-  SKIP_TEST(test_cuda_faulty_sequence_without_rows_is_reported, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_groups_equal_plain);
+  RUN_CUDA_TEST(test_cuda_member_with_other_blocks_faults);
+  RUN_CUDA_TEST(test_cuda_faulty_sequence_without_rows_is_reported);
   TEST_SUMMARY();
 }

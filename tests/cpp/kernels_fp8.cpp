@@ -489,13 +489,6 @@ int main() {
   RUN_TEST(test_copy_blocks_moves_bytes);
   RUN_TEST(test_bad_scales_and_dtypes_refused);
   RUN_TEST(test_old_struct_callers);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0)
-    RUN_TEST(test_cuda_write_kv_bit_identical);
-  else
-    SKIP_TEST(test_cuda_write_kv_bit_identical, "no CUDA device");
-#else
-  SKIP_TEST(test_cuda_write_kv_bit_identical, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_write_kv_bit_identical);
   TEST_SUMMARY();
 }

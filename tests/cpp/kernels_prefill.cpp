@@ -87,15 +87,8 @@ void test_cpu_threaded() {
 
 // kvb_paged_attention on the problem's cache with its window, sinks and soft cap (a gives the batch).
 void run_decode(const Problem& p, kvb_attention_args& a) {
-  a.logits_soft_cap = p.cf.soft_cap;
-  a.window_tokens = p.cf.window;
-  a.sink_tokens = p.cf.sink;
-  size_t ws = 0;
-  CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
-  std::vector<float> work(ws / 4 + 4);
-  a.workspace = work.data();
-  a.workspace_size = ws;
-  CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+  set_mask(a, p.cf.soft_cap, p.cf.window, p.cf.sink);
+  attend_cpu(p.cache.desc, a);
 }
 
 // Decode rows (q_len 1) in a prefill call run the decode kernel's work item: a batch of only decode rows
@@ -433,17 +426,7 @@ int main() {
   RUN_TEST(test_cpu_decode_rows);
   RUN_TEST(test_whole_chunked_decode_agree);
   RUN_TEST(test_validation);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_against_cpu);
-    RUN_TEST(test_cuda_faults);
-  } else {
-    SKIP_TEST(test_cuda_against_cpu, "no CUDA device");
-    SKIP_TEST(test_cuda_faults, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_against_cpu, "built without CUDA");
-  SKIP_TEST(test_cuda_faults, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_against_cpu);
+  RUN_CUDA_TEST(test_cuda_faults);
   TEST_SUMMARY();
 }

@@ -248,13 +248,6 @@ int main() {
   RUN_TEST(test_causal_words_exact);
   RUN_TEST(test_self_always_seen);
   RUN_TEST(test_refusals);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0)
-    RUN_TEST(test_cuda_tree_against_cpu);
-  else
-    SKIP_TEST(test_cuda_tree_against_cpu, "no CUDA device");
-#else
-  SKIP_TEST(test_cuda_tree_against_cpu, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_tree_against_cpu);
   TEST_SUMMARY();
 }

@@ -139,6 +139,16 @@ inline int padding_overwritten(const Tensor& got, const std::vector<bool>& logic
   return bad;
 }
 
+// Runs a test that needs a CUDA device, or prints why it is skipped.
+#if KVB_WITH_CUDA
+#define RUN_CUDA_TEST(fn)                                         \
+  do {                                                            \
+    if (kt::cuda_devices() > 0) RUN_TEST(fn);                     \
+    else SKIP_TEST(fn, "no CUDA device");                         \
+  } while (0)
+#else
+#define RUN_CUDA_TEST(fn) SKIP_TEST(fn, "built without CUDA")
+#endif
 // Usable CUDA devices in this build (0 without CUDA or driver).
 inline int cuda_devices() {
   int32_t n = 0;

@@ -14,18 +14,11 @@ typedef struct attn_ctx {
 
 static int call_attention(void* p) {
   attn_ctx* c = (attn_ctx*)p;
-  kvb_status st = kvb_paged_attention(&c->cache.dev, &c->a, NULL);
-  if (st != KVB_OK) lib_error("kvb_paged_attention", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_paged_attention", kvb_paged_attention(&c->cache.dev, &c->a, NULL));
 }
 
 static void attn_free(attn_ctx* c) {
-  kc_free(&c->cache);
-  kc_free(&c->q);
-  kc_free(&c->out);
-  kc_free(&c->tables);
-  kc_free(&c->lens);
-  kc_free(&c->ws);
+  kc_free_all(&c->cache, &c->q, &c->out, &c->tables, &c->lens, &c->ws, (kcache*)NULL);
 }
 
 /* Random fp32 values of magnitude 1/8..1, as fill16's. */

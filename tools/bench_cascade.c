@@ -45,13 +45,7 @@ static double median(double* v, size_t n) {
 }
 
 static void cascade_free(cascade_ctx* c) {
-  kc_free(&c->cache);
-  kc_free(&c->q);
-  kc_free(&c->out);
-  kc_free(&c->tables);
-  kc_free(&c->lens);
-  kc_free(&c->ws);
-  kc_free(&c->qstart);
+  kc_free_all(&c->cache, &c->q, &c->out, &c->tables, &c->lens, &c->ws, &c->qstart, (kcache*)NULL);
 }
 
 /* batch sequences of shared + own tokens; shared > 0: the first shared / BS columns of every row are

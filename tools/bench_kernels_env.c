@@ -11,6 +11,7 @@
    microseconds) is spread over the calls of one sample. */
 #include "bench_kernels_env.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,14 @@ void kc_free(kcache* c) {
   if (c->staged) cache_free(&c->host);
   cache_free(&c->dev);
   memset(c, 0, sizeof *c);
+}
+
+void kc_free_all(kcache* first, ...) {
+  va_list ap;
+  kcache* c;
+  va_start(ap, first);
+  for (c = first; c; c = va_arg(ap, kcache*)) kc_free(c);
+  va_end(ap);
 }
 
 /* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */

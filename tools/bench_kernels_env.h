@@ -71,6 +71,8 @@ void cache_free(kvb_cache_desc* d);
 /* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
 int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd, uint32_t host_blocks);
 void kc_free(kcache* c);
+/* kc_free on each buffer of a NULL-terminated list. */
+void kc_free_all(kcache* first, ...);
 /* A raw buffer of at least bytes bytes: c->host.k on the host side, c->dev.k on the device. */
 int kc_buffer(const kenv* e, kcache* c, size_t bytes);
 /* Waits until every GPU call issued so far has finished; 1 on the CPU. */

@@ -129,19 +129,11 @@ static double fma_peak(int quick, const char** what) {
 
 int call_prefill(void* p) {
   prefill_ctx* c = (prefill_ctx*)p;
-  kvb_status st = kvb_prefill_attention(&c->cache.dev, &c->a, NULL);
-  if (st != KVB_OK) lib_error("kvb_prefill_attention", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_prefill_attention", kvb_prefill_attention(&c->cache.dev, &c->a, NULL));
 }
 
 void prefill_free(prefill_ctx* c) {
-  kc_free(&c->cache);
-  kc_free(&c->q);
-  kc_free(&c->out);
-  kc_free(&c->qs);
-  kc_free(&c->lens);
-  kc_free(&c->tables);
-  kc_free(&c->ws);
+  kc_free_all(&c->cache, &c->q, &c->out, &c->qs, &c->lens, &c->tables, &c->ws, (kcache*)NULL);
 }
 
 static void set_dtype(kcache* c, uint32_t dtype) {

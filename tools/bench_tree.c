@@ -101,9 +101,7 @@ typedef struct slots_ctx {
 
 static int call_slots(void* p) {
   slots_ctx* c = (slots_ctx*)p;
-  kvb_status st = kvb_copy_slots(c->devs, c->layers, c->pairs, c->n, NULL);
-  if (st != KVB_OK) lib_error("kvb_copy_slots", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_copy_slots", kvb_copy_slots(c->devs, c->layers, c->pairs, c->n, NULL));
 }
 
 /* trees trees of 64 slots each; each keeps a random accepted path of 8..40 nodes (increasing node

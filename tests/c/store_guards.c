@@ -12,20 +12,9 @@
 
 #include "store_rig.h"
 
-/* A directory store over host_mem with num_host_blocks blocks of region_bytes. */
+/* A directory store over host_mem with num_host_blocks blocks of region_bytes that states them. */
 static kvb_store_dir* dir_over(uint32_t num_host_blocks, size_t region_bytes, kvb_store* table) {
-  kvb_store_dir_config dc;
-  kvb_store_dir* d = NULL;
-  void* regions[1];
-  regions[0] = host_mem;
-  kvb_store_dir_config_init(&dc);
-  dc.path = dir_path;
-  dc.regions = regions;
-  dc.num_regions = 1;
-  dc.region_block_bytes = region_bytes;
-  dc.num_host_blocks = num_host_blocks;
-  kvb_store_init(table);
-  CHECK_OK(kvb_store_dir_create(&dc, &d, table));
+  kvb_store_dir* d = store_dir_over(num_host_blocks, region_bytes, table);
   CHECK(table->num_host_blocks == num_host_blocks && table->block_bytes == region_bytes);
   return d;
 }

@@ -96,19 +96,26 @@ static inline int ts_poll(void* u, kvb_store_completion* done, size_t cap, size_
 static kvb_store_dir* dir;
 static test_store ts;
 
-static inline void store_open(void) {
+/* A directory store over host_mem with num_host_blocks blocks of region_bytes; its table in *table. */
+static inline kvb_store_dir* store_dir_over(uint32_t num_host_blocks, size_t region_bytes, kvb_store* table) {
   kvb_store_dir_config dc;
+  kvb_store_dir* d = NULL;
   void* regions[1];
   regions[0] = host_mem;
   kvb_store_dir_config_init(&dc);
   dc.path = dir_path;
   dc.regions = regions;
   dc.num_regions = 1;
-  dc.region_block_bytes = BB;
-  dc.num_host_blocks = HOST;
+  dc.region_block_bytes = region_bytes;
+  dc.num_host_blocks = num_host_blocks;
+  kvb_store_init(table);
+  CHECK_OK(kvb_store_dir_create(&dc, &d, table));
+  return d;
+}
+
+static inline void store_open(void) {
   memset(&ts, 0, sizeof ts);
-  kvb_store_init(&ts.inner);
-  CHECK_OK(kvb_store_dir_create(&dc, &dir, &ts.inner));
+  dir = store_dir_over(HOST, BB, &ts.inner);
 }
 
 static uint32_t store_flags; /* kvb_store.flags of the next make() */

@@ -168,23 +168,7 @@ struct Problem {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
-  const uint32_t dims[] = {64, 128, 256};
-  const uint32_t groups[] = {1, 4, 8};
-  const uint32_t blocks[] = {8, 16, 32};
-  unsigned i = 0;
-  for (uint32_t dt : dtypes)
-    for (uint32_t d : dims)
-      for (uint32_t g : groups) {
-        Case c{dt, d, blocks[i % 3], g == 8 ? 1u : 2u, g, 0, 0, 0.f, (i % 2) == 1, 1000 + i};
-        if ((i / 3) % 2 == 1) {  // window on for half the cases, with sinks for some
-          c.window = 40 + i;
-          c.sink = (i % 4 == 1) ? 5 : 0;
-        }
-        if (i % 5 == 2) c.soft_cap = 5.f;
-        out.push_back(c);
-        ++i;
-      }
+  sweep_shapes(out, 1000, [](unsigned i) { return 40 + i; });
   // Odd group sizes (query-head chunks on CUDA), MQA, block sizes 1 and 64, and a big window.
   out.push_back({KVB_DTYPE_FP16, 128, 16, 1, 12, 0, 0, 0.f, false, 77});
   out.push_back({KVB_DTYPE_BF16, 64, 64, 2, 3, 0, 0, 30.f, true, 78});

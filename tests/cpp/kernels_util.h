@@ -79,6 +79,31 @@ struct HostCache {
   }
 };
 
+// The 27 dtype x head dim x GQA ratio shapes the decode and prefill tests sweep, appended to out as
+// C{dtype, head_dim, block_size, kv_heads, gqa ratio, window, sink, soft_cap, flag, seed}: block sizes
+// 8 / 16 / 32 in turn, the window window(i) on half of them with sinks on some, a soft cap on a fifth,
+// the flag on every other one, seeds from seed0.
+template <class C, class Window>
+void sweep_shapes(std::vector<C>& out, unsigned seed0, Window window) {
+  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+  const uint32_t dims[] = {64, 128, 256};
+  const uint32_t groups[] = {1, 4, 8};
+  const uint32_t blocks[] = {8, 16, 32};
+  unsigned i = 0;
+  for (uint32_t dt : dtypes)
+    for (uint32_t d : dims)
+      for (uint32_t g : groups) {
+        C c{dt, d, blocks[i % 3], g == 8 ? 1u : 2u, g, 0, 0, 0.f, (i % 2) == 1, seed0 + i};
+        if ((i / 3) % 2 == 1) {
+          c.window = window(i);
+          c.sink = (i % 4 == 1) ? 5 : 0;
+        }
+        if (i % 5 == 2) c.soft_cap = 5.f;
+        out.push_back(c);
+        ++i;
+      }
+}
+
 // The fields kvb_attention_args and kvb_prefill_args share: the batch's shape and its buffers.
 template <class Args>
 void set_paged(Args& a, uint32_t num_seqs, uint32_t num_q_heads, uint32_t max_blocks, const void* q, void* out,

@@ -129,13 +129,8 @@ void test_write_kv_bytes() {
         std::vector<int64_t> slots(N);
         for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 5) % 64;  // distinct slots
         slots[3] = -1;
-        kvb_write_kv_args a;
-        kvb_write_kv_args_init(&a);
+        kvb_write_kv_args a = write_args(N, key.data(), value.data(), slots.data());
         a.input_dtype = in;
-        a.num_tokens = N;
-        a.key = key.data();
-        a.value = value.data();
-        a.slot_mapping = slots.data();
         CHECK_OK(kvb_write_kv(&c.desc, &a, nullptr));
         int bad = 0;
         const uint8_t* kb = static_cast<const uint8_t*>(c.k.data());
@@ -450,13 +445,8 @@ void test_cuda_write_kv_bit_identical() {
       for (size_t i = 0; i < sizeof edges / sizeof edges[0]; ++i) key.set(i * 3, edges[i]), value.set(i * 3, edges[i]);
       std::vector<int64_t> slots(N);
       for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 3) % (NB * BS);
-      kvb_write_kv_args a;
-      kvb_write_kv_args_init(&a);
+      kvb_write_kv_args a = write_args(N, key.data(), value.data(), slots.data());
       a.input_dtype = in;
-      a.num_tokens = N;
-      a.key = key.data();
-      a.value = value.data();
-      a.slot_mapping = slots.data();
       CHECK_OK(kvb_write_kv(&host.desc, &a, nullptr));
       DeviceBuffer dk(host.k.bytes()), dv(host.v.bytes()), dkey(key.data(), key.bytes()), dval(value.data(), value.bytes()),
           dslots(slots.data(), slots.size() * 8);

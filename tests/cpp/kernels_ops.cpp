@@ -44,14 +44,9 @@ struct NewKv {
     for (size_t i = 0; i < n; ++i) slots.push_back(i % 5 == 3 ? -1 : all[i]);
   }
   kvb_write_kv_args args(const void* kp, const void* vp, const int64_t* sp) const {
-    kvb_write_kv_args a;
-    kvb_write_kv_args_init(&a);
-    a.num_tokens = slots.size();
-    a.key = kp;
-    a.value = vp;
+    kvb_write_kv_args a = write_args(slots.size(), kp, vp, sp);
     a.key_token_stride = ts;
     a.value_token_stride = ts;
-    a.slot_mapping = sp;
     return a;
   }
 };

@@ -104,6 +104,17 @@ void sweep_shapes(std::vector<C>& out, unsigned seed0, Window window) {
       }
 }
 
+// kvb_write_kv of n tokens from key and value (rows at the default stride) to slots.
+inline kvb_write_kv_args write_args(size_t n, const void* key, const void* value, const int64_t* slots) {
+  kvb_write_kv_args a;
+  kvb_write_kv_args_init(&a);
+  a.num_tokens = n;
+  a.key = key;
+  a.value = value;
+  a.slot_mapping = slots;
+  return a;
+}
+
 // The fields kvb_attention_args and kvb_prefill_args share: the batch's shape and its buffers.
 template <class Args>
 void set_paged(Args& a, uint32_t num_seqs, uint32_t num_q_heads, uint32_t max_blocks, const void* q, void* out,

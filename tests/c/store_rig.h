@@ -168,6 +168,18 @@ static char tmpl[] = "/tmp/kvb_store_test_XXXXXX";
 static int dir_serial;
 #define FRESH_DIR() snprintf(dir_path, sizeof dir_path, "%s/d%d", tmpl, ++dir_serial)
 
+/* The tests' temporary folder (tmpl): made (0 and a message on a failure), then removed with its stores. */
+static inline int tmp_make(void) {
+  if (mkdtemp(tmpl)) return 1;
+  perror("mkdtemp");
+  return 0;
+}
+static inline void tmp_remove(void) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
+}
+
 static int attended_wrong; /* blocks attended with wrong bytes, over the whole test */
 
 /* One prompt through an engine's steps: allocate; poll until it may run; transfers; check that every
@@ -219,6 +231,16 @@ static inline void populate(kvb_manager* m) {
     prompt(other, 22, 5000 + 100 * k);
     run_prompt(m, 10 + k, other, 22, NULL, 1);
   }
+}
+
+/* A store opened here and filled with P's blocks by a first manager; returns a second manager over it. */
+static inline kvb_manager* reopen_populated(void) {
+  kvb_manager* m;
+  store_open();
+  m = make(1, 0);
+  populate(m);
+  kvb_manager_destroy(m);
+  return make(1, 0);
 }
 
 #endif

@@ -124,21 +124,13 @@ struct Problem {
   kvb_attention_args args(void* q_ptr, void* out_ptr, const int32_t* tab, const int32_t* len, void* ws, size_t ws_size) const {
     kvb_attention_args a;
     kvb_attention_args_init(&a);
-    a.num_seqs = uint32_t(lens.size());
-    a.num_q_heads = num_q_heads;
-    a.max_blocks_per_seq = max_blocks;
-    a.q = q_ptr;
+    set_paged(a, uint32_t(lens.size()), num_q_heads, max_blocks, q_ptr, out_ptr, tab, len);
+    set_mask(a, cs.soft_cap, cs.window, cs.sink);
     a.q_seq_stride = q_ss;
     a.q_head_stride = q_hs;
-    a.out = out_ptr;
     a.out_seq_stride = o_ss;
     a.out_head_stride = o_hs;
-    a.block_tables = tab;
-    a.seq_lens = len;
     a.scale = float(scale());
-    a.logits_soft_cap = cs.soft_cap;
-    a.window_tokens = cs.window;
-    a.sink_tokens = cs.sink;
     a.workspace = ws;
     a.workspace_size = ws_size;
     return a;

@@ -167,9 +167,7 @@ const AttnCase kCases[] = {
 };
 
 void test_decode_fp8() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa isa) {
     for (const AttnCase& cs : kCases) {
       // ragged, one long enough to split (partitions of 256 tokens)
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}}, 3 + cs.D + cs.G);
@@ -189,18 +187,15 @@ void test_decode_fp8() {
       const double raw = check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink, &bad);
       CHECK(bad == 0);
       if (raw > raw_tolerance(cs.cd)) {
-        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(simd::Isa(i)), dname(cs.cd), raw);
+        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(isa), dname(cs.cd), raw);
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  }
-  simd::force_isa(initial);
+  });
 }
 
 void test_prefill_fp8() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa) {
     for (const AttnCase& cs : kCases) {
       // a prompt, a chunk over a cached prefix, a decode token, an empty sequence
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{50, 50}, {130, 20}, {0, 0}, {77, 1}}, 5 + cs.D + cs.G);
@@ -219,17 +214,14 @@ void test_prefill_fp8() {
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  }
-  simd::force_isa(initial);
+  });
 }
 
 // A NaN code in one K element makes every output of its kv head's query heads NaN (one V element: that
 // column), on every CPU path (the e4m3 decode reads tiles without NaN codes through a faster load, and
 // must notice this one), and leaves the rest exact; codes at several positions of a tile, both signs.
 void test_decode_nan_codes() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa isa) {
     for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
       for (int which = 0; which < 2; ++which)
         for (int32_t tok : {0, 31, 45, 99}) {
@@ -263,12 +255,11 @@ void test_decode_nan_codes() {
             }
           }
           if (bad)
-            fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(simd::Isa(i)), dname(cd),
+            fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(isa), dname(cd),
                     which ? "V" : "K", tok, bad);
           CHECK(bad == 0);
         }
-  }
-  simd::force_isa(initial);
+  });
 }
 
 // ---- copy, allocation, validation, old callers ----

@@ -41,23 +41,20 @@ namespace simd = kvb::kern::cpu::simd;
 // Every configuration on every CPU vector path this machine supports (KVB_TEST_QUICK=1, as under
 // valgrind: the default path only), each against the float64 reference.
 void test_cpu_against_reference() {
-  const simd::Isa initial = simd::isa();
   const std::vector<Config> all = configs();
-  for (int isa = 0; isa < simd::kNumIsas; ++isa) {
-    if ((quick() && simd::Isa(isa) != initial) || !simd::force_isa(simd::Isa(isa))) continue;
+  on_each_isa([&](simd::Isa isa) {
     int bad = 0, n = 0;
     for (size_t i = 0; i < all.size(); ++i) {
       if (quick() && i % 6 != 0) continue;
       std::mt19937 rng(all[i].seed);
       Problem p(all[i], ragged(all[i].block_size, rng, quick() || all[i].head_dim == 256));
       run_cpu(p);
-      bad += p.compare_ref(p.out, simd::isa_name(simd::Isa(isa)));
+      bad += p.compare_ref(p.out, simd::isa_name(isa));
       ++n;
     }
     CHECK(bad == 0);
     CHECK(n > 0);
-  }
-  simd::force_isa(initial);
+  }, quick());
 }
 
 // Large enough for several threads and query tiles per sequence.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../../kernels/common/convert_cpu.h"
+#include "../../kernels/common/simd_cpu.h"
 #include "../../kernels/common/types.h"
 #include "harness.h"
 #if KVB_WITH_CUDA
@@ -78,6 +79,19 @@ struct HostCache {
     return size_t(block * desc.block_stride + tok * desc.token_stride + head * desc.head_stride + d);
   }
 };
+
+// Runs body(isa) with each CPU vector path this machine supports forced in turn (only the default one when
+// default_only), then forces the default again.
+template <class Body>
+void on_each_isa(Body body, bool default_only = false) {
+  namespace simd = kvb::kern::cpu::simd;
+  const simd::Isa initial = simd::isa();
+  for (int i = 0; i < simd::kNumIsas; ++i) {
+    if ((default_only && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
+    body(simd::Isa(i));
+  }
+  simd::force_isa(initial);
+}
 
 // The 27 dtype x head dim x GQA ratio shapes the decode and prefill tests sweep, appended to out as
 // C{dtype, head_dim, block_size, kv_heads, gqa ratio, window, sink, soft_cap, flag, seed}: block sizes

@@ -289,11 +289,7 @@ void test_cpu_failed_call_writes_nothing() {
 int run_cuda_case(Problem& p, bool graph) {
   run_cpu(p);
   const Tensor cpu_out = p.out;
-  HostCache dev_cache = p.cache;  // same shape and strides; pointers replaced below
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-  dev_cache.desc.k = k.p;
-  dev_cache.desc.v = v.p;
+  const DeviceCache dev_cache(p.cache);
   Tensor out(p.cs.dtype, p.out.n);
   out.poison();
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
@@ -322,11 +318,7 @@ void test_cuda_against_cpu() {
 void test_cuda_rejects_host_pointers() {
   Case c{KVB_DTYPE_FP16, 64, 16, 2, 2, 0, 0, 0.f, false, 9};
   Problem p(c);
-  HostCache dev_cache = p.cache;
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-  dev_cache.desc.k = k.p;
-  dev_cache.desc.v = v.p;
+  const DeviceCache dev_cache(p.cache);
   size_t ws = 0;
   kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   CHECK_OK(kvb_paged_attention_workspace_size(&dev_cache.desc, &a, &ws));

@@ -269,11 +269,7 @@ void test_validation() {
 int run_cuda_case(Problem& p, bool graph) {
   run_cpu(p);
   const Tensor cpu_out = p.out;
-  HostCache dev_cache = p.cache;
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-  dev_cache.desc.k = k.p;
-  dev_cache.desc.v = v.p;
+  const DeviceCache dev_cache(p.cache);
   Tensor out(p.cf.dtype, p.out.n);
   out.poison();
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
@@ -346,11 +342,7 @@ void test_cuda_faults() {
     p.tf32 = variant == 2;
     run_cpu(p);
     const Tensor cpu_out = p.out;
-    HostCache dev_cache = p.cache;
-    DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-    dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-    dev_cache.desc.k = k.p;
-    dev_cache.desc.v = v.p;
+    const DeviceCache dev_cache(p.cache);
     DeviceBuffer q(p.q.data(), p.q.bytes()), o(p.out.bytes());
     auto run = [&](std::vector<int32_t> qs, std::vector<int32_t> lens, std::vector<int32_t> tab, Tensor& out) {
       DeviceBuffer dq(qs.data(), qs.size() * 4), dl(lens.data(), lens.size() * 4), dt(tab.data(), tab.size() * 4);

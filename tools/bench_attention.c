@@ -117,11 +117,7 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
   }
   if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
   if (!kc_upload(e, &c->q) || !kc_upload(e, &c->tables) || !kc_upload(e, &c->lens)) return 0;
-  c->a.q = c->q.dev.k;
-  c->a.out = c->out.dev.k;
-  c->a.block_tables = (const int32_t*)c->tables.dev.k;
-  c->a.seq_lens = (const int32_t*)c->lens.dev.k;
-  c->a.workspace = c->a.workspace_size ? c->ws.dev.k : NULL;
+  KC_POINT_CALL(c->a, c->q, c->out, c->tables, c->lens, c->ws);
   return 1;
 }
 

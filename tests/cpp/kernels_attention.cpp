@@ -294,12 +294,8 @@ int run_cuda_case(Problem& p, bool graph) {
   out.poison();
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
   DeviceBuffer tab(p.tables.data(), p.tables.size() * 4), len(p.lens.data(), p.lens.size() * 4);
-  size_t ws = 0;
-  kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-  CHECK_OK(kvb_paged_attention_workspace_size(&dev_cache.desc, &a, &ws));
-  DeviceBuffer work(ws);
-  a = p.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws);
-  run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&dev_cache.desc, &a, stream)); });
+  attend_cuda(dev_cache.desc, p.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), nullptr, 0),
+              graph);
   o.to_host(out.data());
   return p.compare(out, [&](size_t s, uint32_t h, uint32_t d) {
     return double(cpu_out.get(size_t(int64_t(s) * p.o_ss + h * p.o_hs + d)));

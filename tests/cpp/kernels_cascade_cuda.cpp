@@ -112,13 +112,8 @@ struct DeviceBatch : DeviceCache {
     Tensor out(b.cf.dtype, b.q.n);
     out.poison();
     DeviceBuffer o(out.data(), out.bytes());
-    size_t ws = 0;
-    kvb_attention_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0, g);
-    CHECK_OK(kvb_paged_attention_workspace_size(&desc, &a, &ws));
-    if (ws_out) *ws_out = ws;
-    DeviceBuffer work(ws);
-    a = b.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws, g);
-    run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&desc, &a, stream)); });
+    attend_cuda(desc, b.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), nullptr, 0, g), graph,
+                ws_out);
     o.to_host(out.data());
     return out;
   }

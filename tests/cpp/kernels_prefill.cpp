@@ -275,12 +275,10 @@ int run_cuda_case(Problem& p, bool graph) {
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
   DeviceBuffer qs(p.qstart.data(), p.qstart.size() * 4), len(p.lens.data(), p.lens.size() * 4);
   DeviceBuffer tab(p.tables.data(), p.tables.size() * 4);
-  kvb_prefill_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-  size_t ws = 0;
-  CHECK_OK(kvb_prefill_attention_workspace_size(&dev_cache.desc, &a, &ws));
-  DeviceBuffer work(ws);
-  a = p.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p), work.p, ws);
-  run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, stream)); });
+  attend_cuda(dev_cache.desc,
+              p.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p),
+                     nullptr, 0),
+              graph);
   o.to_host(out.data());
   return p.compare(out, [&](int32_t r, uint32_t h, uint32_t d) {
     return double(cpu_out.get(size_t(r * p.o_ts + h * p.o_hs + d)));

@@ -261,6 +261,19 @@ void run_on_device(bool graph, Launch launch) {
   du::graph_destroy(exec);
   du::stream_destroy(stream);
 }
+
+// A decode or prefill call on a CUDA cache with the workspace its query asks for (the size also in *ws_out
+// when given), on the default stream or captured in a CUDA graph (graph); returns when the device is done.
+template <class Args>
+void attend_cuda(const kvb_cache_desc& c, Args a, bool graph, size_t* ws_out = nullptr) {
+  size_t ws = 0;
+  CHECK_OK(workspace_size(&c, &a, &ws));
+  if (ws_out) *ws_out = ws;
+  DeviceBuffer work(ws);
+  a.workspace = work.p;
+  a.workspace_size = ws;
+  run_on_device(graph, [&](void* stream) { CHECK_OK(attend(&c, &a, stream)); });
+}
 #endif
 
 }  // namespace kt

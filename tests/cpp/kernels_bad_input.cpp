@@ -25,13 +25,7 @@ struct AttnCase {
   kvb_attention_args a;
   AttnCase() {
     kvb_attention_args_init(&a);
-    a.num_seqs = 2;
-    a.num_q_heads = 4;
-    a.max_blocks_per_seq = 4;
-    a.q = q.data();
-    a.out = out.data();
-    a.block_tables = table.data();
-    a.seq_lens = lens.data();
+    set_paged(a, 2, 4, 4, q.data(), out.data(), table.data(), lens.data());
   }
 };
 

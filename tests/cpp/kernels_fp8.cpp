@@ -230,18 +230,12 @@ void test_decode_nan_codes() {
           const uint8_t nan_code = (tok & 1) ? 0xff : 0x7f;  // e5m2: both NaN too
           uint8_t* bytes = static_cast<uint8_t*>((which ? p.cache.v : p.cache.k).data());
           bytes[p.cache.offset(p.tables[size_t(tok) / 16], tok % 16, 0, uint32_t(tok) % D)] = nan_code;
+          Tensor out(KVB_DTYPE_FP16, p.q.n);
+          out.poison();
           kvb_attention_args a;
           kvb_attention_args_init(&a);
           a.q_dtype = KVB_DTYPE_FP16;
-          a.num_seqs = 1;
-          a.num_q_heads = H * G;
-          a.max_blocks_per_seq = p.max_blocks;
-          a.q = p.q.data();
-          Tensor out(KVB_DTYPE_FP16, p.q.n);
-          out.poison();
-          a.out = out.data();
-          a.block_tables = p.tables.data();
-          a.seq_lens = p.lens.data();
+          set_paged(a, 1, H * G, p.max_blocks, p.q.data(), out.data(), p.tables.data(), p.lens.data());
           CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
           int bad = 0;
           std::vector<double> ref(D);
@@ -293,13 +287,7 @@ void test_bad_scales_and_dtypes_refused() {
   kvb_attention_args a;
   kvb_attention_args_init(&a);
   a.q_dtype = KVB_DTYPE_FP32;
-  a.num_seqs = 1;
-  a.num_q_heads = 2;
-  a.max_blocks_per_seq = 1;
-  a.q = q;
-  a.out = out;
-  a.block_tables = table;
-  a.seq_lens = lens;
+  set_paged(a, 1, 2, 1, q, out, table, lens);
   CHECK_OK(kvb_paged_attention(&c.desc, &a, nullptr));
   for (float bad : {0.f, -1.f, NAN, INFINITY}) {
     kvb_cache_desc d = c.desc;
@@ -387,13 +375,7 @@ void test_old_struct_callers() {
   for (uint16_t& x : q) x = 0x3c00;
   std::memset(out, 0xff, sizeof out);
   int32_t table[1] = {0}, lens[1] = {1};
-  a.num_seqs = 1;
-  a.num_q_heads = 1;
-  a.max_blocks_per_seq = 1;
-  a.q = q;
-  a.out = out;
-  a.block_tables = table;
-  a.seq_lens = lens;
+  set_paged(a, 1, 1, 1, q, out, table, lens);
   std::memset(abuf, 0xcd, sizeof abuf);
   std::memcpy(abuf, &a, kOldArgs);
   reinterpret_cast<kvb_attention_args*>(abuf)->struct_size = kOldArgs;

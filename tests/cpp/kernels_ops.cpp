@@ -221,13 +221,7 @@ void test_validation_errors() {
   std::vector<int32_t> table = {0, 1, 2, 3}, lens = {20};
   kvb_attention_args a;
   kvb_attention_args_init(&a);
-  a.num_seqs = 1;
-  a.num_q_heads = 4;
-  a.max_blocks_per_seq = 4;
-  a.q = q.data();
-  a.out = out.data();
-  a.block_tables = table.data();
-  a.seq_lens = lens.data();
+  set_paged(a, 1, 4, 4, q.data(), out.data(), table.data(), lens.data());
   CHECK_OK(kvb_paged_attention(&c.desc, &a, nullptr));
   kvb_attention_args b = a;
   b.num_q_heads = 3;

@@ -45,8 +45,13 @@ namespace hp = hopper;
 using namespace sm90;
 
 // setmaxnreg: the producer needs few registers, the consumers hold O (64), S (32) and P (16) per thread.
+// The split moves registers inside the CTA's allocation (kThreads x the registers the kernel was compiled
+// with): the consumers' increase waits for registers the producer's decrease frees, so a kernel compiled
+// with fewer than kSplitRegs / kThreads (168, the most __launch_bounds__(384, 1) allows) would hang at its
+// first launch. hopper_prefill_selected checks the compiled count and falls back to the portable kernel.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-static_assert(hp::kWgThreads * kProducerRegs + hp::kConsumerThreads * kConsumerRegs <= 65536, "register file");
+constexpr int kSplitRegs = hp::kWgThreads * kProducerRegs + hp::kConsumerThreads * kConsumerRegs;
+static_assert(kSplitRegs <= hp::kThreads * (65536 / hp::kThreads / 8 * 8), "the split exceeds what the CTA can hold");
 static_assert(hp::kKeys <= hp::kWgThreads && hp::kRows <= hp::kThreads, "one producer thread per key, one thread per row");
 
 template <typename T>
@@ -323,6 +328,18 @@ bool hopper_prefill_selected(const Cache& c, const Prefill& a) {
   }
   if (major != 9 || minor != 0 || optin < int(hp::kSmemBytes) + 1024) {
     note_once("the device is not sm_90 (the kernel is sm_90a code): the portable kernel runs");
+    return false;
+  }
+  cudaFuncAttributes fa{};
+  {
+    RelaxedCapture relaxed;
+    check(cudaFuncGetAttributes(&fa, c.dtype == Dtype::f16 ? prefill_hopper_kernel<__half>
+                                                          : prefill_hopper_kernel<__nv_bfloat16>),
+          "prefill attention (sm_90a): kernel attributes");
+  }
+  if (fa.numRegs * hp::kThreads < kSplitRegs) {
+    note_once("the kernel was compiled with fewer registers per thread than its setmaxnreg split needs (168): "
+              "the portable kernel runs");
     return false;
   }
   note_once("the sm_90a kernel runs head dim 128 fp16 / bf16 calls with one key split");

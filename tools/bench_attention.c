@@ -90,8 +90,7 @@ static void relabel_hnd(kvb_cache_desc* d) {
   d->token_stride = d->head_dim;
 }
 
-/* qdtype: the queries of an fp8 cache (fp16 or bf16); other caches' queries are of their dtype. */
-static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t qdtype, uint32_t batch, uint32_t ctx, int hnd) {
+static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint32_t ctx, int hnd) {
   uint32_t i, maxb = ctx / BS, nblocks = batch * maxb;
   size_t es = dtype == KVB_DTYPE_FP32 ? 4 : 2, qbytes = (size_t)batch * HQ * HD * es;
   kvb_status st;
@@ -105,7 +104,7 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t qdtype, uin
     return 0;
   if (dtype == KVB_DTYPE_FP32)
     fill32((float*)c->q.host.k, qbytes / 4, &e->seed);
-  else if (dtype == KVB_DTYPE_BF16 || (dtype == KVB_DTYPE_FP8_E4M3 && qdtype == KVB_DTYPE_BF16))
+  else if (dtype == KVB_DTYPE_BF16)
     fill_bf16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
   else
     fill16((uint16_t*)c->q.host.k, qbytes / 2, &e->seed);
@@ -119,7 +118,6 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t qdtype, uin
   c->a.num_seqs = batch;
   c->a.num_q_heads = HQ;
   c->a.max_blocks_per_seq = maxb;
-  if (dtype == KVB_DTYPE_FP8_E4M3) c->a.q_dtype = qdtype;
   if ((st = kvb_paged_attention_workspace_size(&c->cache.dev, &c->a, &c->a.workspace_size)) != KVB_OK) {
     lib_error("kvb_paged_attention_workspace_size", st);
     return 0;
@@ -135,27 +133,26 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t qdtype, uin
 }
 
 int bench_attention(kenv* e) {
-  /* (batch, context, cache dtype: 0 fp16, 1 fp32, 2 fp8 e4m3 with fp16 queries, 3 bf16, 4 fp8 e4m3 with
-     bf16 queries, HND?), ended by {0, 0}.
+  /* (batch, context, cache dtype: 0 fp16, 1 fp32, 2 fp8 e4m3 with fp16 queries, 3 bf16, HND?), ended by
+     {0, 0}.
      GPU: one sequence (latency), then the throughput shapes of the PERFORMANCE.md goal ((64, 8192) and
      (16, 32768): long contexts, split-K), (64, 8192) on fp8 too (the goal: <= 0.55x the fp16 time); CPU: the goal's shapes (fp16, fp8 and fp32 at 4096 tokens) and
      smaller, against the streaming-read ceiling (attention reads K and V once, with every thread), the
      fp16 and fp32 goal shapes also on a head-major (HND) cache of the same bytes: a head's rows of a block
      contiguous instead of head_dim slices num_kv_heads x head_dim apart (NHD); bf16 at the goal shape
-     (its own code on CPUs with AVX512-BF16, as fp8 with bf16 queries). */
+     (its own code on CPUs with AVX512-BF16). */
   static const uint32_t gpu[][4] = {{1, 4096, 0, 0}, {32, 4096, 0, 0}, {128, 2048, 0, 0}, {64, 8192, 0, 0},
                                     {64, 8192, 2, 0}, {16, 32768, 0, 0}, {0, 0, 0, 0}};
   static const uint32_t gpu_quick[][4] = {{8, 1024, 0, 0}, {8, 1024, 2, 0}, {32, 512, 0, 0}, {0, 0, 0, 0}};
   static const uint32_t cpu[][4] = {{1, 4096, 0, 0}, {8, 4096, 0, 0}, {8, 4096, 0, 1}, {8, 4096, 3, 0},
-                                    {8, 4096, 3, 1}, {8, 4096, 2, 0}, {8, 4096, 4, 0}, {32, 1024, 0, 0}, {8, 4096, 1, 0},
+                                    {8, 4096, 3, 1}, {8, 4096, 2, 0}, {32, 1024, 0, 0}, {8, 4096, 1, 0},
                                     {8, 4096, 1, 1}, {0, 0, 0, 0}};
   static const uint32_t cpu_quick[][4] = {{4, 256, 0, 0}, {8, 256, 0, 0}, {8, 256, 0, 1}, {8, 256, 3, 0},
-                                          {8, 256, 2, 0}, {8, 256, 4, 0}, {4, 256, 1, 0}, {4, 256, 1, 1}, {0, 0, 0, 0}};
-  static const char* const prefix[] = {"", "fp32_", "fp8_", "bf16_", "fp8_bf16q_"};
-  static const char* const name[] = {"", "fp32 ", "fp8_e4m3 ", "bf16 ", "fp8 q bf16 "};
-  static const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_FP32, KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16,
-                                    KVB_DTYPE_FP8_E4M3};
-  static const double elem_bytes[] = {2, 4, 1, 2, 1};
+                                          {8, 256, 2, 0}, {4, 256, 1, 0}, {4, 256, 1, 1}, {0, 0, 0, 0}};
+  static const char* const prefix[] = {"", "fp32_", "fp8_", "bf16_"};
+  static const char* const name[] = {"", "fp32 ", "fp8_e4m3 ", "bf16 "};
+  static const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_FP32, KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16};
+  static const double elem_bytes[] = {2, 4, 1, 2};
   const uint32_t(*shapes)[4] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
   for (s = 0; shapes[s][0] && ok; s++) {
@@ -167,7 +164,7 @@ int bench_attention(kenv* e) {
       snprintf(label, sizeof label, "paged_attention %s%u seqs x %u%s", name[dt], batch, ctx, hnd ? " HND" : "");
     else
       snprintf(label, sizeof label, "paged_attention %u seqs x %u tokens%s", batch, ctx, hnd ? " HND" : "");
-    ok = attn_setup(e, &c, dtypes[dt], dt == 4 ? KVB_DTYPE_BF16 : KVB_DTYPE_FP16, batch, ctx, (int)hnd) &&
+    ok = attn_setup(e, &c, dtypes[dt], batch, ctx, (int)hnd) &&
          bench_one(e, call_attention, &c, key, label, (double)batch * ctx * HKV * HD * elem_bytes[dt] * 2,
                    e->cuda ? CEIL_COPY : CEIL_READ, 0);
     attn_free(&c);

@@ -66,7 +66,7 @@ void bench_help(FILE* f) {
       "    GB/s and the fraction of a copy ceiling measured in the same run:\n"
       "      kvb_paged_attention  decode attention, block tables randomly permuted, every sequence at the\n"
       "                     full context; GB/s = K+V bytes read / time. CPU: (1 seq, 4096 tokens),\n"
-      "                     (8, 4096), bf16 (8, 4096), fp8 e4m3 (8, 4096) with fp16 and with bf16 queries,\n"
+      "                     (8, 4096), bf16 (8, 4096), fp8 e4m3 (8, 4096) with fp16 queries,\n"
       "                     (32, 1024) and fp32 (8, 4096), the fp16, bf16 and fp32 (8, 4096) also on\n"
       "                     a head-major (HND) cache, against the streaming-read ceiling, after a line\n"
       "                     naming the CPU code path (KVB_CPU_ISA); GPU: (1, 4096), (32, 4096),\n"

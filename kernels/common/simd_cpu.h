@@ -13,8 +13,8 @@
 // supported one is supported.
 //
 // avx512bf16 is the AVX-512 path plus AVX512-BF16 (vdpbf16ps: Intel since Cooper Lake, AMD Zen 4 and
-// later): the decode kernel takes its q.k dot products with it where both are bf16 without rounding (bf16
-// caches; fp8 caches with a bf16 q); kernels without such code run their AVX-512 copy there (is_avx512()).
+// later): the decode kernel takes bf16 q.k dot products with it; kernels without such code run their
+// AVX-512 copy there (is_avx512()).
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -45,8 +45,7 @@ Attention read_attention(const Cache& c, const kvb_attention_args* args, bool ne
 namespace cpu {
 void paged_attention(const Cache& c, const Attention& a);
 // The code the last CPU paged_attention call (any thread) ran its items on: the simd::Isa value, and
-// whether they took the pair dot products (decode_pairs_cpu.inc: bf16 caches, fp8 caches with a bf16 q);
-// isa -1 before the first call.
+// whether they took the bf16 pair dot products (decode_pairs_cpu.inc); isa -1 before the first call.
 struct DecodePath {
   int isa;
   bool pairs;

@@ -95,12 +95,11 @@ struct Scratch {
   float* m;    // [KG][GP] running max (log2 units)
   float* l;    // [KG][GP] running sum of exp2(x - m)
   float* s;    // [GP][kTile] logits, then probabilities
-  float* ss;   // [KG] what the scores of q rows kept unscaled (pair dot products) are multiplied by
 
   static int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
   static size_t floats(int64_t KG, int64_t G, int64_t D) {
     const int64_t GP = (G + 3) / 4 * 4;
-    return size_t(2 * padded(KG * GP * D) + 2 * padded(KG * GP) + padded(GP * kTile) + padded(KG));
+    return size_t(2 * padded(KG * GP * D) + 2 * padded(KG * GP) + padded(GP * kTile));
   }
   Scratch(float* base, int64_t KG, int64_t G, int64_t D) {
     const int64_t GP = (G + 3) / 4 * 4;
@@ -109,7 +108,6 @@ struct Scratch {
     m = acc + padded(KG * GP * D);
     l = m + padded(KG * GP);
     s = l + padded(KG * GP);
-    ss = s + padded(GP * kTile);
   }
 };
 
@@ -131,8 +129,7 @@ struct Job {
 
 using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t, int64_t);
 
-// The item body once per code path (AVX512-BF16 included: bf16 caches, and fp8 caches with a bf16 q,
-// take pair dot products there).
+// The item body once per code path (AVX512-BF16 included: bf16 caches take pair dot products there).
 #define KVB_SIMD_BODY "../decode/decode_item_cpu.inc"  // once per code path
 #define KVB_SIMD_BF16_VARIANT
 #include "../common/simd_variants_cpu.inc"
@@ -141,20 +138,20 @@ using ItemFn = void (*)(const Job&, Scratch&, int64_t, int64_t, int64_t, int64_t
 
 std::atomic<int> last_path{-2};  // isa * 2 + pairs
 
-ItemFn pick_item(int64_t D, Dtype dt, Dtype qdt, int64_t G) {
+ItemFn pick_item(int64_t D, Dtype dt, int64_t G) {
   const simd::Isa isa = simd::isa();
   ItemFn f;
   bool pairs = false;
   switch (isa) {
 #if KVB_SIMD_X86
     case simd::Isa::avx512bf16:
-      f = avx512bf16::pick_item(D, dt, qdt, G);
-      pairs = avx512bf16::pairs_for(dt, qdt);
+      f = avx512bf16::pick_item(D, dt, G);
+      pairs = avx512bf16::pairs_for(dt);
       break;
-    case simd::Isa::avx512: f = avx512::pick_item(D, dt, qdt, G); break;
-    case simd::Isa::avx2: f = avx2::pick_item(D, dt, qdt, G); break;
+    case simd::Isa::avx512: f = avx512::pick_item(D, dt, G); break;
+    case simd::Isa::avx2: f = avx2::pick_item(D, dt, G); break;
 #endif
-    default: f = baseline::pick_item(D, dt, qdt, G);
+    default: f = baseline::pick_item(D, dt, G);
   }
   last_path.store(int(isa) * 2 + pairs, std::memory_order_relaxed);
   return f;
@@ -206,7 +203,7 @@ void paged_attention(const Cache& c, const Attention& a) {
   j.ws_l = j.ws_m ? j.ws_m + a.num_seqs * a.num_q_heads * j.NP : nullptr;
   j.ws_o = j.ws_l ? j.ws_l + a.num_seqs * a.num_q_heads * j.NP : nullptr;
 
-  const ItemFn item = pick_item(D, c.dtype, a.q_dtype, G);
+  const ItemFn item = pick_item(D, c.dtype, G);
   if (!item) fail(Code::invalid_argument, "attention: head_dim %lld is not supported", (long long)D);
 
   // Items in (sequence, kv head group, partition) order; partitions past a sequence's end are skipped.

@@ -2,8 +2,7 @@
 // independent reference; write_kv's bytes; decode and prefill on fp8 caches against a float64 reference
 // on the DEQUANTIZED cache (tight: the kernels add no error beyond quantization) and on the unquantized
 // values (the documented quantization tolerance); every q dtype, both formats, per-head scales, every
-// CPU vector path (KVB_TEST_QUICK=1: the default one; with a bf16 q on avx512bf16, the pair dot products,
-// each path asserted); copy_blocks moving bytes; old-struct callers; refused scales and dtypes; and CUDA
+// CPU vector path, each asserted (KVB_TEST_QUICK=1: the default one); copy_blocks moving bytes; old-struct callers; refused scales and dtypes; and CUDA
 // write_kv bit-identical to the CPU where a GPU is there (SKIP otherwise).
 #include <algorithm>
 #include <cfloat>
@@ -182,7 +181,7 @@ const AttnCase kCases[] = {
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 1, 3, 256, true, 0, 0, 0.f},
 };
 
-// Every path asserts the code it ran (with a bf16 q on avx512bf16: the pair dot products), and no path's
+// Every path asserts the code it ran, and no path's
 // largest error against the dequantized float64 reference exceeds the portable path's by more than half,
 // per q dtype.
 void test_decode_fp8() {
@@ -207,7 +206,7 @@ void test_decode_fp8() {
       CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
       const kvb::kern::cpu::DecodePath path = kvb::kern::cpu::last_decode_path();
       CHECK(path.isa == i);
-      CHECK(path.pairs == (simd::Isa(i) == simd::Isa::avx512bf16 && cs.qd == KVB_DTYPE_BF16));
+      CHECK(!path.pairs);  // fp8 takes the fp32 FMAs on every path, a bf16 q too
       std::vector<std::pair<size_t, int32_t>> rows;
       for (size_t s = 0; s < p.seqs.size(); ++s) rows.push_back({s, p.seqs[s].len - 1});
       int bad = 0;
@@ -255,14 +254,13 @@ void test_prefill_fp8() {
 
 // A NaN code in one K element makes every output of its kv head's query heads NaN (one V element: that
 // column), on every CPU path (the e4m3 decode reads tiles without NaN codes through a faster load, and
-// must notice this one), with an fp16 and a bf16 q (the pair dot products on avx512bf16), and leaves the
-// rest exact; codes at several positions of a tile, both signs.
+// must notice this one), with an fp16 and a bf16 q, and leaves the rest exact; codes at several positions of a tile, both signs.
 void test_decode_nan_codes() {
   const simd::Isa initial = simd::isa();
   for (int i = 0; i < simd::kNumIsas; ++i) {
     if ((quick() && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
     for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
-      for (uint32_t qd : {uint32_t(KVB_DTYPE_FP16), uint32_t(KVB_DTYPE_BF16)})  // bf16: the pair dot products
+      for (uint32_t qd : {uint32_t(KVB_DTYPE_FP16), uint32_t(KVB_DTYPE_BF16)})
         for (int which = 0; which < 2; ++which)
           for (int32_t tok : {0, 31, 45, 99}) {
           const uint32_t H = 2, G = 2, D = 64;

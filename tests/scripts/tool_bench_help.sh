@@ -6,7 +6,7 @@
 check "bench --quick --json: exit 0" [ $? -eq 0 ]
 check "bench json: valid" valid_json "$TMP/b.json"
 for k in hash kvb_hash_tokens miss hit decode fork cow swap batch targets config kernels cpu \
-         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 attention_fp8_bf16q_8x256 attention_bf16_8x256 write_kv copy_blocks swap_out swap_in \
+         ceiling_memcpy attention_4x256 attention_8x256 attention_fp8_8x256 attention_bf16_8x256 write_kv copy_blocks swap_out swap_in \
          extend_plain_2x64 extend_tree_2x64 copy_slots; do
   check "bench json: has $k" grep -q "\"$k\": {" "$TMP/b.json"
 done

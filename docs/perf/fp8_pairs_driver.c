@@ -1,6 +1,7 @@
-/* fp8 e4m3 decode on the CPU, one process: a bf16 q (the pair dot products on avx512bf16) against an
-   fp16 q (fp32 FMAs), the two calls alternating, timed by the process CPU clock (all threads; less
-   disturbed by other tenants than the wall clock) and the wall clock, minimum and median of N rounds.
+/* fp8 e4m3 decode on the CPU, one process: a bf16 q against an fp16 q, the two calls alternating (with
+   the library of commit 1e26e41 on avx512bf16: vdpbf16ps against fp32 FMAs; since, FMAs for both),
+   timed by the process CPU clock (all threads; less disturbed by other tenants than the wall clock) and
+   the wall clock, minimum and median of N rounds.
    8 sequences x 4096 tokens (or L2-resident: 1 x 96 with KVB_DRIVER_SMALL=1), Hq 32, Hkv 8, D 128, block
    16, random block order, codes of magnitude 1/8..1.875. Not part of the build:
      cc -O2 -Iabi -o /tmp/fp8_pairs docs/perf/fp8_pairs_driver.c -Lbuild/lib -lkvblock -lm

@@ -138,13 +138,8 @@ void test_write_kv_bytes() {
         std::vector<int64_t> slots(N);
         for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 5) % 64;  // distinct slots
         slots[3] = -1;
-        kvb_write_kv_args a;
-        kvb_write_kv_args_init(&a);
+        kvb_write_kv_args a = write_args(N, key.data(), value.data(), slots.data());
         a.input_dtype = in;
-        a.num_tokens = N;
-        a.key = key.data();
-        a.value = value.data();
-        a.slot_mapping = slots.data();
         CHECK_OK(kvb_write_kv(&c.desc, &a, nullptr));
         int bad = 0;
         const uint8_t* kb = static_cast<const uint8_t*>(c.k.data());
@@ -185,12 +180,10 @@ const AttnCase kCases[] = {
 // Every path asserts the code it ran, and no path's largest error against the dequantized float64
 // reference exceeds the portable path's by more than half, per q dtype.
 void test_decode_fp8() {
-  const simd::Isa initial = simd::isa();
   double worst[simd::kNumIsas][3] = {};  // [path][q dtype]
   bool ran[simd::kNumIsas] = {};
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if ((quick() && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
-    ran[i] = true;
+  on_each_isa([&](simd::Isa isa) {
+    ran[int(isa)] = true;
     for (const AttnCase& cs : kCases) {
       // ragged, one long enough to split (partitions of 256 tokens)
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}}, 3 + cs.D + cs.G);
@@ -205,31 +198,28 @@ void test_decode_fp8() {
       a.workspace_size = ws;
       CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
       const kvb::kern::cpu::DecodePath path = kvb::kern::cpu::last_decode_path();
-      CHECK(path.isa == i);
+      CHECK(path.isa == int(isa));
       CHECK(!path.pairs);  // fp8 takes the fp32 FMAs on every path, a bf16 q too
       std::vector<std::pair<size_t, int32_t>> rows;
       for (size_t s = 0; s < p.seqs.size(); ++s) rows.push_back({s, p.seqs[s].len - 1});
       int bad = 0;
       const double raw = check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink,
-                                    &bad, &worst[i][cs.qd]);
+                                    &bad, &worst[int(isa)][cs.qd]);
       CHECK(bad == 0);
       if (raw > raw_tolerance(cs.cd)) {
-        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(simd::Isa(i)), dname(cs.cd), raw);
+        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(isa), dname(cs.cd), raw);
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-    printf("   %s: max |out - float64 (dequantized)| q fp16 %.3g, bf16 %.3g, fp32 %.3g\n", simd::isa_name(simd::Isa(i)),
-           worst[i][KVB_DTYPE_FP16], worst[i][KVB_DTYPE_BF16], worst[i][KVB_DTYPE_FP32]);
-  }
+    printf("   %s: max |out - float64 (dequantized)| q fp16 %.3g, bf16 %.3g, fp32 %.3g\n", simd::isa_name(isa),
+           worst[int(isa)][KVB_DTYPE_FP16], worst[int(isa)][KVB_DTYPE_BF16], worst[int(isa)][KVB_DTYPE_FP32]);
+  }, quick());
   for (int i = 1; i < simd::kNumIsas; ++i)
     for (int qd = 0; qd < 3 && ran[0] && ran[i]; ++qd) CHECK(worst[i][qd] <= 1.5 * worst[0][qd]);
-  simd::force_isa(initial);
 }
 
 void test_prefill_fp8() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if ((quick() && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa) {
     for (const AttnCase& cs : kCases) {
       // a prompt, a chunk over a cached prefix, a decode token, an empty sequence
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{50, 50}, {130, 20}, {0, 0}, {77, 1}}, 5 + cs.D + cs.G);
@@ -248,8 +238,7 @@ void test_prefill_fp8() {
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  }
-  simd::force_isa(initial);
+  }, quick());
 }
 
 // A NaN code in one K element makes every output of its kv head's query heads NaN (one V element: that
@@ -257,9 +246,7 @@ void test_prefill_fp8() {
 // must notice this one), with an fp16 and a bf16 q, and leaves the rest exact; codes at several
 // positions of a tile, both signs.
 void test_decode_nan_codes() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if ((quick() && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa isa) {
     for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
       for (uint32_t qd : {uint32_t(KVB_DTYPE_FP16), uint32_t(KVB_DTYPE_BF16)})
         for (int which = 0; which < 2; ++which)
@@ -269,18 +256,12 @@ void test_decode_nan_codes() {
             const uint8_t nan_code = (tok & 1) ? 0xff : 0x7f;  // e5m2: both NaN too
             uint8_t* bytes = static_cast<uint8_t*>((which ? p.cache.v : p.cache.k).data());
             bytes[p.cache.offset(p.tables[size_t(tok) / 16], tok % 16, 0, uint32_t(tok) % D)] = nan_code;
+            Tensor out(qd, p.q.n);
+            out.poison();
             kvb_attention_args a;
             kvb_attention_args_init(&a);
             a.q_dtype = qd;
-            a.num_seqs = 1;
-            a.num_q_heads = H * G;
-            a.max_blocks_per_seq = p.max_blocks;
-            a.q = p.q.data();
-            Tensor out(qd, p.q.n);
-            out.poison();
-            a.out = out.data();
-            a.block_tables = p.tables.data();
-            a.seq_lens = p.lens.data();
+            set_paged(a, 1, H * G, p.max_blocks, p.q.data(), out.data(), p.tables.data(), p.lens.data());
             CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
             int bad = 0;
             std::vector<double> ref(D);
@@ -294,12 +275,11 @@ void test_decode_nan_codes() {
               }
             }
             if (bad)
-              fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(simd::Isa(i)), dname(cd),
+              fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(isa), dname(cd),
                       which ? "V" : "K", tok, bad);
             CHECK(bad == 0);
           }
-  }
-  simd::force_isa(initial);
+  }, quick());
 }
 
 // ---- copy, allocation, validation, old callers ----
@@ -333,13 +313,7 @@ void test_bad_scales_and_dtypes_refused() {
   kvb_attention_args a;
   kvb_attention_args_init(&a);
   a.q_dtype = KVB_DTYPE_FP32;
-  a.num_seqs = 1;
-  a.num_q_heads = 2;
-  a.max_blocks_per_seq = 1;
-  a.q = q;
-  a.out = out;
-  a.block_tables = table;
-  a.seq_lens = lens;
+  set_paged(a, 1, 2, 1, q, out, table, lens);
   CHECK_OK(kvb_paged_attention(&c.desc, &a, nullptr));
   for (float bad : {0.f, -1.f, NAN, INFINITY}) {
     kvb_cache_desc d = c.desc;
@@ -427,13 +401,7 @@ void test_old_struct_callers() {
   for (uint16_t& x : q) x = 0x3c00;
   std::memset(out, 0xff, sizeof out);
   int32_t table[1] = {0}, lens[1] = {1};
-  a.num_seqs = 1;
-  a.num_q_heads = 1;
-  a.max_blocks_per_seq = 1;
-  a.q = q;
-  a.out = out;
-  a.block_tables = table;
-  a.seq_lens = lens;
+  set_paged(a, 1, 1, 1, q, out, table, lens);
   std::memset(abuf, 0xcd, sizeof abuf);
   std::memcpy(abuf, &a, kOldArgs);
   reinterpret_cast<kvb_attention_args*>(abuf)->struct_size = kOldArgs;
@@ -476,13 +444,8 @@ void test_cuda_write_kv_bit_identical() {
       for (size_t i = 0; i < sizeof edges / sizeof edges[0]; ++i) key.set(i * 3, edges[i]), value.set(i * 3, edges[i]);
       std::vector<int64_t> slots(N);
       for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 3) % (NB * BS);
-      kvb_write_kv_args a;
-      kvb_write_kv_args_init(&a);
+      kvb_write_kv_args a = write_args(N, key.data(), value.data(), slots.data());
       a.input_dtype = in;
-      a.num_tokens = N;
-      a.key = key.data();
-      a.value = value.data();
-      a.slot_mapping = slots.data();
       CHECK_OK(kvb_write_kv(&host.desc, &a, nullptr));
       DeviceBuffer dk(host.k.bytes()), dv(host.v.bytes()), dkey(key.data(), key.bytes()), dval(value.data(), value.bytes()),
           dslots(slots.data(), slots.size() * 8);
@@ -515,13 +478,6 @@ int main() {
   RUN_TEST(test_copy_blocks_moves_bytes);
   RUN_TEST(test_bad_scales_and_dtypes_refused);
   RUN_TEST(test_old_struct_callers);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0)
-    RUN_TEST(test_cuda_write_kv_bit_identical);
-  else
-    SKIP_TEST(test_cuda_write_kv_bit_identical, "no CUDA device");
-#else
-  SKIP_TEST(test_cuda_write_kv_bit_identical, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_write_kv_bit_identical);
   TEST_SUMMARY();
 }

@@ -33,10 +33,7 @@ int main(int argc, char** argv) {
   kvb_cache_desc c;
   kvb_cache_desc_init(&c);
   c.dtype = KVB_DTYPE_FP8_E4M3;
-  c.num_blocks = nblocks;
-  c.block_size = BS;
-  c.num_kv_heads = HKV;
-  c.head_dim = D;
+  c.num_blocks = nblocks, c.block_size = BS, c.num_kv_heads = HKV, c.head_dim = D;
   if (kvb_cache_alloc(&c) != KVB_OK) return fprintf(stderr, "alloc: %s\n", kvb_last_error()), 1;
   const size_t bytes = (size_t)nblocks * BS * HKV * D;
   for (size_t i = 0; i < bytes; i++) {

@@ -28,12 +28,6 @@ namespace simd = kvb::kern::cpu::simd;
 
 namespace {
 
-// KVB_TEST_QUICK=1 (valgrind, sanitizers): the attention tests run the default CPU path only.
-bool quick() {
-  const char* q = std::getenv("KVB_TEST_QUICK");
-  return q && std::strcmp(q, "1") == 0;
-}
-
 uint8_t lib_encode(const Format& f, float x) { return f.e5m2 ? fp8::float_to_e5m2(x) : fp8::float_to_e4m3(x); }
 float lib_decode(const Format& f, uint8_t c) { return f.e5m2 ? fp8::e5m2_to_float(c) : fp8::e4m3_to_float(c); }
 
@@ -213,7 +207,7 @@ void test_decode_fp8() {
     }
     printf("   %s: max |out - float64 (dequantized)| q fp16 %.3g, bf16 %.3g, fp32 %.3g\n", simd::isa_name(isa),
            worst[int(isa)][KVB_DTYPE_FP16], worst[int(isa)][KVB_DTYPE_BF16], worst[int(isa)][KVB_DTYPE_FP32]);
-  }, quick());
+  }, kvbt_quick());  // the default path only under KVB_TEST_QUICK
   for (int i = 1; i < simd::kNumIsas; ++i)
     for (int qd = 0; qd < 3 && ran[0] && ran[i]; ++qd) CHECK(worst[i][qd] <= 1.5 * worst[0][qd]);
 }
@@ -238,7 +232,7 @@ void test_prefill_fp8() {
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  }, quick());
+  }, kvbt_quick());  // the default path only under KVB_TEST_QUICK
 }
 
 // A NaN code in one K element makes every output of its kv head's query heads NaN (one V element: that
@@ -279,7 +273,7 @@ void test_decode_nan_codes() {
                       which ? "V" : "K", tok, bad);
             CHECK(bad == 0);
           }
-  }, quick());
+  }, kvbt_quick());  // the default path only under KVB_TEST_QUICK
 }
 
 // ---- copy, allocation, validation, old callers ----

@@ -36,22 +36,14 @@ struct WriteParams {
   FaultRecord* fault;
 };
 
-// Token `token`'s cache slot, or -1 when its CTA writes nothing: a padding slot (-1), or a slot outside
-// the cache, recorded as a fault.
-__device__ __forceinline__ int64_t slot_of(const WriteParams& p, int64_t token) {
-  const int64_t slot = p.slots[token];
-  if (slot < 0 || slot >= p.num_slots) {
-    if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
-    return -1;
-  }
-  return slot;
-}
-
 template <typename W>
 __global__ void write_kv_kernel(const WriteParams p) {
   const int64_t token = blockIdx.x;
-  const int64_t slot = slot_of(p, token);
-  if (slot < 0) return;
+  const int64_t slot = p.slots[token];
+  if (slot < 0 || slot >= p.num_slots) {
+    if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
+    return;
+  }
   const int64_t base = p.kv.slot_row(slot, p.block_shift, p.block_mask);
   const int total = p.heads * p.chunks_per_row;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
@@ -88,8 +80,11 @@ __device__ __forceinline__ float load_input(const char* p, int64_t i) {
 template <Dtype IN, bool E5M2>
 __global__ void write_kv_fp8_kernel(const WriteParams p, const Fp8Scales sc, int head_dim) {
   const int64_t token = blockIdx.x;
-  const int64_t slot = slot_of(p, token);
-  if (slot < 0) return;
+  const int64_t slot = p.slots[token];
+  if (slot < 0 || slot >= p.num_slots) {
+    if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
+    return;
+  }
   const int64_t base = p.kv.slot_row(slot, p.block_shift, p.block_mask);
   const int total = p.heads * head_dim;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {

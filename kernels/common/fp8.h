@@ -70,19 +70,25 @@ KVB_HD uint32_t encode_magnitude(uint32_t a, int man_bits, int bias, uint32_t ma
   return q > max_code ? max_code : q;
 }
 
-// fp32 -> fp8 bits of a format with `man_bits`, `bias` and largest finite code `max_code`: RNE,
-// saturating (inf too) to +-max, NaN -> sign | 0x7f.
-KVB_HD uint8_t float_to_fp8(float x, int man_bits, int bias, uint32_t max_code) {
+// fp32 -> e4m3fn bits: RNE, saturating to +-448, inf -> +-448, NaN -> sign | 0x7f.
+KVB_HD uint8_t float_to_e4m3(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);
-  if (a == 0x7f800000u) return uint8_t(sign | max_code);
-  return uint8_t(sign | encode_magnitude(a, man_bits, bias, max_code));
+  if (a == 0x7f800000u) return uint8_t(sign | 0x7eu);
+  return uint8_t(sign | encode_magnitude(a, 3, 7, 0x7eu));
 }
-// e4m3fn: +-448 at most; e5m2: +-57344.
-KVB_HD uint8_t float_to_e4m3(float x) { return float_to_fp8(x, 3, 7, 0x7eu); }
-KVB_HD uint8_t float_to_e5m2(float x) { return float_to_fp8(x, 2, 15, 0x7bu); }
+
+// fp32 -> e5m2 bits: RNE, saturating to +-57344, inf -> +-57344, NaN -> sign | 0x7f.
+KVB_HD uint8_t float_to_e5m2(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);
+  if (a == 0x7f800000u) return uint8_t(sign | 0x7bu);
+  return uint8_t(sign | encode_magnitude(a, 2, 15, 0x7bu));
+}
 
 // e4m3fn bits -> fp32, exact; 0x7f / 0xff are NaN (the format has no inf).
 KVB_HD float e4m3_to_float(uint8_t b) {

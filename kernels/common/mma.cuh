@@ -42,6 +42,14 @@ struct Mma<__nv_bfloat16> {
   }
 };
 
+// Two products sharing A, over the two 8-column halves of one ldmatrix.x4 B fragment: b[0..1] into c0,
+// b[2..3] into c1.
+template <typename T>
+__device__ __forceinline__ void mma_x2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  Mma<T>::run(c0, a, b[0], b[1]);
+  Mma<T>::run(c1, a, b[2], b[3]);
+}
+
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

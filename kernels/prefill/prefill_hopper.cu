@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
     const int r = x / hp::kChunks, c = x % hp::kChunks, pr = pr0 + r;
     const bool ok = sv.fault == KVB_FAULT_NONE && r < rows;
     const T* src = reinterpret_cast<const T*>(p.q);
-    if (ok) src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
+    if (ok) src += int64_t(sv.row0 + pr / G) * p.q_row_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
     cp_async16(base + hp::tile_offset(BM, r, c), src, ok ? 16 : 0);
   }
   cp_async_commit();
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
     // ---- Producer: K / V tiles into the ring ----
     regs_dec<kProducerRegs>();
     const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
-    const int64_t head_off = int64_t(kvh) * p.head_stride;
+    const int64_t head_off = p.kv.head(kvh);
     const int kmask = (1 << p.block_shift) - 1;
     const int cp_chunk = hp::copy_chunk(t);
     for (int i = 0; i < n_tiles; ++i) {
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
         if (tok < sv.len) {
           const int id = __ldg(table + (tok >> p.block_shift));
           if (id >= 0 && id < p.num_blocks)
-            off = (int64_t(id) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off) * int64_t(sizeof(T));
+            off = (p.kv.row(id, tok, kmask) + head_off) * int64_t(sizeof(T));
           // Only a token some row attends needs a valid block (what the CPU checks); a window may have
           // released the others (-1): zero-filled, masked.
           else if (tok <= pos_last && (tok < kt.sink || tok >= kt.lo_first) && atomicExch(&s_bad, 1) == 0 && kvh == 0)
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
     asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(sQ + hp::tile_offset(BM, r, c)));
-    T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride + c * 8;
+    T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_row_stride + int64_t(h) * p.out_head_stride + c * 8;
     *reinterpret_cast<uint4*>(op) = v;
   }
 }

@@ -1,6 +1,7 @@
 """libkvblock's CUDA kernels through the Python package against torch SDPA on the same card and shapes.
 
     python3 tools/gpu/bench_torch.py [--quick] [--out summary.md]
+    python3 tools/gpu/bench_torch.py --cpu [--out table.md]      (no GPU needed: see cpu_shapes)
 
 For each shape of the H100 table of 2026-11-25: libkvblock's paged decode or prefill kernel (through the
 package's torch path, timed as CUDA-graph replays), torch SDPA with the flash, cuDNN and efficient
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import List, Optional
@@ -81,11 +83,25 @@ SMOKE_SHAPES: List[Shape] = [
 ]
 
 
+# --cpu: libkvblock's CPU kernels against torch's CPU SDPA (flash) on the shapes of the CPU targets:
+# prefill >= PREFILL_TARGET x torch's GFLOP/s.
+def cpu_shapes(tokens: int = 2048) -> List[Shape]:
+    return [Shape(f"{kind} {seqs}x{tokens} {name}", kind, seqs, tokens, dtype=dtype)
+            for kind, seqs in (("prefill", 1), ("decode", 8))
+            for dtype, name in (("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16"))]
+
+
+PREFILL_TARGET = 1.5
+CPU_RUNS = 5
+
+
 @dataclass
 class Row:
     shape: Shape
     kvb_us: float = math.nan
     rate: str = ""
+    work: float = math.nan          # bytes read (decode) or flops (prefill) of libkvblock's call
+    torch_work: float = math.nan    # the same for torch's call (decode: every sequence at full length)
     torch_us: Optional[dict] = None
     err: float = math.nan
     ok: bool = False
@@ -100,7 +116,12 @@ def main() -> int:
                    help="only these shapes (run.sh benches the prefill shapes again with KVB_CUDA_PREFILL=hopper)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="small shapes on libkvblock's CPU kernels: tests this script where no GPU is")
+    p.add_argument("--cpu", action="store_true",
+                   help="cpu_shapes() on libkvblock's CPU kernels against torch's CPU SDPA, both timed")
+    p.add_argument("--tokens", type=int, help=argparse.SUPPRESS)  # every shape's length (the tests' tiny run)
     a = p.parse_args()
+    if a.cpu:
+        return _cpu_main(a)
     try:
         import torch
     except Exception as e:  # noqa: BLE001 - any import failure means: nothing to measure here
@@ -140,10 +161,74 @@ def main() -> int:
         if not a.cpu_smoke:
             torch.cuda.empty_cache()
     table = _table(rows, copy, gemm)
+    return _finish(a.out, lines, table, rows)
+
+
+def _cpu_main(a: argparse.Namespace) -> int:
+    """--cpu: the same cases as the GPU rows (torch_cases on DEV "cpu"), torch timed as well."""
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 - any import failure means: nothing to measure here
+        return _skip(a.out, f"torch does not import ({type(e).__name__}: {e})")
+    import torch_cases  # noqa: E402 - needs torch
+    import torch_timing
+
+    import kvblock
+
+    torch_cases.DEV, torch_cases.CPU_TIMED, torch_timing.CPU_RUNS = "cpu", True, CPU_RUNS
+    # libkvblock's kernels start std::thread::hardware_concurrency() threads (capped by the work; the
+    # shapes here have enough for all): the CPUs online, which os.cpu_count() also reports.
+    threads = os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    lines = [f"CPU: libkvblock path {kvblock.cpu_isa()} (KVB_CPU_ISA={os.environ.get('KVB_CPU_ISA', 'unset')}), "
+             f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), {threads} threads each, "
+             f"best of {CPU_RUNS} calls; library {kvblock._lib.LIBRARY_PATH}"]
+    print(lines[-1], flush=True)
+    rows = []
+    for s in cpu_shapes(a.tokens or 2048):
+        row = Row(s)
+        try:
+            torch_cases.run_shape(kvblock, s, row, TOL[s.dtype], 0)
+        except Exception as e:  # noqa: BLE001 - one shape's failure is reported, the others still run
+            row.note = f"{type(e).__name__}: {e}"[:160]
+            row.ok = False
+        rows.append(row)
+        print("  " + " | ".join(_cpu_cells(row)), flush=True)
+    table = ["| " + " | ".join(CPU_HEADER) + " |", "|" + "---|" * len(CPU_HEADER)]
+    table += ["| " + " | ".join(_cpu_cells(r)) + " |" for r in rows]
+    table += ["", "Decode rate: K+V bytes read (torch: every sequence at full length); prefill: causal flops "
+              f"(4 Hq D per pair). Target (prefill): libkvblock >= {PREFILL_TARGET}x torch's GFLOP/s. "
+              "torch: SDPA flash on contiguous K/V (\"rep\": K/V repeated to Hq heads before the timing)."]
+    return _finish(a.out, lines, table, rows)
+
+
+CPU_HEADER = ["shape", "kvb us", "kvb rate", "torch us", "torch rate", "kvb / torch rate", "target", "rel err",
+              "pass"]
+
+
+def _cpu_cells(row: Row) -> List[str]:
+    t = (row.torch_us or {}).get("flash")
+    unit = "GFLOP/s" if row.shape.kind == "prefill" else "GB/s"
+    torch_rate = ratio = target = "-"
+    if t is not None and not math.isnan(row.kvb_us):
+        torch_rate = f"{row.torch_work / (t[0] * 1e-6) / 1e9:.1f} {unit}"
+        r = (row.work / row.kvb_us) / (row.torch_work / t[0])
+        ratio = f"{r:.2f}"
+        if row.shape.kind == "prefill":
+            met = r >= PREFILL_TARGET
+            target = f">= {PREFILL_TARGET}: " + ("met" if met else f"not ({r / PREFILL_TARGET:.2f} of it)")
+    err = "-" if math.isnan(row.err) else f"{row.err:.1e}"
+    torch_us = "n/a" if t is None else _fmt_us(t[0]) + (" (rep)" if "rep" in t[1] else "")
+    return [row.shape.name, _fmt_us(row.kvb_us), row.rate or "-", torch_us, torch_rate, ratio, target, err,
+            ("pass" if row.ok else "FAIL") + (f" ({row.note})" if row.note else "")]
+
+
+def _finish(out: Optional[str], lines: List[str], table: List[str], rows: List[Row]) -> int:
+    """Prints the header lines and the table, writes them to out; the exit status: 1 when a row failed."""
     text = "\n".join(lines + [""] + table)
     print("\n" + text)
-    if a.out:
-        with open(a.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(text + "\n")
     return 0 if all(r.ok for r in rows) else 1
 

@@ -15,8 +15,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch_timing import attention_ref, rel_err, time_gpu
 
 # "cuda"; "cpu" for --cpu-smoke, a run of the same code paths on small shapes without a GPU (libkvblock's
-# CPU kernels, the reference, the table), so that the script is tested where no GPU is.
+# CPU kernels, the reference, the table), so that the script is tested where no GPU is, and for --cpu,
+# libkvblock's CPU kernels against torch's CPU SDPA (CPU_TIMED: torch is timed too).
 DEV = "cuda"
+CPU_TIMED = False
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -77,8 +79,18 @@ def run_shape(kvb: Any, s: Any, row: Any, tol: float, rotate_bytes: int) -> None
 
 
 def _backends() -> dict:
-    """The SDPA backends compared with: flash and cuDNN exist on CUDA only; the CPU smoke run times none."""
-    return BACKENDS if DEV == "cuda" else {}
+    """The SDPA backends compared with: flash and cuDNN exist on CUDA only; on the CPU torch's flash kernel
+    (its fastest CPU attention), or none in the smoke run."""
+    if DEV == "cuda":
+        return BACKENDS
+    return {"flash": SDPBackend.FLASH_ATTENTION} if CPU_TIMED else {}
+
+
+def _rate(work: float, seconds: float, unit: str) -> str:
+    """work per second: "B/s" (bytes) or "FLOP/s", in T on the GPU and G on the CPU."""
+    if DEV == "cuda":
+        return f"{work / seconds / 1e12:.{2 if unit == 'B/s' else 1}f} T{unit}"
+    return f"{work / seconds / 1e9:.1f} G{unit}"
 
 
 def _elem(dtype: str) -> int:
@@ -97,6 +109,7 @@ def _decode(kvb: Any, s: Any, row: Any, tol: float, rotate_bytes: int) -> None:
     ks = [torch.randn(s.seqs, s.tokens, s.hkv, s.d, dtype=dt, device=DEV).transpose(1, 2) for _ in range(copies)]
     vs = [torch.randn_like(k) for k in ks]
     row.torch_us = {name: _sdpa_time(be, q4, ks, vs, causal=False, mask=None) for name, be in _backends().items()}
+    row.torch_work = s.seqs * s.tokens * s.hkv * s.d * _elem(s.dtype) * 2
     if copies > 1:
         row.note = (row.note + "; " if row.note else "") + f"rotated over {copies} copies"
 
@@ -127,7 +140,8 @@ def _decode_kvb(kvb: Any, s: Any, row: Any, tol: float, lens: List[int], copies:
 
     t, how = time_gpu(call)
     row.kvb_us = t / copies * 1e6
-    row.rate = f"{kv_bytes / (t / copies) / 1e12:.2f} TB/s"
+    row.work = kv_bytes
+    row.rate = _rate(kv_bytes, t / copies, "B/s")
     if how == "eager":  # capture failed: launch overhead included
         row.note = "kvb timed eager"
 
@@ -154,6 +168,7 @@ def _prefill(kvb: Any, s: Any, row: Any, tol: float) -> None:
         from torch.nn.attention.bias import causal_lower_right
         mask = causal_lower_right(s.tokens, L)
     row.torch_us = {name: _sdpa_time(be, qt, kt, vt, causal=not s.cached, mask=mask) for name, be in _backends().items()}
+    row.torch_work = row.work  # the same prompts and lengths
 
 
 def _prefill_kvb(kvb: Any, s: Any, row: Any, tol: float) -> None:
@@ -190,7 +205,8 @@ def _prefill_kvb(kvb: Any, s: Any, row: Any, tol: float) -> None:
 
     t, how = time_gpu(call)
     row.kvb_us = t * 1e6
-    row.rate = f"{flops / t / 1e12:.1f} TFLOP/s"
+    row.work = flops
+    row.rate = _rate(flops, t, "FLOP/s")
     if how == "eager":  # capture failed: launch overhead included
         row.note = "kvb timed eager"
 

@@ -14,11 +14,11 @@ torch = pytest.importorskip("torch")
 BENCH = Path(__file__).resolve().parents[3] / "tools" / "gpu" / "bench_torch.py"
 
 
-def _run(tmp_path, *extra_env):
+def _run(tmp_path, *extra_env, args=("--cpu-smoke",)):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     env.update(dict(extra_env))
     out = tmp_path / "table.md"
-    r = subprocess.run([sys.executable, str(BENCH), "--cpu-smoke", "--out", str(out)], env=env,
+    r = subprocess.run([sys.executable, str(BENCH), *args, "--out", str(out)], env=env,
                        capture_output=True, text=True, timeout=600)
     return r, out.read_text() if out.exists() else ""
 
@@ -45,3 +45,20 @@ def test_a_wrong_output_fails_its_row(tmp_path):
     r, table = _run(tmp_path, ("PYTHONPATH", env_path))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL" in table
+
+
+def test_cpu_mode_times_both_and_checks_every_row(tmp_path):
+    """--cpu (libkvblock's CPU kernels against torch's CPU SDPA) on a tiny length: every dtype's prefill and
+    decode row is checked, timed on both sides, and the prefill rows are judged against the target."""
+    r, table = _run(tmp_path, args=("--cpu", "--tokens", "40"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    import kvblock
+    assert f"libkvblock path {kvblock.cpu_isa()} " in table and f"{os.cpu_count()} threads each" in table, table
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    names = [cells[0].lstrip("| ") for cells in rows]
+    kinds = (("prefill", 1), ("decode", 8))
+    assert names == [f"{k} {n}x40 {d}" for k, n in kinds for d in ("fp32", "bf16", "fp16")], table
+    for cells in rows:
+        assert cells[-1].rstrip(" |") == "pass", table
+        assert cells[4].endswith(("GFLOP/s", "GB/s")) and float(cells[5]) > 0, table  # torch timed, ratio given
+        assert (">= 1.5: " in cells[6]) == cells[0].startswith("| prefill"), table

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import kvblock
@@ -20,6 +19,8 @@ from kvblock.engine.model import Model, ModelConfig, reference_generate
 from kvblock.engine.sequence import Request
 from kvblock.engine.speculative import draft_vocab_error
 from test_engine_speculative import RUNS, requests, run
+from test_engine_torch_speculative import RUNS as TORCH_RUNS
+from test_engine_torch_speculative import _prompts, _run
 
 try:
     import safetensors  # noqa: F401
@@ -122,41 +123,16 @@ def checkpoints(tmp_path_factory):
     return {k: str(v) for k, v in dict(target=target, same=same, small=small, other=other).items()}
 
 
-TORCH_RUNS = {  # (shared prefix, max_tokens, engine config)
-    "prefix hits, chunks": (20, 10, dict(num_blocks=96, block_size=8, max_batched_tokens=24)),
-    "tiny pool, recompute": (8, 16, dict(num_blocks=14, block_size=4, max_num_seqs=4, max_batched_tokens=40)),
-    "tiny pool, swap, n=2": (8, 16, dict(num_blocks=14, block_size=4, max_num_seqs=4, max_batched_tokens=40,
-                                         num_host_blocks=64, preemption="swap", n=2)),
-}
-
-
-def _torch_run(dirs, prompts, max_tokens, draft=None, n=1, **cfg):
-    from kvblock.engine.torch_engine import TorchEngine
-    from kvblock.engine.torch_model import TorchModel
-
-    def load(d):
-        return TorchModel.from_pretrained(d, "cpu", "float32", max_len=256)
-    eng = TorchEngine(load(dirs["target"]), EngineConfig(**cfg), cuda_graph=False,
-                      draft_model=load(dirs[draft]) if draft else None)
-    for i, p in enumerate(prompts):
-        eng.add_request(Request(i, p, max_tokens, n=n))
-    out = eng.run()
-    eng.mgr.check_invariants()
-    assert eng.mgr.stats()["used_blocks"] == 0
-    return {i: [s.output for s in sorted(v, key=lambda s: s.index)] for i, v in out.items()}, eng
-
-
 @needs_torch
 @pytest.mark.parametrize("draft,name", [("small", n) for n in TORCH_RUNS] + [("same", "tiny pool, swap, n=2")])
 def test_torch_draft_model_is_token_exact_with_plain_greedy(checkpoints, draft, name):
     shared, max_tokens, cfg = TORCH_RUNS[name]
     cfg = dict(cfg)
     n = cfg.pop("n", 1)
-    rng = np.random.default_rng(3)
-    prefix = rng.integers(0, 512, shared).tolist()
-    prompts = [prefix + rng.integers(0, 512, 5 + 4 * i).tolist() for i in range(4)]
-    plain, _ = _torch_run(checkpoints, prompts, max_tokens, n=n, **cfg)
-    spec, eng = _torch_run(checkpoints, prompts, max_tokens, draft, n=n, speculative_tree=(3, 2), **cfg)
+    prompts = _prompts(512, 4, shared, seed=3)
+    plain, _ = _run(checkpoints["target"], prompts, max_tokens, n=n, **cfg)
+    spec, eng = _run(checkpoints["target"], prompts, max_tokens, n=n, draft_dir=checkpoints[draft],
+                     speculative_tree=(3, 2), **cfg)
     assert spec == plain
     st = eng.speculator.stats
     assert st.verified > 0 and eng.mgr.stats()["hit_tokens"] > 0

@@ -30,12 +30,17 @@ def _prompts(vocab: int, n: int, shared: int, seed: int = 0) -> list:
     return [prefix + rng.integers(0, vocab, 5 + 4 * i).tolist() for i in range(n)]
 
 
-def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = False, **cfg) -> tuple:
+def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = False,
+         draft_dir: str = "", **cfg) -> tuple:
+    """draft_dir: a separate draft model's checkpoint (test_engine_draft_model.py)."""
     from kvblock.engine import EngineConfig, Request
     from kvblock.engine.torch_engine import TorchEngine
     from kvblock.engine.torch_model import TorchModel
-    model = TorchModel.from_pretrained(model_dir, "cpu", "float32", max_len=256)
-    eng = TorchEngine(model, EngineConfig(**cfg), cuda_graph=cuda_graph)
+
+    def load(d: str) -> TorchModel:
+        return TorchModel.from_pretrained(d, "cpu", "float32", max_len=256)
+    eng = TorchEngine(load(model_dir), EngineConfig(**cfg), cuda_graph=cuda_graph,
+                      draft_model=load(draft_dir) if draft_dir else None)
     for i, p in enumerate(prompts):
         eng.add_request(Request(i, p, max_tokens, n=n))
     out = eng.run()

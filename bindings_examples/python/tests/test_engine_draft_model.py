@@ -83,6 +83,8 @@ def test_draft_model_refusals(model):
     with pytest.raises(ValueError, match="store 'memory:' with a draft model"):
         Engine(model, EngineConfig(speculative_tree=(2, 2), num_host_blocks=8, host_cache=True, store="memory:"),
                Model(ModelConfig(num_layers=1)))
+    with pytest.raises(ValueError, match="without speculative_tree"):
+        Engine(model, EngineConfig(), Model(ModelConfig(num_layers=1)))
     with pytest.raises(ValueError, match="sliding-window draft"):
         Engine(model, EngineConfig(speculative_tree=(2, 2)), Model(ModelConfig(num_layers=1, window=8)))
 

@@ -48,6 +48,8 @@ class Engine(OwnsHandle):
         """draft_model: a smaller model of the same vocabulary that drafts the token trees of
         cfg.speculative_tree (speculative.py) instead of the target's first layers."""
         self.model, self.cfg, self.draft_model = model, cfg, draft_model
+        if draft_model is not None and not cfg.speculative_tree:
+            raise ValueError("a draft model without speculative_tree: it would draft nothing")
         mc = model.cfg
         if cfg.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {cfg.preemption!r}")

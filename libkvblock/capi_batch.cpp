@@ -37,16 +37,12 @@ kvb::PrefixGroupsOut* read_prefix_groups_out(const kvb_prefix_groups* pg, kvb::P
 extern "C" {
 
 void kvb_prefix_groups_init(kvb_prefix_groups* groups) {
-  if (!groups) return;
-  std::memset(static_cast<void*>(groups), 0, sizeof *groups);
-  groups->struct_size = sizeof *groups;
+  if (!kvb::init_struct(groups)) return;
   groups->min_shared_blocks = 2;
 }
 
 void kvb_batch_init(kvb_batch* batch) {
-  if (!batch) return;
-  std::memset(static_cast<void*>(batch), 0, sizeof *batch);
-  batch->struct_size = sizeof *batch;
+  kvb::init_struct(batch);
 }
 
 // kvb_batch grew tree_mask after KVB_0.2 (abi/ABI.md, "Symbol versions"): a binary linked against an
@@ -54,9 +50,7 @@ void kvb_batch_init(kvb_batch* batch) {
 // that only its versioned alias is exported.)
 static constexpr size_t kBatchSize01 = offsetof(kvb_batch, tree_mask);
 KVB_API void kvbv01_batch_init(kvb_batch* batch) {
-  if (!batch) return;
-  std::memset(static_cast<void*>(batch), 0, kBatchSize01);
-  batch->struct_size = uint32_t(kBatchSize01);
+  kvb::init_struct(batch, kBatchSize01);
 }
 __asm__(".symver kvbv01_batch_init, kvb_batch_init@KVB_0.1");
 

@@ -13,18 +13,14 @@ using kvb::guarded;
 extern "C" {
 
 void kvb_config_init(kvb_config* cfg) {
-  if (!cfg) return;
-  std::memset(static_cast<void*>(cfg), 0, sizeof *cfg);
-  cfg->struct_size = sizeof *cfg;
+  if (!kvb::init_struct(cfg)) return;
   cfg->block_size = 16;
   cfg->event_capacity = 65536;
   cfg->host_cache_twin_percent = 1;
 }
 
 void kvb_group_spec_init(kvb_group_spec* spec) {
-  if (!spec) return;
-  std::memset(static_cast<void*>(spec), 0, sizeof *spec);
-  spec->struct_size = sizeof *spec;
+  kvb::init_struct(spec);
 }
 
 namespace {

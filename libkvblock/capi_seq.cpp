@@ -122,9 +122,7 @@ kvb_status kvb_check_invariants(kvb_manager* m) {
 }
 
 void kvb_seq_options_init(kvb_seq_options* opts) {
-  if (!opts) return;
-  std::memset(static_cast<void*>(opts), 0, sizeof *opts);
-  opts->struct_size = sizeof *opts;
+  kvb::init_struct(opts);
 }
 
 kvb_status kvb_seq_set_extra_key(kvb_manager* m, int64_t seq_id, uint32_t block_index, uint64_t key) {
@@ -132,9 +130,7 @@ kvb_status kvb_seq_set_extra_key(kvb_manager* m, int64_t seq_id, uint32_t block_
 }
 
 void kvb_seq_info_init(kvb_seq_info* info) {
-  if (!info) return;
-  std::memset(static_cast<void*>(info), 0, sizeof *info);
-  info->struct_size = sizeof *info;
+  kvb::init_struct(info);
 }
 
 kvb_status kvb_seq_get_info(kvb_manager* m, int64_t seq_id, kvb_seq_info* info) {

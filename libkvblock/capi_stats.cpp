@@ -53,9 +53,7 @@ void drain_events(kvb::Manager& mg, kvb_event* events, uint32_t* groups, size_t 
 extern "C" {
 
 void kvb_stats_init(kvb_stats* stats) {
-  if (!stats) return;
-  std::memset(static_cast<void*>(stats), 0, sizeof *stats);
-  stats->struct_size = sizeof *stats;
+  kvb::init_struct(stats);
 }
 
 // kvb_stats grew the store-tier counters after KVB_0.1 (abi/ABI.md, "Symbol versions"): a binary linked
@@ -63,9 +61,7 @@ void kvb_stats_init(kvb_stats* stats) {
 // outside kvb_*, so that only its versioned alias is exported.)
 static constexpr size_t kStatsSize01 = offsetof(kvb_stats, store_hit_tokens);
 KVB_API void kvbv01_stats_init(kvb_stats* stats) {
-  if (!stats) return;
-  std::memset(static_cast<void*>(stats), 0, kStatsSize01);
-  stats->struct_size = uint32_t(kStatsSize01);
+  kvb::init_struct(stats, kStatsSize01);
 }
 __asm__(".symver kvbv01_stats_init, kvb_stats_init@KVB_0.1");
 

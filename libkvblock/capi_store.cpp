@@ -77,15 +77,11 @@ kvb::StoreNamespace read_namespace(const kvb_store_namespace* in) {
 extern "C" {
 
 void kvb_store_init(kvb_store* store) {
-  if (!store) return;
-  std::memset(store, 0, sizeof *store);
-  store->struct_size = sizeof *store;
+  kvb::init_struct(store);
 }
 
 void kvb_store_namespace_init(kvb_store_namespace* ns) {
-  if (!ns) return;
-  std::memset(ns, 0, sizeof *ns);
-  ns->struct_size = sizeof *ns;
+  if (!kvb::init_struct(ns)) return;
   ns->k_scale = ns->v_scale = 1.f;
 }
 

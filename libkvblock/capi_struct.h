@@ -9,6 +9,16 @@
 
 namespace kvb {
 
+// What every kvb_xxx_init starts with: false for NULL (tolerated), else *s zeroed up to `size` bytes (less
+// than sizeof(T) in the aliases that write an older version's layout) and struct_size set to it.
+template <class T>
+bool init_struct(T* s, size_t size = sizeof(T)) {
+  if (!s) return false;
+  std::memset(static_cast<void*>(s), 0, size);
+  s->struct_size = static_cast<uint32_t>(size);
+  return true;
+}
+
 // True if the caller's struct (its struct_size) includes `field`.
 #define KVB_COVERS(ptr, type, field) \
   ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))

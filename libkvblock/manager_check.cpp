@@ -16,6 +16,26 @@ namespace kvb {
     if (!(cond)) fail(Code::internal, "invariant violated: " __VA_ARGS__); \
   } while (0)
 
+namespace {
+
+// Events speak of the set of public hashes a tier's index holds: per group (the same public hash in two
+// groups is two stored hashes; events carry the group), the hashes of its n indexed blocks and their
+// multiplicities must be exactly its event counts. where / hash / blocks word the message for the tier.
+void check_event_counts(const Tier& tier, uint32_t n, const char* where, const char* hash, const char* blocks) {
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> counts;
+  for (uint32_t b = 0; b < n; ++b)
+    if (tier.pool.meta(static_cast<int32_t>(b)).indexed)
+      ++counts[{tier.group_of(static_cast<int32_t>(b)), tier.pool.meta(static_cast<int32_t>(b)).hash}];
+  const HashCounts& hc = *tier.hashes;
+  KVB_INVARIANT(counts.size() == hc.size(), "%zu (group, public hash) pairs %s, event counts hold %zu", counts.size(),
+                where, hc.size());
+  for (const auto& c : counts)
+    KVB_INVARIANT(hc.count(c.first.first, c.first.second) == c.second, "group %u %s %016" PRIx64 ": %u %s, counted %u",
+                  c.first.first, hash, c.first.second, c.second, blocks, hc.count(c.first.first, c.first.second));
+}
+
+}  // namespace
+
 void Manager::check_invariants() const {
   const uint32_t N = device_.pool.num_blocks();
 
@@ -197,21 +217,7 @@ void Manager::check_invariants() const {
       if (m.in_free) ++cached_free;
     }
   }
-  if (events_.enabled()) {
-    // Events speak of the set of public hashes in the index: the counts must be exactly those.
-    // Counted per group: the same public hash in two groups is two stored hashes (events carry the group).
-    std::map<std::pair<uint32_t, uint64_t>, uint32_t> counts;
-    for (uint32_t b = 0; b < N; ++b)
-      if (device_.pool.meta(static_cast<int32_t>(b)).indexed)
-        ++counts[{device_.group_of(static_cast<int32_t>(b)), device_.pool.meta(static_cast<int32_t>(b)).hash}];
-    const HashCounts& hc = *device_.hashes;
-    KVB_INVARIANT(counts.size() == hc.size(), "%zu (group, public hash) pairs in the index, event counts hold %zu",
-                  counts.size(), hc.size());
-    for (const auto& c : counts)
-      KVB_INVARIANT(hc.count(c.first.first, c.first.second) == c.second,
-                    "group %u hash %016" PRIx64 ": %u indexed blocks, counted %u", c.first.first, c.first.second,
-                    c.second, hc.count(c.first.first, c.first.second));
-  }
+  if (events_.enabled()) check_event_counts(device_, N, "in the index", "hash", "indexed blocks");
   KVB_INVARIANT(indexed == device_.index.size(), "%zu blocks marked indexed, index holds %zu", indexed, device_.index.size());
   if (grouped()) {  // what bounds the groups lookup's walk
     std::vector<uint32_t> per_group(groups_.count, 0);
@@ -325,19 +331,7 @@ void Manager::check_host_invariants(const std::vector<uint8_t>& swap_held) const
                   "pending offload into host block %d: repeated or not cached", p.second);
     dst[p.second] = 1;
   }
-  if (events_.enabled() && cfg_.host_cache) {  // per group, as on the device
-    std::map<std::pair<uint32_t, uint64_t>, uint32_t> counts;
-    for (uint32_t h = 0; h < H; ++h)
-      if (host_.pool.meta(static_cast<int32_t>(h)).indexed)
-        ++counts[{host_.group_of(static_cast<int32_t>(h)), host_.pool.meta(static_cast<int32_t>(h)).hash}];
-    const HashCounts& hc = *host_.hashes;
-    KVB_INVARIANT(counts.size() == hc.size(), "%zu (group, public hash) pairs on the host, event counts hold %zu",
-                  counts.size(), hc.size());
-    for (const auto& c : counts)
-      KVB_INVARIANT(hc.count(c.first.first, c.first.second) == c.second,
-                    "group %u host hash %016" PRIx64 ": %u blocks, counted %u", c.first.first, c.first.second,
-                    c.second, hc.count(c.first.first, c.first.second));
-  }
+  if (events_.enabled() && cfg_.host_cache) check_event_counts(host_, H, "on the host", "host hash", "blocks");
 }
 
 }  // namespace kvb

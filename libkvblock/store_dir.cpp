@@ -198,9 +198,7 @@ void make_directories(const char* path) {
 extern "C" {
 
 void kvb_store_dir_config_init(kvb_store_dir_config* cfg) {
-  if (!cfg) return;
-  std::memset(cfg, 0, sizeof *cfg);
-  cfg->struct_size = sizeof *cfg;
+  kvb::init_struct(cfg);
 }
 
 kvb_status kvb_store_dir_create(const kvb_store_dir_config* cfg, kvb_store_dir** out, kvb_store* table) {

@@ -14,18 +14,11 @@ typedef struct attn_ctx {
 
 static int call_attention(void* p) {
   attn_ctx* c = (attn_ctx*)p;
-  kvb_status st = kvb_paged_attention(&c->cache.dev, &c->a, NULL);
-  if (st != KVB_OK) lib_error("kvb_paged_attention", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_paged_attention", kvb_paged_attention(&c->cache.dev, &c->a, NULL));
 }
 
 static void attn_free(attn_ctx* c) {
-  kc_free(&c->cache);
-  kc_free(&c->q);
-  kc_free(&c->out);
-  kc_free(&c->tables);
-  kc_free(&c->lens);
-  kc_free(&c->ws);
+  kc_free_all(&c->cache, &c->q, &c->out, &c->tables, &c->lens, &c->ws, (kcache*)NULL);
 }
 
 /* Random fp32 values of magnitude 1/8..1, as fill16's. */
@@ -124,11 +117,7 @@ static int attn_setup(kenv* e, attn_ctx* c, uint32_t dtype, uint32_t batch, uint
   }
   if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
   if (!kc_upload(e, &c->q) || !kc_upload(e, &c->tables) || !kc_upload(e, &c->lens)) return 0;
-  c->a.q = c->q.dev.k;
-  c->a.out = c->out.dev.k;
-  c->a.block_tables = (const int32_t*)c->tables.dev.k;
-  c->a.seq_lens = (const int32_t*)c->lens.dev.k;
-  c->a.workspace = c->a.workspace_size ? c->ws.dev.k : NULL;
+  KC_POINT_CALL(c->a, c->q, c->out, c->tables, c->lens, c->ws);
   return 1;
 }
 

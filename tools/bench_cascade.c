@@ -45,13 +45,7 @@ static double median(double* v, size_t n) {
 }
 
 static void cascade_free(cascade_ctx* c) {
-  kc_free(&c->cache);
-  kc_free(&c->q);
-  kc_free(&c->out);
-  kc_free(&c->tables);
-  kc_free(&c->lens);
-  kc_free(&c->ws);
-  kc_free(&c->qstart);
+  kc_free_all(&c->cache, &c->q, &c->out, &c->tables, &c->lens, &c->ws, &c->qstart, (kcache*)NULL);
 }
 
 /* batch sequences of shared + own tokens; shared > 0: the first shared / BS columns of every row are
@@ -107,12 +101,8 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
       return 0;
     }
     if (c->p.workspace_size && !c->both && !kc_buffer(e, &c->ws, c->p.workspace_size)) return 0;
-    c->p.q = c->q.dev.k;
-    c->p.out = c->out.dev.k;
+    KC_POINT_CALL(c->p, c->q, c->out, c->tables, c->lens, c->ws);
     c->p.query_start = (const int32_t*)c->qstart.dev.k;
-    c->p.block_tables = (const int32_t*)c->tables.dev.k;
-    c->p.seq_lens = (const int32_t*)c->lens.dev.k;
-    c->p.workspace = c->p.workspace_size ? c->ws.dev.k : NULL;
     if (!c->both) return 1;
   }
   kvb_attention_args_init(&c->a);
@@ -127,11 +117,7 @@ static int cascade_setup(kenv* e, cascade_ctx* c, uint32_t batch, uint32_t share
   if (c->both && c->p.workspace_size > c->a.workspace_size) c->a.workspace_size = c->p.workspace_size;
   if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
   if (c->both) c->p.workspace = c->p.workspace_size ? c->ws.dev.k : NULL;
-  c->a.q = c->q.dev.k;
-  c->a.out = c->out.dev.k;
-  c->a.block_tables = (const int32_t*)c->tables.dev.k;
-  c->a.seq_lens = (const int32_t*)c->lens.dev.k;
-  c->a.workspace = c->a.workspace_size ? c->ws.dev.k : NULL;
+  KC_POINT_CALL(c->a, c->q, c->out, c->tables, c->lens, c->ws);
   return 1;
 }
 

@@ -86,8 +86,7 @@ static int call_swap(void* p) {
   swap_ctx* c = (swap_ctx*)p;
   kvb_status st = c->to_host ? kvb_swap_blocks(&c->dev, &c->host, 1, c->pairs, c->n, KVB_SWAP_USE_MEMCPY, NULL)
                              : kvb_swap_blocks(&c->host, &c->dev, 1, c->pairs, c->n, KVB_SWAP_USE_MEMCPY, NULL);
-  if (st != KVB_OK) lib_error("kvb_swap_blocks", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_swap_blocks", st);
 }
 
 /* GPU: the D2D copy and tensor-core peaks (bench_gpu_peaks.c), then kvb_swap_blocks of n 2 MiB blocks

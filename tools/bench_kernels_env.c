@@ -11,6 +11,7 @@
    microseconds) is spread over the calls of one sample. */
 #include "bench_kernels_env.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,14 @@ void kc_free(kcache* c) {
   if (c->staged) cache_free(&c->host);
   cache_free(&c->dev);
   memset(c, 0, sizeof *c);
+}
+
+void kc_free_all(kcache* first, ...) {
+  va_list ap;
+  kcache* c;
+  va_start(ap, first);
+  for (c = first; c; c = va_arg(ap, kcache*)) kc_free(c);
+  va_end(ap);
 }
 
 /* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
@@ -187,15 +196,23 @@ int time_calls(kenv* e, kcall fn, void* ctx, kresult* res) {
 
 static double gbps(const kresult* res) { return res->med > 0 ? res->bytes / res->med / 1e9 : 0.0; }
 
-static void print_result(const kenv* e, const kresult* res) {
-  report* r = e->r;
-  double g = gbps(res), c = e->ceil[res->ceil], of = c > 0 ? g / c : 0.0;
-  double spread = res->med > 0 ? (res->max - res->min) / res->med : 0.0;
+void report_times(report* r, const kresult* res) {
   if (r->json) {
     report_group_begin(r, res->key, res->label);
     report_f64(r, "median_us", "median", res->med * 1e6, 2, NULL);
     report_f64(r, "min_us", "min", res->min * 1e6, 2, NULL);
     report_f64(r, "max_us", "max", res->max * 1e6, 2, NULL);
+  } else {
+    fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f", res->label, res->med * 1e6, res->min * 1e6, res->max * 1e6);
+  }
+}
+
+static void print_result(const kenv* e, const kresult* res) {
+  report* r = e->r;
+  double g = gbps(res), c = e->ceil[res->ceil], of = c > 0 ? g / c : 0.0;
+  double spread = res->med > 0 ? (res->max - res->min) / res->med : 0.0;
+  report_times(r, res);
+  if (r->json) {
     report_f64(r, "spread", "spread", spread, 4, NULL);
     report_f64(r, "bytes", "bytes", res->bytes, 0, NULL);
     report_f64(r, "gbps", "GB/s", g, 3, NULL);
@@ -203,12 +220,10 @@ static void print_result(const kenv* e, const kresult* res) {
     report_str(r, "ceiling", "ceiling", e->ceil_name[res->ceil]);
     report_group_end(r);
   } else if (c > 0) {
-    fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f %7.1f%% %8.2f %6.1f%% of %s\n", res->label, res->med * 1e6,
-            res->min * 1e6, res->max * 1e6, 100.0 * spread, g, 100.0 * of, e->ceil_name[res->ceil]);
+    fprintf(r->f, " %7.1f%% %8.2f %6.1f%% of %s\n", 100.0 * spread, g, 100.0 * of, e->ceil_name[res->ceil]);
     fflush(r->f);
   } else { /* the ceiling could not be measured (said where it was): no fraction rather than a wrong one */
-    fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f %7.1f%% %8.2f    n/a  (%s not measured)\n", res->label,
-            res->med * 1e6, res->min * 1e6, res->max * 1e6, 100.0 * spread, g, e->ceil_name[res->ceil]);
+    fprintf(r->f, " %7.1f%% %8.2f    n/a  (%s not measured)\n", 100.0 * spread, g, e->ceil_name[res->ceil]);
     fflush(r->f);
   }
 }

@@ -71,6 +71,8 @@ void cache_free(kvb_cache_desc* d);
 /* A cache of the shape on e's device, with host_blocks blocks of staging on the GPU. */
 int kc_alloc(const kenv* e, kcache* c, uint32_t nblocks, uint32_t bs, uint32_t heads, uint32_t hd, uint32_t host_blocks);
 void kc_free(kcache* c);
+/* kc_free on each buffer of a NULL-terminated list. */
+void kc_free_all(kcache* first, ...);
 /* A raw buffer of at least bytes bytes: c->host.k on the host side, c->dev.k on the device. */
 int kc_buffer(const kenv* e, kcache* c, size_t bytes);
 /* Waits until every GPU call issued so far has finished; 1 on the CPU. */
@@ -83,10 +85,25 @@ int kc_upload(kenv* e, kcache* c);
 int kc_fill_random(kenv* e, kcache* c);
 /* One warm-up call, then e->reps samples of e->inner calls each (fenced); seconds per call in res. */
 int time_calls(kenv* e, kcall fn, void* ctx, kresult* res);
+/* A result's times: as JSON its group opened with median, min and max (the caller adds its figures and closes
+   the group), as text its label and the three times in microseconds (the caller adds its figures and the
+   newline). */
+void report_times(report* r, const kresult* res);
 /* Times fn and prints it (bytes per call, against ceiling ceil); a ceiling result (is_ceiling) also sets
    e->ceil[ceil]. */
 int bench_one(kenv* e, kcall fn, void* ctx, const char* key, const char* label, double bytes, int ceil,
               int is_ceiling);
+/* Points a decode or prefill call (kvb_attention_args or kvb_prefill_args `a`) at the device side of its
+   buffers: queries, output, block tables, sequence lengths and, when it has a size, the workspace. */
+#define KC_POINT_CALL(a, qbuf, outbuf, tabbuf, lenbuf, wsbuf)       \
+  do {                                                             \
+    (a).q = (qbuf).dev.k;                                          \
+    (a).out = (outbuf).dev.k;                                      \
+    (a).block_tables = (const int32_t*)(tabbuf).dev.k;             \
+    (a).seq_lens = (const int32_t*)(lenbuf).dev.k;                 \
+    (a).workspace = (a).workspace_size ? (wsbuf).dev.k : NULL;     \
+  } while (0)
+
 /* A random permutation of 0..n-1. */
 void random_tables(int32_t* t, uint32_t n, uint64_t* seed);
 

@@ -129,19 +129,11 @@ static double fma_peak(int quick, const char** what) {
 
 int call_prefill(void* p) {
   prefill_ctx* c = (prefill_ctx*)p;
-  kvb_status st = kvb_prefill_attention(&c->cache.dev, &c->a, NULL);
-  if (st != KVB_OK) lib_error("kvb_prefill_attention", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_prefill_attention", kvb_prefill_attention(&c->cache.dev, &c->a, NULL));
 }
 
 void prefill_free(prefill_ctx* c) {
-  kc_free(&c->cache);
-  kc_free(&c->q);
-  kc_free(&c->out);
-  kc_free(&c->qs);
-  kc_free(&c->lens);
-  kc_free(&c->tables);
-  kc_free(&c->ws);
+  kc_free_all(&c->cache, &c->q, &c->out, &c->qs, &c->lens, &c->tables, &c->ws, (kcache*)NULL);
 }
 
 static void set_dtype(kcache* c, uint32_t dtype) {
@@ -207,31 +199,23 @@ int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtype) {
   }
   if (c->a.workspace_size && !kc_buffer(e, &c->ws, c->a.workspace_size)) return 0;
   if (!kc_upload(e, &c->q) || !kc_upload(e, &c->qs) || !kc_upload(e, &c->lens) || !kc_upload(e, &c->tables)) return 0;
-  c->a.q = c->q.dev.k;
-  c->a.out = c->out.dev.k;
+  KC_POINT_CALL(c->a, c->q, c->out, c->tables, c->lens, c->ws);
   c->a.query_start = (const int32_t*)c->qs.dev.k;
-  c->a.seq_lens = (const int32_t*)c->lens.dev.k;
-  c->a.block_tables = (const int32_t*)c->tables.dev.k;
-  c->a.workspace = c->a.workspace_size ? c->ws.dev.k : NULL;
   return 1;
 }
 
 static void print_prefill(kenv* e, const kresult* res, double flops, double peak_gflops, const char* peak_what) {
   report* r = e->r;
   double tf = res->med > 0 ? flops / res->med / 1e12 : 0.0, of = peak_gflops > 0 ? tf * 1e3 / peak_gflops : 0.0;
+  report_times(r, res);
   if (r->json) {
-    report_group_begin(r, res->key, res->label);
-    report_f64(r, "median_us", "median", res->med * 1e6, 2, NULL);
-    report_f64(r, "min_us", "min", res->min * 1e6, 2, NULL);
-    report_f64(r, "max_us", "max", res->max * 1e6, 2, NULL);
     report_f64(r, "flops", "flops", flops, 0, NULL);
     report_f64(r, "tflops", "TFLOP/s", tf, 4, NULL);
     if (!e->cuda) report_f64(r, "of_fma_peak", "of fp32 FMA peak", of, 4, NULL);
     else if (e->tc_tflops > 0) report_f64(r, "of_tensor_core_ceiling", "of fp16 GEMM ceiling", tf / e->tc_tflops, 4, NULL);
     report_group_end(r);
   } else {
-    fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f %9.4f TFLOP/s", res->label, res->med * 1e6, res->min * 1e6,
-            res->max * 1e6, tf);
+    fprintf(r->f, " %9.4f TFLOP/s", tf);
     if (!e->cuda) fprintf(r->f, " %6.1f%% of %s peak", 100.0 * of, peak_what);
     else if (e->tc_tflops > 0) fprintf(r->f, " %6.1f%% of %s", 100.0 * tf / e->tc_tflops, e->tc_name);
     else fprintf(r->f, "    n/a  (tensor-core ceiling not measured)");

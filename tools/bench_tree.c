@@ -24,15 +24,11 @@ static void random_tree(uint64_t* w, uint32_t n, uint64_t* seed) {
 static void print_extend(kenv* e, const kresult* res, double base_med) {
   report* r = e->r;
   const double ratio = base_med > 0 ? res->med / base_med : 0.0;
+  report_times(r, res);
   if (r->json) {
-    report_group_begin(r, res->key, res->label);
-    report_f64(r, "median_us", "median", res->med * 1e6, 2, NULL);
-    report_f64(r, "min_us", "min", res->min * 1e6, 2, NULL);
-    report_f64(r, "max_us", "max", res->max * 1e6, 2, NULL);
     if (base_med > 0) report_f64(r, "of_plain_extend", "time of the plain extend", ratio, 4, NULL);
     report_group_end(r);
   } else {
-    fprintf(r->f, "  %-38s %10.1f %10.1f %10.1f", res->label, res->med * 1e6, res->min * 1e6, res->max * 1e6);
     if (base_med > 0) fprintf(r->f, "  %.3fx the plain extend's time (medians, interleaved; target <= 1.2x)", ratio);
     fputc('\n', r->f);
     fflush(r->f);
@@ -101,9 +97,7 @@ typedef struct slots_ctx {
 
 static int call_slots(void* p) {
   slots_ctx* c = (slots_ctx*)p;
-  kvb_status st = kvb_copy_slots(c->devs, c->layers, c->pairs, c->n, NULL);
-  if (st != KVB_OK) lib_error("kvb_copy_slots", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_copy_slots", kvb_copy_slots(c->devs, c->layers, c->pairs, c->n, NULL));
 }
 
 /* trees trees of 64 slots each; each keeps a random accepted path of 8..40 nodes (increasing node

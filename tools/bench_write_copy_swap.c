@@ -15,9 +15,7 @@ typedef struct write_ctx {
 
 static int call_write(void* p) {
   write_ctx* c = (write_ctx*)p;
-  kvb_status st = kvb_write_kv(&c->cache.dev, &c->a, NULL);
-  if (st != KVB_OK) lib_error("kvb_write_kv", st);
-  return st == KVB_OK;
+  return lib_ok("kvb_write_kv", kvb_write_kv(&c->cache.dev, &c->a, NULL));
 }
 
 /* T new tokens scattered to random distinct slots of a cache of 2T slots. */
@@ -45,10 +43,7 @@ int bench_write_kv(kenv* e) {
   c.a.slot_mapping = (const int64_t*)c.slots.dev.k;
   snprintf(label, sizeof label, "write_kv %u tokens (random slots)", t);
   ok = ok && bench_one(e, call_write, &c, "write_kv", label, 2.0 * 2 * (double)bytes, CEIL_COPY, 0);
-  kc_free(&c.cache);
-  kc_free(&c.key);
-  kc_free(&c.value);
-  kc_free(&c.slots);
+  kc_free_all(&c.cache, &c.key, &c.value, &c.slots, (kcache*)NULL);
   free(perm);
   return ok;
 }
@@ -74,8 +69,7 @@ static int call_blocks(void* p) {
   if (c->dir == 0) st = kvb_copy_blocks(c->devs, c->layers, pairs, c->n, NULL);
   else if (c->dir == 1) st = kvb_swap_blocks(c->devs, c->hosts, c->layers, pairs, c->n, c->swap_flags, NULL);
   else st = kvb_swap_blocks(c->hosts, c->devs, c->layers, pairs, c->n, c->swap_flags, NULL);
-  if (st != KVB_OK) lib_error(c->dir ? "kvb_swap_blocks" : "kvb_copy_blocks", st);
-  return st == KVB_OK;
+  return lib_ok(c->dir ? "kvb_swap_blocks" : "kvb_copy_blocks", st);
 }
 
 static void blocks_free(blocks_ctx* c) {

@@ -160,6 +160,13 @@ void replay_help(FILE* f) {
       f);
 }
 
+/* A two-way option's value: *out = 0 for `zero`, 1 for `one`; 0 for anything else. */
+static int choice(const char* val, const char* zero, const char* one, int* out) {
+  if (strcmp(val, zero) && strcmp(val, one)) return 0;
+  *out = !strcmp(val, one);
+  return 1;
+}
+
 static int usage(const char* msg) {
   if (msg) tool_error("replay: %s", msg);
   fputs("usage: kvblock replay TRACE [options]   (kvblock replay --help for the options)\n", stderr);
@@ -217,9 +224,7 @@ int replay_main(int argc, char** argv) {
       if ((o.format = trace_format_parse(val)) < 0) return usage("--format must be auto, mooncake or tokens");
     } else if (OPT("--mode")) {
       if (got < 0) return EXIT_USAGE;
-      if (!strcmp(val, "timed")) o.timed = 1;
-      else if (!strcmp(val, "sequential")) o.timed = 0;
-      else return usage("--mode must be sequential or timed");
+      if (!choice(val, "sequential", "timed", &o.timed)) return usage("--mode must be sequential or timed");
     } else if (TIMED_OPT("--speed")) {
       if (got < 0 || !parse_double("--speed", val, 1e-6, 1e9, &o.speed)) return EXIT_USAGE;
     } else if (TIMED_OPT("--max-seqs")) {
@@ -229,9 +234,7 @@ int replay_main(int argc, char** argv) {
       if (got < 0 || !parse_u64("--max-batch-tokens", val, 1, 1u << 30, &o.max_batch_tokens)) return EXIT_USAGE;
     } else if (TIMED_OPT("--preempt")) {
       if (got < 0) return EXIT_USAGE;
-      if (!strcmp(val, "swap")) o.preempt_swap = 1;
-      else if (!strcmp(val, "recompute")) o.preempt_swap = 0;
-      else return usage("--preempt must be recompute or swap");
+      if (!choice(val, "recompute", "swap", &o.preempt_swap)) return usage("--preempt must be recompute or swap");
     } else if (OPT("--groups")) {
       if (got < 0) return EXIT_USAGE;
       if (!replay_parse_groups(val, &o)) return EXIT_USAGE;

@@ -221,21 +221,29 @@ static int jskip(jparser* p, int depth) {
   return jfail(p, "expected a value, found %s", describe(p));
 }
 
-/* A non-negative integer field. */
-static int jcount(jparser* p, const char* key, uint64_t max, uint64_t* out) {
+/* An integer in [lo, hi]: 1, or 0 after a parse error, or -1 (position back at the number) when the
+   number is not an integer in range, for the caller's message. */
+static int jint_in(jparser* p, int64_t lo, int64_t hi, int64_t* out) {
   int is_int;
-  int64_t iv;
   double dv;
   size_t at;
   jws(p);
   at = p->pos;
-  if (!jnumber(p, &is_int, &iv, &dv)) return 0;
-  if (!is_int || iv < 0 || (uint64_t)iv > max) {
+  if (!jnumber(p, &is_int, out, &dv)) return 0;
+  if (!is_int || *out < lo || *out > hi) {
     p->pos = at;
-    return jfail(p, "\"%s\" must be an integer in [0, %llu]", key, (unsigned long long)max);
+    return -1;
   }
-  *out = (uint64_t)iv;
   return 1;
+}
+
+/* A non-negative integer field (max below 2^63). */
+static int jcount(jparser* p, const char* key, uint64_t max, uint64_t* out) {
+  int64_t iv;
+  const int ok = jint_in(p, 0, (int64_t)max, &iv);
+  if (ok < 0) return jfail(p, "\"%s\" must be an integer in [0, %llu]", key, (unsigned long long)max);
+  if (ok) *out = (uint64_t)iv;
+  return ok;
 }
 
 /* An array of integers in [lo, hi] appended to v. */
@@ -248,15 +256,10 @@ static int jint_array(jparser* p, const char* key, int64_t lo, int64_t hi, i64ve
     return 1;
   }
   for (;;) {
-    int is_int;
     int64_t iv;
-    double dv;
-    size_t at;
-    jws(p);
-    at = p->pos;
-    if (!jnumber(p, &is_int, &iv, &dv)) return 0;
-    if (!is_int || iv < lo || iv > hi) {
-      p->pos = at;
+    const int ok = jint_in(p, lo, hi, &iv);
+    if (!ok) return 0;
+    if (ok < 0) {
       return jfail(p, "\"%s\"[%zu] must be an integer in [%lld, %lld]", key, *count, (long long)lo,
                    (long long)hi);
     }

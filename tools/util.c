@@ -88,6 +88,11 @@ void lib_error(const char* what, kvb_status s) {
   tool_error("%s: %s%s%s", what, kvb_status_string(s), detail && *detail ? ": " : "", detail ? detail : "");
 }
 
+int lib_ok(const char* what, kvb_status s) {
+  if (s != KVB_OK) lib_error(what, s);
+  return s == KVB_OK;
+}
+
 int i64vec_reserve(i64vec* v, size_t cap) {
   int64_t* p;
   if (cap <= v->cap) return 1;

@@ -35,6 +35,8 @@ int opt_value(int argc, char** argv, int* i, const char* name, const char** valu
 
 /* Report a failed library call: "kvblock: what: KVB_ERR_X: detail". */
 void lib_error(const char* what, kvb_status s);
+/* 1 when s is KVB_OK, else lib_error(what, s) and 0. */
+int lib_ok(const char* what, kvb_status s);
 
 /* Growable buffer of int64 values. */
 typedef struct i64vec {

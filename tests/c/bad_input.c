@@ -39,13 +39,7 @@ static void test_batch_export_duplicate_ids(void) {
   memset(lens, 0x5a, sizeof lens);
   memset(qs, 0x5a, sizeof qs);
   memset(slots, 0x5a, sizeof slots);
-  kvb_batch_init(&b);
-  b.max_blocks_per_seq = 4;
-  b.block_tables = tables;
-  b.seq_lens = lens;
-  b.query_start = qs;
-  b.slot_mapping = slots;
-  b.slot_capacity = 32;
+  b = kvbt_batch(4, tables, lens, qs, slots, 32);
   EXPECT_FAIL(m, ids, 2, kvb_batch_export(m, ids, 3, &b), KVB_ERR_INVALID_ARGUMENT, "seq_ids[2] = 1 repeats seq_ids[0]");
   for (i = 0; i < 3 * 4; ++i) CHECK(tables[i] == 0x5a5a5a5a);
   for (i = 0; i < 3; ++i) CHECK(lens[i] == 0x5a5a5a5a);

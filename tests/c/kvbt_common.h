@@ -14,18 +14,25 @@
 #define KVBT_MAX_SEQS 8
 #define KVBT_MAX_BLOCKS 64
 
-/* A manager with the given shape; flags/event capacity/seed filled in too. Fails the test on error. */
-static inline kvb_manager* kvbt_make_ex(uint32_t block_size, uint32_t num_blocks, uint32_t num_host_blocks,
-                                        float watermark, uint32_t flags, uint32_t event_capacity) {
+/* A configuration of the given shape, the rest at kvb_config_init's defaults. */
+static inline kvb_config kvbt_config(uint32_t block_size, uint32_t num_blocks, uint32_t num_host_blocks, float watermark,
+                                     uint32_t flags) {
   kvb_config cfg;
-  kvb_manager* m = NULL;
-  kvb_status s;
   kvb_config_init(&cfg);
   cfg.block_size = block_size;
   cfg.num_blocks = num_blocks;
   cfg.num_host_blocks = num_host_blocks;
   cfg.watermark = watermark;
   cfg.flags = flags;
+  return cfg;
+}
+
+/* A manager with the given shape; flags/event capacity/seed filled in too. Fails the test on error. */
+static inline kvb_manager* kvbt_make_ex(uint32_t block_size, uint32_t num_blocks, uint32_t num_host_blocks,
+                                        float watermark, uint32_t flags, uint32_t event_capacity) {
+  kvb_config cfg = kvbt_config(block_size, num_blocks, num_host_blocks, watermark, flags);
+  kvb_manager* m = NULL;
+  kvb_status s;
   if (event_capacity) cfg.event_capacity = event_capacity;
   cfg.index_seed = 0x5eed5eed5eed5eedULL;
   s = kvb_manager_create(&cfg, &m);
@@ -39,6 +46,47 @@ static inline kvb_manager* kvbt_make_ex(uint32_t block_size, uint32_t num_blocks
 static inline kvb_manager* kvbt_make(uint32_t block_size, uint32_t num_blocks) {
   return kvbt_make_ex(block_size, num_blocks, 0, 0.0f, 0, 0);
 }
+
+/* A batch export over the caller's buffers: tables of `cols` columns, `slot_cap` slots. */
+static inline kvb_batch kvbt_batch(uint32_t cols, int32_t* tables, int32_t* seq_lens, int32_t* query_start,
+                                   int64_t* slots, size_t slot_cap) {
+  kvb_batch b;
+  kvb_batch_init(&b);
+  b.max_blocks_per_seq = cols;
+  b.block_tables = tables;
+  b.seq_lens = seq_lens;
+  b.query_start = query_start;
+  b.slot_mapping = slots;
+  b.slot_capacity = slot_cap;
+  return b;
+}
+
+/* A CPU cache over contiguous K and V arrays (default strides). */
+static inline kvb_cache_desc kvbt_cache(uint32_t dtype, void* k, void* v, uint32_t num_blocks, uint32_t block_size,
+                                        uint32_t num_kv_heads, uint32_t head_dim) {
+  kvb_cache_desc c;
+  kvb_cache_desc_init(&c);
+  c.dtype = dtype;
+  c.k = k;
+  c.v = v;
+  c.num_blocks = num_blocks;
+  c.block_size = block_size;
+  c.num_kv_heads = num_kv_heads;
+  c.head_dim = head_dim;
+  return c;
+}
+
+/* The fields kvb_attention_args and kvb_prefill_args share, set on an initialized `args`. */
+#define KVBT_PAGED_ARGS(args, nseqs, nqheads, cols, qp, outp, tables, lens) \
+  do {                                                                      \
+    (args).num_seqs = (nseqs);                                              \
+    (args).num_q_heads = (nqheads);                                         \
+    (args).max_blocks_per_seq = (cols);                                     \
+    (args).q = (qp);                                                        \
+    (args).out = (outp);                                                    \
+    (args).block_tables = (tables);                                         \
+    (args).seq_lens = (lens);                                               \
+  } while (0)
 
 /* Two KV cache groups, full attention and a sliding window (window, sink tokens), on one pool. */
 static inline kvb_manager* kvbt_make_full_window(uint32_t block_size, uint32_t num_blocks, uint32_t num_host_blocks,

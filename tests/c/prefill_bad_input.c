@@ -29,31 +29,14 @@ static void fill(void) {
   for (i = 0; i < sizeof qbuf / sizeof qbuf[0]; ++i) qbuf[i] = frand();
 }
 
-static kvb_cache_desc cache(void) {
-  kvb_cache_desc c;
-  kvb_cache_desc_init(&c);
-  c.dtype = KVB_DTYPE_FP32;
-  c.k = kc;
-  c.v = vc;
-  c.num_blocks = NB;
-  c.block_size = BS;
-  c.num_kv_heads = HKV;
-  c.head_dim = D;
-  return c;
-}
+static kvb_cache_desc cache(void) { return kvbt_cache(KVB_DTYPE_FP32, kc, vc, NB, BS, HKV, D); }
 
 static kvb_prefill_args args(void) {
   kvb_prefill_args a;
   kvb_prefill_args_init(&a);
-  a.num_seqs = 2;
-  a.num_q_heads = HQ;
-  a.max_blocks_per_seq = 4;
+  KVBT_PAGED_ARGS(a, 2, HQ, 4, qbuf, obuf, tables, lens);
   a.total_q_tokens = 9;
-  a.q = qbuf;
-  a.out = obuf;
   a.query_start = qstart;
-  a.seq_lens = lens;
-  a.block_tables = tables;
   return a;
 }
 

@@ -12,20 +12,9 @@
 
 #include "store_rig.h"
 
-/* A directory store over host_mem with num_host_blocks blocks of region_bytes. */
+/* A directory store over host_mem with num_host_blocks blocks of region_bytes that states them. */
 static kvb_store_dir* dir_over(uint32_t num_host_blocks, size_t region_bytes, kvb_store* table) {
-  kvb_store_dir_config dc;
-  kvb_store_dir* d = NULL;
-  void* regions[1];
-  regions[0] = host_mem;
-  kvb_store_dir_config_init(&dc);
-  dc.path = dir_path;
-  dc.regions = regions;
-  dc.num_regions = 1;
-  dc.region_block_bytes = region_bytes;
-  dc.num_host_blocks = num_host_blocks;
-  kvb_store_init(table);
-  CHECK_OK(kvb_store_dir_create(&dc, &d, table));
+  kvb_store_dir* d = store_dir_over(num_host_blocks, region_bytes, table);
   CHECK(table->num_host_blocks == num_host_blocks && table->block_bytes == region_bytes);
   return d;
 }
@@ -252,12 +241,8 @@ static void test_store_with_groups_refused(void) {
   size_t cached = 9;
   int i;
   prompt(P, 22, 1000);
-  kvb_config_init(&cfg);
+  cfg = kvbt_config(BS, DEV, HOST, 0.0f, KVB_CONFIG_HOST_CACHE);
   kvb_group_spec_init(&full);
-  cfg.block_size = BS;
-  cfg.num_blocks = DEV;
-  cfg.num_host_blocks = HOST;
-  cfg.flags = KVB_CONFIG_HOST_CACHE;
   cfg.index_seed = 0x5eed5eed5eed5eedULL;
   cfg.groups = &full;
   cfg.num_groups = 1;
@@ -285,11 +270,7 @@ static void test_detach_stuck_store(void) {
   int32_t tab[KVBT_MAX_BLOCKS];
   kvb_store w;
   kvb_store_namespace ns = test_ns(1);
-  store_open();
-  b = make(1, 0);
-  populate(b);
-  kvb_manager_destroy(b);
-  b = make(1, 0);
+  b = reopen_populated();
   ts.delay = 1 << 30; /* never answers */
   CHECK_OK(kvb_seq_allocate(b, 7, P, 22, &cached));
   CHECK(cached == 20);
@@ -350,12 +331,8 @@ static void test_dir_store_creates_parents(void) {
 }
 
 int main(void) {
-  char cmd[300];
   RUN_TEST(test_fp8_scales_in_namespace);
-  if (!mkdtemp(tmpl)) {
-    perror("mkdtemp");
-    return 2;
-  }
+  if (!tmp_make()) return 2;
   FRESH_DIR();
   RUN_TEST(test_store_over_another_cache_refused);
   FRESH_DIR();
@@ -366,7 +343,6 @@ int main(void) {
   RUN_TEST(test_detach_stuck_store);
   RUN_TEST(test_store_with_groups_refused);
   RUN_TEST(test_dir_store_creates_parents);
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
+  tmp_remove();
   TEST_SUMMARY();
 }

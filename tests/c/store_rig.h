@@ -96,19 +96,26 @@ static inline int ts_poll(void* u, kvb_store_completion* done, size_t cap, size_
 static kvb_store_dir* dir;
 static test_store ts;
 
-static inline void store_open(void) {
+/* A directory store over host_mem with num_host_blocks blocks of region_bytes; its table in *table. */
+static inline kvb_store_dir* store_dir_over(uint32_t num_host_blocks, size_t region_bytes, kvb_store* table) {
   kvb_store_dir_config dc;
+  kvb_store_dir* d = NULL;
   void* regions[1];
   regions[0] = host_mem;
   kvb_store_dir_config_init(&dc);
   dc.path = dir_path;
   dc.regions = regions;
   dc.num_regions = 1;
-  dc.region_block_bytes = BB;
-  dc.num_host_blocks = HOST;
+  dc.region_block_bytes = region_bytes;
+  dc.num_host_blocks = num_host_blocks;
+  kvb_store_init(table);
+  CHECK_OK(kvb_store_dir_create(&dc, &d, table));
+  return d;
+}
+
+static inline void store_open(void) {
   memset(&ts, 0, sizeof ts);
-  kvb_store_init(&ts.inner);
-  CHECK_OK(kvb_store_dir_create(&dc, &dir, &ts.inner));
+  dir = store_dir_over(HOST, BB, &ts.inner);
 }
 
 static uint32_t store_flags; /* kvb_store.flags of the next make() */
@@ -161,6 +168,18 @@ static char tmpl[] = "/tmp/kvb_store_test_XXXXXX";
 static int dir_serial;
 #define FRESH_DIR() snprintf(dir_path, sizeof dir_path, "%s/d%d", tmpl, ++dir_serial)
 
+/* The tests' temporary folder (tmpl): made (0 and a message on a failure), then removed with its stores. */
+static inline int tmp_make(void) {
+  if (mkdtemp(tmpl)) return 1;
+  perror("mkdtemp");
+  return 0;
+}
+static inline void tmp_remove(void) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
+}
+
 static int attended_wrong; /* blocks attended with wrong bytes, over the whole test */
 
 /* One prompt through an engine's steps: allocate; poll until it may run; transfers; check that every
@@ -212,6 +231,16 @@ static inline void populate(kvb_manager* m) {
     prompt(other, 22, 5000 + 100 * k);
     run_prompt(m, 10 + k, other, 22, NULL, 1);
   }
+}
+
+/* A store opened here and filled with P's blocks by a first manager; returns a second manager over it. */
+static inline kvb_manager* reopen_populated(void) {
+  kvb_manager* m;
+  store_open();
+  m = make(1, 0);
+  populate(m);
+  kvb_manager_destroy(m);
+  return make(1, 0);
 }
 
 #endif

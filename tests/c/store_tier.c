@@ -80,11 +80,7 @@ static void test_restart_finds_prefix(void) {
 static void test_slow_get(void) {
   kvb_manager* b;
   size_t cached = 0, computed, filling = 9;
-  store_open();
-  b = make(1, 0);
-  populate(b);
-  kvb_manager_destroy(b);
-  b = make(1, 0);
+  b = reopen_populated();
   ts.delay = 3;
   CHECK_OK(kvb_seq_allocate(b, 5, P, 22, &cached));
   CHECK(cached == 20);
@@ -154,11 +150,7 @@ static void one_damage(damage how) {
   int32_t tab[KVBT_MAX_BLOCKS];
   unsigned char want[BB];
   size_t i;
-  store_open();
-  b = make(1, 0);
-  populate(b);
-  kvb_manager_destroy(b);
-  b = make(1, 0);
+  b = reopen_populated();
   ts.delay = 1;
   CHECK_OK(kvb_seq_allocate(b, 3, P, 22, &cached));
   CHECK(cached == 20 && ts.nstarted == 5);
@@ -230,11 +222,7 @@ static void test_store_vanishes(void) {
   kvb_manager* b;
   size_t cached = 0, computed = 0, filling = 0;
   int64_t other[22];
-  store_open();
-  b = make(1, 0);
-  populate(b);
-  kvb_manager_destroy(b);
-  b = make(1, 0);
+  b = reopen_populated();
   ts.delay = 2;
   CHECK_OK(kvb_seq_allocate(b, 1, P, 22, &cached));
   CHECK(cached == 20);
@@ -373,12 +361,8 @@ static void test_refusals(void) {
 }
 
 int main(void) {
-  char cmd[300];
   RUN_TEST(test_refusals);
-  if (!mkdtemp(tmpl)) {
-    perror("mkdtemp");
-    return 2;
-  }
+  if (!tmp_make()) return 2;
   FRESH_DIR();
   RUN_TEST(test_restart_finds_prefix);
   FRESH_DIR();
@@ -397,7 +381,6 @@ int main(void) {
   RUN_TEST(test_store_vanishes);
   FRESH_DIR();
   RUN_TEST(test_write_through);
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);
+  tmp_remove();
   TEST_SUMMARY();
 }

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "kvbt_common.h"
 
 #define NUM_THREADS 4
 #define SEQS_PER_THREAD 6
@@ -157,13 +157,7 @@ static void* run_worker(void* arg) {
           for (k = 0; k < cnt; ++k) listed[k]->computed = listed[k]->tokens;
           break;
         }
-        kvb_batch_init(&b);
-        b.max_blocks_per_seq = 16;
-        b.block_tables = tables;
-        b.seq_lens = lens;
-        b.query_start = qs;
-        b.slot_mapping = slots;
-        b.slot_capacity = SEQS_PER_THREAD * 64;
+        b = kvbt_batch(16, tables, lens, qs, slots, SEQS_PER_THREAD * 64);
         s = kvb_batch_export(g_m, ids, cnt, &b);
         WCHECK(w, s == KVB_OK, "batch_export", s);
         break;

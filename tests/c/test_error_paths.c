@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
+#include "kvbt_common.h"
 #include "kvbt_state.h"
 
 static const int64_t kIds[] = {1, 2, 3, 4, 5, 6, 7, 9, -1};
@@ -62,15 +62,7 @@ static void prep_drained(kvb_manager* m) { size_t n; (void)kvb_drain_copies(m, p
 
 /* ---- the calls ---- */
 #define CASE(name, body) static kvb_status name(kvb_manager* m) { body }
-static kvb_config cfg_with(uint32_t bs, uint32_t nb, float wm, uint32_t flags) {
-  kvb_config c;
-  kvb_config_init(&c);
-  c.block_size = bs;
-  c.num_blocks = nb;
-  c.watermark = wm;
-  c.flags = flags;
-  return c;
-}
+static kvb_config cfg_with(uint32_t bs, uint32_t nb, float wm, uint32_t flags) { return kvbt_config(bs, nb, 0, wm, flags); }
 static kvb_status create_cfg(kvb_config c) {
   kvb_manager* x = (kvb_manager*)&c;
   kvb_status s = kvb_manager_create(&c, &x);
@@ -224,17 +216,7 @@ CASE(swapin_out_of_blocks, return kvb_seq_swap_in(m, 2, pairs, 64, &out_n);)
 
 static int32_t bt[8 * 16], lens[8], qs[9];
 static int64_t slots[64];
-static kvb_batch batch_of(uint32_t cols, size_t slot_cap) {
-  kvb_batch b;
-  kvb_batch_init(&b);
-  b.max_blocks_per_seq = cols;
-  b.block_tables = bt;
-  b.seq_lens = lens;
-  b.query_start = qs;
-  b.slot_mapping = slots;
-  b.slot_capacity = slot_cap;
-  return b;
-}
+static kvb_batch batch_of(uint32_t cols, size_t slot_cap) { return kvbt_batch(cols, bt, lens, qs, slots, slot_cap); }
 static const int64_t batch_ids[3] = {1, 3, 4};
 static const int64_t batch_bad[3] = {1, 9, 4};
 static const int64_t batch_ids_swapped[3] = {1, 2, 4};

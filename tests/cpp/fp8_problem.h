@@ -184,16 +184,8 @@ struct Fp8Problem {
 template <class Args>
 void set_common_args(Args& a, const Fp8Problem& p, const AttnCase& cs, void* out) {
   a.q_dtype = cs.qd;
-  a.num_seqs = uint32_t(p.seqs.size());
-  a.num_q_heads = cs.H * cs.G;
-  a.max_blocks_per_seq = p.max_blocks;
-  a.logits_soft_cap = cs.cap;
-  a.window_tokens = cs.window;
-  a.sink_tokens = cs.sink;
-  a.q = p.q.data();
-  a.out = out;
-  a.block_tables = p.tables.data();
-  a.seq_lens = p.lens.data();
+  set_paged(a, uint32_t(p.seqs.size()), cs.H * cs.G, p.max_blocks, p.q.data(), out, p.tables.data(), p.lens.data());
+  set_mask(a, cs.cap, cs.window, cs.sink);
 }
 
 inline kvb_attention_args decode_args(const Fp8Problem& p, const AttnCase& cs, void* out) {

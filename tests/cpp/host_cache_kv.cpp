@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "c/kvbt_common.h"
 #include "kernels_util.h"
 
 using namespace kt;
@@ -44,12 +45,7 @@ struct Loop {
   uint64_t loads = 0, offloads = 0, checked = 0;
 
   Loop(uint32_t nd, uint32_t nh) : device_blocks(nd), host_blocks(nh) {
-    kvb_config c;
-    kvb_config_init(&c);
-    c.block_size = kBs;
-    c.num_blocks = nd;
-    c.num_host_blocks = nh;
-    c.flags = KVB_CONFIG_HOST_CACHE;
+    const kvb_config c = kvbt_config(kBs, nd, nh, 0.f, KVB_CONFIG_HOST_CACHE);
     CHECK_OK(kvb_manager_create(&c, &m));
     for (uint32_t l = 0; l < kLayers; ++l) {
       dev.emplace_back(KVB_DTYPE_FP32, nd, kBs, kHeads, kDim);
@@ -95,12 +91,7 @@ struct Loop {
               v[(i * kHeads + h) * kDim + d] = expected(s.prefix[p], l, 1, h, d);
             }
         }
-        kvb_write_kv_args a;
-        kvb_write_kv_args_init(&a);
-        a.num_tokens = n;
-        a.key = k.data();
-        a.value = v.data();
-        a.slot_mapping = slots.data();
+        const kvb_write_kv_args a = write_args(n, k.data(), v.data(), slots.data());
         CHECK_OK(kvb_write_kv(&dev_desc[l], &a, nullptr));
       }
       CHECK_OK(kvb_seq_commit(m, e.first, n));

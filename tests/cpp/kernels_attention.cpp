@@ -124,21 +124,13 @@ struct Problem {
   kvb_attention_args args(void* q_ptr, void* out_ptr, const int32_t* tab, const int32_t* len, void* ws, size_t ws_size) const {
     kvb_attention_args a;
     kvb_attention_args_init(&a);
-    a.num_seqs = uint32_t(lens.size());
-    a.num_q_heads = num_q_heads;
-    a.max_blocks_per_seq = max_blocks;
-    a.q = q_ptr;
+    set_paged(a, uint32_t(lens.size()), num_q_heads, max_blocks, q_ptr, out_ptr, tab, len);
+    set_mask(a, cs.soft_cap, cs.window, cs.sink);
     a.q_seq_stride = q_ss;
     a.q_head_stride = q_hs;
-    a.out = out_ptr;
     a.out_seq_stride = o_ss;
     a.out_head_stride = o_hs;
-    a.block_tables = tab;
-    a.seq_lens = len;
     a.scale = float(scale());
-    a.logits_soft_cap = cs.soft_cap;
-    a.window_tokens = cs.window;
-    a.sink_tokens = cs.sink;
     a.workspace = ws;
     a.workspace_size = ws_size;
     return a;
@@ -168,23 +160,7 @@ struct Problem {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
-  const uint32_t dims[] = {64, 128, 256};
-  const uint32_t groups[] = {1, 4, 8};
-  const uint32_t blocks[] = {8, 16, 32};
-  unsigned i = 0;
-  for (uint32_t dt : dtypes)
-    for (uint32_t d : dims)
-      for (uint32_t g : groups) {
-        Case c{dt, d, blocks[i % 3], g == 8 ? 1u : 2u, g, 0, 0, 0.f, (i % 2) == 1, 1000 + i};
-        if ((i / 3) % 2 == 1) {  // window on for half the cases, with sinks for some
-          c.window = 40 + i;
-          c.sink = (i % 4 == 1) ? 5 : 0;
-        }
-        if (i % 5 == 2) c.soft_cap = 5.f;
-        out.push_back(c);
-        ++i;
-      }
+  sweep_shapes(out, 1000, [](unsigned i) { return 40 + i; });
   // Odd group sizes (query-head chunks on CUDA), MQA, block sizes 1 and 64, and a big window.
   out.push_back({KVB_DTYPE_FP16, 128, 16, 1, 12, 0, 0, 0.f, false, 77});
   out.push_back({KVB_DTYPE_BF16, 64, 64, 2, 3, 0, 0, 30.f, true, 78});
@@ -313,21 +289,13 @@ void test_cpu_failed_call_writes_nothing() {
 int run_cuda_case(Problem& p, bool graph) {
   run_cpu(p);
   const Tensor cpu_out = p.out;
-  HostCache dev_cache = p.cache;  // same shape and strides; pointers replaced below
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-  dev_cache.desc.k = k.p;
-  dev_cache.desc.v = v.p;
+  const DeviceCache dev_cache(p.cache);
   Tensor out(p.cs.dtype, p.out.n);
   out.poison();
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
   DeviceBuffer tab(p.tables.data(), p.tables.size() * 4), len(p.lens.data(), p.lens.size() * 4);
-  size_t ws = 0;
-  kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-  CHECK_OK(kvb_paged_attention_workspace_size(&dev_cache.desc, &a, &ws));
-  DeviceBuffer work(ws);
-  a = p.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws);
-  run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&dev_cache.desc, &a, stream)); });
+  attend_cuda(dev_cache.desc, p.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), nullptr, 0),
+              graph);
   o.to_host(out.data());
   return p.compare(out, [&](size_t s, uint32_t h, uint32_t d) {
     return double(cpu_out.get(size_t(int64_t(s) * p.o_ss + h * p.o_hs + d)));
@@ -346,11 +314,7 @@ void test_cuda_against_cpu() {
 void test_cuda_rejects_host_pointers() {
   Case c{KVB_DTYPE_FP16, 64, 16, 2, 2, 0, 0, 0.f, false, 9};
   Problem p(c);
-  HostCache dev_cache = p.cache;
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-  dev_cache.desc.k = k.p;
-  dev_cache.desc.v = v.p;
+  const DeviceCache dev_cache(p.cache);
   size_t ws = 0;
   kvb_attention_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   CHECK_OK(kvb_paged_attention_workspace_size(&dev_cache.desc, &a, &ws));
@@ -367,16 +331,7 @@ int main() {
   RUN_TEST(test_cpu_against_reference);
   RUN_TEST(test_cpu_zero_length_batch);
   RUN_TEST(test_cpu_failed_call_writes_nothing);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_against_cpu);
-    RUN_TEST(test_cuda_rejects_host_pointers);
-  } else {
-    SKIP_TEST(test_cuda_against_cpu, "no CUDA device");
-    SKIP_TEST(test_cuda_rejects_host_pointers, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_against_cpu, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_against_cpu);
+  RUN_CUDA_TEST(test_cuda_rejects_host_pointers);
   TEST_SUMMARY();
 }

@@ -25,13 +25,7 @@ struct AttnCase {
   kvb_attention_args a;
   AttnCase() {
     kvb_attention_args_init(&a);
-    a.num_seqs = 2;
-    a.num_q_heads = 4;
-    a.max_blocks_per_seq = 4;
-    a.q = q.data();
-    a.out = out.data();
-    a.block_tables = table.data();
-    a.seq_lens = lens.data();
+    set_paged(a, 2, 4, 4, q.data(), out.data(), table.data(), lens.data());
   }
 };
 
@@ -98,11 +92,7 @@ void test_write_kv_stride_overflow() {
   HostCache c(KVB_DTYPE_FP16, 4, 16, 2, 64);
   std::vector<int64_t> slots = {0, 1};
   Tensor kv(KVB_DTYPE_FP16, 2 * 2 * 64);
-  kvb_write_kv_args w;
-  kvb_write_kv_args_init(&w);
-  w.num_tokens = 2;
-  w.key = w.value = kv.data();
-  w.slot_mapping = slots.data();
+  const kvb_write_kv_args w = write_args(2, kv.data(), kv.data(), slots.data());
   CHECK_OK(kvb_write_kv(&c.desc, &w, nullptr));
   kvb_write_kv_args b = w;
   b.key_token_stride = k2p62;  // was: accepted, reading token 1 at a wrapped offset

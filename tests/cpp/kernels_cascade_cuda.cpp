@@ -55,16 +55,8 @@ struct Batch : GroupedTables {
                           const kvb_prefix_groups* g) const {
     kvb_attention_args a;
     kvb_attention_args_init(&a);
-    a.num_seqs = num_seqs;
-    a.num_q_heads = num_q_heads;
-    a.max_blocks_per_seq = max_blocks;
-    a.q = qp;
-    a.out = op;
-    a.block_tables = tab;
-    a.seq_lens = len;
-    a.logits_soft_cap = cf.soft_cap;
-    a.window_tokens = cf.window;
-    a.sink_tokens = cf.sink;
+    set_paged(a, num_seqs, num_q_heads, max_blocks, qp, op, tab, len);
+    set_mask(a, cf.soft_cap, cf.window, cf.sink);
     a.workspace = ws;
     a.workspace_size = wss;
     a.prefix_groups = g;
@@ -74,13 +66,7 @@ struct Batch : GroupedTables {
   Tensor cpu_plain() {
     Tensor out(cf.dtype, q.n);
     out.poison();
-    size_t ws = 0;
-    kvb_attention_args a = args(q.data(), out.data(), tables.data(), lens.data(), nullptr, 0, nullptr);
-    CHECK_OK(kvb_paged_attention_workspace_size(&cache.desc, &a, &ws));
-    std::vector<uint64_t> work(ws / 8 + 2);
-    a.workspace = ws ? work.data() : nullptr;
-    a.workspace_size = ws;
-    CHECK_OK(kvb_paged_attention(&cache.desc, &a, nullptr));
+    attend_cpu(cache.desc, args(q.data(), out.data(), tables.data(), lens.data(), nullptr, 0, nullptr));
     return out;
   }
 
@@ -126,13 +112,8 @@ struct DeviceBatch : DeviceCache {
     Tensor out(b.cf.dtype, b.q.n);
     out.poison();
     DeviceBuffer o(out.data(), out.bytes());
-    size_t ws = 0;
-    kvb_attention_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, 0, g);
-    CHECK_OK(kvb_paged_attention_workspace_size(&desc, &a, &ws));
-    if (ws_out) *ws_out = ws;
-    DeviceBuffer work(ws);
-    a = b.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), work.p, ws, g);
-    run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_paged_attention(&desc, &a, stream)); });
+    attend_cuda(desc, b.args(q.p, o.p, static_cast<int32_t*>(tab.p), static_cast<int32_t*>(len.p), nullptr, 0, g), graph,
+                ws_out);
     o.to_host(out.data());
     return out;
   }
@@ -188,13 +169,7 @@ void test_batches_valid_on_cpu() {
     const Tensor plain = b.cpu_plain();
     Tensor out(c.dtype, b.q.n);
     kvb_prefix_groups g = b.groups();
-    size_t ws = 0;
-    kvb_attention_args a = b.args(b.q.data(), out.data(), b.tables.data(), b.lens.data(), nullptr, 0, &g);
-    CHECK_OK(kvb_paged_attention_workspace_size(&b.cache.desc, &a, &ws));
-    std::vector<uint64_t> work(ws / 8 + 2);
-    a.workspace = ws ? work.data() : nullptr;
-    a.workspace_size = ws;
-    CHECK_OK(kvb_paged_attention(&b.cache.desc, &a, nullptr));
+    attend_cpu(b.cache.desc, b.args(b.q.data(), out.data(), b.tables.data(), b.lens.data(), nullptr, 0, &g));
     bad += compare(out, plain, c.dtype, "cpu groups vs cpu plain", b.name());
   }
   CHECK(bad == 0);
@@ -204,17 +179,7 @@ void test_batches_valid_on_cpu() {
 
 int main() {
   RUN_TEST(test_batches_valid_on_cpu);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_groups_equal_plain);
-    RUN_TEST(test_cuda_member_with_other_blocks_faults);
-  } else {
-    SKIP_TEST(test_cuda_groups_equal_plain, "no CUDA device");
-    SKIP_TEST(test_cuda_member_with_other_blocks_faults, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_groups_equal_plain, "built without CUDA");
-  SKIP_TEST(test_cuda_member_with_other_blocks_faults, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_groups_equal_plain);
+  RUN_CUDA_TEST(test_cuda_member_with_other_blocks_faults);
   TEST_SUMMARY();
 }

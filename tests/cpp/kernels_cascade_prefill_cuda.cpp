@@ -66,18 +66,10 @@ struct Batch : GroupedTables {
                         size_t wss, const kvb_prefix_groups* g) const {
     kvb_prefill_args a;
     kvb_prefill_args_init(&a);
-    a.num_seqs = num_seqs;
-    a.num_q_heads = num_q_heads;
-    a.max_blocks_per_seq = max_blocks;
     a.total_q_tokens = total_q;
-    a.q = qp;
-    a.out = op;
     a.query_start = qs;
-    a.seq_lens = len;
-    a.block_tables = tab;
-    a.logits_soft_cap = cf.soft_cap;
-    a.window_tokens = cf.window;
-    a.sink_tokens = cf.sink;
+    set_paged(a, num_seqs, num_q_heads, max_blocks, qp, op, tab, len);
+    set_mask(a, cf.soft_cap, cf.window, cf.sink);
     a.workspace = ws;
     a.workspace_size = wss;
     a.prefix_groups = g;
@@ -87,13 +79,7 @@ struct Batch : GroupedTables {
   Tensor cpu(const kvb_prefix_groups* g) {
     Tensor out(cf.dtype, q.n);
     out.poison();
-    size_t ws = 0;
-    kvb_prefill_args a = args(q.data(), out.data(), qstart.data(), lens.data(), tables.data(), nullptr, 0, g);
-    CHECK_OK(kvb_prefill_attention_workspace_size(&cache.desc, &a, &ws));
-    std::vector<uint64_t> work(ws / 8 + 2);
-    a.workspace = ws ? work.data() : nullptr;
-    a.workspace_size = ws;
-    CHECK_OK(kvb_prefill_attention(&cache.desc, &a, nullptr));
+    attend_cpu(cache.desc, args(q.data(), out.data(), qstart.data(), lens.data(), tables.data(), nullptr, 0, g));
     return out;
   }
 
@@ -135,14 +121,10 @@ struct DeviceBatch : DeviceCache {
     Tensor out(b.cf.dtype, b.q.n);
     out.poison();
     DeviceBuffer o(out.data(), out.bytes());
-    size_t ws = 0;
-    kvb_prefill_args a = b.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, g);
-    CHECK_OK(kvb_prefill_attention_workspace_size(&desc, &a, &ws));
-    if (ws_out) *ws_out = ws;
-    DeviceBuffer work(ws);
-    a = b.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p),
-               work.p, ws, g);
-    run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_prefill_attention(&desc, &a, stream)); });
+    attend_cuda(desc,
+                b.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p),
+                       nullptr, 0, g),
+                graph, ws_out);
     o.to_host(out.data());
     return out;
   }
@@ -271,20 +253,8 @@ int main() {
   RUN_TEST(test_batches_valid_on_cpu);
   if (cuda_built()) RUN_TEST(test_workspace_query_counts_the_shared_path);
   else SKIP_TEST(test_workspace_query_counts_the_shared_path, "built without CUDA");
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_groups_equal_plain);
-    RUN_TEST(test_cuda_member_with_other_blocks_faults);
-    RUN_TEST(test_cuda_faulty_sequence_without_rows_is_reported);
-  } else {
-    SKIP_TEST(test_cuda_groups_equal_plain, "no CUDA device");
-    SKIP_TEST(test_cuda_member_with_other_blocks_faults, "no CUDA device");
-    SKIP_TEST(test_cuda_faulty_sequence_without_rows_is_reported, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_groups_equal_plain, "built without CUDA");
-  SKIP_TEST(test_cuda_member_with_other_blocks_faults, "built without CUDA");
-  SKIP_TEST(test_cuda_faulty_sequence_without_rows_is_reported, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_groups_equal_plain);
+  RUN_CUDA_TEST(test_cuda_member_with_other_blocks_faults);
+  RUN_CUDA_TEST(test_cuda_faulty_sequence_without_rows_is_reported);
   TEST_SUMMARY();
 }

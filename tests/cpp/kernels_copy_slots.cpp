@@ -255,13 +255,6 @@ int main() {
   RUN_TEST(test_cpu_against_reference);
   RUN_TEST(test_bad_inputs);
   RUN_TEST(test_random_lists_against_model);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0)
-    RUN_TEST(test_cuda_against_cpu);
-  else
-    SKIP_TEST(test_cuda_against_cpu, "no CUDA device");
-#else
-  SKIP_TEST(test_cuda_against_cpu, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_against_cpu);
   TEST_SUMMARY();
 }

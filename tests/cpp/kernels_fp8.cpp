@@ -129,13 +129,8 @@ void test_write_kv_bytes() {
         std::vector<int64_t> slots(N);
         for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 5) % 64;  // distinct slots
         slots[3] = -1;
-        kvb_write_kv_args a;
-        kvb_write_kv_args_init(&a);
+        kvb_write_kv_args a = write_args(N, key.data(), value.data(), slots.data());
         a.input_dtype = in;
-        a.num_tokens = N;
-        a.key = key.data();
-        a.value = value.data();
-        a.slot_mapping = slots.data();
         CHECK_OK(kvb_write_kv(&c.desc, &a, nullptr));
         int bad = 0;
         const uint8_t* kb = static_cast<const uint8_t*>(c.k.data());
@@ -172,9 +167,7 @@ const AttnCase kCases[] = {
 };
 
 void test_decode_fp8() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa isa) {
     for (const AttnCase& cs : kCases) {
       // ragged, one long enough to split (partitions of 256 tokens)
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}}, 3 + cs.D + cs.G);
@@ -194,18 +187,15 @@ void test_decode_fp8() {
       const double raw = check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink, &bad);
       CHECK(bad == 0);
       if (raw > raw_tolerance(cs.cd)) {
-        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(simd::Isa(i)), dname(cs.cd), raw);
+        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(isa), dname(cs.cd), raw);
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  }
-  simd::force_isa(initial);
+  });
 }
 
 void test_prefill_fp8() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa) {
     for (const AttnCase& cs : kCases) {
       // a prompt, a chunk over a cached prefix, a decode token, an empty sequence
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{50, 50}, {130, 20}, {0, 0}, {77, 1}}, 5 + cs.D + cs.G);
@@ -224,17 +214,14 @@ void test_prefill_fp8() {
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  }
-  simd::force_isa(initial);
+  });
 }
 
 // A NaN code in one K element makes every output of its kv head's query heads NaN (one V element: that
 // column), on every CPU path (the e4m3 decode reads tiles without NaN codes through a faster load, and
 // must notice this one), and leaves the rest exact; codes at several positions of a tile, both signs.
 void test_decode_nan_codes() {
-  const simd::Isa initial = simd::isa();
-  for (int i = 0; i < simd::kNumIsas; ++i) {
-    if (!simd::force_isa(simd::Isa(i))) continue;
+  on_each_isa([&](simd::Isa isa) {
     for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
       for (int which = 0; which < 2; ++which)
         for (int32_t tok : {0, 31, 45, 99}) {
@@ -243,18 +230,12 @@ void test_decode_nan_codes() {
           const uint8_t nan_code = (tok & 1) ? 0xff : 0x7f;  // e5m2: both NaN too
           uint8_t* bytes = static_cast<uint8_t*>((which ? p.cache.v : p.cache.k).data());
           bytes[p.cache.offset(p.tables[size_t(tok) / 16], tok % 16, 0, uint32_t(tok) % D)] = nan_code;
+          Tensor out(KVB_DTYPE_FP16, p.q.n);
+          out.poison();
           kvb_attention_args a;
           kvb_attention_args_init(&a);
           a.q_dtype = KVB_DTYPE_FP16;
-          a.num_seqs = 1;
-          a.num_q_heads = H * G;
-          a.max_blocks_per_seq = p.max_blocks;
-          a.q = p.q.data();
-          Tensor out(KVB_DTYPE_FP16, p.q.n);
-          out.poison();
-          a.out = out.data();
-          a.block_tables = p.tables.data();
-          a.seq_lens = p.lens.data();
+          set_paged(a, 1, H * G, p.max_blocks, p.q.data(), out.data(), p.tables.data(), p.lens.data());
           CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
           int bad = 0;
           std::vector<double> ref(D);
@@ -268,12 +249,11 @@ void test_decode_nan_codes() {
             }
           }
           if (bad)
-            fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(simd::Isa(i)), dname(cd),
+            fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(isa), dname(cd),
                     which ? "V" : "K", tok, bad);
           CHECK(bad == 0);
         }
-  }
-  simd::force_isa(initial);
+  });
 }
 
 // ---- copy, allocation, validation, old callers ----
@@ -307,13 +287,7 @@ void test_bad_scales_and_dtypes_refused() {
   kvb_attention_args a;
   kvb_attention_args_init(&a);
   a.q_dtype = KVB_DTYPE_FP32;
-  a.num_seqs = 1;
-  a.num_q_heads = 2;
-  a.max_blocks_per_seq = 1;
-  a.q = q;
-  a.out = out;
-  a.block_tables = table;
-  a.seq_lens = lens;
+  set_paged(a, 1, 2, 1, q, out, table, lens);
   CHECK_OK(kvb_paged_attention(&c.desc, &a, nullptr));
   for (float bad : {0.f, -1.f, NAN, INFINITY}) {
     kvb_cache_desc d = c.desc;
@@ -401,13 +375,7 @@ void test_old_struct_callers() {
   for (uint16_t& x : q) x = 0x3c00;
   std::memset(out, 0xff, sizeof out);
   int32_t table[1] = {0}, lens[1] = {1};
-  a.num_seqs = 1;
-  a.num_q_heads = 1;
-  a.max_blocks_per_seq = 1;
-  a.q = q;
-  a.out = out;
-  a.block_tables = table;
-  a.seq_lens = lens;
+  set_paged(a, 1, 1, 1, q, out, table, lens);
   std::memset(abuf, 0xcd, sizeof abuf);
   std::memcpy(abuf, &a, kOldArgs);
   reinterpret_cast<kvb_attention_args*>(abuf)->struct_size = kOldArgs;
@@ -450,13 +418,8 @@ void test_cuda_write_kv_bit_identical() {
       for (size_t i = 0; i < sizeof edges / sizeof edges[0]; ++i) key.set(i * 3, edges[i]), value.set(i * 3, edges[i]);
       std::vector<int64_t> slots(N);
       for (uint32_t i = 0; i < N; ++i) slots[i] = (i * 37 + 3) % (NB * BS);
-      kvb_write_kv_args a;
-      kvb_write_kv_args_init(&a);
+      kvb_write_kv_args a = write_args(N, key.data(), value.data(), slots.data());
       a.input_dtype = in;
-      a.num_tokens = N;
-      a.key = key.data();
-      a.value = value.data();
-      a.slot_mapping = slots.data();
       CHECK_OK(kvb_write_kv(&host.desc, &a, nullptr));
       DeviceBuffer dk(host.k.bytes()), dv(host.v.bytes()), dkey(key.data(), key.bytes()), dval(value.data(), value.bytes()),
           dslots(slots.data(), slots.size() * 8);
@@ -489,13 +452,6 @@ int main() {
   RUN_TEST(test_copy_blocks_moves_bytes);
   RUN_TEST(test_bad_scales_and_dtypes_refused);
   RUN_TEST(test_old_struct_callers);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0)
-    RUN_TEST(test_cuda_write_kv_bit_identical);
-  else
-    SKIP_TEST(test_cuda_write_kv_bit_identical, "no CUDA device");
-#else
-  SKIP_TEST(test_cuda_write_kv_bit_identical, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_write_kv_bit_identical);
   TEST_SUMMARY();
 }

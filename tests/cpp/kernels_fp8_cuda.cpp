@@ -242,20 +242,8 @@ void test_cuda_prefill_fp8() {
 
 int main() {
   RUN_TEST(test_half_trick_every_code);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_decode_fp8);
-    RUN_TEST(test_cuda_decode_many_heads);
-    RUN_TEST(test_cuda_prefill_fp8);
-  } else {
-    SKIP_TEST(test_cuda_decode_fp8, "no CUDA device");
-    SKIP_TEST(test_cuda_decode_many_heads, "no CUDA device");
-    SKIP_TEST(test_cuda_prefill_fp8, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_decode_fp8, "built without CUDA");
-  SKIP_TEST(test_cuda_decode_many_heads, "built without CUDA");
-  SKIP_TEST(test_cuda_prefill_fp8, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_decode_fp8);
+  RUN_CUDA_TEST(test_cuda_decode_many_heads);
+  RUN_CUDA_TEST(test_cuda_prefill_fp8);
   TEST_SUMMARY();
 }

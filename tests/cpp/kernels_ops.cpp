@@ -44,14 +44,9 @@ struct NewKv {
     for (size_t i = 0; i < n; ++i) slots.push_back(i % 5 == 3 ? -1 : all[i]);
   }
   kvb_write_kv_args args(const void* kp, const void* vp, const int64_t* sp) const {
-    kvb_write_kv_args a;
-    kvb_write_kv_args_init(&a);
-    a.num_tokens = slots.size();
-    a.key = kp;
-    a.value = vp;
+    kvb_write_kv_args a = write_args(slots.size(), kp, vp, sp);
     a.key_token_stride = ts;
     a.value_token_stride = ts;
-    a.slot_mapping = sp;
     return a;
   }
 };
@@ -186,11 +181,7 @@ void test_validation_errors() {
   HostCache c(KVB_DTYPE_FP16, 4, 16, 2, 64);
   std::vector<int64_t> slots = {0, 1};
   Tensor kv(KVB_DTYPE_FP16, 2 * 2 * 64);
-  kvb_write_kv_args w;
-  kvb_write_kv_args_init(&w);
-  w.num_tokens = 2;
-  w.key = w.value = kv.data();
-  w.slot_mapping = slots.data();
+  const kvb_write_kv_args w = write_args(2, kv.data(), kv.data(), slots.data());
   CHECK_OK(kvb_write_kv(&c.desc, &w, nullptr));
   CHECK_STATUS(kvb_write_kv(nullptr, &w, nullptr), KVB_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(kvb_write_kv(&c.desc, nullptr, nullptr), KVB_ERR_INVALID_ARGUMENT);
@@ -230,13 +221,7 @@ void test_validation_errors() {
   std::vector<int32_t> table = {0, 1, 2, 3}, lens = {20};
   kvb_attention_args a;
   kvb_attention_args_init(&a);
-  a.num_seqs = 1;
-  a.num_q_heads = 4;
-  a.max_blocks_per_seq = 4;
-  a.q = q.data();
-  a.out = out.data();
-  a.block_tables = table.data();
-  a.seq_lens = lens.data();
+  set_paged(a, 1, 4, 4, q.data(), out.data(), table.data(), lens.data());
   CHECK_OK(kvb_paged_attention(&c.desc, &a, nullptr));
   kvb_attention_args b = a;
   b.num_q_heads = 3;

@@ -19,23 +19,7 @@ namespace {
 
 std::vector<Config> configs() {
   std::vector<Config> out;
-  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
-  const uint32_t dims[] = {64, 128, 256};
-  const uint32_t groups[] = {1, 4, 8};
-  const uint32_t blocks[] = {8, 16, 32};
-  unsigned i = 0;
-  for (uint32_t dt : dtypes)
-    for (uint32_t d : dims)
-      for (uint32_t g : groups) {
-        Config c{dt, d, blocks[i % 3], g == 8 ? 1u : 2u, g, 0, 0, 0.f, (i % 2) == 1, 2000 + i};
-        if ((i / 3) % 2 == 1) {  // window on for half the configs, with sinks for some
-          c.window = 20 + 3 * i;
-          c.sink = (i % 4 == 1) ? 5 : 0;
-        }
-        if (i % 5 == 2) c.soft_cap = 5.f;
-        out.push_back(c);
-        ++i;
-      }
+  sweep_shapes(out, 2000, [](unsigned i) { return 20 + 3 * i; });
   // Odd group (3, 12), MQA, block sizes 1 and 64, a sink larger than the window.
   out.push_back({KVB_DTYPE_FP16, 128, 16, 1, 12, 0, 0, 0.f, false, 77});
   out.push_back({KVB_DTYPE_BF16, 64, 64, 2, 3, 0, 0, 30.f, true, 78});
@@ -57,23 +41,20 @@ namespace simd = kvb::kern::cpu::simd;
 // Every configuration on every CPU vector path this machine supports (KVB_TEST_QUICK=1, as under
 // valgrind: the default path only), each against the float64 reference.
 void test_cpu_against_reference() {
-  const simd::Isa initial = simd::isa();
   const std::vector<Config> all = configs();
-  for (int isa = 0; isa < simd::kNumIsas; ++isa) {
-    if ((quick() && simd::Isa(isa) != initial) || !simd::force_isa(simd::Isa(isa))) continue;
+  on_each_isa([&](simd::Isa isa) {
     int bad = 0, n = 0;
     for (size_t i = 0; i < all.size(); ++i) {
       if (quick() && i % 6 != 0) continue;
       std::mt19937 rng(all[i].seed);
       Problem p(all[i], ragged(all[i].block_size, rng, quick() || all[i].head_dim == 256));
       run_cpu(p);
-      bad += p.compare_ref(p.out, simd::isa_name(simd::Isa(isa)));
+      bad += p.compare_ref(p.out, simd::isa_name(isa));
       ++n;
     }
     CHECK(bad == 0);
     CHECK(n > 0);
-  }
-  simd::force_isa(initial);
+  }, quick());
 }
 
 // Large enough for several threads and query tiles per sequence.
@@ -87,15 +68,8 @@ void test_cpu_threaded() {
 
 // kvb_paged_attention on the problem's cache with its window, sinks and soft cap (a gives the batch).
 void run_decode(const Problem& p, kvb_attention_args& a) {
-  a.logits_soft_cap = p.cf.soft_cap;
-  a.window_tokens = p.cf.window;
-  a.sink_tokens = p.cf.sink;
-  size_t ws = 0;
-  CHECK_OK(kvb_paged_attention_workspace_size(&p.cache.desc, &a, &ws));
-  std::vector<float> work(ws / 4 + 4);
-  a.workspace = work.data();
-  a.workspace_size = ws;
-  CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+  set_mask(a, p.cf.soft_cap, p.cf.window, p.cf.sink);
+  attend_cpu(p.cache.desc, a);
 }
 
 // Decode rows (q_len 1) in a prefill call run the decode kernel's work item: a batch of only decode rows
@@ -295,22 +269,16 @@ void test_validation() {
 int run_cuda_case(Problem& p, bool graph) {
   run_cpu(p);
   const Tensor cpu_out = p.out;
-  HostCache dev_cache = p.cache;
-  DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-  dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-  dev_cache.desc.k = k.p;
-  dev_cache.desc.v = v.p;
+  const DeviceCache dev_cache(p.cache);
   Tensor out(p.cf.dtype, p.out.n);
   out.poison();
   DeviceBuffer q(p.q.data(), p.q.bytes()), o(out.data(), out.bytes());
   DeviceBuffer qs(p.qstart.data(), p.qstart.size() * 4), len(p.lens.data(), p.lens.size() * 4);
   DeviceBuffer tab(p.tables.data(), p.tables.size() * 4);
-  kvb_prefill_args a = p.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-  size_t ws = 0;
-  CHECK_OK(kvb_prefill_attention_workspace_size(&dev_cache.desc, &a, &ws));
-  DeviceBuffer work(ws);
-  a = p.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p), work.p, ws);
-  run_on_device(graph, [&](void* stream) { CHECK_OK(kvb_prefill_attention(&dev_cache.desc, &a, stream)); });
+  attend_cuda(dev_cache.desc,
+              p.args(q.p, o.p, static_cast<int32_t*>(qs.p), static_cast<int32_t*>(len.p), static_cast<int32_t*>(tab.p),
+                     nullptr, 0),
+              graph);
   o.to_host(out.data());
   return p.compare(out, [&](int32_t r, uint32_t h, uint32_t d) {
     return double(cpu_out.get(size_t(r * p.o_ts + h * p.o_hs + d)));
@@ -372,11 +340,7 @@ void test_cuda_faults() {
     p.tf32 = variant == 2;
     run_cpu(p);
     const Tensor cpu_out = p.out;
-    HostCache dev_cache = p.cache;
-    DeviceBuffer k(p.cache.k.data(), p.cache.k.bytes()), v(p.cache.v.data(), p.cache.v.bytes());
-    dev_cache.desc.device_type = KVB_DEVICE_CUDA;
-    dev_cache.desc.k = k.p;
-    dev_cache.desc.v = v.p;
+    const DeviceCache dev_cache(p.cache);
     DeviceBuffer q(p.q.data(), p.q.bytes()), o(p.out.bytes());
     auto run = [&](std::vector<int32_t> qs, std::vector<int32_t> lens, std::vector<int32_t> tab, Tensor& out) {
       DeviceBuffer dq(qs.data(), qs.size() * 4), dl(lens.data(), lens.size() * 4), dt(tab.data(), tab.size() * 4);
@@ -433,17 +397,7 @@ int main() {
   RUN_TEST(test_cpu_decode_rows);
   RUN_TEST(test_whole_chunked_decode_agree);
   RUN_TEST(test_validation);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0) {
-    RUN_TEST(test_cuda_against_cpu);
-    RUN_TEST(test_cuda_faults);
-  } else {
-    SKIP_TEST(test_cuda_against_cpu, "no CUDA device");
-    SKIP_TEST(test_cuda_faults, "no CUDA device");
-  }
-#else
-  SKIP_TEST(test_cuda_against_cpu, "built without CUDA");
-  SKIP_TEST(test_cuda_faults, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_against_cpu);
+  RUN_CUDA_TEST(test_cuda_faults);
   TEST_SUMMARY();
 }

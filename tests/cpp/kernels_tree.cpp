@@ -100,10 +100,8 @@ std::vector<TreeCase> cases() {
 namespace simd = kvb::kern::cpu::simd;
 
 void test_cpu_tree_against_reference() {
-  const simd::Isa initial = simd::isa();
   const std::vector<TreeCase> all = cases();
-  for (int isa = 0; isa < simd::kNumIsas; ++isa) {
-    if ((quick() && simd::Isa(isa) != initial) || !simd::force_isa(simd::Isa(isa))) continue;
+  on_each_isa([&](simd::Isa isa) {
     int bad = 0, n = 0;
     for (size_t i = 0; i < all.size(); ++i) {
       if (quick() && i % 4 != 0) continue;
@@ -112,13 +110,12 @@ void test_cpu_tree_against_reference() {
       Problem p(all[i].cf, b.seqs, b.words, all[i].q_dtype);
       kvb_prefill_args a = p.host_args();
       CHECK_OK(kvb_prefill_attention(&p.cache.desc, &a, nullptr));
-      bad += p.compare_ref(p.out, simd::isa_name(simd::Isa(isa)));
+      bad += p.compare_ref(p.out, simd::isa_name(isa));
       ++n;
     }
     CHECK(bad == 0);
     CHECK(n > 0);
-  }
-  simd::force_isa(initial);
+  }, quick());
 }
 
 // Causal words (and NULL, and a caller whose struct_size predates tree_mask) give the plain causal
@@ -248,13 +245,6 @@ int main() {
   RUN_TEST(test_causal_words_exact);
   RUN_TEST(test_self_always_seen);
   RUN_TEST(test_refusals);
-#if KVB_WITH_CUDA
-  if (cuda_devices() > 0)
-    RUN_TEST(test_cuda_tree_against_cpu);
-  else
-    SKIP_TEST(test_cuda_tree_against_cpu, "no CUDA device");
-#else
-  SKIP_TEST(test_cuda_tree_against_cpu, "built without CUDA");
-#endif
+  RUN_CUDA_TEST(test_cuda_tree_against_cpu);
   TEST_SUMMARY();
 }

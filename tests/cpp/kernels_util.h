@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../../kernels/common/convert_cpu.h"
+#include "../../kernels/common/simd_cpu.h"
 #include "../../kernels/common/types.h"
 #include "harness.h"
 #if KVB_WITH_CUDA
@@ -79,6 +80,101 @@ struct HostCache {
   }
 };
 
+// Runs body(isa) with each CPU vector path this machine supports forced in turn (only the default one when
+// default_only), then forces the default again.
+template <class Body>
+void on_each_isa(Body body, bool default_only = false) {
+  namespace simd = kvb::kern::cpu::simd;
+  const simd::Isa initial = simd::isa();
+  for (int i = 0; i < simd::kNumIsas; ++i) {
+    if ((default_only && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
+    body(simd::Isa(i));
+  }
+  simd::force_isa(initial);
+}
+
+// The 27 dtype x head dim x GQA ratio shapes the decode and prefill tests sweep, appended to out as
+// C{dtype, head_dim, block_size, kv_heads, gqa ratio, window, sink, soft_cap, flag, seed}: block sizes
+// 8 / 16 / 32 in turn, the window window(i) on half of them with sinks on some, a soft cap on a fifth,
+// the flag on every other one, seeds from seed0.
+template <class C, class Window>
+void sweep_shapes(std::vector<C>& out, unsigned seed0, Window window) {
+  const uint32_t dtypes[] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP32};
+  const uint32_t dims[] = {64, 128, 256};
+  const uint32_t groups[] = {1, 4, 8};
+  const uint32_t blocks[] = {8, 16, 32};
+  unsigned i = 0;
+  for (uint32_t dt : dtypes)
+    for (uint32_t d : dims)
+      for (uint32_t g : groups) {
+        C c{dt, d, blocks[i % 3], g == 8 ? 1u : 2u, g, 0, 0, 0.f, (i % 2) == 1, seed0 + i};
+        if ((i / 3) % 2 == 1) {
+          c.window = window(i);
+          c.sink = (i % 4 == 1) ? 5 : 0;
+        }
+        if (i % 5 == 2) c.soft_cap = 5.f;
+        out.push_back(c);
+        ++i;
+      }
+}
+
+// kvb_write_kv of n tokens from key and value (rows at the default stride) to slots.
+inline kvb_write_kv_args write_args(size_t n, const void* key, const void* value, const int64_t* slots) {
+  kvb_write_kv_args a;
+  kvb_write_kv_args_init(&a);
+  a.num_tokens = n;
+  a.key = key;
+  a.value = value;
+  a.slot_mapping = slots;
+  return a;
+}
+
+// The fields kvb_attention_args and kvb_prefill_args share: the batch's shape and its buffers.
+template <class Args>
+void set_paged(Args& a, uint32_t num_seqs, uint32_t num_q_heads, uint32_t max_blocks, const void* q, void* out,
+               const int32_t* tables, const int32_t* lens) {
+  a.num_seqs = num_seqs;
+  a.num_q_heads = num_q_heads;
+  a.max_blocks_per_seq = max_blocks;
+  a.q = q;
+  a.out = out;
+  a.block_tables = tables;
+  a.seq_lens = lens;
+}
+
+// A call's key mask and soft cap.
+template <class Args>
+void set_mask(Args& a, float soft_cap, uint32_t window, uint32_t sink) {
+  a.logits_soft_cap = soft_cap;
+  a.window_tokens = window;
+  a.sink_tokens = sink;
+}
+
+// Decode and prefill by their arguments' type, so that one template runs either.
+inline kvb_status workspace_size(const kvb_cache_desc* c, const kvb_attention_args* a, size_t* ws) {
+  return kvb_paged_attention_workspace_size(c, a, ws);
+}
+inline kvb_status workspace_size(const kvb_cache_desc* c, const kvb_prefill_args* a, size_t* ws) {
+  return kvb_prefill_attention_workspace_size(c, a, ws);
+}
+inline kvb_status attend(const kvb_cache_desc* c, const kvb_attention_args* a, void* stream) {
+  return kvb_paged_attention(c, a, stream);
+}
+inline kvb_status attend(const kvb_cache_desc* c, const kvb_prefill_args* a, void* stream) {
+  return kvb_prefill_attention(c, a, stream);
+}
+
+// A CPU call with the workspace its query asks for (the call's own workspace fields are replaced).
+template <class Args>
+void attend_cpu(const kvb_cache_desc& c, Args a) {
+  size_t ws = 0;
+  CHECK_OK(workspace_size(&c, &a, &ws));
+  std::vector<uint64_t> work(ws / 8 + 2);
+  a.workspace = ws ? work.data() : nullptr;
+  a.workspace_size = ws;
+  CHECK_OK(attend(&c, &a, nullptr));
+}
+
 inline bool close(double got, double want, uint32_t dtype) {
   const double atol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 2e-3 : 1.6e-2;
   const double rtol = dtype == KVB_DTYPE_FP32 ? 2e-5 : dtype == KVB_DTYPE_FP16 ? 4e-3 : 1.6e-2;
@@ -93,6 +189,16 @@ inline int padding_overwritten(const Tensor& got, const std::vector<bool>& logic
   return bad;
 }
 
+// Runs a test that needs a CUDA device, or prints why it is skipped.
+#if KVB_WITH_CUDA
+#define RUN_CUDA_TEST(fn)                                         \
+  do {                                                            \
+    if (kt::cuda_devices() > 0) RUN_TEST(fn);                     \
+    else SKIP_TEST(fn, "no CUDA device");                         \
+  } while (0)
+#else
+#define RUN_CUDA_TEST(fn) SKIP_TEST(fn, "built without CUDA")
+#endif
 // Usable CUDA devices in this build (0 without CUDA or driver).
 inline int cuda_devices() {
   int32_t n = 0;
@@ -154,6 +260,19 @@ void run_on_device(bool graph, Launch launch) {
   du::stream_sync(stream);
   du::graph_destroy(exec);
   du::stream_destroy(stream);
+}
+
+// A decode or prefill call on a CUDA cache with the workspace its query asks for (the size also in *ws_out
+// when given), on the default stream or captured in a CUDA graph (graph); returns when the device is done.
+template <class Args>
+void attend_cuda(const kvb_cache_desc& c, Args a, bool graph, size_t* ws_out = nullptr) {
+  size_t ws = 0;
+  CHECK_OK(workspace_size(&c, &a, &ws));
+  if (ws_out) *ws_out = ws;
+  DeviceBuffer work(ws);
+  a.workspace = work.p;
+  a.workspace_size = ws;
+  run_on_device(graph, [&](void* stream) { CHECK_OK(attend(&c, &a, stream)); });
 }
 #endif
 

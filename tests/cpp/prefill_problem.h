@@ -148,23 +148,15 @@ struct Problem {
                         void* ws, size_t ws_size, const uint64_t* tree_ptr = nullptr) const {
     kvb_prefill_args a;
     kvb_prefill_args_init(&a);
-    a.num_seqs = uint32_t(seqs.size());
-    a.num_q_heads = num_q_heads;
-    a.max_blocks_per_seq = max_blocks;
+    set_paged(a, uint32_t(seqs.size()), num_q_heads, max_blocks, q_ptr, out_ptr, tab, len);
+    set_mask(a, cf.soft_cap, cf.window, cf.sink);
     a.total_q_tokens = uint32_t(total_q);
-    a.q = q_ptr;
+    a.query_start = qs;
     a.q_token_stride = q_ts;
     a.q_head_stride = q_hs;
-    a.out = out_ptr;
     a.out_token_stride = o_ts;
     a.out_head_stride = o_hs;
-    a.query_start = qs;
-    a.seq_lens = len;
-    a.block_tables = tab;
     a.scale = float(scale());
-    a.logits_soft_cap = cf.soft_cap;
-    a.window_tokens = cf.window;
-    a.sink_tokens = cf.sink;
     a.workspace = ws;
     a.workspace_size = ws_size;
     a.allow_tf32 = tf32 ? 1u : 0u;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "c/kvbt_common.h"
 #include "harness.h"
 #include "kvbt_state.h"
 #include "replace_new.h"
@@ -170,14 +171,7 @@ std::vector<Step> build_steps(bool quick) {
     static int32_t tables[4 * 16], lens[4], qs[5];
     static int64_t slots[64];
     const int64_t ids[4] = {1, 2, 4, 5};
-    kvb_batch b;
-    kvb_batch_init(&b);
-    b.max_blocks_per_seq = 16;
-    b.block_tables = tables;
-    b.seq_lens = lens;
-    b.query_start = qs;
-    b.slot_mapping = slots;
-    b.slot_capacity = 64;
+    kvb_batch b = kvbt_batch(16, tables, lens, qs, slots, 64);
     return kvb_batch_export(c.m, ids, 4, &b);
   });
   // A token tree on the windowed sequence 4: its first tree grows the per-slot shapes, its commit the
@@ -433,10 +427,7 @@ bool replacement_in_effect() {
 // The decode path (append + commit of one token, the batch export of the step) allocates nothing once a
 // sequence's block table has room: counted over many steps, across block boundaries and hash commits.
 void test_decode_path_does_not_allocate() {
-  kvb_config cfg;
-  kvb_config_init(&cfg);
-  cfg.block_size = 16;
-  cfg.num_blocks = 4096;
+  const kvb_config cfg = kvbt_config(16, 4096, 0, 0.f, 0);
   kvb_manager* m = nullptr;
   CHECK_OK(kvb_manager_create(&cfg, &m));
   std::vector<int64_t> prompt(100);
@@ -450,13 +441,7 @@ void test_decode_path_does_not_allocate() {
   int64_t ids[kSeqs];
   int32_t tables[kSeqs * 256], lens[kSeqs];
   int64_t slots[kSeqs];
-  kvb_batch batch;
-  kvb_batch_init(&batch);
-  batch.max_blocks_per_seq = 256;
-  batch.block_tables = tables;
-  batch.seq_lens = lens;
-  batch.slot_mapping = slots;
-  batch.slot_capacity = kSeqs;
+  kvb_batch batch = kvbt_batch(256, tables, lens, nullptr, slots, kSeqs);
   auto step = [&](int t) {
     for (int s = 0; s < kSeqs; ++s) {
       ids[s] = s;
@@ -482,11 +467,7 @@ void test_decode_path_does_not_allocate() {
 
 // A manager that fails kvb_manager_create when allocations of at least fail_min_bytes fail: its message.
 std::string create_message(uint32_t block_size, uint32_t num_blocks, bool events, std::size_t fail_min_bytes) {
-  kvb_config cfg;
-  kvb_config_init(&cfg);
-  cfg.block_size = block_size;
-  cfg.num_blocks = num_blocks;
-  cfg.flags = events ? KVB_CONFIG_EVENTS : 0;
+  const kvb_config cfg = kvbt_config(block_size, num_blocks, 0, 0.f, events ? KVB_CONFIG_EVENTS : 0);
   kvb_manager* m = nullptr;
   g_fail_min_bytes = fail_min_bytes;
   g_armed = true;
@@ -514,10 +495,7 @@ void test_out_of_memory_says_what_and_how_much() {
   CHECK(mentions(msg, "cannot allocate the event queue: "));
   CHECK(mentions(msg, "of up to 65536 events of"));
   // A sequence's block table (60000 blocks at block size 1): the call fails and changes nothing.
-  kvb_config cfg;
-  kvb_config_init(&cfg);
-  cfg.block_size = 1;
-  cfg.num_blocks = 1u << 16;
+  const kvb_config cfg = kvbt_config(1, 1u << 16, 0, 0.f, 0);
   kvb_manager* m = nullptr;
   CHECK_OK(kvb_manager_create(&cfg, &m));
   std::vector<int64_t> prompt(60000, 7);
@@ -549,11 +527,7 @@ void test_out_of_memory_says_what_and_how_much() {
 // Block size 65536 with events and the default capacity (65536 events): 32 GiB if reserved up front. The
 // queue starts at 1 MiB or less and grows as events come, keeping them in order.
 void test_event_queue_grows_on_demand() {
-  kvb_config cfg;
-  kvb_config_init(&cfg);
-  cfg.block_size = 65536;
-  cfg.num_blocks = 8;
-  cfg.flags = KVB_CONFIG_EVENTS;
+  const kvb_config cfg = kvbt_config(65536, 8, 0, 0.f, KVB_CONFIG_EVENTS);
   kvb_manager* m = nullptr;
   g_bytes = 0;
   g_armed = true;

@@ -67,10 +67,12 @@ class ServerProc:
             self.proc.kill()
 
 
-def conversation_trace(path: str, conversations: int, turns: int) -> None:
+def conversation_trace(path: str, conversations: int, turns: int, input_less: int = 0,
+                       output_length: int = 1000) -> None:
     """A multi-turn trace: every conversation starts with a shared system block (hash id 0) and each turn
     repeats the previous turn's prompt and adds two blocks; the turns of different conversations
-    interleave (an odd count keeps round-robin from pinning a conversation to a server by accident)."""
+    interleave (an odd count keeps round-robin from pinning a conversation to a server by accident).
+    A turn's input is its blocks' 512 tokens each, less input_less."""
     history: Dict[int, List[int]] = {}
     next_id = 1
     with open(path, "w") as f:
@@ -79,8 +81,8 @@ def conversation_trace(path: str, conversations: int, turns: int) -> None:
                 ids = history.get(c, [0]) + [next_id, next_id + 1]
                 next_id += 2
                 history[c] = ids
-                f.write(json.dumps({"timestamp": 0, "input_length": len(ids) * 512, "output_length": 1000,
-                                    "hash_ids": ids}) + "\n")
+                f.write(json.dumps({"timestamp": 0, "input_length": len(ids) * 512 - input_less,
+                                    "output_length": output_length, "hash_ids": ids}) + "\n")
 
 
 def pick(policy: str, scores: Dict[int, int], in_flight: List[int], turn: int, epsilon: float) -> int:

@@ -22,7 +22,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -102,6 +102,18 @@ def report(name: str, r: Dict[str, Any]) -> str:
             f"{st['computed_tokens']:>5} computed; {st['store_put_blocks']} blocks put ({r['flushed']} at exit)")
 
 
+def spawn_reported(a: argparse.Namespace, role: str, name: str) -> Dict[str, Any]:
+    """The role's engine run in a child process, its report printed under name."""
+    r = spawn(a, role)
+    print(report(name, r))
+    return r
+
+
+def same_and_hit(run: Dict[str, Any], earlier: Dict[str, Any]) -> Tuple[bool, int]:
+    """Whether run's outputs are earlier's, and the prompt tokens run found in the store."""
+    return run["outputs"] == earlier["outputs"], run["stats"]["store_hit_tokens"]
+
+
 def main(argv: List[str]) -> int:
     a = parse(argv)
     if a.child:
@@ -117,22 +129,15 @@ def main(argv: List[str]) -> int:
     ok = True
     reference = run_engine(a, None, a.seed, a.max_tokens, flush=False)
     print(report("single engine:", reference))
-    prefill = spawn(a, "prefill")
-    print(report("prefill engine:", prefill))
-    decode = spawn(a, "decode")
-    print(report("decode engine:", decode))
-    same = decode["outputs"] == reference["outputs"]
-    hit = decode["stats"]["store_hit_tokens"]
+    spawn_reported(a, "prefill", "prefill engine:")
+    decode = spawn_reported(a, "decode", "decode engine:")
+    same, hit = same_and_hit(decode, reference)
     print(f"decode engine:    outputs {'token-exact with' if same else 'DIFFER FROM'} the single engine's; "
           f"{hit} prompt tokens served from the prefill engine's blocks, "
           f"{decode['stats']['computed_tokens']} computed (single engine: {reference['stats']['computed_tokens']})")
     ok &= same and hit > 0
-    first = spawn(a, "first")
-    print(report("engine:", first))
-    again = spawn(a, "restarted")
-    print(report("engine restarted:", again))
-    same = again["outputs"] == first["outputs"]
-    hit = again["stats"]["store_hit_tokens"]
+    first = spawn_reported(a, "first", "engine:")
+    same, hit = same_and_hit(spawn_reported(a, "restarted", "engine restarted:"), first)
     print(f"restarted engine: found {hit} prompt tokens of its earlier run in the store; outputs "
           f"{'token-exact with' if same else 'DIFFER FROM'} the earlier run's")
     ok &= same and hit > 0

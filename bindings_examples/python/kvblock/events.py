@@ -68,7 +68,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import msgpack
@@ -263,6 +263,15 @@ def decode_batch(payload: bytes) -> Tuple[float, List[Any], int]:
 
 
 # -- the publisher -------------------------------------------------------------------------------------
+def _waiting(recv: Callable[[int], Any]) -> Iterator[Any]:
+    """The messages recv(zmq.NOBLOCK) has without blocking, until none is left."""
+    while True:
+        try:
+            yield recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+
+
 class KvEventPublisher(OwnsHandle):
     """Drains a manager's events on flush() and publishes them from a background thread.
 
@@ -508,11 +517,7 @@ class KvEventPublisher(OwnsHandle):
                 return
 
     def _read_subscriptions(self) -> None:
-        while True:
-            try:
-                msg = self._pub.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for msg in _waiting(self._pub.recv):
             # a subscription to a prefix of our topic receives our messages; others are not ours
             if msg[:1] in (b"\x01", b"\x00") and self.topic.startswith(msg[1:]):
                 with self._cv:
@@ -520,11 +525,7 @@ class KvEventPublisher(OwnsHandle):
                     self._cv.notify_all()
 
     def _serve_replay(self) -> None:
-        while True:
-            try:
-                frames = self._replay.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in _waiting(self._replay.recv_multipart):
             if len(frames) != 3 or len(frames[2]) != 8:
                 log.warning("kvblock.events: ignoring a malformed replay request (%d frames)", len(frames))
                 continue

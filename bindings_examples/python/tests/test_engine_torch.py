@@ -44,18 +44,33 @@ def test_config_reads_both_rope_layouts() -> None:
         HFConfig.from_dict(dict(base, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
 
 
-def _prompts(vocab: int, n: int, shared: int, seed: int = 0) -> list:
+def _prompts(vocab: int, n: int, shared: int, seed: int = 0, own: int = 7, step: int = 5) -> list:
+    """n prompts after one shared prefix of `shared` tokens, own + step * i tokens of their own each."""
     rng = np.random.default_rng(seed)
     prefix = rng.integers(0, vocab, shared).tolist()
-    return [prefix + rng.integers(0, vocab, 7 + 5 * i).tolist() for i in range(n)]
+    return [prefix + rng.integers(0, vocab, own + step * i).tolist() for i in range(n)]
 
 
-def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = True, **cfg) -> tuple:
+def _check_greedy_against_hf(model_dir: object, prompts: list, out: dict, max_tokens: int) -> object:
+    """Every request's first output is transformers' greedy continuation; returns the reference model."""
+    from kvblock.engine.hf_reference import hf_greedy, load_hf
+    hf = load_hf(str(model_dir), "cpu", "float32")
+    for i, p in enumerate(prompts):
+        assert out[i][0].output == hf_greedy(hf, p, max_tokens), f"request {i}"
+    return hf
+
+
+def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = True, max_len: int = 512,
+         draft_dir: str = "", **cfg) -> tuple:
+    """draft_dir: a separate draft model's checkpoint (test_engine_draft_model.py)."""
     from kvblock.engine import EngineConfig, Request
     from kvblock.engine.torch_engine import TorchEngine
     from kvblock.engine.torch_model import TorchModel
-    model = TorchModel.from_pretrained(model_dir, "cpu", "float32", max_len=512)
-    eng = TorchEngine(model, EngineConfig(**cfg), cuda_graph=cuda_graph)
+
+    def load(d: str) -> TorchModel:
+        return TorchModel.from_pretrained(d, "cpu", "float32", max_len=max_len)
+    eng = TorchEngine(load(model_dir), EngineConfig(**cfg), cuda_graph=cuda_graph,
+                      draft_model=load(draft_dir) if draft_dir else None)
     for i, p in enumerate(prompts):
         eng.add_request(Request(i, p, max_tokens, n=n))
     return eng.run(), eng
@@ -65,7 +80,6 @@ def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph:
 @pytest.mark.parametrize("arch,tied", [("llama", False), ("qwen2", True), ("mistral", False)])
 def test_greedy_matches_transformers_with_hits_chunks_and_preemption(tmp_path, arch: str, tied: bool) -> None:
     from kvblock.engine.checkpoint import write_tiny_checkpoint
-    from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, cfg = write_tiny_checkpoint(str(tmp_path / arch), arch, tie_embeddings=tied, seed=3)
     prompts = _prompts(cfg.vocab, 6, 40)
     # 20 blocks of 8 tokens cannot hold 4 running sequences of ~70 tokens: decode runs out and preempts;
@@ -74,9 +88,7 @@ def test_greedy_matches_transformers_with_hits_chunks_and_preemption(tmp_path, a
     st = eng.mgr.stats()
     assert st["hit_tokens"] > 0 and eng.metrics.preemptions > 0
     assert eng.metrics.steps > sum(-(-len(p) // 32) for p in prompts) // 4  # chunked
-    hf = load_hf(str(d), "cpu", "float32")
-    for i, p in enumerate(prompts):
-        assert out[i][0].output == hf_greedy(hf, p, 14), f"request {i}"
+    _check_greedy_against_hf(d, prompts, out, 14)
 
 
 @needs_hf
@@ -130,16 +142,13 @@ def test_sliding_window_matches_transformers(tmp_path) -> None:
     import json
 
     from kvblock.engine.checkpoint import write_tiny_checkpoint
-    from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, _ = write_tiny_checkpoint(str(tmp_path / "w"), "mistral", seed=7)
     c = json.loads((d / "config.json").read_text())
     c["sliding_window"] = 16
     (d / "config.json").write_text(json.dumps(c))
     prompts = _prompts(c["vocab_size"], 3, 30, seed=2)
     out, eng = _run(str(d), prompts, 10, num_blocks=64, block_size=8, max_num_seqs=4, max_batched_tokens=24)
-    hf = load_hf(str(d), "cpu", "float32")
-    for i, p in enumerate(prompts):
-        assert out[i][0].output == hf_greedy(hf, p, 10), f"request {i}"
+    _check_greedy_against_hf(d, prompts, out, 10)
 
 
 @needs_hf
@@ -151,7 +160,6 @@ def test_graph_replay_path_matches_transformers(tmp_path, window: int) -> None:
     import json
 
     from kvblock.engine.checkpoint import write_tiny_checkpoint
-    from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, cfg = write_tiny_checkpoint(str(tmp_path / "g"), "mistral", seed=9)
     c = json.loads((d / "config.json").read_text())
     c["sliding_window"] = window or None
@@ -160,9 +168,7 @@ def test_graph_replay_path_matches_transformers(tmp_path, window: int) -> None:
     out, eng = _run(str(d), prompts, 12, cuda_graph="emulate", num_blocks=24, block_size=8, max_num_seqs=6,
                     max_batched_tokens=40, num_host_blocks=64, preemption="swap")
     assert eng.runner.graph_replays > 0 and (window or eng.metrics.swaps_out > 0)  # a window frees blocks
-    hf = load_hf(str(d), "cpu", "float32")
-    for i, p in enumerate(prompts):
-        assert out[i][0].output == hf_greedy(hf, p, 12), f"request {i}"
+    _check_greedy_against_hf(d, prompts, out, 12)
 
 
 @needs_hf
@@ -172,7 +178,6 @@ def test_qwen2_window_layers_run_as_two_groups(tmp_path) -> None:
     import json
 
     from kvblock.engine.checkpoint import load_config, write_tiny_checkpoint
-    from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, _ = write_tiny_checkpoint(str(tmp_path / "h"), "qwen2", num_layers=3, seed=8)
     c = json.loads((d / "config.json").read_text())
     c.update(use_sliding_window=True, sliding_window=16, max_window_layers=1)
@@ -182,9 +187,7 @@ def test_qwen2_window_layers_run_as_two_groups(tmp_path) -> None:
     prompts = _prompts(c["vocab_size"], 4, 30, seed=5)
     out, eng = _run(str(d), prompts, 12, num_blocks=48, block_size=8, max_num_seqs=3, max_batched_tokens=24)
     assert eng.groups is not None
-    hf = load_hf(str(d), "cpu", "float32")
-    for i, p in enumerate(prompts):
-        assert out[i][0].output == hf_greedy(hf, p, 12), f"request {i}"
+    _check_greedy_against_hf(d, prompts, out, 12)
 
 
 @needs_hf
@@ -195,16 +198,13 @@ def test_rope_scaling_matches_transformers(tmp_path, scaling: dict) -> None:
     import json
 
     from kvblock.engine.checkpoint import write_tiny_checkpoint
-    from kvblock.engine.hf_reference import hf_greedy, load_hf
     d, _ = write_tiny_checkpoint(str(tmp_path / "r"), "llama", num_layers=1, rope_theta=5e5, seed=2)
     c = json.loads((d / "config.json").read_text())
     c["rope_scaling"] = scaling
     (d / "config.json").write_text(json.dumps(c))
     prompts = _prompts(c["vocab_size"], 2, 90, seed=6)  # positions past the original 64
     out, _ = _run(str(d), prompts, 8, num_blocks=64, block_size=8, max_num_seqs=2, max_batched_tokens=128)
-    hf = load_hf(str(d), "cpu", "float32")
-    for i, p in enumerate(prompts):
-        assert out[i][0].output == hf_greedy(hf, p, 8), f"request {i}"
+    _check_greedy_against_hf(d, prompts, out, 8)
 
 
 @needs_torch

@@ -4,8 +4,10 @@ with trees equal plain greedy decoding of the same engine, with prefix hits, chu
 a draft as deep as the target accepts every level. Without torch or safetensors these tests SKIP, visibly."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
+
+from test_engine_torch import _prompts as torch_prompts
+from test_engine_torch import _run as run_torch_engine
 
 try:
     import safetensors  # noqa: F401
@@ -25,25 +27,12 @@ def model_dir(tmp_path_factory):
 
 
 def _prompts(vocab: int, n: int, shared: int, seed: int = 0) -> list:
-    rng = np.random.default_rng(seed)
-    prefix = rng.integers(0, vocab, shared).tolist()
-    return [prefix + rng.integers(0, vocab, 5 + 4 * i).tolist() for i in range(n)]
+    return torch_prompts(vocab, n, shared, seed, own=5, step=4)
 
 
 def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = False,
          draft_dir: str = "", **cfg) -> tuple:
-    """draft_dir: a separate draft model's checkpoint (test_engine_draft_model.py)."""
-    from kvblock.engine import EngineConfig, Request
-    from kvblock.engine.torch_engine import TorchEngine
-    from kvblock.engine.torch_model import TorchModel
-
-    def load(d: str) -> TorchModel:
-        return TorchModel.from_pretrained(d, "cpu", "float32", max_len=256)
-    eng = TorchEngine(load(model_dir), EngineConfig(**cfg), cuda_graph=cuda_graph,
-                      draft_model=load(draft_dir) if draft_dir else None)
-    for i, p in enumerate(prompts):
-        eng.add_request(Request(i, p, max_tokens, n=n))
-    out = eng.run()
+    out, eng = run_torch_engine(model_dir, prompts, max_tokens, n, cuda_graph, max_len=256, draft_dir=draft_dir, **cfg)
     eng.mgr.check_invariants()
     assert eng.mgr.stats()["used_blocks"] == 0
     return {i: [s.output for s in sorted(v, key=lambda s: s.index)] for i, v in out.items()}, eng

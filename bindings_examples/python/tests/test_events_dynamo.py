@@ -64,19 +64,21 @@ def model():
     return f"kvb-test-{next(_model_counter)}"  # one indexer partition per test: tests stay independent
 
 
-def eventually(indexer, model, expect, what):
-    """Polls until indexer scores == expect(prompt) for every prompt (bounded); fails with the diff."""
+def eventually(indexer, model, expect, what, kind="scores"):
+    """Polls until the indexer's `kind` (scores, or tier_scores) of every prompt equal expect's (bounded);
+    fails with the diff."""
+    query = getattr(indexer, kind)
     deadline = time.monotonic() + WAIT_S
     while True:
         diff = {}
         for name, (prompt, want) in expect.items():
-            got = indexer.scores(prompt, model)
+            got = query(prompt, model)
             if got != want:
                 diff[name] = (got, want)
         if not diff:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: indexer scores (got, want) differ after {WAIT_S} s: {diff}\n"
+            raise AssertionError(f"{what}: indexer {kind} (got, want) differ after {WAIT_S} s: {diff}\n"
                                  + indexer.log_tail())
         time.sleep(0.02)
 
@@ -282,21 +284,11 @@ def test_host_cache_tiers(indexer, model, encoding):
                 prompts.append(p)
                 e.m.run(p)
             e.pub.flush()
-            deadline = time.monotonic() + WAIT_S
-            while True:
-                diff = {}
-                for i, p in enumerate(prompts[-25:]):
-                    gpu, cpu = e.m.device_blocks_tokens(p), e.m.cached_blocks_tokens(p)
-                    want = {e.id: (gpu, cpu)} if cpu else {}
-                    got = indexer.tier_scores(p, model)
-                    if got != want:
-                        diff[i] = (got, want)
-                if not diff:
-                    break
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"round {rnd}: indexer tiers (got, want) differ: {diff}\n"
-                                         + indexer.log_tail())
-                time.sleep(0.02)
+            expect = {}
+            for i, p in enumerate(prompts[-25:]):
+                gpu, cpu = e.m.device_blocks_tokens(p), e.m.cached_blocks_tokens(p)
+                expect[i] = (p, {e.id: (gpu, cpu)} if cpu else {})
+            eventually(indexer, model, expect, f"round {rnd}", "tier_scores")
         st = e.m.stats()
         assert st["host_hit_tokens"] > 0 and st["offloaded_blocks"] > 0 and st["host_evictions"] > 0, st
     finally:

@@ -12,6 +12,7 @@ msgpack = pytest.importorskip("msgpack", reason="msgpack not installed (pip inst
 
 import event_helpers as S  # noqa: E402
 from kvblock.cache_salts import CacheSalts  # noqa: E402
+from test_events_wire import subscribe as wire_subscribe  # noqa: E402
 
 ev = S.events
 WAIT_MS = 10000
@@ -129,12 +130,7 @@ def mgr():
 
 
 def subscribe(pub):
-    sub = zmq.Context.instance().socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.connect(pub.bound_endpoint)
-    sub.subscribe(LLMD_PREFIX)
-    assert pub.wait_for_subscribers(1, WAIT_MS / 1000), "llm-d's prefix subscription never matched our topic"
-    return sub
+    return wire_subscribe(pub, LLMD_PREFIX, "llm-d's prefix subscription never matched our topic")
 
 
 def recv(sub):

@@ -22,12 +22,12 @@ def mgr():
     m.close()
 
 
-def subscribe(pub, topic=b""):
+def subscribe(pub, topic=b"", never="subscription never arrived"):
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
     sub.connect(pub.bound_endpoint)
     sub.subscribe(topic)
-    assert pub.wait_for_subscribers(1, WAIT_MS / 1000), "subscription never arrived"
+    assert pub.wait_for_subscribers(1, WAIT_MS / 1000), never
     return sub
 
 

@@ -11,19 +11,18 @@ import numpy as np
 import pytest
 
 from kvblock.engine.generation import ParamError, SamplingParams, draw, eos_token_ids, top_logprobs
+from test_engine_torch import HAVE_HF as HAVE_TORCH_HF  # torch, safetensors and transformers
+from test_engine_torch import HAVE_TORCH
+from test_engine_torch import WHY as WHY_TORCH
+from test_engine_torch import WHY_HF as WHY_TORCH_HF
 
 try:
-    import safetensors  # noqa: F401
     import tokenizers  # noqa: F401
-    import torch  # noqa: F401
-    HAVE, WHY = True, ""
+    import torch
+    HAVE, WHY = HAVE_TORCH, WHY_TORCH
 except Exception as e:
-    HAVE, WHY = False, f"{type(e).__name__}: {e}"
-try:
-    import transformers  # noqa: F401
-    HAVE_HF, WHY_HF = HAVE, WHY
-except Exception as e:
-    HAVE_HF, WHY_HF = False, f"transformers not importable ({type(e).__name__}: {e})"
+    HAVE, WHY = False, f"tokenizers or torch not importable ({type(e).__name__}: {e})"
+HAVE_HF, WHY_HF = (HAVE_TORCH_HF, WHY_TORCH_HF) if HAVE else (False, WHY)
 needs_torch = pytest.mark.skipif(not HAVE, reason=f"SKIP generation on the torch engine: {WHY}")
 needs_hf = pytest.mark.skipif(not HAVE_HF, reason=f"SKIP generation vs transformers: {WHY_HF}")
 

@@ -2,7 +2,6 @@
 keeps each conversation on the engine that caches it, so it hits more than round-robin; the greedy
 variant piles everything on one engine; the bounded one keeps load within its bound."""
 import argparse
-import json
 
 import pytest
 
@@ -11,6 +10,7 @@ pytest.importorskip("msgpack", reason="msgpack not installed (pip install pyzmq 
 
 import indexer_client as ic  # noqa: E402  (examples/, on sys.path through conftest.py)
 import route_demo  # noqa: E402
+import serve_route_demo  # noqa: E402
 
 _PY = ic.indexer_python()
 pytestmark = pytest.mark.skipif(
@@ -19,18 +19,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def conversation_trace(path, conversations=7, turns=4):
-    """Every conversation starts with a shared system block (id 0); each turn repeats the previous
-    turn's prompt and adds two blocks. Turns of different conversations interleave (7 of them, so that
-    round-robin does not keep a conversation on one engine by accident)."""
-    next_id, history = 1, {}
-    with open(path, "w") as f:
-        for t in range(turns):
-            for c in range(conversations):
-                ids = history.get(c, [0]) + [next_id, next_id + 1]
-                next_id += 2
-                history[c] = ids
-                f.write(json.dumps({"timestamp": 0, "input_length": len(ids) * 512 - 100,
-                                    "output_length": 20, "hash_ids": ids}) + "\n")
+    """serve_route_demo's multi-turn trace with short outputs (7 conversations: round-robin does not keep
+    a conversation on one engine by accident)."""
+    serve_route_demo.conversation_trace(str(path), conversations, turns, input_less=100, output_length=20)
 
 
 def test_kv_routing_beats_round_robin(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 import kvblock
 from kvblock.store import RECORD_HEADER, CallbackStore, DirStore, MemoryBackend, fold_key, open_store
-from store_helpers import BS, Recording, RedisServer, Rig, callback_store, prompt, redis_unavailable
+from store_helpers import BS, Recording, Rig, callback_store, prompt
 
 
 def fill_store(rig: Rig, tokens: list) -> None:
@@ -188,16 +188,6 @@ def test_back_end_that_raises():
 
 
 # -- Redis ---------------------------------------------------------------------------------------------
-@pytest.fixture
-def redis_server():
-    why = redis_unavailable()
-    if why:
-        pytest.skip(f"Redis store tests: {why}")
-    server = RedisServer()
-    yield server
-    server.kill()
-
-
 def redis_factory(url, backends=None):
     def make(host):
         from kvblock.store_redis import RedisBackend

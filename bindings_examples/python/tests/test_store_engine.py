@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from kvblock.engine import Engine, EngineConfig, Model, ModelConfig, Request
-from store_helpers import RedisServer, redis_unavailable
 
 PKG = Path(__file__).resolve().parent.parent
 BS = 8
@@ -69,16 +68,6 @@ def test_corrupted_store_files_are_recomputed(tmp_path, reference):
     out, st = run(f"dir:{tmp_path}", 5)
     assert out == reference
     assert st["store_get_failures"] > 0 and st["store_recomputed_tokens"] > 0
-
-
-@pytest.fixture
-def redis_server():
-    why = redis_unavailable()
-    if why:
-        pytest.skip(f"Redis store tests: {why}")
-    server = RedisServer()
-    yield server
-    server.kill()
 
 
 def test_engines_on_redis(redis_server, reference):

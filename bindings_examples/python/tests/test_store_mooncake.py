@@ -2,22 +2,10 @@
 the memory, started on loopback ports (skipped, with the reason, where the mooncake wheel cannot run)."""
 from __future__ import annotations
 
-import pytest
-
 from kvblock.store import open_store
-from store_helpers import BS, MooncakeCluster, Recording, Rig, callback_store, mooncake_unavailable, prompt
-from test_store import _check_cut, fill_store
+from store_helpers import BS, Rig, prompt
+from test_store import _check_cut, _failure_rig, fill_store
 from test_store_engine import _demo
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    why = mooncake_unavailable()
-    if why:
-        pytest.skip(f"Mooncake store tests: {why}")
-    c = MooncakeCluster()
-    yield c
-    c.kill()
 
 
 def test_mooncake_round_trip(cluster):
@@ -35,14 +23,7 @@ def test_mooncake_round_trip(cluster):
 def test_mooncake_key_removed_between_lookup_and_get(cluster):
     from kvblock.store_mooncake import MooncakeBackend
     p = prompt(22, 4)
-    backend = Recording(MooncakeBackend(cluster.url))
-    a = Rig(callback_store(backend))
-    fill_store(a, p)
-    a.mgr.set_store(None)
-    a.mgr.close()
-    b = Rig(callback_store(backend))
-    sid, cached = b.start(p)
-    assert cached == 4 * BS
+    b, backend, sid = _failure_rig(MooncakeBackend(cluster.url), p)
     assert backend.inner.store.remove(backend.looked_up[2], force=True) == 0  # leased since the lookup
     _check_cut(b, sid, p, 2 * BS)
     b.close()

@@ -136,11 +136,16 @@ def _check_model(body: Dict[str, Any], m: ServedModel) -> None:
         raise LookupError(f"the model {name!r} does not exist (this server serves {m.name!r})")
 
 
-def parse_completion(body: Any, m: ServedModel) -> ApiRequest:
+def _check_body(body: Any, m: ServedModel) -> None:
+    """What both endpoints ask of a body: a JSON object for this model, without unsupported fields."""
     if not isinstance(body, dict):
         raise ParamError("body", "must be a JSON object")
     _check_model(body, m)
     _unsupported(body)
+
+
+def parse_completion(body: Any, m: ServedModel) -> ApiRequest:
+    _check_body(body, m)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         prompt = [prompt]
@@ -192,10 +197,7 @@ def _message_text(msg: Any, i: int) -> Dict[str, Any]:
 
 def parse_chat(body: Any, m: ServedModel) -> ApiRequest:
     from .chat_template import TemplateError
-    if not isinstance(body, dict):
-        raise ParamError("body", "must be a JSON object")
-    _check_model(body, m)
-    _unsupported(body)
+    _check_body(body, m)
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise ParamError("messages", "must be a non-empty list of messages")

@@ -55,6 +55,22 @@ run() { # run NAME COMMAND...: one language's tests (output kept to count them, 
     case "$name" in python|python-sdist|python-lint|rust|go|c) ;; *) tests_failed=$((tests_failed + 1)) ;; esac
   fi
 }
+# run_bg NAME COMMAND...: as run, but in the background (a step that leaves a core idle otherwise: the
+# sdist's compile beside the single-threaded pytest); finish_bg NAME waits for it, then reports as run.
+run_bg() {
+  name=$1; shift
+  echo "$*" >"$logdir/$name.cmd"
+  ( "$@" >"$logdir/$name.log" 2>&1; echo $? >"$logdir/$name.rc" ) &
+}
+finish_bg() {
+  wait
+  name=$1
+  echo "=== $name: $(cat "$logdir/$name.cmd")"
+  rc=$(cat "$logdir/$name.rc" 2>/dev/null || echo 1)
+  cat "$logdir/$name.log"
+  count "$name" "$logdir/$name.log" "$rc"
+  if [ "$rc" -eq 0 ]; then passed="$passed $name"; else echo "FAIL $name"; failed="$failed $name"; fi
+}
 skip() { echo "SKIP $1: $2"; skipped="$skipped $1"; }
 have() { command -v "$1" >/dev/null 2>&1; }
 
@@ -76,11 +92,12 @@ elif python3 -c 'import setuptools, wheel' 2>/dev/null &&
   venv="$build/py-venv"
   run python-install env KVBLOCK_BUILD_DIR="$build" "$venv/bin/python" -m pip install -q --no-build-isolation \
     --no-deps --force-reinstall --disable-pip-version-check "$pydir"
+  # The sdist builds from itself: pip install of it in a fresh venv outside the repository (compiles the
+  # library from the sdist's csrc/, about two minutes on two cores), beside the tests.
+  run_bg python-sdist sh "$pydir/tests/sdist_install.sh"
   run python env OPENBLAS_NUM_THREADS=1 sh -c "cd '$build' && env -u KVBLOCK_LIB '$venv/bin/python' -m kvblock --version &&
     env -u KVBLOCK_LIB '$venv/bin/python' -m pytest -v -rs -p no:cacheprovider '$pydir/tests'"
-  # The sdist builds from itself: pip install of it in a fresh venv outside the repository (compiles the
-  # library from the sdist's csrc/, about two minutes on two cores).
-  run python-sdist sh "$pydir/tests/sdist_install.sh"
+  finish_bg python-sdist
 else
   echo "note python: setuptools/wheel or venv missing; testing the package in-tree against $KVBLOCK_LIB"
   run python env PYTHONPATH="$pydir" python3 -m pytest -v -rs -p no:cacheprovider "$pydir/tests"

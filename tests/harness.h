@@ -3,10 +3,18 @@
 #ifndef KVB_TEST_HARNESS_H
 #define KVB_TEST_HARNESS_H
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kvblock.h"
 
 static int kvbt_passed, kvbt_failed, kvbt_case_failures;
+
+/* KVB_TEST_QUICK=1 (set by the sanitizer and valgrind variants, whose runs are 5-50x slower): long
+ * randomized tests run fewer cases, still reaching every code path; the plain `make check` runs them all. */
+static inline int kvbt_quick(void) {
+  const char* q = getenv("KVB_TEST_QUICK");
+  return q != NULL && q[0] != '\0' && q[0] != '0';
+}
 
 #define CHECK(cond)                                                                 \
   do {                                                                              \

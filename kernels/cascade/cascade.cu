@@ -40,7 +40,6 @@ constexpr int kThreads = 128;  // both kernels
 constexpr int kMaxMembers = 512, kMaxGroups = 32, kMaxTiles = 256;
 constexpr int kMinSplitTokens = 512;
 constexpr int kTargetCtas = 264;  // about two waves of an H100's 132 SMs for the shared kernel
-constexpr float kLog2e = 1.4426950408889634f;
 
 struct CascadeParams : PagedIo {
   float* ws_m;  // [slot][head][split], slot = index into members
@@ -70,8 +69,7 @@ __device__ __forceinline__ float logit(const CascadeParams& p, float dot) {
 
 template <typename T, int D>
 __device__ __forceinline__ const T* kv_row(const CascadeParams& p, const char* base, int id, int tok, int kvh) {
-  return reinterpret_cast<const T*>(base) + int64_t(id) * p.block_stride +
-         int64_t(tok & ((1 << p.block_shift) - 1)) * p.token_stride + int64_t(kvh) * p.head_stride;
+  return reinterpret_cast<const T*>(base) + p.kv.row(id, tok, (1 << p.block_shift) - 1, kvh);
 }
 
 // Shared-memory rows of q / K / V are D + 4 floats: 16-byte aligned for float4 reads, and rows 4 apart
@@ -107,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) cascade_shared(const __grid_constant
     float x = 0.f;
     if (rr < rows) {
       const int seq = p.members[first + rr / G], h = kvh * G + rr % G;
-      x = Vec<T>::load(reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_seq_stride + int64_t(h) * p.q_head_stride +
+      x = Vec<T>::load(reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_row_stride + int64_t(h) * p.q_head_stride +
                        d) * p.q_scale;
     }
     qs[rr * DP + d] = x;
@@ -235,7 +233,7 @@ __device__ void write_row(const CascadeParams& p, int seq, int h, const float* a
   constexpr int PL = D / 8;
   const int lane = threadIdx.x & 31;
   if (lane >= 8) return;
-  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride + lane * PL;
+  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_row_stride + int64_t(h) * p.out_head_stride + lane * PL;
 #pragma unroll
   for (int i = 0; i < PL; ++i) op[i] = Vec<T>::from_float(acc[i] * inv);
 }
@@ -292,7 +290,7 @@ __global__ void __launch_bounds__(kThreads) cascade_own(const __grid_constant__ 
   const int kvh = h / p.group;
   float q[PL];
   {
-    const T* qp = reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_seq_stride + int64_t(h) * p.q_head_stride;
+    const T* qp = reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_row_stride + int64_t(h) * p.q_head_stride;
 #pragma unroll
     for (int i = 0; i < PL; ++i) q[i] = Vec<T>::load(qp + li * PL + i) * p.q_scale;
   }
@@ -452,12 +450,7 @@ Shape shape_of(const Cache& c, const Attention& a, const kvb_prefix_groups& g) {
 CascadeMmaParams mma_params(const Attention& a, const CascadeParams& p, const Shape& s) {
   CascadeMmaParams mp{};
   PrefillParams& b = mp.b;
-  b.k = p.k, b.v = p.v;
-  b.block_stride = p.block_stride, b.token_stride = p.token_stride, b.head_stride = p.head_stride;
-  b.q = p.q;
-  b.q_token_stride = p.q_seq_stride, b.q_head_stride = p.q_head_stride;
-  b.out = p.out;
-  b.out_token_stride = p.out_seq_stride, b.out_head_stride = p.out_head_stride;
+  static_cast<AttnIo&>(b) = p;
   b.query_start = nullptr;
   b.seq_lens = p.seq_lens;
   b.block_tables = p.block_tables;
@@ -526,12 +519,7 @@ bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups&
       a.max_blocks * c.block_size > int64_t(INT_MAX) - 4096 || c.num_kv_heads > 65535)
     return false;
   DeviceGuard guard(c.device_index);
-  check_pointer(c.k, c.device_index, "cache.k");
-  check_pointer(c.v, c.device_index, "cache.v");
-  check_pointer(a.q, c.device_index, "args.q");
-  check_pointer(a.out, c.device_index, "args.out");
-  check_pointer(a.block_tables, c.device_index, "args.block_tables");
-  check_pointer(a.seq_lens, c.device_index, "args.seq_lens");
+  check_attn_pointers(c, a);
   check_pointer(workspace, c.device_index, "args.workspace");
 
   CascadeParams p;
@@ -543,13 +531,7 @@ bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups&
   p.ws_l = p.ws_m + rows;
   p.ws_o = p.ws_l + rows;
   p.fault = fault_record(c.device_index);
-  p.num_blocks = int(c.num_blocks);
-  p.block_shift = c.block_shift;
-  p.max_blocks = int(a.max_blocks);
-  p.num_q_heads = int(a.num_q_heads);
-  p.group = int(a.num_q_heads / c.num_kv_heads);
-  p.window = a.window > INT_MAX ? INT_MAX : int(a.window);
-  p.sink = a.sink > INT_MAX ? INT_MAX : int(a.sink);
+  put_attn_shape(p, attn_shape(c, a));
   p.num_splits = s.num_splits;
   p.split_tokens = s.split_tokens;
   const bool cap = a.soft_cap > 0.f;
@@ -579,7 +561,7 @@ bool cascade_decode(const Cache& c, const Attention& a, const kvb_prefix_groups&
   bool ok = false;
   if (s.mma) {
     // 16-byte cp.async of q rows (the plain kernel runs otherwise).
-    const uint64_t qalign = uint64_t(uintptr_t(a.q)) | uint64_t(a.q_seq_stride * es) | uint64_t(a.q_head_stride * es);
+    const uint64_t qalign = uint64_t(uintptr_t(a.q)) | uint64_t(a.q_row_stride * es) | uint64_t(a.q_head_stride * es);
     if (qalign % 16 != 0) return false;
     CascadeMmaParams mp = mma_params(a, p, s);
     cascade_mma_describe(mp, g, c.block_size);

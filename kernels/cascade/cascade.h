@@ -21,25 +21,16 @@ struct PrefixGroups {
 
 // One view of a decode or prefill call: sequence s owns query rows [row0(s), row0(s) + q_len(s)), row j
 // at position seq_lens[s] - q_len(s) + j. Decode: query_start NULL, row s is sequence s's one token.
-struct CascadeCall {
-  int64_t num_seqs = 0, num_q_heads = 0, max_blocks = 0;
-  const void* q = nullptr;
-  int64_t q_row_stride = 0, q_head_stride = 0;
-  void* out = nullptr;
-  int64_t out_row_stride = 0, out_head_stride = 0;
+struct CascadeCall : AttnCall {
   const int32_t* query_start = nullptr;
-  const int32_t* seq_lens = nullptr;
-  const int32_t* block_tables = nullptr;
-  float scale = 0.f, soft_cap = 0.f;
-  int64_t window = 0, sink = 0;
   const char* kernel = "";  // for messages
 
   int64_t row0(int64_t s) const { return query_start ? query_start[s] : s; }
   int64_t q_len(int64_t s) const { return query_start ? int64_t(query_start[s + 1]) - query_start[s] : 1; }
 };
 
-CascadeCall cascade_of(const Attention& a);
-CascadeCall cascade_of(const Prefill& a);
+// A decode call (query_start NULL, "paged attention") or a prefill call ("prefill attention").
+CascadeCall cascade_of(const AttnCall& a, const int32_t* query_start, const char* kernel);
 // The description to use: NULL (plain kernel) when `pg` is NULL or has no groups, or when the cache is a
 // CUDA or FP8 cache (no shared-prefix kernel there yet: the plain kernel gives the same results); else pg.
 // pg's struct_size is checked in every case.
@@ -51,7 +42,7 @@ const kvb_prefix_groups* cuda_prefix_groups(const Cache& c, const kvb_prefix_gro
 
 // What the CUDA launches give the cost model: the batch with every length at its bound,
 // max_blocks_per_seq * block_size (seq_lens and query_start are device memory, never read on the host).
-BatchShape bound_shape(const Cache& c, const AttnHeads& a);
+BatchShape bound_shape(const Cache& c, const AttnCall& a);
 
 // CPU: checks `call` and `pg` (from prefix_groups_to_use) as the shared-prefix kernel does, keeps the
 // groups the cost model expects to be faster (cascade_cost.h) and runs cpu::cascade_attention on them;

@@ -154,7 +154,7 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
   const int64_t pre_bytes = whole ? c.num_kv_heads * c.head_stride * ES : D * ES;
   auto prefetch_tile = [&](int64_t p0, int64_t p1) {
     for (int64_t tok = p0; tok < p1; ++tok) {
-      const int64_t off = paged_offset(c, table, tok);
+      const int64_t off = c.seq_row(table, tok);
       for (int64_t o = 0; o < pre_bytes; o += 64) {
         __builtin_prefetch(kpre + off * ES + o);
         __builtin_prefetch(vpre + off * ES + o);
@@ -169,7 +169,7 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
       if (t0 == kr.range[rg][0]) prefetch_tile(t0, std::min(end, t0 + kKeyTile));
       prefetch_tile(std::min(end, t0 + kKeyTile), std::min(end, t0 + 2 * kKeyTile));
       for (int t = 0; t < n; ++t) {
-        const int64_t off = paged_offset(c, table, t0 + t);
+        const int64_t off = c.seq_row(table, t0 + t);
         const char* kp = kbase + off * ES;
         const char* vp = vbase + off * ES;
         for (int d = 0; d < D; d += W) {

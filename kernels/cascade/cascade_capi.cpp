@@ -10,46 +10,11 @@
 namespace kvb {
 namespace kern {
 
-CascadeCall cascade_of(const Attention& a) {
+CascadeCall cascade_of(const AttnCall& a, const int32_t* query_start, const char* kernel) {
   CascadeCall k;
-  k.num_seqs = a.num_seqs;
-  k.num_q_heads = a.num_q_heads;
-  k.max_blocks = a.max_blocks;
-  k.q = a.q;
-  k.q_row_stride = a.q_seq_stride;
-  k.q_head_stride = a.q_head_stride;
-  k.out = a.out;
-  k.out_row_stride = a.out_seq_stride;
-  k.out_head_stride = a.out_head_stride;
-  k.seq_lens = a.seq_lens;
-  k.block_tables = a.block_tables;
-  k.scale = a.scale;
-  k.soft_cap = a.soft_cap;
-  k.window = a.window;
-  k.sink = a.sink;
-  k.kernel = "paged attention";
-  return k;
-}
-
-CascadeCall cascade_of(const Prefill& a) {
-  CascadeCall k;
-  k.num_seqs = a.num_seqs;
-  k.num_q_heads = a.num_q_heads;
-  k.max_blocks = a.max_blocks;
-  k.q = a.q;
-  k.q_row_stride = a.q_token_stride;
-  k.q_head_stride = a.q_head_stride;
-  k.out = a.out;
-  k.out_row_stride = a.out_token_stride;
-  k.out_head_stride = a.out_head_stride;
-  k.query_start = a.query_start;
-  k.seq_lens = a.seq_lens;
-  k.block_tables = a.block_tables;
-  k.scale = a.scale;
-  k.soft_cap = a.soft_cap;
-  k.window = a.window;
-  k.sink = a.sink;
-  k.kernel = "prefill attention";
+  static_cast<AttnCall&>(k) = a;
+  k.query_start = query_start;
+  k.kernel = kernel;
   return k;
 }
 
@@ -68,7 +33,7 @@ const kvb_prefix_groups* cuda_prefix_groups(const Cache& c, const kvb_prefix_gro
   return pg->num_groups > 0 ? pg : nullptr;
 }
 
-BatchShape bound_shape(const Cache& c, const AttnHeads& a) {
+BatchShape bound_shape(const Cache& c, const AttnCall& a) {
   BatchShape b;
   b.num_seqs = a.num_seqs;
   b.block_size = c.block_size;

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "../../libkvblock/error.h"
-#include "../common/paged.h"
+#include "../common/types.h"
 #include "../common/amx_cpu.h"
 #include "cascade_amx_cpu.h"
 #include "cascade_rows_cpu.h"

@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
   const int pmin = s_pmin, pmax = s_pmax, W = b.window;
   const ctiles::Walk wk = ctiles::walk(kr.k0, kr.k1, BN, pmin, pmax, W, b.sink);
   const int n_tiles = wk.count();
-  const int64_t head_off = int64_t(kvh) * b.head_stride;
+  const int64_t head_off = b.kv.head(kvh);
   const int kmask = (1 << b.block_shift) - 1;
 
   // Byte offset of key tid of walk tile i (odd: zero-fill). A bad block id under a key some row attends
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
     if (k >= kr.k1) return kZeroFill;
     const int id = __ldg(table + (k >> b.block_shift));
     if (id >= 0 && id < b.num_blocks)
-      return (paged_offset(id, k, kmask, b.block_stride, b.token_stride) + head_off) * int64_t(sizeof(T));
+      return (b.kv.row(id, k, kmask) + head_off) * int64_t(sizeof(T));
     bool attended = false;
     for (int r = 0; r < BM; ++r) attended |= ri.pos[r] >= 0 && tiles::attends(k, ri.pos[r], W, b.sink);
     if (attended && atomicExch(&s_bad, 1) == 0 && kvh == 0)
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
     const int r = i / C, c = i - r * C;
     const int qrow = ri.qrow[r];
     const T* src = reinterpret_cast<const T*>(b.q);
-    if (qrow >= 0) src += int64_t(qrow) * b.q_token_stride + int64_t(ri.head[r]) * b.q_head_stride + c * 8;
+    if (qrow >= 0) src += int64_t(qrow) * b.q_row_stride + int64_t(ri.head[r]) * b.q_head_stride + c * 8;
     cp_async16(sQ + tiles::frag::swz(C, r, c), src, qrow >= 0 ? 16 : 0);
   }
   __syncthreads();  // s_off of tiles 0 and 1
@@ -283,8 +283,7 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
       for (int n2 = 0; n2 < NT / 2; ++n2) {
         uint32_t bb[4];
         ldsm_x4(bb, tiles::frag::k_addr(C, bK + k_lane, n2, kk));
-        Mma<T>::run(s[2 * n2], a, bb[0], bb[1]);
-        Mma<T>::run(s[2 * n2 + 1], a, bb[2], bb[3]);
+        mma_x2<T>(s[2 * n2], s[2 * n2 + 1], a, bb);
       }
     }
     if constexpr (CAP) {  // raw units: cap / scale * tanh(x * scale / cap)
@@ -339,8 +338,7 @@ __global__ void __launch_bounds__(kThreads, D == 256 ? 1 : 2) cascade_mma_kernel
       for (int d2 = 0; d2 < DT / 2; ++d2) {
         uint32_t bb[4];
         ldsm_x4_trans(bb, tiles::frag::v_addr(C, bV + v_lane, kk, d2));
-        Mma<T>::run(o[2 * d2], a, bb[0], bb[1]);
-        Mma<T>::run(o[2 * d2 + 1], a, bb[2], bb[3]);
+        mma_x2<T>(o[2 * d2], o[2 * d2 + 1], a, bb);
       }
     }
     // Stage i & 1 of s_off was last read by load_kv(i), before this iteration's barrier.

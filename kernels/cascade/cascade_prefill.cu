@@ -26,7 +26,6 @@ namespace cuda {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int64_t kMaxOwnSplits = 8;  // bounds the workspace: total_q x heads x parts x (head_dim + 2) floats
 
 // One CTA of D threads per (query row, head): out = sum_i 2^(m_i - M) acc_i / sum_i 2^(m_i - M) l_i over
@@ -50,7 +49,7 @@ __global__ void __launch_bounds__(D) cascade_merge(const PrefillParams b, int pa
     L += li * w;
     A += w * b.ws_o[(w0 + i) * D + d];
   }
-  T* op = reinterpret_cast<T*>(b.out) + int64_t(row) * b.out_token_stride + int64_t(h) * b.out_head_stride;
+  T* op = reinterpret_cast<T*>(b.out) + int64_t(row) * b.out_row_stride + int64_t(h) * b.out_head_stride;
   op[d] = Vec<T>::from_float(poisoned ? __int_as_float(0x7fffffff) : L > 0.f ? A / L : 0.f);
 }
 
@@ -112,30 +111,19 @@ bool cascade_prefill(const Cache& c, const Prefill& a, const kvb_prefix_groups& 
   // What the plain kernel reports as an error (misalignment) it reports: run it.
   const int64_t es = int64_t(c.elem());
   const uint64_t align = kv_align_bits(c) | uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) |
-                         uint64_t(a.q_token_stride * es) | uint64_t(a.q_head_stride * es) |
-                         uint64_t(a.out_token_stride * es) | uint64_t(a.out_head_stride * es);
+                         uint64_t(a.q_row_stride * es) | uint64_t(a.q_head_stride * es) |
+                         uint64_t(a.out_row_stride * es) | uint64_t(a.out_head_stride * es);
   if (align % 16 != 0 || uintptr_t(a.query_start) % 4 != 0 || uintptr_t(a.seq_lens) % 4 != 0 ||
       uintptr_t(a.block_tables) % 4 != 0 || c.num_blocks > INT_MAX || a.num_q_heads > 65535)
     return false;
   DeviceGuard guard(c.device_index);
-  check_pointer(c.k, c.device_index, "cache.k");
-  check_pointer(c.v, c.device_index, "cache.v");
-  check_pointer(a.q, c.device_index, "args.q");
-  check_pointer(a.out, c.device_index, "args.out");
+  check_attn_pointers(c, a);
   check_pointer(a.query_start, c.device_index, "args.query_start");
-  check_pointer(a.seq_lens, c.device_index, "args.seq_lens");
-  check_pointer(a.block_tables, c.device_index, "args.block_tables");
   check_pointer(workspace, c.device_index, "args.workspace");
 
   CascadeMmaParams p{};
   PrefillParams& b = p.b;
-  b.k = static_cast<const char*>(c.k);
-  b.v = static_cast<const char*>(c.v);
-  b.block_stride = c.block_stride, b.token_stride = c.token_stride, b.head_stride = c.head_stride;
-  b.q = static_cast<const char*>(a.q);
-  b.q_token_stride = a.q_token_stride, b.q_head_stride = a.q_head_stride;
-  b.out = static_cast<char*>(a.out);
-  b.out_token_stride = a.out_token_stride, b.out_head_stride = a.out_head_stride;
+  static_cast<AttnIo&>(b) = attn_io(c, a);
   b.query_start = a.query_start;
   b.seq_lens = a.seq_lens;
   b.block_tables = a.block_tables;

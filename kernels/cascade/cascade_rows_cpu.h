@@ -7,15 +7,13 @@
 #include <cstdint>
 #include <limits>
 
-#include "../common/paged.h"
+#include "../common/types.h"
 
 namespace kvb {
 namespace kern {
 namespace cpu {
 namespace casc {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kKeyTile = 32;  // keys per tile (one AMX tile of P's bf16 pairs)
 
 struct Mask {

@@ -114,7 +114,7 @@ KVB_API kvb_status kvb_cache_alloc(kvb_cache_desc* desc) {
     shape.k = shape.v = reinterpret_cast<void*>(uintptr_t(256));  // placeholders: validate the shape only
     Cache c = read_cache(&shape, "desc");
     require_backend(c, "desc");
-    const size_t bytes = size_t(c.num_blocks) * size_t(c.block_stride) * c.elem();
+    const size_t bytes = size_t(c.blocks_extent(c.num_blocks)) * c.elem();
     void* k = nullptr;
     void* v = nullptr;
     uint32_t kind;

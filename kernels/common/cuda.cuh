@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "../../libkvblock/error.h"
 #include "paged.h"
@@ -125,6 +126,9 @@ inline bool large_kernel_params_ok() {
 #endif
 }
 
+// What the runtime knows of pointer p (runtime.cu; errors name `what`), asked in relaxed capture mode.
+cudaPointerAttributes pointer_attributes(const void* p, const char* what);
+
 // Largest power-of-two width (16, 8, 4, 2 or 1 bytes) dividing every value.
 inline int common_width(std::initializer_list<uint64_t> values) {
   uint64_t acc = 16;
@@ -138,45 +142,42 @@ inline int common_width(std::initializer_list<uint64_t> values) {
 // loads (and cp.async) of K / V rows are all aligned.
 inline uint64_t kv_align_bits(const Cache& c) {
   const int64_t es = int64_t(c.elem());
-  return uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | uint64_t(c.block_stride * es) |
-         uint64_t(c.token_stride * es) | uint64_t(c.head_stride * es);
+  return uint64_t(uintptr_t(c.k)) | uint64_t(uintptr_t(c.v)) | c.in_bytes(es).stride_bits();
 }
 
 // 16 bytes of T -> floats (8 for 16-bit types, 4 for fp32).
 template <typename T>
 struct Vec;
 
-template <>
-struct Vec<__half> {
+// fp16 and bf16: eight 16-bit values, converted in pairs (T2: __half2, __nv_bfloat162).
+template <typename T, typename T2>
+struct Vec16 {
   static constexpr int N = 8;
+  static constexpr bool kHalf = std::is_same<T, __half>::value;
+  static __device__ __forceinline__ float2 pair_to_float(const T2& x) {
+    if constexpr (kHalf) return __half22float2(x); else return __bfloat1622float2(x);
+  }
   static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
-    const __half2* h = reinterpret_cast<const __half2*>(&u);
+    const T2* h = reinterpret_cast<const T2*>(&u);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 x = __half22float2(h[i]);
+      const float2 x = pair_to_float(h[i]);
       f[2 * i] = x.x;
       f[2 * i + 1] = x.y;
     }
   }
-  static __device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
-  static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ float load(const T* p) {
+    if constexpr (kHalf) return __half2float(*p); else return __bfloat162float(*p);
+  }
+  static __device__ __forceinline__ T from_float(float x) {
+    if constexpr (kHalf) return __float2half_rn(x); else return __float2bfloat16_rn(x);
+  }
 };
 
 template <>
-struct Vec<__nv_bfloat16> {
-  static constexpr int N = 8;
-  static __device__ __forceinline__ void to_float(const uint4& u, float* f) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 x = __bfloat1622float2(h[i]);
-      f[2 * i] = x.x;
-      f[2 * i + 1] = x.y;
-    }
-  }
-  static __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-  static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-};
+struct Vec<__half> : Vec16<__half, __half2> {};
+template <>
+struct Vec<__nv_bfloat16> : Vec16<__nv_bfloat16, __nv_bfloat162> {};
 
 template <>
 struct Vec<float> {

@@ -18,11 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define KVB_FP8_HD __host__ __device__ __forceinline__
-#else
-#define KVB_FP8_HD inline
-#endif
+#include "host_device.h"
 
 namespace kvb {
 namespace kern {
@@ -32,12 +28,12 @@ constexpr float kE4m3Max = 448.f;
 constexpr float kE5m2Max = 57344.f;
 constexpr float kE4m3ViaHalfFactor = 256.f;
 
-KVB_FP8_HD uint32_t f32_bits(float f) {
+KVB_HD uint32_t f32_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   return u;
 }
-KVB_FP8_HD float f32_from_bits(uint32_t u) {
+KVB_HD float f32_from_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
@@ -46,7 +42,7 @@ KVB_FP8_HD float f32_from_bits(uint32_t u) {
 // |x| (bits a, a finite nonzero-or-zero fp32 magnitude) rounded to nearest even on a grid with
 // man_bits mantissa bits, exponent bias `bias` and max code max_code (the largest finite magnitude code),
 // as the fp8 magnitude code (7 bits). Pure integer arithmetic.
-KVB_FP8_HD uint32_t encode_magnitude(uint32_t a, int man_bits, int bias, uint32_t max_code) {
+KVB_HD uint32_t encode_magnitude(uint32_t a, int man_bits, int bias, uint32_t max_code) {
   const int exp = int(a >> 23);  // biased fp32 exponent, 0 for fp32 denormals and zero
   const int min_normal_exp = 127 + 1 - bias;  // fp32 biased exponent of the fp8 smallest normal
   uint32_t sig, q;
@@ -75,7 +71,7 @@ KVB_FP8_HD uint32_t encode_magnitude(uint32_t a, int man_bits, int bias, uint32_
 }
 
 // fp32 -> e4m3fn bits: RNE, saturating to +-448, inf -> +-448, NaN -> sign | 0x7f.
-KVB_FP8_HD uint8_t float_to_e4m3(float x) {
+KVB_HD uint8_t float_to_e4m3(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7fffffffu;
@@ -85,7 +81,7 @@ KVB_FP8_HD uint8_t float_to_e4m3(float x) {
 }
 
 // fp32 -> e5m2 bits: RNE, saturating to +-57344, inf -> +-57344, NaN -> sign | 0x7f.
-KVB_FP8_HD uint8_t float_to_e5m2(float x) {
+KVB_HD uint8_t float_to_e5m2(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7fffffffu;
@@ -95,7 +91,7 @@ KVB_FP8_HD uint8_t float_to_e5m2(float x) {
 }
 
 // e4m3fn bits -> fp32, exact; 0x7f / 0xff are NaN (the format has no inf).
-KVB_FP8_HD float e4m3_to_float(uint8_t b) {
+KVB_HD float e4m3_to_float(uint8_t b) {
   const uint32_t sign = uint32_t(b & 0x80u) << 24;
   const uint32_t e = (b >> 3) & 0xfu, m = b & 0x7u;
   if ((b & 0x7fu) == 0x7fu) return f32_from_bits(sign | 0x7fc00000u);
@@ -104,7 +100,7 @@ KVB_FP8_HD float e4m3_to_float(uint8_t b) {
 }
 
 // e5m2 bits -> fp32, exact (the top byte of an fp16: inf 0x7c, NaN 0x7d..0x7f, signs too).
-KVB_FP8_HD float e5m2_to_float(uint8_t b) {
+KVB_HD float e5m2_to_float(uint8_t b) {
   const uint32_t sign = uint32_t(b & 0x80u) << 24;
   const uint32_t e = (b >> 2) & 0x1fu, m = b & 0x3u;
   if (e == 0x1f) return f32_from_bits(sign | 0x7f800000u | (m << 21));
@@ -117,24 +113,24 @@ KVB_FP8_HD float e5m2_to_float(uint8_t b) {
 // 1, *hi codes 2 and 3. e5m2: the fp16 bits are the code << 8, exact (inf, NaN included). e4m3: the fp16
 // is the value / 2^8 (kE4m3ViaHalfFactor; the caller folds the 256 into its scale), exact, subnormals
 // included, and the NaN codes 0x7f / 0xff become fp16 NaNs (0x7f80 / 0xff80) that stay NaN after the x256.
-KVB_FP8_HD void e5m2x4_to_half2x2(uint32_t x, uint32_t* lo, uint32_t* hi) {
+KVB_HD void e5m2x4_to_half2x2(uint32_t x, uint32_t* lo, uint32_t* hi) {
   *lo = ((x & 0xffu) << 8) | ((x & 0xff00u) << 16);
   *hi = ((x >> 8) & 0xff00u) | (x & 0xff000000u);
 }
-KVB_FP8_HD uint32_t e4m3x2_spread_to_half2(uint32_t s) {  // s = codes at bits 0-7 and 16-23
+KVB_HD uint32_t e4m3x2_spread_to_half2(uint32_t s) {  // s = codes at bits 0-7 and 16-23
   uint32_t h = ((s & 0x00800080u) << 8) | ((s & 0x007f007fu) << 7);
   // A NaN code has magnitude bits 0x3f80, every other code at most 0x3f00 (multiples of 0x80): adding
   // 0x80 sets bit 14 only for NaN; (that bit >> 4) * 0x1f is 0x7c00, the all-ones fp16 exponent.
   const uint32_t nan_bit = ((h & 0x7fff7fffu) + 0x00800080u) & 0x40004000u;
   return h | (nan_bit >> 4) * 0x1fu;
 }
-KVB_FP8_HD void e4m3x4_to_half2x2(uint32_t x, uint32_t* lo, uint32_t* hi) {
+KVB_HD void e4m3x4_to_half2x2(uint32_t x, uint32_t* lo, uint32_t* hi) {
   *lo = e4m3x2_spread_to_half2((x & 0xffu) | ((x & 0xff00u) << 8));
   *hi = e4m3x2_spread_to_half2(((x >> 16) & 0xffu) | ((x >> 8) & 0xff0000u));
 }
 
 // Quantize x with scale (> 0, finite): the stored byte.
-KVB_FP8_HD uint8_t quantize(float x, float scale, bool e5m2) {
+KVB_HD uint8_t quantize(float x, float scale, bool e5m2) {
   const float y = x / scale;
   return e5m2 ? float_to_e5m2(y) : float_to_e4m3(y);
 }

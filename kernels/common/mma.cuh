@@ -42,6 +42,14 @@ struct Mma<__nv_bfloat16> {
   }
 };
 
+// Two products sharing A, over the two 8-column halves of one ldmatrix.x4 B fragment: b[0..1] into c0,
+// b[2..3] into c1.
+template <typename T>
+__device__ __forceinline__ void mma_x2(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  Mma<T>::run(c0, a, b[0], b[1]);
+  Mma<T>::run(c1, a, b[2], b[3]);
+}
+
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -56,12 +64,12 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
 
 // 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 // 16 bytes global -> shared, or 16 zero bytes (src not read) when zero.
 __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool zero) {
   asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
-               ::"r"(dst), "l"(src), "r"(int(zero)));
+               ::"r"(dst), "l"(src), "r"(int(zero)) : "memory");
 }
 
 // 2^x, approximate; the callers pass logits minus their row max (<= 0, -inf for masked keys), so no
@@ -72,9 +80,11 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// The cp.async calls clobber "memory": they write shared memory the compiler does not see, so it must not
+// move shared loads or stores of the tiles across an issue, a commit or a wait.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 }  // namespace cuda
 }  // namespace kern

@@ -32,12 +32,15 @@ void check_device(int index) {
   if (index >= n) fail(Code::invalid_argument, "device_index %d, but only %d CUDA device(s)", index, n);
 }
 
-void check_pointer(const void* p, int index, const char* what) {
+cudaPointerAttributes pointer_attributes(const void* p, const char* what) {
   cudaPointerAttributes attr;
-  {
-    RelaxedCapture relaxed;  // legal while the caller captures a graph
-    check(cudaPointerGetAttributes(&attr, p), what);
-  }
+  RelaxedCapture relaxed;  // legal while the caller captures a graph
+  check(cudaPointerGetAttributes(&attr, p), what);
+  return attr;
+}
+
+void check_pointer(const void* p, int index, const char* what) {
+  const cudaPointerAttributes attr = pointer_attributes(p, what);
   switch (attr.type) {
     case cudaMemoryTypeDevice:
       if (attr.device != index)

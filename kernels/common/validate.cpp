@@ -249,8 +249,8 @@ AttnPlan plan_attention(int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_he
   return p;
 }
 
-AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel) {
-  AttnHeads t;
+AttnCall read_heads(const Cache& c, const HeadArgs& a, const char* kernel) {
+  AttnCall t;
   t.q_dtype = read_query_dtype(c, a.q_dtype, "q_dtype");
   refuse_cuda_fp8_attention(c, t.q_dtype);
   KVB_REQUIRE_ARG(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256,
@@ -280,48 +280,34 @@ AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel) {
   return t;
 }
 
-RowStrides read_q_out(const Cache& c, const AttnHeads& h, int64_t rows, const char* row, const void* q,
-                      int64_t q_row_stride, int64_t q_head_stride, const void* out, int64_t out_row_stride,
-                      int64_t out_head_stride) {
+void read_q_out(const Cache& c, AttnCall& t, int64_t rows, const char* row, const void* q, int64_t q_row_stride,
+                int64_t q_head_stride, const void* out, int64_t out_row_stride, int64_t out_head_stride) {
   const std::string q_row = std::string("q_") + row + "_stride", out_row = std::string("out_") + row + "_stride";
-  const int64_t H = h.num_q_heads, D = c.head_dim;
-  const size_t q_es = dtype_size(h.q_dtype);
-  RowStrides s;
-  s.q_head = stride_or(q_head_stride, D, 1, "args", "q_head_stride");
-  s.q_row = stride_or(q_row_stride, H, s.q_head, "args", q_row.c_str());
-  s.out_head = stride_or(out_head_stride, D, 1, "args", "out_head_stride");
-  s.out_row = stride_or(out_row_stride, H, s.out_head, "args", out_row.c_str());
-  check_extent("args: q", q, q_es, D, {{"q_head_stride", s.q_head, H}, {q_row.c_str(), s.q_row, rows}});
-  check_extent("args: out", out, q_es, D, {{"out_head_stride", s.out_head, H}, {out_row.c_str(), s.out_row, rows}});
-  KVB_REQUIRE_ARG(non_overlapping(D, {{s.out_head, H}, {s.out_row, rows}}),
-                  "args: out strides (%s %lld, head %lld) make elements overlap", row, (long long)s.out_row,
-                  (long long)s.out_head);
-  return s;
+  const int64_t H = t.num_q_heads, D = c.head_dim;
+  const size_t q_es = dtype_size(t.q_dtype);
+  const int64_t q_head = stride_or(q_head_stride, D, 1, "args", "q_head_stride");
+  const int64_t q_rows = stride_or(q_row_stride, H, q_head, "args", q_row.c_str());
+  const int64_t out_head = stride_or(out_head_stride, D, 1, "args", "out_head_stride");
+  const int64_t out_rows = stride_or(out_row_stride, H, out_head, "args", out_row.c_str());
+  check_extent("args: q", q, q_es, D, {{"q_head_stride", q_head, H}, {q_row.c_str(), q_rows, rows}});
+  check_extent("args: out", out, q_es, D, {{"out_head_stride", out_head, H}, {out_row.c_str(), out_rows, rows}});
+  KVB_REQUIRE_ARG(non_overlapping(D, {{out_head, H}, {out_rows, rows}}),
+                  "args: out strides (%s %lld, head %lld) make elements overlap", row, (long long)out_rows,
+                  (long long)out_head);
+  t.q_row_stride = q_rows, t.q_head_stride = q_head;
+  t.out_row_stride = out_rows, t.out_head_stride = out_head;
 }
 
 Attention read_attention(const Cache& c, const kvb_attention_args* args, bool need_pointers) {
   const kvb_attention_args a = read_versioned(args, offsetof(kvb_attention_args, q_dtype), kvb_attention_args_init,
                                               "args", "kvb_attention_args_init");
   Attention t;
-  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "attention");
-  const RowStrides s = read_q_out(c, t, t.num_seqs, "seq", need_pointers ? a.q : nullptr, a.q_seq_stride,
-                                  a.q_head_stride, need_pointers ? a.out : nullptr, a.out_seq_stride, a.out_head_stride);
-  t.q_seq_stride = s.q_row;
-  t.q_head_stride = s.q_head;
-  t.out_seq_stride = s.out_row;
-  t.out_head_stride = s.out_head;
+  static_cast<AttnCall&>(t) = read_heads(c, head_args(a), "attention");
+  read_q_out(c, t, t.num_seqs, "seq", need_pointers ? a.q : nullptr, a.q_seq_stride, a.q_head_stride,
+             need_pointers ? a.out : nullptr, a.out_seq_stride, a.out_head_stride);
   t.plan = plan_attention(t.num_seqs, t.num_q_heads, c.num_kv_heads, c.head_dim, c.block_size, t.max_blocks);
   if (!need_pointers || t.num_seqs == 0) return t;
-  KVB_REQUIRE_ARG(a.q != nullptr, "args: q is NULL");
-  KVB_REQUIRE_ARG(a.out != nullptr, "args: out is NULL");
-  KVB_REQUIRE_ARG(a.block_tables != nullptr, "args: block_tables is NULL");
-  KVB_REQUIRE_ARG(a.seq_lens != nullptr, "args: seq_lens is NULL");
-  check_workspace(t.plan.workspace_bytes, a.workspace, a.workspace_size, "kvb_paged_attention_workspace_size");
-  t.q = a.q;
-  t.out = a.out;
-  t.block_tables = a.block_tables;
-  t.seq_lens = a.seq_lens;
-  t.workspace = a.workspace;
+  read_io_pointers(t, a, true, t.plan.workspace_bytes, "kvb_paged_attention_workspace_size");
   return t;
 }
 

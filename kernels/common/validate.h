@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "../../abi/kvblock.h"
+#include "../../libkvblock/capi_guard.h"
 #include "types.h"
 
 namespace kvb {
@@ -63,17 +64,33 @@ HeadArgs head_args(const Args& a) {
 // Checks them against the cache for one attention kernel (`kernel` in messages: the head dims it
 // supports, q's dtype, the GQA group, positions below 2^31, the logit transform, the window) and
 // returns them with the defaults filled in (scale 0 = 1/sqrt(head_dim)).
-AttnHeads read_heads(const Cache& c, const HeadArgs& a, const char* kernel);
+AttnCall read_heads(const Cache& c, const HeadArgs& a, const char* kernel);
 
 // q and out of an attention call, each [rows][num_q_heads][head_dim] with the caller's strides in
-// elements (0 = dense); `row` names the row dimension in messages ("seq": q_seq_stride, "token"). The
-// extents are checked (with the base pointers unless NULL), and out's elements must not overlap.
-struct RowStrides {
-  int64_t q_row, q_head, out_row, out_head;
-};
-RowStrides read_q_out(const Cache& c, const AttnHeads& h, int64_t rows, const char* row, const void* q,
-                      int64_t q_row_stride, int64_t q_head_stride, const void* out, int64_t out_row_stride,
-                      int64_t out_head_stride);
+// elements (0 = dense), into t's strides; `row` names the row dimension in messages ("seq":
+// q_seq_stride, "token": q_token_stride). The extents are checked (with the base pointers unless
+// NULL), and out's elements must not overlap.
+void read_q_out(const Cache& c, AttnCall& t, int64_t rows, const char* row, const void* q, int64_t q_row_stride,
+                int64_t q_head_stride, const void* out, int64_t out_row_stride, int64_t out_head_stride);
+
+// The pointers of an attention call into t: q and out (not NULL when the call has rows), the block
+// tables and sequence lengths (not NULL), the workspace (at least `workspace_bytes`, the size `size_fn`
+// reports). Args: kvb_attention_args or kvb_prefill_args.
+template <class Args>
+void read_io_pointers(AttnCall& t, const Args& a, bool has_rows, size_t workspace_bytes, const char* size_fn) {
+  if (has_rows) {
+    KVB_REQUIRE_ARG(a.q != nullptr, "args: q is NULL");
+    KVB_REQUIRE_ARG(a.out != nullptr, "args: out is NULL");
+  }
+  KVB_REQUIRE_ARG(a.block_tables != nullptr, "args: block_tables is NULL");
+  KVB_REQUIRE_ARG(a.seq_lens != nullptr, "args: seq_lens is NULL");
+  check_workspace(workspace_bytes, a.workspace, a.workspace_size, size_fn);
+  t.q = a.q;
+  t.out = a.out;
+  t.block_tables = a.block_tables;
+  t.seq_lens = a.seq_lens;
+  t.workspace = a.workspace;
+}
 
 
 }  // namespace kern

@@ -29,8 +29,7 @@ struct CopyParams {
   char* src[kLayers][2];  // [layer][K, V]
   char* dst[kLayers][2];
   int32_t pairs[kPairs][2];
-  int64_t s_block, s_token, s_head;  // bytes
-  int64_t d_block, d_token, d_head;
+  PagedKv src_kv, dst_kv;  // bytes
   int64_t block_bytes;  // dense path: bytes of one block
   int heads, rows_chunks, chunks_per_row;
   int dense;  // both sides dense in the same order: one linear run per block
@@ -52,8 +51,8 @@ __global__ void __launch_bounds__(256) copy_kernel(const P p) {
   const int units = p.num_pairs * p.num_layers * 2;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int pair = u % p.num_pairs, rest = u / p.num_pairs, layer = rest >> 1, kv = rest & 1;
-    const char* src = p.src[layer][kv] + p.pairs[pair][0] * p.s_block;
-    char* dst = p.dst[layer][kv] + p.pairs[pair][1] * p.d_block;
+    const char* src = p.src[layer][kv] + p.src_kv.block(p.pairs[pair][0]);
+    char* dst = p.dst[layer][kv] + p.dst_kv.block(p.pairs[pair][1]);
     if (p.dense) {
       const int64_t n = p.block_bytes / int64_t(sizeof(W));
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
@@ -63,8 +62,8 @@ __global__ void __launch_bounds__(256) copy_kernel(const P p) {
     for (int i = threadIdx.x; i < p.rows_chunks; i += blockDim.x) {
       const int row = i / p.chunks_per_row, c = i - row * p.chunks_per_row;
       const int t = row / p.heads, h = row - t * p.heads;
-      *reinterpret_cast<W*>(dst + t * p.d_token + h * p.d_head + int64_t(c) * sizeof(W)) =
-          *reinterpret_cast<const W*>(src + t * p.s_token + h * p.s_head + int64_t(c) * sizeof(W));
+      *reinterpret_cast<W*>(dst + t * p.dst_kv.token_stride + p.dst_kv.head(h) + int64_t(c) * sizeof(W)) =
+          *reinterpret_cast<const W*>(src + t * p.src_kv.token_stride + p.src_kv.head(h) + int64_t(c) * sizeof(W));
     }
   }
 }
@@ -75,11 +74,7 @@ constexpr int kHostCopyCtas = 48;
 // Device-usable address of a cache tensor (mapped address for page-locked host memory); nullptr when
 // the memory is pageable host memory.
 char* device_address(const void* p, int device, const char* what) {
-  cudaPointerAttributes attr;
-  {
-    RelaxedCapture relaxed;  // legal while the caller captures a graph
-    check(cudaPointerGetAttributes(&attr, p), what);
-  }
+  const cudaPointerAttributes attr = pointer_attributes(p, what);
   switch (attr.type) {
     case cudaMemoryTypeDevice:
       if (attr.device != device)
@@ -109,12 +104,8 @@ void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std:
   // Kernel parameters may be large: build them on the heap.
   std::vector<P> holder(1);
   P& p = holder[0];
-  p.s_block = s0.block_stride * es;
-  p.s_token = s0.token_stride * es;
-  p.s_head = s0.head_stride * es;
-  p.d_block = d0.block_stride * es;
-  p.d_token = d0.token_stride * es;
-  p.d_head = d0.head_stride * es;
+  p.src_kv = s0.in_bytes(es);
+  p.dst_kv = d0.in_bytes(es);
   p.block_bytes = s0.block_elems() * es;
   p.heads = int(s0.num_kv_heads);
   p.dense = same_dense_order(s0, d0) ? 1 : 0;
@@ -122,9 +113,9 @@ void launch_copies(const BlockCopy& b, const std::vector<char*>& src, const std:
   uint64_t align = 0;
   for (char* x : src) align |= uint64_t(uintptr_t(x));
   for (char* x : dst) align |= uint64_t(uintptr_t(x));
-  const int w = p.dense ? common_width({align, uint64_t(p.s_block), uint64_t(p.d_block), uint64_t(p.block_bytes)})
-                        : common_width({align, uint64_t(p.s_block), uint64_t(p.d_block), uint64_t(p.s_token),
-                                        uint64_t(p.s_head), uint64_t(p.d_token), uint64_t(p.d_head), uint64_t(row)});
+  const int w = p.dense ? common_width({align, uint64_t(p.src_kv.block_stride), uint64_t(p.dst_kv.block_stride),
+                                        uint64_t(p.block_bytes)})
+                        : common_width({align, p.src_kv.stride_bits(), p.dst_kv.stride_bits(), uint64_t(row)});
   if (!p.dense && s0.block_size * s0.num_kv_heads * (row / w) > INT32_MAX) fail(Code::invalid_argument, "blocks too large to copy");
   p.chunks_per_row = int(row / w);
   p.rows_chunks = int(s0.block_size * s0.num_kv_heads * p.chunks_per_row);
@@ -200,15 +191,16 @@ void copy_with_memcpy(const BlockCopy& b, const std::vector<Run>& runs, cudaStre
   const Cache& d0 = b.dst[0];
   const int64_t es = int64_t(s0.elem());
   const bool dense = same_dense_order(s0, d0);
-  const size_t sb = size_t(s0.block_stride * es), db = size_t(d0.block_stride * es);
+  const PagedKv sk = s0.in_bytes(es), dk = d0.in_bytes(es);
+  const size_t sb = size_t(sk.block_stride), db = size_t(dk.block_stride);
   const size_t block_bytes = size_t(s0.block_elems() * es), row = size_t(s0.head_dim * es);
   for (int64_t l = 0; l < b.num_layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
       const char* sbase = static_cast<const char*>(kv ? b.src[l].v : b.src[l].k);
       char* dbase = static_cast<char*>(kv ? b.dst[l].v : b.dst[l].k);
       for (const Run& r : runs) {
-        const char* sp = sbase + size_t(r.src) * sb;
-        char* dp = dbase + size_t(r.dst) * db;
+        const char* sp = sbase + sk.block(r.src);
+        char* dp = dbase + dk.block(r.dst);
         if (dense) {
           // (one block: a single copy, whatever the block strides, which may be below block_bytes when
           // num_blocks is 1 and cudaMemcpy2DAsync would refuse the pitch)
@@ -221,12 +213,11 @@ void copy_with_memcpy(const BlockCopy& b, const std::vector<Run>& runs, cudaStre
         }
         // With one token per block the token stride is unconstrained (it may be below row): any pitch
         // >= row then describes the same single row.
-        const size_t dpitch = s0.block_size == 1 ? std::max(row, size_t(d0.token_stride * es)) : size_t(d0.token_stride * es);
-        const size_t spitch = s0.block_size == 1 ? std::max(row, size_t(s0.token_stride * es)) : size_t(s0.token_stride * es);
+        const size_t dpitch = s0.block_size == 1 ? std::max(row, size_t(dk.token_stride)) : size_t(dk.token_stride);
+        const size_t spitch = s0.block_size == 1 ? std::max(row, size_t(sk.token_stride)) : size_t(sk.token_stride);
         for (int32_t i = 0; i < r.n; ++i)
           for (int64_t h = 0; h < s0.num_kv_heads; ++h)
-            check(cudaMemcpy2DAsync(dp + size_t(i) * db + size_t(h * d0.head_stride * es), dpitch,
-                                    sp + size_t(i) * sb + size_t(h * s0.head_stride * es), spitch,
+            check(cudaMemcpy2DAsync(dp + dk.block(i) + dk.head(h), dpitch, sp + sk.block(i) + sk.head(h), spitch,
                                     row, size_t(s0.block_size), cudaMemcpyDefault, stream),
                   "cudaMemcpy2DAsync");
       }

@@ -70,8 +70,8 @@ bool same_dense_order(const Cache& s, const Cache& d) {
 void copy_run(const Cache& s, const void* sbase, int64_t sb, const Cache& d, void* dbase, int64_t db, int64_t n,
               bool stream) {
   const int64_t es = int64_t(s.elem());
-  const char* src = static_cast<const char*>(sbase) + sb * s.block_stride * es;
-  char* dst = static_cast<char*>(dbase) + db * d.block_stride * es;
+  const char* src = static_cast<const char*>(sbase) + s.block(sb) * es;
+  char* dst = static_cast<char*>(dbase) + d.block(db) * es;
   const size_t block = size_t(s.block_elems() * es);
   auto copy = [&](char* to, const char* from, size_t bytes) {
     if (stream)
@@ -84,15 +84,14 @@ void copy_run(const Cache& s, const void* sbase, int64_t sb, const Cache& d, voi
       copy(dst, src, block * size_t(n));  // blocks back to back: the whole run at once
       return;
     }
-    for (int64_t i = 0; i < n; ++i) copy(dst + i * d.block_stride * es, src + i * s.block_stride * es, block);
+    for (int64_t i = 0; i < n; ++i) copy(dst + d.block(i) * es, src + s.block(i) * es, block);
     return;
   }
   const size_t row = size_t(s.head_dim * es);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t t = 0; t < s.block_size; ++t)
       for (int64_t h = 0; h < s.num_kv_heads; ++h)
-        copy(dst + (i * d.block_stride + t * d.token_stride + h * d.head_stride) * es,
-             src + (i * s.block_stride + t * s.token_stride + h * s.head_stride) * es, row);
+        copy(dst + d.row(i, t, d.block_size - 1, h) * es, src + s.row(i, t, s.block_size - 1, h) * es, row);
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ __device__ __forceinline__ void attn_partition(const AttnParams& p, float k_scal
   float q[GC][E];
 #pragma unroll
   for (int g = 0; g < GC; ++g) {
-    const T* qp = reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_seq_stride + int64_t(h0 + g) * p.q_head_stride;
+    const T* qp = reinterpret_cast<const T*>(p.q) + int64_t(seq) * p.q_row_stride + int64_t(h0 + g) * p.q_head_stride;
 #pragma unroll
     for (int j = 0; j < NV; ++j)
 #pragma unroll
@@ -152,7 +152,7 @@ __device__ __forceinline__ void attn_partition(const AttnParams& p, float k_scal
     return;
   }
 
-  const int64_t head_off = int64_t(kvh) * p.head_stride;
+  const int64_t head_off = p.kv.head(kvh);
   const int mask = (1 << p.block_shift) - 1;
   // K and V rows of the kUnroll tokens of a step (zero where masked), and whether each is attended.
   auto load_step = [&](int base, Raw (&kr)[kUnroll][NV], Raw (&vr)[kUnroll][NV], bool (&ok)[kUnroll]) {
@@ -163,7 +163,7 @@ __device__ __forceinline__ void attn_partition(const AttnParams& p, float k_scal
       const int blk = ok[u] ? s_blocks[(t >> p.block_shift) - first_blk] : -1;
       ok[u] = blk >= 0;
       if (ok[u]) {
-        const int64_t off = paged_offset(blk, t, mask, p.block_stride, p.token_stride) + head_off;
+        const int64_t off = p.kv.row(blk, t, mask) + head_off;
         const Raw* kp = reinterpret_cast<const Raw*>(reinterpret_cast<const KV*>(p.k) + off);
         const Raw* vp = reinterpret_cast<const Raw*>(reinterpret_cast<const KV*>(p.v) + off);
 #pragma unroll
@@ -305,7 +305,7 @@ __device__ __forceinline__ void attn_partition(const AttnParams& p, float k_scal
     if constexpr (kFp8) o *= v_scale;
     const int h = h0 + g;
     if (!split) {
-      T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+      T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_row_stride + int64_t(h) * p.out_head_stride;
       op[d] = Vec<T>::from_float(o);
     } else {
       const int64_t row = (int64_t(seq) * p.num_q_heads + h) * p.num_partitions + part;
@@ -336,7 +336,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(D) attn_reduce_kernel(const AttnParams p) {
   const int h = blockIdx.x, seq = blockIdx.y, d = threadIdx.x;
   const int len = checked_len(p, seq);
-  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+  T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_row_stride + int64_t(h) * p.out_head_stride;
   if (len < 0) {  // the partition kernel recorded the fault
     op[d] = Vec<T>::from_float(__int_as_float(0x7fffffff));
     return;
@@ -491,25 +491,14 @@ void paged_attention(const Cache& c, const Attention& a, void* stream) {
   if (a.plan.num_partitions > INT_MAX) fail(Code::invalid_argument, "context too long");
 
   DeviceGuard guard(c.device_index);
-  check_pointer(c.k, c.device_index, "cache.k");
-  check_pointer(c.v, c.device_index, "cache.v");
-  check_pointer(a.q, c.device_index, "args.q");
-  check_pointer(a.out, c.device_index, "args.out");
-  check_pointer(a.block_tables, c.device_index, "args.block_tables");
-  check_pointer(a.seq_lens, c.device_index, "args.seq_lens");
+  check_attn_pointers(c, a);
   if (a.plan.num_partitions > 1) check_pointer(a.workspace, c.device_index, "args.workspace");
 
   AttnParams p;
   static_cast<PagedIo&>(p) = paged_io(c, a);
-  p.num_blocks = int(c.num_blocks);
-  p.block_shift = c.block_shift;
-  p.max_blocks = int(a.max_blocks);
-  p.num_q_heads = int(a.num_q_heads);
-  p.group = group;
+  put_attn_shape(p, attn_shape(c, a));
   p.heads_per_chunk = per_chunk;
   p.num_chunks = chunks;
-  p.window = a.window > INT_MAX ? INT_MAX : int(a.window);
-  p.sink = a.sink > INT_MAX ? INT_MAX : int(a.sink);
   KernelFn part_fn = nullptr, reduce_fn = nullptr;
   Fp8KernelFn fp8_fn = nullptr;
   const bool cap = a.soft_cap > 0.f;

@@ -4,6 +4,7 @@
 #pragma once
 #include "../../abi/kvblock.h"
 #include "decode.h"
+#include "../common/attn_io.cuh"
 #include "../common/cuda.cuh"
 
 namespace kvb {
@@ -12,31 +13,24 @@ namespace cuda {
 
 struct Fp8HeadScales;  // fp8_vec.cuh
 
-// What a paged decode-style kernel reads and writes, first in its launch parameters: K / V with the
-// cache's strides (elements), q and out with the call's strides (rows: sequences, or tokens for a
-// prefill's short queries), the block tables and sequence lengths.
-struct PagedIo {
-  const char* k;
-  const char* v;
-  int64_t block_stride, token_stride, head_stride;
-  const char* q;
-  int64_t q_seq_stride, q_head_stride;
-  char* out;
-  int64_t out_seq_stride, out_head_stride;
+// What a paged decode-style kernel reads and writes, first in its launch parameters: the attention I/O
+// (rows: sequences, or tokens for a prefill's short queries), the block tables and sequence lengths.
+struct PagedIo : AttnIo {
   const int32_t* block_tables;
   const int32_t* seq_lens;
 };
 
-inline PagedIo paged_io(const Cache& c, const Attention& a) {
-  return PagedIo{static_cast<const char*>(c.k), static_cast<const char*>(c.v), c.block_stride, c.token_stride,
-                 c.head_stride, static_cast<const char*>(a.q), a.q_seq_stride, a.q_head_stride,
-                 static_cast<char*>(a.out), a.out_seq_stride, a.out_head_stride, a.block_tables, a.seq_lens};
+inline PagedIo paged_io(const Cache& c, const AttnCall& a) {
+  PagedIo io;
+  static_cast<AttnIo&>(io) = attn_io(c, a);
+  io.block_tables = a.block_tables;
+  io.seq_lens = a.seq_lens;
+  return io;
 }
 
 namespace decode {
 
 constexpr int kMaxPartitionBlocks = 2048;  // partition_size <= 2048 tokens and block_size >= 1
-constexpr float kLog2e = 1.4426950408889634f;
 
 // Workspace rows (split launches): row (seq * num_q_heads + head) * num_partitions + partition holds
 // ws_m (base-2 max), ws_l (sum of weights; NaN = the partition met a bad block id) and ws_o[D]
@@ -53,7 +47,7 @@ struct AttnParams : PagedIo {
   float inv_cap;   // 1 / soft_cap
   FaultRecord* fault;
   // Short queries of a prefill call (decode_mma.cu only; null query_start = decode): q / out rows are
-  // tokens (q_seq_stride = the token stride), partitions are the prefill plan's key splits.
+  // tokens, partitions are the prefill plan's key splits.
   const int32_t* query_start;
   int num_seqs, total_q;
   unsigned kernel_id;  // kvb_kernel_id of faults
@@ -71,7 +65,7 @@ template <typename T, int D>
 __device__ void write_nan(const AttnParams& p, int seq, int h0, int count) {
   for (int i = threadIdx.x; i < count * D; i += blockDim.x) {
     const int h = h0 + i / D, d = i % D;
-    T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+    T* op = reinterpret_cast<T*>(p.out) + int64_t(seq) * p.out_row_stride + int64_t(h) * p.out_head_stride;
     op[d] = Vec<T>::from_float(__int_as_float(0x7fffffff));
   }
 }

@@ -17,14 +17,7 @@ struct AttnPlan {
   size_t workspace_bytes = 0;  // num_seqs*num_q_heads*num_partitions*(head_dim+2) floats when split
 };
 
-struct Attention : AttnHeads {
-  const void* q = nullptr;
-  int64_t q_seq_stride = 0, q_head_stride = 0;
-  void* out = nullptr;
-  int64_t out_seq_stride = 0, out_head_stride = 0;
-  const int32_t* block_tables = nullptr;
-  const int32_t* seq_lens = nullptr;
-  void* workspace = nullptr;
+struct Attention : AttnCall {
   AttnPlan plan;
   // The decode rows of a prefill call (cpu::prefill_attention): sequence s's query and output row is
   // q_rows[s] (NULL: s).

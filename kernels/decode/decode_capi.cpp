@@ -71,7 +71,7 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
     if (a.num_seqs == 0) return;
     // Shared-prefix attention (kvb_prefix_groups) where prefix_groups_to_use says it applies.
     const kvb_prefix_groups* pg = has_prefix_groups(args) ? prefix_groups_to_use(c, args->prefix_groups) : nullptr;
-    if (pg && cpu_cascade(c, cascade_of(a), *pg)) return;
+    if (pg && cpu_cascade(c, cascade_of(a, nullptr, "paged attention"), *pg)) return;
     const kvb_prefix_groups* cg = has_prefix_groups(args) ? cuda_prefix_groups(c, args->prefix_groups) : nullptr;
     if (cg) {
       const KeptGroups kept(*cg, cuda_group_cost(), bound_shape(c, a));

@@ -19,7 +19,7 @@
 
 #include "../../libkvblock/error.h"
 #include "decode.h"
-#include "../common/paged.h"
+#include "../common/types.h"
 #include "../common/convert_cpu.h"
 #include "../common/parallel_cpu.h"
 #include "../common/simd_cpu.h"
@@ -30,8 +30,6 @@ namespace cpu {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kTile = 32;                                // tokens per tile
 constexpr int64_t kParallelBytes = int64_t(1) << 20;     // K+V bytes below which one thread is used
 
@@ -177,7 +175,7 @@ void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
     for (int64_t d = 0; d < D; ++d) tmp[d] += wp * o[d];
   }
   const float inv = W > 0.f ? 1.f / W : 0.f;
-  char* op = static_cast<char*>(a.out) + (a.q_row(s) * a.out_seq_stride + h * a.out_head_stride) * j.qes;
+  char* op = static_cast<char*>(a.out) + (a.q_row(s) * a.out_row_stride + h * a.out_head_stride) * j.qes;
   for (int64_t d = 0; d < D; ++d) store_elem(op, a.q_dtype, d, tmp[d] * inv);
 }
 

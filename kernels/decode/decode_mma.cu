@@ -115,7 +115,7 @@ __device__ __forceinline__ void decode_mma_body(const AttnParams& p, float ks, f
     const int r = i / D, d = i - r * D;
     T x = Vec<T>::from_float(0.f);
     if (r < rows)
-      x = reinterpret_cast<const T*>(p.q)[int64_t(row0 + row_token(r, heads)) * p.q_seq_stride +
+      x = reinterpret_cast<const T*>(p.q)[int64_t(row0 + row_token(r, heads)) * p.q_row_stride +
                                           int64_t(h0 + row_head(r, heads)) * p.q_head_stride + d];
     *reinterpret_cast<T*>(smem + swz(C, r, d >> 3) + (d & 7) * 2) = x;
   }
@@ -123,7 +123,7 @@ __device__ __forceinline__ void decode_mma_body(const AttnParams& p, float ks, f
 
   const int n_st = any ? stage_count(t_end - t_begin) : 0;
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
-  const int64_t head_off = int64_t(kvh) * p.head_stride;
+  const int64_t head_off = p.kv.head(kvh);
   const int kmask = (1 << p.block_shift) - 1;
   // Stage i's K and V rows into buffer i % ST; keys past the partition or attended by no row are
   // zero-filled, never read. An attended key needs a block id in [0, num_blocks) (what the CPU kernel
@@ -146,13 +146,13 @@ __device__ __forceinline__ void decode_mma_body(const AttnParams& p, float ks, f
       }
       if constexpr (kFp8) {  // bytes, unswizzled (dtiles::fp8_copy_*)
         const int64_t off =
-            blk >= 0 ? paged_offset(blk, t, kmask, p.block_stride, p.token_stride) + head_off + c * 16 : 0;
+            blk >= 0 ? p.kv.row(blk, t, kmask) + head_off + c * 16 : 0;
         const uint32_t dst = buf + uint32_t(fp8_copy_dst(D, r, c));
         cp_async16(sK + dst, p.k + off, blk >= 0 ? 16 : 0);
         cp_async16(sV + dst, p.v + off, blk >= 0 ? 16 : 0);
       } else {
         const int64_t off =
-            blk >= 0 ? paged_offset(blk, t, kmask, p.block_stride, p.token_stride) + head_off + c * 8 : 0;
+            blk >= 0 ? p.kv.row(blk, t, kmask) + head_off + c * 8 : 0;
         cp_async16(sK + buf + swz(C, r, c), reinterpret_cast<const T*>(p.k) + off, blk >= 0 ? 16 : 0);
         cp_async16(sV + buf + swz(C, r, c), reinterpret_cast<const T*>(p.v) + off, blk >= 0 ? 16 : 0);
       }
@@ -299,7 +299,7 @@ __device__ __forceinline__ void decode_mma_body(const AttnParams& p, float ks, f
     const int64_t row = row0 + row_token(g, heads);
     const int h = h0 + row_head(g, heads);
     if (!split) {
-      T* op = reinterpret_cast<T*>(p.out) + row * p.out_seq_stride + int64_t(h) * p.out_head_stride;
+      T* op = reinterpret_cast<T*>(p.out) + row * p.out_row_stride + int64_t(h) * p.out_head_stride;
       op[d] = Vec<T>::from_float(bad ? __int_as_float(0x7fffffff) : W > 0.f ? (kFp8 ? A / W * vs : A / W) : 0.f);
     } else {
       const int64_t wrow = (row * p.num_q_heads + h) * p.num_partitions + part;
@@ -439,38 +439,22 @@ void launch_short_queries(const PrefillParams& pp, Dtype dtype, int head_dim, cu
                           Dtype cache) {
   if (pp.num_seqs <= 0 || pp.total_q <= 0) return;
   decode::AttnParams p;
-  p.k = pp.k;
-  p.v = pp.v;
-  p.block_stride = pp.block_stride;
-  p.token_stride = pp.token_stride;
-  p.head_stride = pp.head_stride;
-  p.q = pp.q;
-  p.q_seq_stride = pp.q_token_stride;
-  p.q_head_stride = pp.q_head_stride;
-  p.out = pp.out;
-  p.out_seq_stride = pp.out_token_stride;
-  p.out_head_stride = pp.out_head_stride;
+  static_cast<AttnIo&>(p) = pp;
   p.block_tables = pp.block_tables;
   p.seq_lens = pp.seq_lens;
   p.ws_m = pp.ws_m;
   p.ws_l = pp.ws_l;
   p.ws_o = pp.ws_o;
-  p.num_blocks = pp.num_blocks;
-  p.block_shift = pp.block_shift;
-  p.max_blocks = pp.max_blocks;
-  p.num_q_heads = pp.num_q_heads;
-  p.group = pp.group;
+  put_attn_shape(p, pp);
   p.heads_per_chunk = pp.group;
   p.num_chunks = 1;
-  p.window = pp.window;
-  p.sink = pp.sink;
   // One partition per key split of the prefill plan (the whole sequence without splits).
   p.partition_size = pp.num_splits > 1 ? pp.split_tokens : pp.max_blocks << pp.block_shift;
   p.num_partitions = pp.num_splits;
   const bool cap = pp.soft_cap > 0.f;
   p.soft_cap = pp.soft_cap;
   p.inv_cap = cap ? 1.f / pp.soft_cap : 0.f;
-  p.q_scale = cap ? pp.scale : pp.scale * decode::kLog2e;
+  p.q_scale = cap ? pp.scale : pp.scale * kLog2e;
   p.fault = pp.fault;
   p.query_start = pp.query_start;
   p.num_seqs = pp.num_seqs;

@@ -12,13 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#ifndef KVB_HD
-#if defined(__CUDACC__)
-#define KVB_HD __host__ __device__ __forceinline__
-#else
-#define KVB_HD inline
-#endif
-#endif
+#include "../common/host_device.h"
 
 namespace kvb {
 namespace kern {

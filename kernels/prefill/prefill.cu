@@ -112,7 +112,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   if (tid == 0) s_bad = 0;
 
   const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
-  const int64_t head_off = int64_t(kvh) * p.head_stride;
+  const int64_t head_off = p.kv.head(kvh);
   const int kmask = (1 << p.block_shift) - 1;
 
   // The block table is read once per key tile, one thread per key (not once per 16-byte chunk), and
@@ -126,7 +126,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
     const int tok = kt.tile(i) * BN + tid;
     if (i >= n_tiles || tid >= BN || tok >= sv.len) return kZeroFill;
     if (id >= 0 && id < p.num_blocks)
-      return (paged_offset(id, tok, kmask, p.block_stride, p.token_stride) + head_off) * int64_t(sizeof(KV));
+      return (p.kv.row(id, tok, kmask) + head_off) * int64_t(sizeof(KV));
     // A token some row of this tile attends needs a valid block (what the CPU checks); other tokens
     // of the key tile may sit in blocks a window released (-1): zero-filled, masked.
     if (tok <= pos_last && (tok < sink || tok >= lo_first))
@@ -151,7 +151,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
     const bool ok = sv.fault == KVB_FAULT_NONE && r < rows;
     const T* src = reinterpret_cast<const T*>(p.q);
     if (ok)
-      src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
+      src += int64_t(sv.row0 + pr / G) * p.q_row_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
     cp_async16(sQ + swz(C, r, c), src, ok ? 16 : 0);
   }
   // Position of each packed row, read only by the mask of a partial tile (kept out of the registers
@@ -441,7 +441,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
       asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                    : "r"(sQ + swz(C, r, c)));
-      T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride + c * 8;
+      T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_row_stride + int64_t(h) * p.out_head_stride + c * 8;
       *reinterpret_cast<uint4*>(op) = v;
     }
     return;
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
     Wt += w;
     A += w * p.ws_o[(w0 + i) * D + d];
   }
-  T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride;
+  T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_row_stride + int64_t(h) * p.out_head_stride;
   op[d] = Vec<T>::from_float(poisoned ? nan_f() : Wt > 0.f ? A / Wt : 0.f);
 }
 
@@ -603,13 +603,13 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   if (kv_align_bits(c) % 16 != 0)
     fail(Code::invalid_argument, "cache: CUDA prefill attention needs 16-byte aligned k, v and strides (block %lld, "
          "token %lld, head %lld elements)", (long long)c.block_stride, (long long)c.token_stride, (long long)c.head_stride);
-  const uint64_t qo_align = uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) | uint64_t(a.q_token_stride * q_es) |
-                            uint64_t(a.q_head_stride * q_es) | uint64_t(a.out_token_stride * q_es) |
+  const uint64_t qo_align = uint64_t(uintptr_t(a.q)) | uint64_t(uintptr_t(a.out)) | uint64_t(a.q_row_stride * q_es) |
+                            uint64_t(a.q_head_stride * q_es) | uint64_t(a.out_row_stride * q_es) |
                             uint64_t(a.out_head_stride * q_es);
   if (qo_align % 16 != 0)
     fail(Code::invalid_argument, "args: CUDA prefill attention needs 16-byte aligned q and out with strides a multiple "
-         "of 16 bytes (q token %lld, head %lld; out token %lld, head %lld elements)", (long long)a.q_token_stride,
-         (long long)a.q_head_stride, (long long)a.out_token_stride, (long long)a.out_head_stride);
+         "of 16 bytes (q token %lld, head %lld; out token %lld, head %lld elements)", (long long)a.q_row_stride,
+         (long long)a.q_head_stride, (long long)a.out_row_stride, (long long)a.out_head_stride);
   if (uintptr_t(a.query_start) % 4 != 0 || uintptr_t(a.seq_lens) % 4 != 0 || uintptr_t(a.block_tables) % 4 != 0)
     fail(Code::invalid_argument, "args: query_start, seq_lens and block_tables must be 4-byte aligned");
   if (a.max_blocks * c.block_size > int64_t(INT_MAX) - 4096)
@@ -624,15 +624,8 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
          "prefill attention", (long long)a.total_q, (long long)(a.num_q_heads / c.num_kv_heads));
 
   DeviceGuard guard(c.device_index);
-  check_pointer(c.k, c.device_index, "cache.k");
-  check_pointer(c.v, c.device_index, "cache.v");
-  if (a.total_q > 0) {  // q and out may be NULL without rows; the sequences are still checked
-    check_pointer(a.q, c.device_index, "args.q");
-    check_pointer(a.out, c.device_index, "args.out");
-  }
+  check_attn_pointers(c, a, a.total_q > 0);  // q and out may be NULL without rows
   check_pointer(a.query_start, c.device_index, "args.query_start");
-  check_pointer(a.seq_lens, c.device_index, "args.seq_lens");
-  check_pointer(a.block_tables, c.device_index, "args.block_tables");
   if (a.tree_mask) {
     if (uintptr_t(a.tree_mask) % 8 != 0) fail(Code::invalid_argument, "args: tree_mask must be 8-byte aligned");
     check_pointer(a.tree_mask, c.device_index, "args.tree_mask");
@@ -640,17 +633,7 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   if (a.plan.num_splits > 1) check_pointer(a.workspace, c.device_index, "args.workspace");
 
   PrefillParams p;
-  p.k = static_cast<const char*>(c.k);
-  p.v = static_cast<const char*>(c.v);
-  p.block_stride = c.block_stride;
-  p.token_stride = c.token_stride;
-  p.head_stride = c.head_stride;
-  p.q = static_cast<const char*>(a.q);
-  p.q_token_stride = a.q_token_stride;
-  p.q_head_stride = a.q_head_stride;
-  p.out = static_cast<char*>(a.out);
-  p.out_token_stride = a.out_token_stride;
-  p.out_head_stride = a.out_head_stride;
+  static_cast<AttnIo&>(p) = attn_io(c, a);
   p.query_start = a.query_start;
   p.seq_lens = a.seq_lens;
   p.block_tables = a.block_tables;
@@ -661,13 +644,7 @@ void prefill_attention(const Cache& c, const Prefill& a, void* stream) {
   p.ws_o = p.ws_l ? p.ws_l + rows : nullptr;
   p.num_seqs = int(a.num_seqs);
   p.total_q = int(a.total_q);
-  p.num_blocks = int(c.num_blocks);
-  p.block_shift = c.block_shift;
-  p.max_blocks = int(a.max_blocks);
-  p.num_q_heads = int(a.num_q_heads);
-  p.group = int(a.num_q_heads / c.num_kv_heads);
-  p.window = a.window > INT_MAX ? INT_MAX : int(a.window);
-  p.sink = a.sink > INT_MAX ? INT_MAX : int(a.sink);
+  put_attn_shape(p, attn_shape(c, a));
   p.num_splits = int(a.plan.num_splits);
   p.split_tokens = int(a.plan.split_tokens);
   p.scale = a.scale;

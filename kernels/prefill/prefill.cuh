@@ -2,20 +2,15 @@
 // cores): the launch parameters and the device-side lookups that replace any host read of query_start.
 #pragma once
 #include "../../abi/kvblock.h"
+#include "../common/attn_io.cuh"
 #include "../common/cuda.cuh"
 
 namespace kvb {
 namespace kern {
 namespace cuda {
 
-struct PrefillParams {
-  const char* k;
-  const char* v;
-  int64_t block_stride, token_stride, head_stride;  // elements
-  const char* q;
-  int64_t q_token_stride, q_head_stride;
-  char* out;
-  int64_t out_token_stride, out_head_stride;
+// The attention I/O (rows: query tokens), then the prefill call's own fields.
+struct PrefillParams : AttnIo {
   const int32_t* query_start;
   const int32_t* seq_lens;
   const int32_t* block_tables;

@@ -25,17 +25,11 @@ struct PrefillPlan {
   size_t workspace_bytes = 0;  // total_q * num_q_heads * num_splits * (head_dim + 2) floats when split
 };
 
-struct Prefill : AttnHeads {
+// q / out rows are query tokens; seq_lens include the new tokens.
+struct Prefill : AttnCall {
   int64_t total_q = 0;
-  const void* q = nullptr;
-  int64_t q_token_stride = 0, q_head_stride = 0;
-  void* out = nullptr;
-  int64_t out_token_stride = 0, out_head_stride = 0;
   const int32_t* query_start = nullptr;  // [num_seqs + 1]
-  const int32_t* seq_lens = nullptr;     // [num_seqs], new tokens included
-  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks]
   const uint64_t* tree_mask = nullptr;    // [total_q] or NULL (kvb_prefill_args.tree_mask)
-  void* workspace = nullptr;
   bool allow_tf32 = false;  // fp32 caches on CUDA: TF32 tensor cores allowed
   PrefillPlan plan;
 };

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "../../libkvblock/error.h"
-#include "../common/paged.h"
+#include "../common/types.h"
 #include "../decode/decode.h"
 #include "prefill.h"
 #include "../common/convert_cpu.h"
@@ -33,8 +33,6 @@ namespace cpu {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kKeyTile = 32;                       // keys per tile
 constexpr int64_t kRowsTarget = 128;  // packed query rows per item (one token when group > 128)
 constexpr int64_t kParallelFlops = int64_t(8) << 20;  // per thread, below which one thread is used
@@ -147,15 +145,9 @@ ItemFn pick() {
 // workspace is allocated here, like the prefill kernel's scratch.
 void decode_rows(const Cache& c, const Prefill& a, const std::vector<int32_t>& seqs) {
   Attention d;
-  static_cast<AttnHeads&>(d) = a;
+  static_cast<AttnCall&>(d) = a;
   const int64_t n = int64_t(seqs.size());
   d.num_seqs = n;
-  d.q = a.q;
-  d.q_seq_stride = a.q_token_stride;
-  d.q_head_stride = a.q_head_stride;
-  d.out = a.out;
-  d.out_seq_stride = a.out_token_stride;
-  d.out_head_stride = a.out_head_stride;
   std::vector<int32_t> lens, tables, rows;
   if (n == a.num_seqs) {  // every row a decode row: query_start[s] = s
     d.seq_lens = a.seq_lens;

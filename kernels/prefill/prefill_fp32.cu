@@ -10,6 +10,7 @@
 // fp16 / bf16 use the tensor-core kernel in prefill.cu.
 #include <climits>
 
+#include "../common/mma.cuh"
 #include "prefill_fp32_tiles.h"
 #include "prefill.h"
 #include "prefill_tiles.h"
@@ -36,14 +37,6 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-
-// 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 constexpr int kTf32MaxWarps = 4;
 
@@ -88,7 +81,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
     if (sv.fault != KVB_FAULT_NONE || r < sv.row0 || r >= sv.row0 + sv.q_len) {
       // One row at a time: NaN for a faulty sequence, zeros for a row no sequence owns (as the CUDA-core kernel).
       const float x = sv.fault != KVB_FAULT_NONE ? nan_f() : 0.f;
-      for (int d = lane; d < D; d += 32) out_h[int64_t(r) * p.out_token_stride + d] = x;
+      for (int d = lane; d < D; d += 32) out_h[int64_t(r) * p.out_row_stride + d] = x;
       ++r;
       continue;
     }
@@ -100,7 +93,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
     for (int x = lane; x < kRows * C; x += 32) {
       const int i = x / C, c = x - i * C;
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (i < n) v = *reinterpret_cast<const float4*>(qh + int64_t(r + i) * p.q_token_stride + c * 4);
+      if (i < n) v = *reinterpret_cast<const float4*>(qh + int64_t(r + i) * p.q_row_stride + c * 4);
       if constexpr (TF32) {
         uint4 u;
         u.x = to_tf32(v.x), u.y = to_tf32(v.y), u.z = to_tf32(v.z), u.w = to_tf32(v.w);
@@ -122,7 +115,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
     const KeyWalk walk = key_walk(pos_first, pos_last, p.window, p.sink, BN);
     const int nt = walk.count();
     const int32_t* table = p.block_tables + int64_t(sv.seq) * p.max_blocks;
-    const int64_t head_off = int64_t(kvh) * p.head_stride;
+    const int64_t head_off = p.kv.head(kvh);
     const int kmask = (1 << p.block_shift) - 1;
     auto load_tile = [&](int i) {
       const uint32_t st = uint32_t(i & 1) * BN * RS * 4;
@@ -133,7 +126,7 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
         if (key_needed(t, pos_first, pos_last, p.window, p.sink)) {
           const int id = table[t >> p.block_shift];
           if (id >= 0 && id < p.num_blocks) {
-            off = paged_offset(id, t, kmask, p.block_stride, p.token_stride) + head_off + c * 4;
+            off = p.kv.row(id, t, kmask) + head_off + c * 4;
           } else if (atomicExch(&s_bad, 1) == 0) {  // recorded once per (segment, CTA)
             record_fault(p.fault, KVB_FAULT_BLOCK_ID, KVB_KERNEL_PREFILL_ATTENTION, sv.seq, t >> p.block_shift, id);
           }
@@ -284,10 +277,10 @@ __global__ void __launch_bounds__(32 * kTf32MaxWarps) prefill_tiled_kernel(const
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
       if (g < n)
-        *reinterpret_cast<float2*>(out_h + int64_t(r + g) * p.out_token_stride + d * 8 + 2 * q4) =
+        *reinterpret_cast<float2*>(out_h + int64_t(r + g) * p.out_row_stride + d * 8 + 2 * q4) =
             make_float2(o[d][0] * inv0, o[d][1] * inv0);
       if (g + 8 < n)
-        *reinterpret_cast<float2*>(out_h + int64_t(r + g + 8) * p.out_token_stride + d * 8 + 2 * q4) =
+        *reinterpret_cast<float2*>(out_h + int64_t(r + g + 8) * p.out_row_stride + d * 8 + 2 * q4) =
             make_float2(o[d][2] * inv1, o[d][3] * inv1);
     }
     __syncthreads();  // s_bad and sQ are rewritten by the next segment

@@ -45,8 +45,13 @@ namespace hp = hopper;
 using namespace sm90;
 
 // setmaxnreg: the producer needs few registers, the consumers hold O (64), S (32) and P (16) per thread.
+// The split moves registers inside the CTA's allocation (kThreads x the registers the kernel was compiled
+// with): the consumers' increase waits for registers the producer's decrease frees, so a kernel compiled
+// with fewer than kSplitRegs / kThreads (168, the most __launch_bounds__(384, 1) allows) would hang at its
+// first launch. hopper_prefill_selected checks the compiled count and falls back to the portable kernel.
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-static_assert(hp::kWgThreads * kProducerRegs + hp::kConsumerThreads * kConsumerRegs <= 65536, "register file");
+constexpr int kSplitRegs = hp::kWgThreads * kProducerRegs + hp::kConsumerThreads * kConsumerRegs;
+static_assert(kSplitRegs <= hp::kThreads * (65536 / hp::kThreads / 8 * 8), "the split exceeds what the CTA can hold");
 static_assert(hp::kKeys <= hp::kWgThreads && hp::kRows <= hp::kThreads, "one producer thread per key, one thread per row");
 
 template <typename T>
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
     const int r = x / hp::kChunks, c = x % hp::kChunks, pr = pr0 + r;
     const bool ok = sv.fault == KVB_FAULT_NONE && r < rows;
     const T* src = reinterpret_cast<const T*>(p.q);
-    if (ok) src += int64_t(sv.row0 + pr / G) * p.q_token_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
+    if (ok) src += int64_t(sv.row0 + pr / G) * p.q_row_stride + int64_t(kvh * G + pr % G) * p.q_head_stride + c * 8;
     cp_async16(base + hp::tile_offset(BM, r, c), src, ok ? 16 : 0);
   }
   cp_async_commit();
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
     // ---- Producer: K / V tiles into the ring ----
     regs_dec<kProducerRegs>();
     const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks;
-    const int64_t head_off = int64_t(kvh) * p.head_stride;
+    const int64_t head_off = p.kv.head(kvh);
     const int kmask = (1 << p.block_shift) - 1;
     const int cp_chunk = hp::copy_chunk(t);
     for (int i = 0; i < n_tiles; ++i) {
@@ -119,7 +124,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
         if (tok < sv.len) {
           const int id = __ldg(table + (tok >> p.block_shift));
           if (id >= 0 && id < p.num_blocks)
-            off = (int64_t(id) * p.block_stride + int64_t(tok & kmask) * p.token_stride + head_off) * int64_t(sizeof(T));
+            off = (p.kv.row(id, tok, kmask) + head_off) * int64_t(sizeof(T));
           // Only a token some row attends needs a valid block (what the CPU checks); a window may have
           // released the others (-1): zero-filled, masked.
           else if (tok <= pos_last && (tok < kt.sink || tok >= kt.lo_first) && atomicExch(&s_bad, 1) == 0 && kvh == 0)
@@ -292,7 +297,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
     asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(sQ + hp::tile_offset(BM, r, c)));
-    T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_token_stride + int64_t(h) * p.out_head_stride + c * 8;
+    T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_row_stride + int64_t(h) * p.out_head_stride + c * 8;
     *reinterpret_cast<uint4*>(op) = v;
   }
 }
@@ -323,6 +328,18 @@ bool hopper_prefill_selected(const Cache& c, const Prefill& a) {
   }
   if (major != 9 || minor != 0 || optin < int(hp::kSmemBytes) + 1024) {
     note_once("the device is not sm_90 (the kernel is sm_90a code): the portable kernel runs");
+    return false;
+  }
+  cudaFuncAttributes fa{};
+  {
+    RelaxedCapture relaxed;
+    check(cudaFuncGetAttributes(&fa, c.dtype == Dtype::f16 ? prefill_hopper_kernel<__half>
+                                                          : prefill_hopper_kernel<__nv_bfloat16>),
+          "prefill attention (sm_90a): kernel attributes");
+  }
+  if (fa.numRegs * hp::kThreads < kSplitRegs) {
+    note_once("the kernel was compiled with fewer registers per thread than its setmaxnreg split needs (168): "
+              "the portable kernel runs");
     return false;
   }
   note_once("the sm_90a kernel runs head dim 128 fp16 / bf16 calls with one key split");

@@ -6,11 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define KVB_HD __host__ __device__ __forceinline__
-#else
-#define KVB_HD inline
-#endif
+#include "../common/host_device.h"
 
 namespace kvb {
 namespace kern {

@@ -50,37 +50,21 @@ Prefill read_prefill(const Cache& c, const kvb_prefill_args* args, bool need_poi
   const kvb_prefill_args a = read_versioned(args, offsetof(kvb_prefill_args, allow_tf32), kvb_prefill_args_init,
                                             "args", "kvb_prefill_args_init");
   Prefill t;
-  static_cast<AttnHeads&>(t) = read_heads(c, head_args(a), "prefill attention");
+  static_cast<AttnCall&>(t) = read_heads(c, head_args(a), "prefill attention");
   KVB_REQUIRE_ARG(a.total_q_tokens <= 0x7fffffffu, "args: total_q_tokens %u exceeds 2^31-1 (query_start is int32)",
                   a.total_q_tokens);
   KVB_REQUIRE_ARG(a.num_seqs > 0 || a.total_q_tokens == 0, "args: total_q_tokens %u with num_seqs 0",
                   a.total_q_tokens);
   t.total_q = a.total_q_tokens;
   t.allow_tf32 = a.allow_tf32 != 0;
-  const RowStrides s = read_q_out(c, t, t.total_q, "token", need_pointers ? a.q : nullptr, a.q_token_stride,
-                                  a.q_head_stride, need_pointers ? a.out : nullptr, a.out_token_stride,
-                                  a.out_head_stride);
-  t.q_token_stride = s.q_row;
-  t.q_head_stride = s.q_head;
-  t.out_token_stride = s.out_row;
-  t.out_head_stride = s.out_head;
+  read_q_out(c, t, t.total_q, "token", need_pointers ? a.q : nullptr, a.q_token_stride, a.q_head_stride,
+             need_pointers ? a.out : nullptr, a.out_token_stride, a.out_head_stride);
   t.plan = plan_prefill(c, t.num_seqs, t.num_q_heads, t.max_blocks, t.total_q);
   if (!need_pointers || t.num_seqs == 0) return t;
   KVB_REQUIRE_ARG(a.query_start != nullptr, "args: query_start is NULL");
-  KVB_REQUIRE_ARG(a.seq_lens != nullptr, "args: seq_lens is NULL");
-  KVB_REQUIRE_ARG(a.block_tables != nullptr, "args: block_tables is NULL");
-  if (t.total_q > 0) {
-    KVB_REQUIRE_ARG(a.q != nullptr, "args: q is NULL");
-    KVB_REQUIRE_ARG(a.out != nullptr, "args: out is NULL");
-  }
-  check_workspace(t.plan.workspace_bytes, a.workspace, a.workspace_size, "kvb_prefill_attention_workspace_size");
-  t.q = a.q;
-  t.out = a.out;
+  read_io_pointers(t, a, t.total_q > 0, t.plan.workspace_bytes, "kvb_prefill_attention_workspace_size");
   t.query_start = a.query_start;
-  t.seq_lens = a.seq_lens;
-  t.block_tables = a.block_tables;
   t.tree_mask = t.total_q > 0 ? a.tree_mask : nullptr;
-  t.workspace = a.workspace;
   return t;
 }
 

@@ -28,7 +28,7 @@ struct SlotParams {
   char* base[kLayers][2];  // [layer][K, V]
   int64_t pairs[kPairs][2];
   int32_t group_start[kPairs + 1];
-  int64_t block_stride, token_stride, head_stride;  // bytes
+  PagedKv kv;  // bytes
   int64_t block_mask;
   int block_shift, heads, chunks_per_head;
   int num_groups, num_layers;
@@ -44,8 +44,8 @@ static_assert(sizeof(LargeSlotParams) <= 32764, "LargeSlotParams must fit the 32
 template <typename W, class P>
 __device__ __forceinline__ W* chunk(const P& p, char* base, int64_t slot, int col) {
   const int h = col / p.chunks_per_head, c = col - h * p.chunks_per_head;
-  return reinterpret_cast<W*>(base + paged_offset(slot >> p.block_shift, slot, p.block_mask, p.block_stride, p.token_stride) +
-                              h * p.head_stride + int64_t(c) * int64_t(sizeof(W)));
+  return reinterpret_cast<W*>(base + p.kv.slot_row(slot, p.block_shift, p.block_mask) + p.kv.head(h) +
+                              int64_t(c) * int64_t(sizeof(W)));
 }
 
 template <typename W, class P>
@@ -79,16 +79,14 @@ void launch_slot_copies(const SlotCopy& s, cudaStream_t stream) {
   const int64_t es = int64_t(c0.elem());
   std::vector<P> holder(1);  // large parameters: on the heap
   P& p = holder[0];
-  p.block_stride = c0.block_stride * es;
-  p.token_stride = c0.token_stride * es;
-  p.head_stride = c0.head_stride * es;
+  p.kv = c0.in_bytes(es);
   p.block_mask = c0.block_size - 1;
   p.block_shift = c0.block_shift;
   p.heads = int(c0.num_kv_heads);
   const int64_t row = c0.head_dim * es;
   uint64_t align = 0;
   for (int64_t l = 0; l < s.num_layers; ++l) align |= uint64_t(uintptr_t(s.layers[l].k)) | uint64_t(uintptr_t(s.layers[l].v));
-  const int w = common_width({align, uint64_t(p.block_stride), uint64_t(p.token_stride), uint64_t(p.head_stride), uint64_t(row)});
+  const int w = common_width({align, p.kv.stride_bits(), uint64_t(row)});
   p.chunks_per_head = int(row / w);
   const int64_t num_groups = int64_t(s.group_start.size()) - 1;
   for (int64_t l0 = 0; l0 < s.num_layers; l0 += P::max_layers) {

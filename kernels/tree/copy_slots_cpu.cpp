@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#include "../common/paged.h"
 #include "copy_slots.h"
 
 namespace kvb {
@@ -14,7 +13,8 @@ namespace cpu {
 namespace {
 
 struct Rows {
-  int64_t heads, row_bytes, head_stride, token_stride, block_stride;  // bytes
+  int64_t heads, row_bytes;  // bytes
+  PagedKv kv;                // bytes
   int block_shift;
   int64_t block_mask;
   bool dense;  // the heads of a token are one run of heads * row_bytes
@@ -23,22 +23,18 @@ struct Rows {
     const int64_t es = int64_t(c.elem());
     heads = c.num_kv_heads;
     row_bytes = c.head_dim * es;
-    head_stride = c.head_stride * es;
-    token_stride = c.token_stride * es;
-    block_stride = c.block_stride * es;
+    kv = c.in_bytes(es);
     block_shift = c.block_shift;
     block_mask = c.block_size - 1;
-    dense = head_stride == row_bytes;
+    dense = kv.head_stride == row_bytes;
   }
-  int64_t offset(int64_t slot) const {
-    return paged_offset(slot >> block_shift, slot, block_mask, block_stride, token_stride);
-  }
+  int64_t offset(int64_t slot) const { return kv.slot_row(slot, block_shift, block_mask); }
   int64_t token_bytes() const { return heads * row_bytes; }
   // Token at `from` (a cache address) to `to`, where either side may be a dense buffer row.
   void copy(char* to, bool to_dense, const char* from, bool from_dense) const {
     if (dense) return (void)std::memcpy(to, from, size_t(token_bytes()));
     for (int64_t h = 0; h < heads; ++h)
-      std::memcpy(to + h * (to_dense ? row_bytes : head_stride), from + h * (from_dense ? row_bytes : head_stride),
+      std::memcpy(to + h * (to_dense ? row_bytes : kv.head_stride), from + h * (from_dense ? row_bytes : kv.head_stride),
                   size_t(row_bytes));
   }
 };

@@ -26,7 +26,7 @@ struct WriteParams {
   char* k;
   char* v;
   int64_t key_ts, key_hs, val_ts, val_hs;             // bytes
-  int64_t block_stride, token_stride, head_stride;    // bytes
+  PagedKv kv;                                         // bytes
   const int64_t* slots;
   int64_t num_slots;
   int64_t block_mask;
@@ -44,11 +44,11 @@ __global__ void write_kv_kernel(const WriteParams p) {
     if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
     return;
   }
-  const int64_t base = paged_offset(slot >> p.block_shift, slot, p.block_mask, p.block_stride, p.token_stride);
+  const int64_t base = p.kv.slot_row(slot, p.block_shift, p.block_mask);
   const int total = p.heads * p.chunks_per_row;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
     const int h = i / p.chunks_per_row, c = i - h * p.chunks_per_row;
-    const int64_t dst = base + h * p.head_stride + int64_t(c) * sizeof(W);
+    const int64_t dst = base + p.kv.head(h) + int64_t(c) * sizeof(W);
     *reinterpret_cast<W*>(p.k + dst) =
         *reinterpret_cast<const W*>(p.key + token * p.key_ts + h * p.key_hs + int64_t(c) * sizeof(W));
     *reinterpret_cast<W*>(p.v + dst) =
@@ -85,11 +85,11 @@ __global__ void write_kv_fp8_kernel(const WriteParams p, const Fp8Scales sc, int
     if (slot != -1 && threadIdx.x == 0) record_fault(p.fault, KVB_FAULT_SLOT, KVB_KERNEL_WRITE_KV, token, -1, slot);
     return;
   }
-  const int64_t base = paged_offset(slot >> p.block_shift, slot, p.block_mask, p.block_stride, p.token_stride);
+  const int64_t base = p.kv.slot_row(slot, p.block_shift, p.block_mask);
   const int total = p.heads * head_dim;
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
     const int h = i / head_dim, d = i - h * head_dim;
-    const int64_t dst = base + h * p.head_stride + d;
+    const int64_t dst = base + p.kv.head(h) + d;
     const float xk = load_input<IN>(p.key, token * p.key_ts + h * p.key_hs + d);
     const float xv = load_input<IN>(p.value, token * p.val_ts + h * p.val_hs + d);
     p.k[dst] = char(fp8::quantize(xk, sc.k_per_head ? sc.k[h] : sc.k_all, E5M2));
@@ -165,9 +165,7 @@ void write_kv(const Cache& c, const WriteKv& a, void* stream) {
   p.key_hs = a.key_head_stride * es;
   p.val_ts = a.value_token_stride * es;
   p.val_hs = a.value_head_stride * es;
-  p.block_stride = c.block_stride * es;
-  p.token_stride = c.token_stride * es;
-  p.head_stride = c.head_stride * es;
+  p.kv = c.in_bytes(es);
   p.slots = a.slots;
   p.num_slots = c.num_blocks * c.block_size;
   p.block_mask = c.block_size - 1;
@@ -178,8 +176,7 @@ void write_kv(const Cache& c, const WriteKv& a, void* stream) {
   if (c.fp8()) return write_kv_fp8(c, a, p, s);
   const int w = common_width({uint64_t(uintptr_t(p.key)), uint64_t(uintptr_t(p.value)), uint64_t(uintptr_t(p.k)),
                               uint64_t(uintptr_t(p.v)), uint64_t(p.key_ts), uint64_t(p.key_hs), uint64_t(p.val_ts),
-                              uint64_t(p.val_hs), uint64_t(p.block_stride), uint64_t(p.token_stride),
-                              uint64_t(p.head_stride), uint64_t(row)});
+                              uint64_t(p.val_hs), p.kv.stride_bits(), uint64_t(row)});
   // heads * chunks_per_row is an int in the kernel (w may be 1 for byte-aligned pointers).
   if (c.num_kv_heads * (row / w) > INT_MAX)
     fail(Code::invalid_argument, "num_kv_heads * head_dim too large for the alignment of the pointers and strides");

@@ -3,7 +3,7 @@
 
 #include "../../libkvblock/error.h"
 #include "write_kv.h"
-#include "../common/paged.h"
+#include "../common/types.h"
 #include "../common/convert_cpu.h"
 
 namespace kvb {
@@ -20,10 +20,10 @@ void write_kv_fp8(const Cache& c, const WriteKv& a) {
   for (int64_t i = 0; i < a.num_tokens; ++i) {
     const int64_t s = a.slots[i];
     if (s < 0) continue;
-    const int64_t base = slot_offset(c, s);
+    const int64_t base = c.slot_row(s);
     for (int64_t h = 0; h < c.num_kv_heads; ++h) {
-      uint8_t* kd = static_cast<uint8_t*>(c.k) + base + h * c.head_stride;
-      uint8_t* vd = static_cast<uint8_t*>(c.v) + base + h * c.head_stride;
+      uint8_t* kd = static_cast<uint8_t*>(c.k) + base + c.head(h);
+      uint8_t* vd = static_cast<uint8_t*>(c.v) + base + c.head(h);
       const char* ks = static_cast<const char*>(a.key) + (i * a.key_token_stride + h * a.key_head_stride) * ies;
       const char* vs = static_cast<const char*>(a.value) + (i * a.value_token_stride + h * a.value_head_stride) * ies;
       const float kscale = c.k_scale_of(h), vscale = c.v_scale_of(h);
@@ -51,9 +51,9 @@ void write_kv(const Cache& c, const WriteKv& a) {
   for (int64_t i = 0; i < a.num_tokens; ++i) {
     const int64_t s = a.slots[i];
     if (s < 0) continue;
-    const int64_t base = slot_offset(c, s);
+    const int64_t base = c.slot_row(s);
     for (int64_t h = 0; h < c.num_kv_heads; ++h) {
-      const int64_t dst = (base + h * c.head_stride) * int64_t(es);
+      const int64_t dst = (base + c.head(h)) * int64_t(es);
       std::memcpy(static_cast<char*>(c.k) + dst,
                   static_cast<const char*>(a.key) + (i * a.key_token_stride + h * a.key_head_stride) * int64_t(es), row);
       std::memcpy(static_cast<char*>(c.v) + dst,

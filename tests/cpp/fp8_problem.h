@@ -207,7 +207,7 @@ inline kvb_prefill_args prefill_args(const Fp8Problem& p, const AttnCase& cs, vo
 // Max |got - want| over the outputs (out: rows x H*G x D in q dtype), checking the dequantized reference
 // within the q dtype's tolerance; returns the largest difference from the unquantized reference.
 double check_rows(const Fp8Problem& p, const Tensor& out, const std::vector<std::pair<size_t, int32_t>>& rows,
-                  float scale, float cap, uint32_t window, uint32_t sink, int* bad) {
+                  float scale, float cap, uint32_t window, uint32_t sink, int* bad, double* worst = nullptr) {
   double worst_raw = 0;
   std::vector<double> ref(p.D), raw(p.D);
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -226,6 +226,7 @@ double check_rows(const Fp8Problem& p, const Tensor& out, const std::vector<std:
           fprintf(stderr, "  %s q %s row %zu head %u d %u: got %.6f want %.6f (dequantized)\n", dname(p.cd), dname(p.qd),
                   r, qh, d, got, ref[d]);
         worst_raw = std::max(worst_raw, std::fabs(got - raw[d]));
+        if (worst) *worst = std::max(*worst, std::fabs(got - ref[d]));
       }
     }
   }

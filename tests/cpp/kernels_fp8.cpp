@@ -2,18 +2,21 @@
 // independent reference; write_kv's bytes; decode and prefill on fp8 caches against a float64 reference
 // on the DEQUANTIZED cache (tight: the kernels add no error beyond quantization) and on the unquantized
 // values (the documented quantization tolerance); every q dtype, both formats, per-head scales, every
-// CPU vector path; copy_blocks moving bytes; old-struct callers; refused scales and dtypes; and CUDA
-// write_kv bit-identical to the CPU where a GPU is there (SKIP otherwise).
+// CPU vector path, each asserted (KVB_TEST_QUICK=1: the default one); copy_blocks moving bytes;
+// old-struct callers; refused scales and dtypes; and CUDA write_kv bit-identical to the CPU where a GPU
+// is there (SKIP otherwise).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
 
 #include "../../kernels/common/simd_cpu.h"
+#include "../../kernels/decode/decode.h"
 #include "../../kernels/common/fp8.h"
 #include "fp8_problem.h"
 #include "kernels_util.h"
@@ -164,10 +167,17 @@ const AttnCase kCases[] = {
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP32, 2, 3, 64, true, 0, 0, 0.f},
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_FP16, 1, 1, 128, false, 33, 2, 8.f},
     {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 2, 4, 64, false, 0, 0, 0.f},
+    {KVB_DTYPE_FP8_E4M3, KVB_DTYPE_BF16, 2, 2, 128, true, 0, 0, 5.f},
+    {KVB_DTYPE_FP8_E5M2, KVB_DTYPE_BF16, 1, 3, 256, true, 0, 0, 0.f},
 };
 
+// Every path asserts the code it ran, and no path's largest error against the dequantized float64
+// reference exceeds the portable path's by more than half, per q dtype.
 void test_decode_fp8() {
+  double worst[simd::kNumIsas][3] = {};  // [path][q dtype]
+  bool ran[simd::kNumIsas] = {};
   on_each_isa([&](simd::Isa isa) {
+    ran[int(isa)] = true;
     for (const AttnCase& cs : kCases) {
       // ragged, one long enough to split (partitions of 256 tokens)
       Fp8Problem p(cs.cd, cs.qd, cs.H, cs.G, cs.D, cs.per_head, {{0, 1}, {1, 1}, {17, 1}, {600, 1}}, 3 + cs.D + cs.G);
@@ -181,17 +191,25 @@ void test_decode_fp8() {
       a.workspace = wsb.data();
       a.workspace_size = ws;
       CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+      const kvb::kern::cpu::DecodePath path = kvb::kern::cpu::last_decode_path();
+      CHECK(path.isa == int(isa));
+      CHECK(!path.pairs);  // fp8 takes the fp32 FMAs on every path, a bf16 q too
       std::vector<std::pair<size_t, int32_t>> rows;
       for (size_t s = 0; s < p.seqs.size(); ++s) rows.push_back({s, p.seqs[s].len - 1});
       int bad = 0;
-      const double raw = check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink, &bad);
+      const double raw = check_rows(p, out, rows, float(1.0 / std::sqrt(double(cs.D))), cs.cap, cs.window, cs.sink,
+                                    &bad, &worst[int(isa)][cs.qd]);
       CHECK(bad == 0);
       if (raw > raw_tolerance(cs.cd)) {
         fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(isa), dname(cs.cd), raw);
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  });
+    printf("   %s: max |out - float64 (dequantized)| q fp16 %.3g, bf16 %.3g, fp32 %.3g\n", simd::isa_name(isa),
+           worst[int(isa)][KVB_DTYPE_FP16], worst[int(isa)][KVB_DTYPE_BF16], worst[int(isa)][KVB_DTYPE_FP32]);
+  }, kvbt_quick());  // the default path only under KVB_TEST_QUICK
+  for (int i = 1; i < simd::kNumIsas; ++i)
+    for (int qd = 0; qd < 3 && ran[0] && ran[i]; ++qd) CHECK(worst[i][qd] <= 1.5 * worst[0][qd]);
 }
 
 void test_prefill_fp8() {
@@ -214,46 +232,48 @@ void test_prefill_fp8() {
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-  });
+  }, kvbt_quick());  // the default path only under KVB_TEST_QUICK
 }
 
 // A NaN code in one K element makes every output of its kv head's query heads NaN (one V element: that
 // column), on every CPU path (the e4m3 decode reads tiles without NaN codes through a faster load, and
-// must notice this one), and leaves the rest exact; codes at several positions of a tile, both signs.
+// must notice this one), with an fp16 and a bf16 q, and leaves the rest exact; codes at several
+// positions of a tile, both signs.
 void test_decode_nan_codes() {
   on_each_isa([&](simd::Isa isa) {
     for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
-      for (int which = 0; which < 2; ++which)
-        for (int32_t tok : {0, 31, 45, 99}) {
-          const uint32_t H = 2, G = 2, D = 64;
-          Fp8Problem p(cd, KVB_DTYPE_FP16, H, G, D, false, {{100, 1}}, 7 + uint32_t(tok));
-          const uint8_t nan_code = (tok & 1) ? 0xff : 0x7f;  // e5m2: both NaN too
-          uint8_t* bytes = static_cast<uint8_t*>((which ? p.cache.v : p.cache.k).data());
-          bytes[p.cache.offset(p.tables[size_t(tok) / 16], tok % 16, 0, uint32_t(tok) % D)] = nan_code;
-          Tensor out(KVB_DTYPE_FP16, p.q.n);
-          out.poison();
-          kvb_attention_args a;
-          kvb_attention_args_init(&a);
-          a.q_dtype = KVB_DTYPE_FP16;
-          set_paged(a, 1, H * G, p.max_blocks, p.q.data(), out.data(), p.tables.data(), p.lens.data());
-          CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
-          int bad = 0;
-          std::vector<double> ref(D);
-          for (uint32_t qh = 0; qh < H * G; ++qh) {
-            p.ref_row(0, 0, 99, qh, 0.125f, 0.f, 0, 0, true, ref.data());
-            for (uint32_t d = 0; d < D; ++d) {
-              // kv head 0: all NaN (K) or NaN in the poked column (V); kv head 1: the reference
-              const bool want_nan = qh < G && (which == 0 || d == uint32_t(tok) % D);
-              CHECK(std::isnan(ref[d]) == want_nan);
-              bad += want_nan ? !std::isnan(out.get(qh * D + d)) : !close(out.get(qh * D + d), ref[d], KVB_DTYPE_FP16);
+      for (uint32_t qd : {uint32_t(KVB_DTYPE_FP16), uint32_t(KVB_DTYPE_BF16)})
+        for (int which = 0; which < 2; ++which)
+          for (int32_t tok : {0, 31, 45, 99}) {
+            const uint32_t H = 2, G = 2, D = 64;
+            Fp8Problem p(cd, qd, H, G, D, false, {{100, 1}}, 7 + uint32_t(tok));
+            const uint8_t nan_code = (tok & 1) ? 0xff : 0x7f;  // e5m2: both NaN too
+            uint8_t* bytes = static_cast<uint8_t*>((which ? p.cache.v : p.cache.k).data());
+            bytes[p.cache.offset(p.tables[size_t(tok) / 16], tok % 16, 0, uint32_t(tok) % D)] = nan_code;
+            Tensor out(qd, p.q.n);
+            out.poison();
+            kvb_attention_args a;
+            kvb_attention_args_init(&a);
+            a.q_dtype = qd;
+            set_paged(a, 1, H * G, p.max_blocks, p.q.data(), out.data(), p.tables.data(), p.lens.data());
+            CHECK_OK(kvb_paged_attention(&p.cache.desc, &a, nullptr));
+            int bad = 0;
+            std::vector<double> ref(D);
+            for (uint32_t qh = 0; qh < H * G; ++qh) {
+              p.ref_row(0, 0, 99, qh, 0.125f, 0.f, 0, 0, true, ref.data());
+              for (uint32_t d = 0; d < D; ++d) {
+                // kv head 0: all NaN (K) or NaN in the poked column (V); kv head 1: the reference
+                const bool want_nan = qh < G && (which == 0 || d == uint32_t(tok) % D);
+                CHECK(std::isnan(ref[d]) == want_nan);
+                bad += want_nan ? !std::isnan(out.get(qh * D + d)) : !close(out.get(qh * D + d), ref[d], qd);
+              }
             }
+            if (bad)
+              fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(isa), dname(cd),
+                      which ? "V" : "K", tok, bad);
+            CHECK(bad == 0);
           }
-          if (bad)
-            fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(isa), dname(cd),
-                    which ? "V" : "K", tok, bad);
-          CHECK(bad == 0);
-        }
-  });
+  }, kvbt_quick());  // the default path only under KVB_TEST_QUICK
 }
 
 // ---- copy, allocation, validation, old callers ----

@@ -1,35 +1,29 @@
 #!/bin/sh
 # The paged KV address (block * block_stride + row-in-block * token_stride + head * head_stride) is
-# written once, in kernels/common/paged.h. This check fails when a kernel file multiplies by a block
-# stride (block_stride, or copy.cu's s_block / d_block) anywhere else, beyond the places listed below
-# with their count: whole-block copies, sizes and alignment checks, and the hand-written addresses
-# still to move onto the paged type (cascade.cu's kv_row, prefill_hopper.cu's producer). A count that
-# drops below its allowance fails too, so that the list shrinks with the code.
-allowed="
-kernels/cascade/cascade.cu 1
-kernels/common/cache_capi.cpp 1
-kernels/common/cuda.cuh 1
-kernels/copy/copy.cu 5
-kernels/copy/copy_cpu.cpp 5
-kernels/prefill/prefill_hopper.cu 1
-kernels/tree/copy_slots.cu 1
-kernels/tree/copy_slots_cpu.cpp 1
-kernels/write_kv/write_kv.cu 1
-"
-pattern='(\*[[:space:]]*[A-Za-z_0-9.>()-]*\b(block_stride|s_block|d_block)\b)|\b(block_stride|s_block|d_block)\b\)?[[:space:]]*\*'
+# written once, in kernels/common/paged.h (PagedKv: row, slot_row, block, blocks_extent). This check
+# fails when any other kernel file multiplies by a block stride; whole-block copies and sizes use
+# PagedKv::block and blocks_extent too, so no file is exempt.
+pattern='(\*[[:space:]]*[A-Za-z_0-9.>()-]*\bblock_stride\b)|\bblock_stride\b\)?[[:space:]]*\*'
 passed=0 failed=0
-found=$(grep -rnE "$pattern" kernels | grep -vE '^[^:]*:[0-9]+:[[:space:]]*//' | grep -v '^kernels/common/paged.h:' |
-        cut -d: -f1 | sort | uniq -c | awk '{print $2" "$1}')
-for f in $(printf '%s\n%s\n' "$found" "$allowed" | awk 'NF {print $1}' | sort -u); do
-  n=$(printf '%s\n' "$found" | awk -v f="$f" '$1 == f {print $2}')
-  a=$(printf '%s\n' "$allowed" | awk -v f="$f" '$1 == f {print $2}')
-  if [ "${n:-0}" = "${a:-0}" ]; then
-    passed=$((passed + 1))
-  else
-    echo "FAIL paged_address: $f multiplies by a block stride ${n:-0} times, ${a:-0} allowed (use kernels/common/paged.h)"
-    grep -nE "$pattern" "$f" 2>/dev/null | grep -vE '^[0-9]+:[[:space:]]*//' | sed 's/^/    /'
-    failed=$((failed + 1))
-  fi
+
+# The pattern itself: it must catch both orders and member access, and leave plain reads alone.
+for line in 'off = id * p.kv.block_stride;' 'n = c.block_stride * es;' 'x = int64_t(b) * c->block_stride + t;' \
+            'n = size_t(c.block_stride) * e;'; do
+  if printf '%s\n' "$line" | grep -qE "$pattern"; then passed=$((passed + 1)); else
+    echo "FAIL paged_address: the pattern misses: $line"; failed=$((failed + 1)); fi
 done
+for line in 'p.kv.block_stride = c.block_stride;' 'if (s.block_stride == s.block_elems()) {'; do
+  if printf '%s\n' "$line" | grep -qE "$pattern"; then
+    echo "FAIL paged_address: the pattern flags a plain read: $line"; failed=$((failed + 1)); else passed=$((passed + 1)); fi
+done
+
+found=$(grep -rnE "$pattern" kernels | grep -vE '^[^:]*:[0-9]+:[[:space:]]*//' | grep -v '^kernels/common/paged.h:')
+if [ -z "$found" ]; then
+  passed=$((passed + 1))
+else
+  echo "FAIL paged_address: kernel code multiplies by a block stride outside kernels/common/paged.h (use PagedKv):"
+  printf '%s\n' "$found" | sed 's/^/    /'
+  failed=$((failed + 1))
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

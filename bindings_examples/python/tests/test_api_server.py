@@ -355,3 +355,16 @@ def test_a_bad_checkpoint_is_one_line_and_a_nonzero_exit(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-m", "kvblock.engine", "serve", "--model", str(tmp_path / "none"),
                         "--port", "0", "--threads", "1"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode != 0 and "config.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_request_gauges_count_requests_not_samples() -> None:
+    """n = 3 samples of one request count once; a request with a sample running is running, whatever its
+    other samples do."""
+    from types import SimpleNamespace
+
+    from kvblock.engine.server_metrics import request_counts
+    a, b, c, d = (SimpleNamespace(id=i) for i in range(4))
+    samples = lambda r, k: [SimpleNamespace(request=r) for _ in range(k)]  # noqa: E731
+    assert request_counts(samples(a, 3), [], []) == (1, 0, 0)
+    assert request_counts(samples(a, 2), samples(a, 1) + samples(b, 2), samples(c, 1)) == (1, 1, 1)
+    assert request_counts([], samples(d, 2), samples(d, 1) + samples(c, 2)) == (0, 1, 1)

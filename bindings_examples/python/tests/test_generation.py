@@ -168,18 +168,19 @@ def test_stop_strings_cut_the_text(tmp_path) -> None:
     prompt = _prompts(cfg.vocab)[0]
     free = _generate(_engine(d, tokenizer=True), [prompt], SamplingParams(max_tokens=20, temperature=0))[0][0]
     words = [word(t) for t in free.output]
-    assert free.text.text == " ".join(words) and free.finish_reason == "length"
+    # decoded after the prompt: the text is the whole text's continuation, from the space after the prompt
+    assert free.text.text == " " + " ".join(words) and free.finish_reason == "length"
     k = next(i for i in range(3, 18) if words[i] not in words[:i])
     stop = f"{words[k][1:]} {words[k + 1]}"  # across a token boundary, from inside a token
     g = _generate(_engine(d, tokenizer=True), [prompt],
                   SamplingParams(max_tokens=20, temperature=0, stop=("never", stop)))[0][0]
     assert g.finish_reason == "stop"
     assert g.output == free.output[:k + 2]
-    assert g.text.text == " ".join(words[:k]) + " w"
+    assert g.text.text == " " + " ".join(words[:k]) + " w"
     gen = _engine(d, tokenizer=True).generation
     g.finish_reason = None  # as it looked while running: a stop string's possible start is held back
-    g.text.text = " ".join(words[:k + 1])
-    assert gen.stable_text(g) == " ".join(words[:k]) + " w"
+    g.text.text = " " + " ".join(words[:k + 1])
+    assert gen.stable_text(g) == " " + " ".join(words[:k]) + " w"
 
 
 @needs_torch
@@ -231,3 +232,27 @@ def test_text_is_decoded_incrementally_without_broken_characters() -> None:
         assert "\ufffd" not in seen[-1]
     assert seen[-1] == text and s.finish_reason == "length"
     assert seen[1] == "a" and seen[2] == "aé"  # é is 2 bytes: it appears whole, once both arrived
+
+
+@needs_torch
+def test_first_token_keeps_its_space_after_the_prompt() -> None:
+    """A SentencePiece (Metaspace) decoder drops the space of the first token it decodes: decoded after
+    the prompt's last tokens, the output's first word keeps its space, as in the whole text."""
+    from types import SimpleNamespace
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    from kvblock.engine.generation import Generation
+    vocab = {"<unk>": 0, "\u2581the": 1, "\u2581cat": 2, "\u2581sat": 3, "\u2581down": 4}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    assert tok.decode([2]) == "cat" and tok.decode([1, 2]) == "the cat"  # the first space is dropped
+    for prompt, want in (([1], " cat sat down"), ([], "cat sat down"), ([3, 1, 2, 3, 4, 1], " cat sat down")):
+        gen = Generation(tokenizer=tok)
+        s = SimpleNamespace(output=[], text=None, finish_reason=None,
+                            request=SimpleNamespace(prompt=prompt, params=SamplingParams(max_tokens=3)))
+        for t in (2, 3, 4):
+            s.output.append(t)
+            s.finish_reason = gen.finish_reason(s)
+        assert gen.stable_text(s) == want, (prompt, gen.stable_text(s))

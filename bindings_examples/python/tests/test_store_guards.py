@@ -231,3 +231,20 @@ def test_cli_redis_nobody_listens_on_is_a_usage_error():
     r = cli("--store", url)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "no Redis server answers there" in r.stderr and url in r.stderr, r.stderr
+
+
+def test_torch_cli_redis_nobody_listens_on_is_a_usage_error(tmp_path):
+    """The torch engine's path (--model DIR) reports an unreachable store as the numpy engine's does."""
+    pytest.importorskip("torch", reason="SKIP torch engine: torch not importable")
+    pytest.importorskip("safetensors", reason="SKIP torch engine: safetensors not importable")
+    if redis_unavailable() and "redis client" in (redis_unavailable() or ""):
+        pytest.skip(f"SKIP: {redis_unavailable()}")
+    from kvblock.engine.checkpoint import write_tiny_checkpoint
+    write_tiny_checkpoint(str(tmp_path / "ckpt"), vocab=64, hidden=32, ffn=32, num_layers=1)
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    env = dict(os.environ, PYTHONPATH=str(PKG) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    argv = [sys.executable, "-m", "kvblock.engine", "--model", str(tmp_path / "ckpt"), "--ids", "1,2,3",
+            "--max-tokens", "1", "--num-blocks", "16", "--host-cache", "--host-blocks", "4", "--store", url]
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "no Redis server answers there" in r.stderr and url in r.stderr, r.stderr

@@ -9,7 +9,7 @@ sample's index, its output position), so the same seed gives the same text whate
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -122,11 +122,18 @@ class SeqText:
     """A sample's decoded text, decoded incrementally: `text` holds the output's tokens [0, read) (up to a
     stop string, which it never contains); tokens [prefix, read) are the context the next ones are decoded
     in (a token's text can depend on its neighbours), and text is added only once it no longer ends in an
-    incomplete UTF-8 character. A stop string's search starts `searched` characters in."""
+    incomplete UTF-8 character. Until the first tokens are added, the prompt's last tokens (`context`) are
+    decoded before them. A stop string's search starts `searched` characters in."""
     text: str = ""
     prefix: int = 0
     read: int = 0
     searched: int = 0
+    context: List[int] = field(default_factory=list)
+
+
+# Prompt tokens decoded before the first output tokens: a token's text can depend on what precedes it (a
+# SentencePiece decoder drops the space of the first token it decodes, so " Hello" would come out "Hello").
+CONTEXT_TOKENS = 5
 
 
 class Generation:
@@ -183,12 +190,16 @@ class Generation:
         """Adds the text of output tokens [t.read, n) (n: all but a stop token); with `final`, even if it
         ends in an incomplete character."""
         if s.text is None:
-            s.text = SeqText()
+            prompt = getattr(s.request, "prompt", None) or []
+            s.text = SeqText(context=list(prompt[-CONTEXT_TOKENS:]))
         t = s.text
         if self.tokenizer is None or n <= t.read:
             return
-        before = self.tokenizer.decode(s.output[t.prefix:t.read], skip_special_tokens=True)
-        after = self.tokenizer.decode(s.output[t.prefix:n], skip_special_tokens=True)
+        context = t.context if t.prefix == 0 else []  # later, output tokens are the context
+        before = self.tokenizer.decode(context + s.output[t.prefix:t.read], skip_special_tokens=True)
+        if before.endswith("\ufffd"):  # a prompt ending inside a character: decode the output alone
+            context, before = [], self.tokenizer.decode(s.output[t.prefix:t.read], skip_special_tokens=True)
+        after = self.tokenizer.decode(context + s.output[t.prefix:n], skip_special_tokens=True)
         final = n < len(s.output) or len(s.output) >= s.request.params.max_tokens
         if len(after) > len(before) and (final or not after.endswith("\ufffd")):
             t.text += after[len(before):]

@@ -193,6 +193,7 @@ def main(a: argparse.Namespace) -> None:
         import torch
     except Exception as e:
         raise SystemExit(f"--model / --bench need torch (and safetensors): {type(e).__name__}: {e}")
+    from ..errors import KvbArgumentError
     from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .generation import Generation, SamplingParams, eos_token_ids
     from .sequence import Request
@@ -236,7 +237,13 @@ def main(a: argparse.Namespace) -> None:
         raise SystemExit("--model needs a prompt: --text '...' or --ids 1,2,3 (or --bench)")
     kv = kv_setup(model, a, prompts[0])
     fp8 = kv.scales is not None
-    eng = _engine(model, a, cuda_graph=not a.no_cuda_graph, kv=kv, record_logits=fp8, draft=draft)
+    try:
+        eng = _engine(model, a, cuda_graph=not a.no_cuda_graph, kv=kv, record_logits=fp8, draft=draft)
+    except KvbArgumentError as e:  # a store nobody answers at, a directory that cannot be made: one line
+        if not a.store:
+            raise
+        print(f"python -m kvblock.engine: error: --store {a.store}: {e.message}", file=sys.stderr)
+        raise SystemExit(2) from None
     eng.generation = Generation(eos_token_ids(model_dir), tok)  # it stops at the checkpoint's EOS
     params = SamplingParams(max_tokens=a.max_tokens, temperature=a.temperature, n=a.n, seed=a.seed)
     requests = [Request(r, p, a.max_tokens, n=a.n, seed=a.seed, params=params) for r, p in enumerate(prompts)]

@@ -13,6 +13,14 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 RATE_WINDOW_S = 10.0
 
 
+def request_counts(running: Sequence[Any], waiting: Sequence[Any], swapped: Sequence[Any]) -> Tuple[int, int, int]:
+    """Requests (not samples: a request with n > 1 has n) running, waiting and swapped out: a request
+    with any sample in the batch is running; one with none is waiting if any sample waits, else swapped."""
+    run = {id(s.request) for s in running}
+    wait = {id(s.request) for s in waiting} - run
+    return len(run), len(wait), len({id(s.request) for s in swapped} - run - wait)
+
+
 class Histogram:
     def __init__(self, buckets: Sequence[float]) -> None:
         self.buckets = tuple(buckets)
@@ -73,7 +81,8 @@ class ServerMetrics:
         self._last_snapshot = now
         st = eng.mgr.stats()
         sch, m = eng.scheduler, eng.metrics
-        self.engine.update(running=len(sch.running), waiting=len(sch.waiting), swapped=len(sch.swapped),
+        running, waiting, swapped = request_counts(sch.running, sch.waiting, sch.swapped)
+        self.engine.update(running=running, waiting=waiting, swapped=swapped,
                            free_blocks=eng.mgr.num_free_blocks, num_blocks=eng.mgr.num_blocks,
                            query_tokens=st.get("query_tokens", 0), hit_tokens=st.get("hit_tokens", 0),
                            device=st.get("device_hit_tokens", 0), host=st.get("host_hit_tokens", 0),
@@ -107,11 +116,12 @@ class ServerMetrics:
             out.append(f"kvblock_{name}_sum{{{lab}}} {h.total:g}")
             out.append(f"kvblock_{name}_count{{{lab}}} {h.n}")
 
-        metric("num_requests_running", "gauge", "Samples (sequences; n per request) in the running batch.",
+        metric("num_requests_running", "gauge", "Requests with a sample in the running batch.",
                [("", e.get("running", 0))])
-        metric("num_requests_waiting", "gauge", "Samples waiting to run (queued, or preempted by recompute).",
+        metric("num_requests_waiting", "gauge", "Requests waiting to run (queued, or preempted by recompute).",
                [("", e.get("waiting", 0))])
-        metric("num_sequences_swapped", "gauge", "Samples swapped out to host blocks.", [("", e.get("swapped", 0))])
+        metric("num_requests_swapped", "gauge", "Requests whose samples are all swapped out to host blocks.",
+               [("", e.get("swapped", 0))])
         metric("kv_cache_usage_ratio", "gauge", "Share of the device pool's blocks in use.",
                [("", 1 - e.get("free_blocks", 0) / max(1, e.get("num_blocks", 1)))])
         q = e.get("query_tokens", 0)

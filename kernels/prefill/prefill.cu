@@ -58,8 +58,10 @@ using tiles::frag::swz;  // byte offset of 16-byte chunk c of row r in a swizzle
 namespace fp8s = tiles::fp8s;
 
 // KV: the cache element type (T, or an fp8 tag of fp8_vec.cuh); ks, vs: for fp8 caches, the CTA's kv
-// head's k_scale and v_scale times the conversion's fold (unused otherwise).
-template <typename T, typename KV, int D, int BN, int NW, int MI>
+// head's k_scale and v_scale times the conversion's fold (unused otherwise). kTree: the call has a tree
+// mask (p.tree_mask); a kernel of its own, so that the tree branch takes no registers from the
+// kernels of calls without one.
+template <typename T, typename KV, int D, int BN, int NW, int MI, bool kTree>
 __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, float vs) {
   constexpr bool kFp8 = kIsFp8Tag<KV>;
   constexpr int kThreads = 32 * NW;
@@ -88,7 +90,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   const int seq = tiles::seq_of_tile(p.query_start, p.num_seqs, G, BM, ct.tile);
   const SeqView sv = seq_view(p, seq);
   if (dtiles::decode_path_owns(seq, p.num_seqs, p.query_start[seq], p.query_start[seq + 1], p.total_q, p.seq_lens[seq],
-                               p.max_blocks << p.block_shift, G, p.tree_mask != nullptr))
+                               p.max_blocks << p.block_shift, G, kTree))
     return;  // a short query: launch_short_queries (decode_mma.cu) computes its rows
   const int64_t lt = tiles::local_tile(p.query_start, seq, G, BM, ct.tile, sv.fault == KVB_FAULT_NONE);
   const int pr0 = lt >= 0 && lt * BM <= INT_MAX ? int(lt) * BM : -1;  // first packed row
@@ -102,7 +104,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   // Attended key tiles of this split: the sinks, then the window up to pos_last (prefill_tiles.h).
   tiles::KeyTiles kt = tiles::key_tiles(pos_first, pos_last, p.window, p.sink, BN, split, p.split_tokens / BN);
   // A token tree (q_len <= 64 with a mask): its new keys [base, len) are masked by the rows' words.
-  const bool tree = p.tree_mask != nullptr && sv.q_len <= int(kTreeMaxTokens);
+  const bool tree = kTree && sv.q_len <= int(kTreeMaxTokens);
   if (tree) kt.mask_from(base);
   const int W = p.window, sink = kt.sink, lo_first = kt.lo_first;
   const int n_tiles = sv.fault == KVB_FAULT_NONE ? kt.count() : 0;
@@ -159,7 +161,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
   // Tree rows: new keys start at s_tree_base (INT_MAX: no tree); the word of the row at position pos is
   // tree_mask[pos + s_tree_row]. Shared, so the main loop keeps no registers for them.
   __shared__ int s_tree_base, s_tree_row;
-  if (tid == 0) s_tree_base = tree ? base : INT_MAX, s_tree_row = sv.row0 - base;
+  if (kTree && tid == 0) s_tree_base = tree ? base : INT_MAX, s_tree_row = sv.row0 - base;
   __syncthreads();  // s_off of tiles 0 and 1, s_pos visible
   // Thread tid copies chunk tid % C of rows tid / C + j kThreads / C: the same chunk, hence the same
   // swizzle, in every row it copies, so each copy is one base plus an immediate.
@@ -293,8 +295,8 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
     }
     if (!kt.full(kt.tile(i))) {
       const int k0 = kt.tile(i) * BN;
-      const int tree_base = s_tree_base;
-      if (tree_base == INT_MAX) {
+      const int tree_base = kTree ? s_tree_base : INT_MAX;
+      if (!kTree || tree_base == INT_MAX) {
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -470,17 +472,17 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
     }
 }
 
-template <typename T, int D, int BN, int NW, int MI>
+template <typename T, int D, int BN, int NW, int MI, bool kTree>
 __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_mma_kernel(const PrefillParams p) {
-  prefill_tile<T, T, D, BN, NW, MI>(p, 1.f, 1.f);
+  prefill_tile<T, T, D, BN, NW, MI, kTree>(p, 1.f, 1.f);
 }
 
 // fp8 caches: the kv heads' scales come with the launch (by value: a captured graph keeps them).
-template <typename T, typename KV, int D, int BN, int NW, int MI>
+template <typename T, typename KV, int D, int BN, int NW, int MI, bool kTree>
 __global__ void __launch_bounds__(32 * NW, D == 256 ? 1 : 2) prefill_fp8_kernel(const PrefillParams p,
                                                                                  const Fp8HeadScales sc) {
   const int kvh = tiles::cta_tile(int(blockIdx.x), p.num_q_heads / p.group).kv_head;
-  prefill_tile<T, KV, D, BN, NW, MI>(p, sc.k_of(kvh) * KvVec<KV>::fold(), sc.v_of(kvh) * KvVec<KV>::fold());
+  prefill_tile<T, KV, D, BN, NW, MI, kTree>(p, sc.k_of(kvh) * KvVec<KV>::fold(), sc.v_of(kvh) * KvVec<KV>::fold());
 }
 
 // One CTA of D threads per (query row, query head): merge the splits with weights l_s * 2^(m_s - M).
@@ -512,26 +514,38 @@ __global__ void __launch_bounds__(D) prefill_reduce_kernel(const PrefillParams p
 constexpr int prefill_smem(int D, int BN) { return 2 * BN * 8 + BM * D * 2 + 4 * BN * D * 2 + 1024; }
 
 // sc: the fp8 kernels' scales (nullptr for 16-bit caches).
-template <typename T, typename KV, int D, int BN>
-void launch_tile(const PrefillParams& p, const Fp8HeadScales* sc, dim3 grid, cudaStream_t s) {
+template <typename T, typename KV, int D, int BN, bool kTree>
+void launch_kernel(const PrefillParams& p, const Fp8HeadScales* sc, dim3 grid, cudaStream_t s) {
   constexpr int NW = tiles::cta_warps(D), MI = tiles::mtiles_per_warp(D);
   constexpr int smem = prefill_smem(D, BN);  // the fp8 kernels' too (prefill_fp8_tiles.h)
   if constexpr (kIsFp8Tag<KV>) {
     {
       RelaxedCapture relaxed;
-      check(cudaFuncSetAttribute(prefill_fp8_kernel<T, KV, D, BN, NW, MI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      check(cudaFuncSetAttribute(prefill_fp8_kernel<T, KV, D, BN, NW, MI, kTree>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem), "prefill attention: shared memory size");
     }
-    prefill_fp8_kernel<T, KV, D, BN, NW, MI><<<grid, 32 * NW, smem, s>>>(p, *sc);
+    prefill_fp8_kernel<T, KV, D, BN, NW, MI, kTree><<<grid, 32 * NW, smem, s>>>(p, *sc);
   } else {
     {
       RelaxedCapture relaxed;  // not a stream operation, but keep it legal while the caller captures a graph
-      check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN, NW, MI>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+      check(cudaFuncSetAttribute(prefill_mma_kernel<T, D, BN, NW, MI, kTree>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
             "prefill attention: shared memory size");
     }
-    prefill_mma_kernel<T, D, BN, NW, MI><<<grid, 32 * NW, smem, s>>>(p);
+    prefill_mma_kernel<T, D, BN, NW, MI, kTree><<<grid, 32 * NW, smem, s>>>(p);
   }
   check(cudaGetLastError(), "prefill attention launch");
+}
+
+// Calls with a tree mask run the kernels compiled with its branch, the others the kernels without. The
+// fp8 tree kernels at head_dim 64 walk 32-key tiles: with 64, the branch's registers spilled on sm_90
+// (255 registers); any split boundary, a multiple of prefill_key_tile(), is one of 32 keys too.
+template <typename T, typename KV, int D, int BN>
+void launch_tile(const PrefillParams& p, const Fp8HeadScales* sc, dim3 grid, cudaStream_t s) {
+  constexpr int kTreeBN = kIsFp8Tag<KV> && D == 64 ? 32 : BN;
+  if (p.tree_mask)
+    launch_kernel<T, KV, D, kTreeBN, true>(p, sc, grid, s);
+  else
+    launch_kernel<T, KV, D, BN, false>(p, sc, grid, s);
 }
 
 template <typename T, typename KV, int D>

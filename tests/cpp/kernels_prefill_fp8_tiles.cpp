@@ -25,8 +25,9 @@ using smem::conflict_free;
 struct Shape {
   int D, BN;
 };
-// prefill.cu: BN 64 at D 64, 32 from D 128 up, 16 at D 256 on devices with less shared memory.
-const Shape kShapes[] = {{64, 64}, {128, 32}, {256, 32}, {256, 16}};
+// prefill.cu: BN 64 at D 64 (32 in the tree-mask kernels), 32 from D 128 up, 16 at D 256 on devices with
+// less shared memory.
+const Shape kShapes[] = {{64, 64}, {64, 32}, {128, 32}, {256, 32}, {256, 16}};
 
 int threads_of(int D) { return 32 * tiles::cta_warps(D); }
 

@@ -280,6 +280,7 @@ void test_fragment_addressing_on_an_emulated_warp() {
         if (!quick() || warp == NW - 1) {
           bad += emulate(D, prefill_key_tile(D), tiles::mtile_of(warp, mi, MI), rng);
           if (D == 256) bad += emulate(D, 16, tiles::mtile_of(warp, mi, MI), rng);  // the small-smem variant
+          if (D == 64) bad += emulate(D, 32, tiles::mtile_of(warp, mi, MI), rng);   // fp8 tree-mask kernels
         }
   }
   CHECK(bad == 0);

@@ -2,9 +2,11 @@
 // decoded from the input (any parents, any size, NULL arrays) is appended, its depths and mask rows
 // checked, plain calls on the sequence are refused while it is pending (changing nothing), and a decoded
 // path (or a corrupted one, refused without a change, then the whole tree dropped) is committed; the
-// drained slot pairs must be exactly the moves of the path through the tables read before the commit.
+// drained slot pairs must be exactly the moves of the path through the tables read before the commit, and
+// kvb_copy_slots running them must leave the path's K/V in place (fuzz_copy_slots.h).
 // The model then holds the accepted tokens, committed, as an append, a rollback and a commit would.
 #pragma once
+#include "fuzz_copy_slots.h"
 #include "fuzz_model.h"
 #include "kvbt_state.h"
 
@@ -142,6 +144,7 @@ inline void Step::tree() {
           kvb_last_error());
   REQUIRE(np * 2 == want_pairs.size(), "drain_slot_copies: %zu pairs, model %zu", np, want_pairs.size() / 2);
   for (size_t i = 0; i < want_pairs.size(); ++i) REQUIRE(pairs[i] == want_pairs[i], "slot pair entry %zu", i);
+  check_slot_copies(md.nblocks, bs, tables, c, toks, path, pairs, np, (k_byte >> 3) & 3u, trace);
   for (size_t j = 0; j < path.size(); ++j) q.toks[c + j] = q.toks[c + static_cast<uint64_t>(path[j])];
   q.toks.resize(c + path.size());
   const uint32_t nb = static_cast<uint32_t>((q.toks.size() + bs - 1) / bs);

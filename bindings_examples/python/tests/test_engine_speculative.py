@@ -1,9 +1,9 @@
 """Token-tree speculative decoding in the numpy engine (engine/speculative.py, engine/draft.py): greedy outputs
 with trees are token-exact with plain greedy decoding of the same engine and with the dense reference, with
-prefix hits, chunked prefill, preemption (recompute and swap, a tiny pool), forks (n = 2) and sampled requests
-(which decode plainly) in the runs; a draft as deep as the target accepts every level, a shallow one rejects
-some; the prefix cache's STORED events and block hashes equal those of plain decoding (no rejected token is
-ever hashed); the draft tree's expansion and acceptance; what is refused."""
+prefix hits, chunked prefill, preemption (recompute and swap, a tiny pool), the host cache, forks (n = 2) and
+sampled requests (which decode plainly) in the runs; a draft as deep as the target accepts every level, a
+shallow one rejects some; the prefix cache's STORED events and block hashes equal those of plain decoding (no
+rejected token is ever hashed); the draft tree's expansion and acceptance; what is refused."""
 import os
 import re
 import subprocess
@@ -28,8 +28,8 @@ def requests(vocab, count=5, prefix=24, seed=1, n=1, max_tokens=9, temperature=0
                     temperature=temperature if r % 2 else 0.0, seed=seed) for r in range(count)]
 
 
-def run(model, reqs, **cfg):
-    eng = Engine(model, EngineConfig(**cfg))
+def run(model, reqs, draft_model=None, **cfg):
+    eng = Engine(model, EngineConfig(**cfg), draft_model)
     for r in reqs:
         eng.add_request(r)
     out = eng.run()
@@ -49,6 +49,9 @@ RUNS = {  # (shared prefix, max_tokens, engine config)
     "tiny pool, recompute": (8, 16, dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40)),
     "tiny pool, swap": (8, 16, dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40,
                                     num_host_blocks=64, preemption="swap")),
+    # a tree's blocks evicted from the prefix cache are offloaded before a draft or verify pass writes them
+    "tiny pool, host cache": (8, 16, dict(num_blocks=16, block_size=4, max_num_seqs=4, max_batched_tokens=40,
+                                          num_host_blocks=32, host_cache=True)),
 }
 
 
@@ -73,6 +76,8 @@ def test_tree_speculation_is_token_exact_with_plain_greedy(model, name, draft_la
     assert eng.mgr.stats()["hit_tokens"] > 0
     if "tiny" in name:  # and some trees found no room: those sequences decoded plainly in the same steps
         assert eng.metrics.preemptions + eng.metrics.swaps_out > 0 and st.fallbacks > 0
+    if "host cache" in name:
+        assert eng.metrics.offloaded_blocks > 0 and eng.metrics.loaded_blocks > 0
 
 
 @pytest.mark.parametrize("draft_layers", [1, 3])

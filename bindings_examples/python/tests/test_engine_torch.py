@@ -61,12 +61,16 @@ def _check_greedy_against_hf(model_dir: object, prompts: list, out: dict, max_to
 
 
 def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = True, max_len: int = 512,
-         **cfg) -> tuple:
+         draft_dir: str = "", **cfg) -> tuple:
+    """draft_dir: a separate draft model's checkpoint (test_engine_draft_model.py)."""
     from kvblock.engine import EngineConfig, Request
     from kvblock.engine.torch_engine import TorchEngine
     from kvblock.engine.torch_model import TorchModel
-    model = TorchModel.from_pretrained(model_dir, "cpu", "float32", max_len=max_len)
-    eng = TorchEngine(model, EngineConfig(**cfg), cuda_graph=cuda_graph)
+
+    def load(d: str) -> TorchModel:
+        return TorchModel.from_pretrained(d, "cpu", "float32", max_len=max_len)
+    eng = TorchEngine(load(model_dir), EngineConfig(**cfg), cuda_graph=cuda_graph,
+                      draft_model=load(draft_dir) if draft_dir else None)
     for i, p in enumerate(prompts):
         eng.add_request(Request(i, p, max_tokens, n=n))
     return eng.run(), eng

@@ -30,8 +30,9 @@ def _prompts(vocab: int, n: int, shared: int, seed: int = 0) -> list:
     return torch_prompts(vocab, n, shared, seed, own=5, step=4)
 
 
-def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = False, **cfg) -> tuple:
-    out, eng = run_torch_engine(model_dir, prompts, max_tokens, n, cuda_graph, max_len=256, **cfg)
+def _run(model_dir: str, prompts: list, max_tokens: int, n: int = 1, cuda_graph: object = False,
+         draft_dir: str = "", **cfg) -> tuple:
+    out, eng = run_torch_engine(model_dir, prompts, max_tokens, n, cuda_graph, max_len=256, draft_dir=draft_dir, **cfg)
     eng.mgr.check_invariants()
     assert eng.mgr.stats()["used_blocks"] == 0
     return {i: [s.output for s in sorted(v, key=lambda s: s.index)] for i, v in out.items()}, eng

@@ -89,12 +89,17 @@ def main() -> None:
         p.error("--host-cache needs --host-blocks N > 0")
     if a.store and not a.host_cache:
         p.error(f"--store {a.store}: the store tier needs the host cache (--host-cache --host-blocks N)")
+    if a.draft_model and not a.speculative_tree:
+        p.error(f"--draft-model {a.draft_model}: drafts for --speculative-tree DEPTHxWIDTH, which is not given")
     if a.threads and not (a.model or a.bench):
         p.error("--threads: for the torch engine (--model DIR or --bench); the numpy engine has --blas-threads")
     if a.model or a.bench:  # the torch engine on a checkpoint (kvblock/engine/serve.py)
         if a.store and a.bench:
             p.error(f"--store {a.store}: for generation runs (--model DIR --text / --ids), not --bench")
         return serve.main(a)
+    if a.draft_model:
+        p.error(f"--draft-model {a.draft_model}: a checkpoint for the torch engine (--model DIR or --bench); the "
+                "numpy engine's model is a random one of --layers and --seed, its draft --draft-layers N")
     if a.kv_dtype == "bf16":
         p.error("--kv-dtype bf16: the numpy engine has no bfloat16 (numpy has none); use fp32, fp16 or fp8_*, "
                 "or the torch engine (--model DIR or --bench)")

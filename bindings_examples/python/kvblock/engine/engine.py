@@ -34,7 +34,7 @@ from .numpy_runner import NumpyRunner
 from .scheduler import Scheduler
 from .sequence import Request, Seq, Status
 from .speculative import TreeSpeculator
-from .step import EngineModel, StepBatch, StepRunner
+from .step import EngineModel, ModelShape, StepBatch, StepRunner
 from .store_tier import StoreTier
 
 __all__ = ["Engine", "EngineConfig", "Metrics", "StepBatch"]
@@ -43,8 +43,13 @@ __all__ = ["Engine", "EngineConfig", "Metrics", "StepBatch"]
 class Engine(OwnsHandle):
     _what_is_owned = "a Manager, a KVCache and an event publisher that close() stops"
 
-    def __init__(self, model: EngineModel, cfg: EngineConfig = EngineConfig()) -> None:
-        self.model, self.cfg = model, cfg
+    def __init__(self, model: EngineModel, cfg: EngineConfig = EngineConfig(),
+                 draft_model: Optional[EngineModel] = None) -> None:
+        """draft_model: a smaller model of the same vocabulary that drafts the token trees of
+        cfg.speculative_tree (speculative.py) instead of the target's first layers."""
+        self.model, self.cfg, self.draft_model = model, cfg, draft_model
+        if draft_model is not None and not cfg.speculative_tree:
+            raise ValueError("a draft model without speculative_tree: it would draft nothing")
         mc = model.cfg
         if cfg.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', got {cfg.preemption!r}")
@@ -87,13 +92,14 @@ class Engine(OwnsHandle):
             self.scheduler.store_poll = self.store.poll
             self.mover.sync_after_transfers = self._device_sync()
 
-    def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
-        """The device pool's KV cache and the host blocks' one (None without host blocks)."""
-        mc, cfg = self.model.cfg, self.cfg
+    def _make_caches(self, draft: Optional[ModelShape] = None) -> Tuple[KVCache, Optional[KVCache]]:
+        """The device pool's KV cache and the host blocks' one (None without host blocks); with `draft`, those
+        of a draft model's layers over the same blocks (unit scales: the calibrated ones are the target's)."""
+        mc, cfg = draft or self.model.cfg, self.cfg
         k_scale: Any = 1.0  # KVCache's defaults; fp8 caches take the calibrated per-layer scales
         v_scale: Any = 1.0
         kv_dtype = cfg.kv_dtype or "float32"
-        if kv_dtype.startswith("float8") and cfg.kv_scales is not None:
+        if kv_dtype.startswith("float8") and cfg.kv_scales is not None and draft is None:
             k_scale, v_scale = np.asarray(cfg.kv_scales[0]), np.asarray(cfg.kv_scales[1])
         cache = KVCache(mc.num_layers, cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim, kv_dtype,
                         k_scale=k_scale, v_scale=v_scale)
@@ -186,6 +192,8 @@ class Engine(OwnsHandle):
             return
         b = self._prepare(decodes, prefills)
         logits, tokens = self.runner.run(b)
+        if self.speculator is not None:
+            self.speculator.shadow(b)
         self._finish(b, logits, tokens)
 
     def _prepare(self, decodes: List[Seq], prefills: List[Tuple[Seq, int]]) -> StepBatch:

@@ -88,7 +88,7 @@ def reference_dtype(model: Any) -> str:
 
 
 def _engine(model: Any, a: argparse.Namespace, *, cuda_graph: bool, profile: bool = False,
-            kv: KVSetup = KVSetup(), record_logits: bool = False, store: bool = True) -> Any:
+            kv: KVSetup = KVSetup(), record_logits: bool = False, store: bool = True, draft: Any = None) -> Any:
     from . import speculative
     from .engine import EngineConfig
     from .torch_engine import TorchEngine
@@ -98,7 +98,7 @@ def _engine(model: Any, a: argparse.Namespace, *, cuda_graph: bool, profile: boo
                        kv_scales=kv.scales, record_logits=record_logits,
                        store=getattr(a, "store", None) if store else None,
                        store_model_id=getattr(a, "store_model_id", None), **speculative.config_fields(a))
-    return TorchEngine(model, cfg, cuda_graph=cuda_graph, profile=profile)
+    return TorchEngine(model, cfg, cuda_graph=cuda_graph, profile=profile, draft_model=draft)
 
 
 def compare_with_16bit(model: Any, a: argparse.Namespace, kv: KVSetup, requests: Sequence[Any], *,
@@ -129,7 +129,7 @@ def bench_prompts(model: Any, a: argparse.Namespace) -> List[List[int]]:
 
 
 def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None,
-          kv: KVSetup = KVSetup()) -> Dict[str, Dict[str, float]]:
+          kv: KVSetup = KVSetup(), draft: Any = None) -> Dict[str, Dict[str, float]]:
     """Runs the same synthetic workload (a.requests sequences, a shared prefix, a.max_tokens each) in each
     mode: "graphs" (CUDA only), "eager", "profile" (eager, device synchronised around every timed part)."""
     from .sequence import Request
@@ -138,7 +138,7 @@ def bench(model: Any, a: argparse.Namespace, modes: Optional[List[str]] = None,
     prompts = bench_prompts(model, a)
     results: Dict[str, Dict[str, float]] = {}
     for mode in modes:
-        eng = _engine(model, a, cuda_graph=mode == "graphs", profile=mode == "profile", kv=kv)
+        eng = _engine(model, a, cuda_graph=mode == "graphs", profile=mode == "profile", kv=kv, draft=draft)
         for r, p in enumerate(prompts[:2]):  # warm-up: first-call costs of torch and cuBLAS
             eng.add_request(Request(r, p, 4))
         eng.run()
@@ -197,7 +197,7 @@ def main(a: argparse.Namespace) -> None:
     from .checkpoint import CheckpointError, checkpoint_id, load_tokenizer
     from .generation import Generation, SamplingParams, eos_token_ids
     from .sequence import Request
-    from .speculative import summary_lines
+    from .speculative import load_draft_model, summary_lines
     from .torch_model import TorchModel
     device, dtype = torch_placement(a, torch)
     max_len = a.num_blocks * a.block_size
@@ -210,18 +210,19 @@ def main(a: argparse.Namespace) -> None:
             raise SystemExit(2) from None
         if a.store and a.store_model_id is None:
             a.store_model_id = checkpoint_id(model_dir)
+        draft = load_draft_model(a, model, model_dir, device, dtype, max_len)
     if a.bench:
         modes = None
         if a.no_cuda_graph:
             modes = ["eager", "profile"]
         kv = kv_setup(model, a, bench_prompts(model, a)[0])
         if kv.scales is None:
-            print_bench(bench(model, a, modes, kv), model, a, kv.dtype)
+            print_bench(bench(model, a, modes, kv, draft), model, a, kv.dtype)
             return
         # fp8: the 16-bit K/V bench first, in the same process (the same load, warm caches), then fp8
         ref = KVSetup(reference_dtype(model))
-        print_bench(bench(model, a, modes, ref), model, a, ref.dtype)
-        print_bench(bench(model, a, modes, kv), model, a, kv.dtype)
+        print_bench(bench(model, a, modes, ref, draft), model, a, ref.dtype)
+        print_bench(bench(model, a, modes, kv, draft), model, a, kv.dtype)
         few = [Request(r, p, a.max_tokens) for r, p in enumerate(bench_prompts(model, a)[:COMPARED_REQUESTS])]
         print(f"logits of the first {len(few)} bench requests (eager):")
         print("\n".join(compare_with_16bit(model, a, kv, few, cuda_graph=False)))
@@ -237,7 +238,7 @@ def main(a: argparse.Namespace) -> None:
     kv = kv_setup(model, a, prompts[0])
     fp8 = kv.scales is not None
     try:
-        eng = _engine(model, a, cuda_graph=not a.no_cuda_graph, kv=kv, record_logits=fp8)
+        eng = _engine(model, a, cuda_graph=not a.no_cuda_graph, kv=kv, record_logits=fp8, draft=draft)
     except KvbArgumentError as e:  # a store nobody answers at, a directory that cannot be made: one line
         if not a.store:
             raise

@@ -8,8 +8,9 @@ token as usual, in the same batch):
      has one, they are all dropped (commit_tree of an empty path): the step's trees are known to fit the
      free blocks together. A sequence whose tree does not fit gets its token back and decodes plainly.
   2. Draft (draft.py): level by level, each tree so far is appended, the draft model (the target's first
-     layers, on the same KV cache) runs it with the tree mask and its nodes' positions (committed + depth),
-     and the tree is dropped again; the frontier's logits grow the next level. d levels = d draft passes.
+     layers, on the same KV cache; or a separate smaller model, on its own KV cache) runs it with the tree
+     mask and its nodes' positions (committed + depth), and the tree is dropped again; the frontier's
+     logits grow the next level. d levels = d draft passes.
   3. Verify: the final trees are appended and the target runs ONE batched step over plain decode rows,
      the trees and the scheduler's prompt chunks (the prompt-chunk call carries the tree mask: causal words
      for prompt chunks, the export's ancestor words for trees).
@@ -17,13 +18,20 @@ token as usual, in the same batch):
      (Manager.commit_tree), the slot copies that compact it run on every layer (kernels.copy_slots), and
      the path's tokens plus the target's bonus token after it are emitted. Only accepted tokens are hashed,
      so the prefix cache and its events never see a rejected draft token.
+A separate draft model (Engine's draft_model) keeps its K/V in caches of its own shape over the same manager,
+block ids and slots: one manager decides for both models, so prefix hits, preemption, swaps, copy-on-write
+and slot copies hold for the draft's layers as for the target's (the block mover and _finish run every copy
+on both). The draft runs every batch the target runs (shadow), so that its K/V exist for every token the
+manager commits; a second manager would have to mirror every decision of the first instead.
 The outputs are the target's greedy tokens, as without speculation. Not combined with sliding windows (the
 kernels limit a tree node's window by its slot, not by its depth) nor with prefix groups in tree steps (the
 kernels refuse a tree mask with them: tree steps export without groups, other steps keep them)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -32,7 +40,7 @@ import numpy as np
 from .._tree_calls import MAX_TREE_NODES
 from ..errors import KvbError
 from ..errors import Status as KvbStatus
-from ..kernels import copy_slots
+from ..kernels import KVCache, copy_slots
 from ..manager import BatchBuffers
 from .draft import DraftTree, accept, draft_model
 from .numpy_runner import NumpyRunner
@@ -75,9 +83,17 @@ class TreeSpeculator:
         if mc.window or mc.hybrid:
             raise ValueError("speculative_tree with a sliding-window model: not supported (the kernels limit a "
                              "tree node's window by its slot, not by its depth)")
-        layers = cfg.draft_layers or max(1, mc.num_layers // 2)
-        self.eng, self.draft_layers = eng, layers
-        self.draft_runner = _draft_runner(eng, draft_model(eng.model, layers))
+        self.eng = eng
+        self.draft_cache: Optional[KVCache] = None  # a separate draft model's device cache
+        if eng.draft_model is not None:
+            _check_draft(eng, eng.draft_model)
+            self.draft_cache, host = eng._make_caches(eng.draft_model.cfg)
+            eng.mover.add_caches(self.draft_cache, host)
+            self.draft_layers = eng.draft_model.cfg.num_layers
+            self.draft_runner = _draft_runner(eng, eng.draft_model, self.draft_cache)
+        else:
+            self.draft_layers = cfg.draft_layers or max(1, mc.num_layers // 2)
+            self.draft_runner = _draft_runner(eng, draft_model(eng.model, self.draft_layers), eng.cache)
         self.bufs = BatchBuffers(cfg.max_num_seqs, 64, cfg.max_batched_tokens, tree_mask=True)
         self.stats = SpecStats()
         self._depths: Dict[int, np.ndarray] = {}  # per tree sequence: its appended nodes' depths
@@ -98,8 +114,15 @@ class TreeSpeculator:
             self._append(s, t)
         b, tree_rows = self._batch(plain, trees, prefills, verify=True)
         logits, tokens = self.eng.runner.run(b)
+        self.shadow(b)
         self._finish(b, logits, tokens, trees, tree_rows)
         return True
+
+    def shadow(self, b: StepBatch) -> None:
+        """A separate draft model computes its K/V of the target's batch (no logits): every token the manager
+        commits then has them in the draft's cache as in the target's. Nothing for a self-draft."""
+        if self.draft_cache is not None:
+            self.draft_runner.run(dataclasses.replace(b, rows=b.rows[:0]))
 
     def _levels(self, s: Seq) -> int:
         """Levels s drafts: the tree's depth, but no more tokens than the request still emits (the step emits
@@ -122,7 +145,7 @@ class TreeSpeculator:
                     mgr.append(s.seq_id, [s.tokens[-1]])  # the block the rollback freed takes it back
                     self.stats.fallbacks += 1
                     continue
-            self._copy_on_write()
+            self._after_append()
             trees.append((s, DraftTree.root(s.tokens[-1], levels)))
         with eng._mgr_clock:  # dropped once all fit together: smaller trees (the draft's) fit as well
             for s, _ in trees:
@@ -132,10 +155,12 @@ class TreeSpeculator:
     def _append(self, s: Seq, t: DraftTree) -> None:
         with self.eng._mgr_clock:
             self._depths[s.seq_id] = self.eng.mgr.append_tree(s.seq_id, t.tokens, t.parents)
-        self._copy_on_write()
+        self._after_append()
 
-    def _copy_on_write(self) -> None:
-        """A tree appended after a shared partial last block copies it first (the reservation's append)."""
+    def _after_append(self) -> None:
+        """After an append: the blocks it took from the cache are offloaded to the host cache before any
+        forward pass writes them, and a shared partial last block is copied (the reservation's append)."""
+        self.eng.mover.host_transfers()
         with self.eng._mgr_clock:
             pairs = self.eng.mgr.drain_copies()
         if len(pairs):
@@ -221,6 +246,8 @@ class TreeSpeculator:
         if len(pairs):
             with eng._kernel_clock:
                 copy_slots(eng.cache, pairs)
+                if self.draft_cache is not None:
+                    copy_slots(self.draft_cache, pairs)
         n_plain = len(b.decodes) + len(b.finishing)
         if b.seqs:
             eng._finish(b, logits[:n_plain], None if tokens is None else tokens[:n_plain])
@@ -233,20 +260,43 @@ class TreeSpeculator:
 
     def summary(self) -> List[str]:
         st = self.stats
-        return [f"speculation:       token trees {self.depth}x{self.width} drafted by the target's first "
-                f"{self.draft_layers} layers: acceptance rate {st.acceptance_rate:.3f} ({st.accepted}/{st.drafted} "
-                f"drafted tokens), {st.tokens_per_target_step:.2f} tokens per target step ({st.verified} trees in "
-                f"{st.target_steps} steps, {st.fallbacks} plain for want of blocks)"]
+        drafter = (f"a {self.draft_layers}-layer draft model" if self.draft_cache is not None
+                   else f"the target's first {self.draft_layers} layers")
+        return [f"speculation:       token trees {self.depth}x{self.width} drafted by {drafter}: acceptance rate "
+                f"{st.acceptance_rate:.3f} ({st.accepted}/{st.drafted} drafted tokens), "
+                f"{st.tokens_per_target_step:.2f} tokens per target step ({st.verified} trees in {st.target_steps} "
+                f"steps, {st.fallbacks} plain for want of blocks)"]
 
 
-def _draft_runner(eng: "Engine", model: Any) -> StepRunner:
-    """The engine's kind of runner on the draft model and the engine's KV cache (eager on torch)."""
+def _draft_runner(eng: "Engine", model: Any, cache: KVCache) -> StepRunner:
+    """The engine's kind of runner on the draft model and its KV cache (eager on torch)."""
     if isinstance(eng.runner, NumpyRunner):
-        return NumpyRunner(model, eng.cache, eng._kernel_clock, eng.cache.dtype)
+        return NumpyRunner(model, cache, eng._kernel_clock, eng.cache.dtype)
     from .runner import ModelRunner
     r: Any = eng.runner
-    return ModelRunner(model, eng.cache, eng.cfg.max_num_seqs, cuda_graph=False, kernel_clock=r.kernel_clock,
+    return ModelRunner(model, cache, eng.cfg.max_num_seqs, cuda_graph=False, kernel_clock=r.kernel_clock,
                        attn_dtype=r.attn_dtype)
+
+
+def _check_draft(eng: "Engine", draft: Any) -> None:
+    """A separate draft model: the target's kind of model, vocabulary, device and dtype; no second draft."""
+    cfg, target = eng.cfg, eng.model
+    if cfg.draft_layers:
+        raise ValueError(f"draft_layers {cfg.draft_layers} and a draft model: the draft is one or the other")
+    if type(draft) is not type(target):
+        raise TypeError(f"the draft model is a {type(draft).__name__}, the target a {type(target).__name__}: "
+                        "the engine runs both with one kind of runner")
+    why = draft_vocab_error(target, draft)
+    if why:
+        raise ValueError(why)
+    if draft.cfg.window or draft.cfg.hybrid:
+        raise ValueError("a sliding-window draft model: not supported (as for the target)")
+    for what in ("device", "dtype"):
+        if getattr(draft, what, None) != getattr(target, what, None):
+            raise ValueError(f"the draft model's {what} {getattr(draft, what)} is not the target's "
+                             f"{getattr(target, what)}")
+    if cfg.store:
+        raise ValueError(f"store {cfg.store!r} with a draft model: the store keeps the target's K/V only")
 
 
 # -- command line -------------------------------------------------------------------------------------------
@@ -264,8 +314,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="greedy requests draft a token tree of DEPTH levels of WIDTH nodes each (EAGLE-2-like beam: "
                         "the WIDTH likeliest paths), verified by the target in one step; prints the acceptance "
                         "rate and tokens per target step")
-    g.add_argument("--draft-layers", type=int, default=0, metavar="N",
-                   help="the draft model is the target's first N layers (default: half of them)")
+    which = g.add_mutually_exclusive_group()
+    which.add_argument("--draft-layers", type=int, default=0, metavar="N",
+                       help="the draft model is the target's first N layers (default: half of them)")
+    which.add_argument("--draft-model", metavar="DIR",
+                       help="the draft model is a separate, smaller checkpoint with the target's vocabulary, on a "
+                            "KV cache of its own (torch engine: --model DIR or --bench)")
+
+
+def draft_vocab_error(target: Any, draft: Any, target_dir: str = "", draft_dir: str = "") -> Optional[str]:
+    """Why `draft` cannot draft for `target`: another vocabulary size or, when both checkpoint directories have
+    a tokenizer, another map of tokens to ids. None when it can."""
+    if draft.cfg.vocab != target.cfg.vocab:
+        return (f"the draft model's vocabulary ({draft.cfg.vocab} tokens) is not the target's ({target.cfg.vocab} "
+                f"tokens): a draft proposes the target's token ids")
+    if target_dir and draft_dir:
+        from .checkpoint import load_tokenizer
+        t, d = load_tokenizer(target_dir), load_tokenizer(draft_dir)
+        if t is not None and d is not None and t.get_vocab() != d.get_vocab():
+            return (f"the draft's tokenizer ({draft_dir}/tokenizer.json) maps tokens to other ids than the "
+                    f"target's ({target_dir}/tokenizer.json)")
+    return None
+
+
+def load_draft_model(a: argparse.Namespace, target: Any, target_dir: str, device: str, dtype: str,
+                     max_len: int) -> Any:
+    """--draft-model DIR for the torch engine (None without it): the checkpoint, or a usage error (exit 2)
+    when it cannot be read or cannot draft for the target."""
+    if not getattr(a, "draft_model", None):
+        return None
+    from .checkpoint import CheckpointError
+    from .torch_model import TorchModel
+    why: Optional[str] = None
+    try:
+        draft = TorchModel.from_pretrained(a.draft_model, device, dtype, max_len=max_len)
+        why = draft_vocab_error(target, draft, target_dir, a.draft_model)
+    except (CheckpointError, FileNotFoundError) as e:
+        why = " ".join(str(e).split())
+    if why:
+        print(f"python -m kvblock.engine: error: --draft-model {a.draft_model}: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    return draft
 
 
 def config_fields(a: argparse.Namespace) -> dict:

@@ -16,6 +16,7 @@ from .config import Clock, EngineConfig
 from .engine import Engine
 from .runner import ModelRunner
 from .sequence import Request
+from .step import ModelShape
 from .torch_model import DTYPES, TorchModel
 
 # The torch engine's K/V cache dtypes (EngineConfig.kv_dtype): torch float8 tensors for the fp8 ones.
@@ -33,9 +34,9 @@ class TorchEngine(Engine):
     runner: ModelRunner
 
     def __init__(self, model: TorchModel, cfg: EngineConfig = EngineConfig(), *, cuda_graph: Union[bool, str] = True,
-                 profile: bool = False) -> None:
+                 profile: bool = False, draft_model: Optional[TorchModel] = None) -> None:
         self._cuda_graph, self._profile = cuda_graph, profile  # for _make_runner, called by Engine.__init__
-        super().__init__(model, cfg)
+        super().__init__(model, cfg, draft_model)
 
     def _kv_dtype(self) -> Tuple[str, torch.dtype]:
         """The K/V caches' dtype (EngineConfig.kv_dtype; None: the model's), by name and as torch's."""
@@ -61,16 +62,16 @@ class TorchEngine(Engine):
                            cuda_graph=False if self._profile else self._cuda_graph, kernel_clock=self._kernel_clock,
                            attn_dtype=None if name in _FP8 else dtype)
 
-    def _make_caches(self) -> Tuple[KVCache, Optional[KVCache]]:
+    def _make_caches(self, draft: Optional[ModelShape] = None) -> Tuple[KVCache, Optional[KVCache]]:
         """K/V as torch tensors on the model's device (the host blocks' on the CPU, page-locked for CUDA):
         in the model's dtype, another 16/32-bit one, or fp8 (float8_e4m3fn / float8_e5m2 tensors, stored =
         x / scale with EngineConfig.kv_scales per layer, 1.0 without them; q and the new K/V stay in the
         model's dtype, the kernels quantize and dequantize). On CUDA the library answers for what its CUDA
-        kernels take on fp8 caches."""
-        mc, cfg, m = self.model.cfg, self.cfg, self.model
+        kernels take on fp8 caches. With `draft`: a draft model's layers over the same blocks (unit scales)."""
+        mc, cfg, m = draft or self.model.cfg, self.cfg, self.model
         name, dtype = self._kv_dtype()
         scales: Dict[str, Any] = {}
-        if cfg.kv_scales is not None:
+        if cfg.kv_scales is not None and draft is None:
             scales = dict(k_scale=np.asarray(cfg.kv_scales[0]), v_scale=np.asarray(cfg.kv_scales[1]))
         shape = (cfg.num_blocks, cfg.block_size, mc.num_kv_heads, mc.head_dim)
 

@@ -41,17 +41,24 @@ static size_t hit_of_prefix(kvb_manager* m, const int64_t* prompt, size_t shared
   return cached;
 }
 
+/* The first two tests' pool (32 blocks, window 4) and prompts: a (seq 1, computed in chunks), b (24
+ * tokens) and c (nc tokens of pressure). */
+static kvb_manager* running_seq_pool(int64_t* a, int64_t* b, int64_t* c, size_t nc) {
+  kvb_manager* m = make_groups(32, 4, 0);
+  kvbt_iota(a, 24, 1000);
+  kvbt_iota(b, 24, 2000);
+  kvbt_iota(c, nc, 3000);
+  prefill_in_chunks(m, 1, a);
+  return m;
+}
+
 /* While seq 1 still runs, its window group's released blocks outlast the cached blocks of sequences
  * that finished since: seq 1's full group still holds the prefix, so its window blocks keep the hit
  * valid for a prompt sharing the first 12 tokens (as with every layer full attention, where those
  * blocks would still be held). */
 static void test_running_sequence_keeps_window_blocks(void) {
-  kvb_manager* m = make_groups(32, 4, 0);
   int64_t a[24], b[24], c[32];
-  kvbt_iota(a, 24, 1000);
-  kvbt_iota(b, 24, 2000);
-  kvbt_iota(c, 32, 3000);
-  prefill_in_chunks(m, 1, a); /* 12 blocks taken, 5 let go of by the window */
+  kvb_manager* m = running_seq_pool(a, b, c, 32); /* 12 blocks taken, 5 let go of by the window */
   CHECK(kvbt_free(m) == 25);
   /* Seq 2 finishes after them: 2 x 5 blocks, computed and cached, freed. */
   CHECK_OK(kvb_seq_allocate(m, 2, b, 20, NULL));
@@ -69,12 +76,8 @@ static void test_running_sequence_keeps_window_blocks(void) {
 /* When seq 1 ends, every group's blocks of its prompt age as one: last block first, every group at
  * each block. Pressure then cuts the cached prefix from its end in both groups at once. */
 static void test_freed_sequence_ages_as_one(void) {
-  kvb_manager* m = make_groups(32, 4, 0);
   int64_t a[24], b[24], c[48];
-  kvbt_iota(a, 24, 1000);
-  kvbt_iota(b, 24, 2000);
-  kvbt_iota(c, 48, 3000);
-  prefill_in_chunks(m, 1, a);
+  kvb_manager* m = running_seq_pool(a, b, c, 48);
   CHECK_OK(kvb_seq_allocate(m, 2, b, 20, NULL)); /* 10 blocks, never computed: nothing cached */
   CHECK_OK(kvb_seq_free(m, 2));
   CHECK_OK(kvb_seq_free(m, 1));

@@ -9,16 +9,22 @@ static int32_t block_at(kvb_manager* m, int64_t id, size_t i) {
   return (long)i < n ? tab[i] : -2;
 }
 
+/* A 16-block pool (block size 4) whose seq 1 holds the first n of the tokens 1..16 (into t), computed. */
+static kvb_manager* pool_with_computed_seq(int64_t* t, size_t n) {
+  kvb_manager* m = kvbt_make(4, 16);
+  kvbt_iota(t, 16, 1);
+  CHECK_OK(kvb_seq_allocate(m, 1, t, n, NULL));
+  CHECK_OK(kvb_seq_commit(m, 1, n));
+  return m;
+}
+
 /* Fork shares every block; ref counting keeps shared blocks alive until the last holder frees. */
 static void test_fork_shares_blocks(void) {
-  kvb_manager* m = kvbt_make(4, 16);
   int64_t t[16];
+  kvb_manager* m = pool_with_computed_seq(t, 8);
   int32_t a[8], b[8], pairs[8];
   size_t n = 0;
   kvb_seq_info info;
-  kvbt_iota(t, 16, 1);
-  CHECK_OK(kvb_seq_allocate(m, 1, t, 8, NULL));
-  CHECK_OK(kvb_seq_commit(m, 1, 8));
   CHECK_OK(kvb_seq_fork(m, 1, 2));
   CHECK(kvbt_free(m) == 14); /* nothing new taken */
   CHECK(kvbt_table(m, 1, a) == 2 && kvbt_table(m, 2, b) == 2);
@@ -43,14 +49,11 @@ static void test_fork_shares_blocks(void) {
 
 /* CoW: the first append into a shared partial last block records (src, dst). */
 static void test_copy_on_write(void) {
-  kvb_manager* m = kvbt_make(4, 16);
   int64_t t[16];
+  kvb_manager* m = pool_with_computed_seq(t, 6); /* 0, 1 (2 tokens) */
   int32_t pairs[8];
   size_t n = 0;
   int32_t src;
-  kvbt_iota(t, 16, 1);
-  CHECK_OK(kvb_seq_allocate(m, 1, t, 6, NULL)); /* 0, 1 (2 tokens) */
-  CHECK_OK(kvb_seq_commit(m, 1, 6));
   CHECK_OK(kvb_seq_fork(m, 1, 2));
   CHECK_OK(kvb_seq_fork(m, 1, 3));
   src = block_at(m, 1, 1);
@@ -87,14 +90,11 @@ static void test_copy_on_write(void) {
 
 /* fork_at(pos) shares the first pos tokens only. */
 static void test_fork_at(void) {
-  kvb_manager* m = kvbt_make(4, 16);
   int64_t t[16];
+  kvb_manager* m = pool_with_computed_seq(t, 14); /* 0 1 2 3 */
   int32_t pairs[8];
   size_t n = 0;
   kvb_seq_info info;
-  kvbt_iota(t, 16, 1);
-  CHECK_OK(kvb_seq_allocate(m, 1, t, 14, NULL));
-  CHECK_OK(kvb_seq_commit(m, 1, 14)); /* 0 1 2 3 */
   CHECK_OK(kvb_seq_fork_at(m, 1, 2, 8));
   info = kvbt_info(m, 2);
   CHECK(info.num_tokens == 8 && info.num_blocks == 2 && info.num_computed == 8);
@@ -118,15 +118,12 @@ static void test_fork_at(void) {
 /* A block that was committed full and is shared mid-block by a fork must not keep its hash once the
    fork child, as its only holder, writes different tokens into it. */
 static void test_write_into_formerly_shared_full_block(void) {
-  kvb_manager* m = kvbt_make(4, 16);
   int64_t t[16], d[4] = {900, 901, 902, 903};
+  kvb_manager* m = pool_with_computed_seq(t, 9); /* block 1 full and hashed */
   size_t cached = 0;
   uint64_t h;
   int32_t pairs[4];
   size_t n = 0;
-  kvbt_iota(t, 16, 1);
-  CHECK_OK(kvb_seq_allocate(m, 1, t, 9, NULL));
-  CHECK_OK(kvb_seq_commit(m, 1, 9)); /* block 1 full and hashed */
   CHECK_OK(kvb_seq_fork_at(m, 1, 2, 6)); /* seq 2 shares block 1 with 2 of its 4 tokens */
   CHECK_OK(kvb_seq_free(m, 1)); /* seq 2 is now block 1's only holder */
   CHECK(kvbt_has_hash(m, 1, NULL));

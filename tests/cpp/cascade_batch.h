@@ -28,7 +28,7 @@ struct CascadeConfig {
 };
 
 // KVB_TEST_QUICK (the GPU run's sanitizers) trims the sweep.
-inline bool quick() { return std::getenv("KVB_TEST_QUICK") != nullptr; }
+inline bool quick() { return kvbt_quick() != 0; }
 
 // Counts elements [0, n) of got that are not close to want, reporting the first few.
 inline int compare(const Tensor& got, const Tensor& want, size_t n, uint32_t dtype, const char* what,

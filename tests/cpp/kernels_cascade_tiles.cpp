@@ -18,11 +18,6 @@ namespace {
 
 using namespace kvb::kern;
 
-bool quick() {
-  const char* q = getenv("KVB_TEST_QUICK");
-  return q && q[0] == '1';
-}
-
 struct Batch {
   bool decode = true;
   int G = 1, window = 0, sink = 0, bn = 64;
@@ -191,7 +186,7 @@ Batch random_batch(std::mt19937& rng, bool decode) {
 
 void test_work_list_covers_every_row_head_and_key_once() {
   std::mt19937 rng(24);
-  const int iters = quick() ? 100 : 600;
+  const int iters = kvbt_quick() ? 100 : 600;
   for (int it = 0; it < iters; ++it) {
     const Batch b = random_batch(rng, it % 2 == 0);
     int max_shared = 0, max_len = 1;

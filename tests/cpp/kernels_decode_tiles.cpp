@@ -21,11 +21,6 @@ namespace {
 
 using namespace kvb::kern;
 
-bool quick() {
-  const char* q = getenv("KVB_TEST_QUICK");
-  return q && q[0] == '1';
-}
-
 void test_chunks_cover_every_head_once() {
   int bad = 0;
   for (int group = 1; group <= 128; ++group) {
@@ -86,7 +81,7 @@ void test_grid_scores_every_attended_key_once() {
   std::srand(7);
   std::mt19937 rng(11);
   int bad = 0;
-  const int cases = quick() ? 300 : 3000;
+  const int cases = kvbt_quick() ? 300 : 3000;
   for (int n = 0; n < cases; ++n) {
     const int len = int(rng() % 9000);
     const int block_shift = 3 + int(rng() % 4);                  // blocks of 8 .. 64
@@ -104,7 +99,7 @@ void test_grid_scores_every_attended_key_once() {
 void test_short_queries_owned_and_covered() {
   std::mt19937 rng(23);
   int bad = 0;
-  const int batches = quick() ? 200 : 2000;
+  const int batches = kvbt_quick() ? 200 : 2000;
   for (int b = 0; b < batches; ++b) {
     const int G = 1 << (rng() % 5), num_seqs = 1 + int(rng() % 6);
     const int max_tokens = 4096, window = rng() % 2 ? 0 : 1 + int(rng() % 300), sink = int(rng() % 8);
@@ -294,7 +289,7 @@ void test_partition_size_for_waves() {
               (long long)s.ctx, (long long)s.kv_heads, (long long)s.wave, (long long)P, (long long)s.want);
   }
   std::mt19937 rng(29);
-  for (int i = 0; i < (quick() ? 2000 : 20000); ++i) {
+  for (int i = 0; i < (kvbt_quick() ? 2000 : 20000); ++i) {
     const int64_t block = int64_t(1) << (rng() % 7), max_ctx = block * (1 + int64_t(rng() % 70000));
     const int64_t seqs = 1 + rng() % 300, kv = 1 + rng() % 16, wave = 1 + rng() % 600;
     const int stages = 2 + int(rng() % 3);

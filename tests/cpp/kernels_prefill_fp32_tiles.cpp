@@ -18,15 +18,10 @@ namespace {
 
 using namespace kvb::kern;
 
-bool quick() {
-  const char* q = getenv("KVB_TEST_QUICK");
-  return q && q[0] == '1';
-}
-
 void test_segments_and_key_walks_cover_once() {
   std::mt19937 rng(5);
   int bad = 0;
-  const int batches = quick() ? 200 : 2000;
+  const int batches = kvbt_quick() ? 200 : 2000;
   for (int b = 0; b < batches; ++b) {
     const int num_seqs = 1 + int(rng() % 6);
     const int window = rng() % 2 ? 0 : 1 + int(rng() % 200), sink = window > 0 ? int(rng() % 40) : 0;

@@ -23,11 +23,6 @@ namespace {
 using namespace kvb::kern;
 namespace hp = kvb::kern::hopper;
 
-bool quick() {
-  const char* q = getenv("KVB_TEST_QUICK");
-  return q && q[0] == '1';
-}
-
 // ---- The hardware's side, as the PTX ISA describes it --------------------------------------------------
 struct Decoded {
   uint32_t start, lbo, sbo;
@@ -300,7 +295,7 @@ int simulate_ring(int stages, int n_tiles, std::mt19937& rng) {
 
 void test_ring_stages_and_phases() {
   std::mt19937 rng(5);
-  const int runs = quick() ? 50 : 400;
+  const int runs = kvbt_quick() ? 50 : 400;
   int deadlocks = 0, bad = 0, deadlocks_at_2 = 0;
   for (int r = 0; r < runs; ++r) {
     const int n = int(rng() % 40);
@@ -325,7 +320,7 @@ void test_ring_stages_and_phases() {
 // schedule (prefill_key_tile(128) tokens) attends, each once.
 void test_tiles_and_mask_match_the_portable_schedule() {
   std::mt19937 rng(3);
-  const int runs = quick() ? 10 : 60;
+  const int runs = kvbt_quick() ? 10 : 60;
   int bad = 0;
   for (int r = 0; r < runs; ++r) {
     const int n = 1 + int(rng() % 4), G = 1 << (rng() % 3);

@@ -20,11 +20,6 @@ namespace {
 
 using namespace kvb::kern;
 
-bool quick() {
-  const char* q = getenv("KVB_TEST_QUICK");
-  return q && q[0] == '1';
-}
-
 // Simulates one batch; returns the number of violations (first few printed).
 int simulate(const std::vector<int>& q_lens, const std::vector<int>& cached, int G, int bn, int window, int sink,
              int splits, bool reverse) {
@@ -93,7 +88,7 @@ int simulate(const std::vector<int>& q_lens, const std::vector<int>& cached, int
 void test_grid_covers_every_row_and_key_once() {
   std::mt19937 rng(11);
   int bad = 0, batches = 0;
-  const int rounds = quick() ? 20 : 200;
+  const int rounds = kvbt_quick() ? 20 : 200;
   for (int round = 0; round < rounds; ++round) {
     const int n = 1 + int(rng() % 6);
     std::vector<int> q_lens, cached;
@@ -277,7 +272,7 @@ void test_fragment_addressing_on_an_emulated_warp() {
     for (int x : mt_seen) CHECK(x == 1);  // every m-tile by exactly one (warp, mi)
     for (int warp = 0; warp < NW; ++warp)
       for (int mi = 0; mi < MI; ++mi)
-        if (!quick() || warp == NW - 1) {
+        if (!kvbt_quick() || warp == NW - 1) {
           bad += emulate(D, prefill_key_tile(D), tiles::mtile_of(warp, mi, MI), rng);
           if (D == 256) bad += emulate(D, 16, tiles::mtile_of(warp, mi, MI), rng);  // the small-smem variant
           if (D == 64) bad += emulate(D, 32, tiles::mtile_of(warp, mi, MI), rng);   // fp8 tree-mask kernels

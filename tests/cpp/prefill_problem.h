@@ -12,10 +12,7 @@
 
 namespace kt {
 
-inline bool quick() {
-  const char* q = getenv("KVB_TEST_QUICK");
-  return q && q[0] == '1';
-}
+inline bool quick() { return kvbt_quick() != 0; }
 
 struct Config {
   uint32_t dtype, head_dim, block_size, num_kv_heads, group;

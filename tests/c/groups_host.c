@@ -201,6 +201,14 @@ static transfers drain_transfers(kvb_manager* m) {
   return t;
 }
 
+/* Allocates seq id for the first n tokens of p, checks the cached tokens, and returns the transfers it asked for. */
+static transfers allocate_and_drain(kvb_manager* m, int64_t id, const int64_t* p, size_t n, size_t want_cached) {
+  size_t cached = 999;
+  CHECK_OK(kvb_seq_allocate(m, id, p, n, &cached));
+  CHECK(cached == want_cached);
+  return drain_transfers(m);
+}
+
 /* Events of one kind: (group, medium, hash) triples. */
 typedef struct {
   uint32_t type[256], group[256], medium[256];
@@ -366,9 +374,7 @@ static void test_host_groups_never_mix(void) {
   CHECK_OK(kvb_seq_free(m, 2));
   CHECK_OK(kvb_seq_can_allocate(m, p, 5, &cached));
   CHECK(cached == 0);
-  CHECK_OK(kvb_seq_allocate(m, 3, p, 5, &cached));
-  CHECK(cached == 0);
-  tr = drain_transfers(m);
+  tr = allocate_and_drain(m, 3, p, 5, 0);
   CHECK(tr.nload == 0);
   CHECK_INV(m);
   kvb_manager_destroy(m);
@@ -397,9 +403,7 @@ static void test_host_hit_out_of_blocks(void) {
   tr = drain_transfers(m);
   CHECK(tr.nload == 0 && tr.noff == 0);
   CHECK_OK(kvb_seq_free(m, 2));
-  CHECK_OK(kvb_seq_allocate(m, 3, p, 9, &cached));
-  CHECK(cached == 8);
-  tr = drain_transfers(m);
+  tr = allocate_and_drain(m, 3, p, 9, 8);
   CHECK(tr.nload == 4);
   CHECK_INV(m);
   kvb_manager_destroy(m);

@@ -19,6 +19,7 @@
 #include "../../kernels/decode/decode.h"
 #include "../../kernels/common/fp8.h"
 #include "fp8_problem.h"
+#include "c/kvbt_common.h"
 #include "kernels_util.h"
 
 using namespace kt;
@@ -279,13 +280,7 @@ void test_decode_nan_codes() {
 // ---- copy, allocation, validation, old callers ----
 
 void test_copy_blocks_moves_bytes() {
-  kvb_cache_desc d;
-  kvb_cache_desc_init(&d);
-  d.dtype = KVB_DTYPE_FP8_E4M3;
-  d.num_blocks = 6;
-  d.block_size = 16;
-  d.num_kv_heads = 2;
-  d.head_dim = 64;
+  kvb_cache_desc d = kvbt_cache(KVB_DTYPE_FP8_E4M3, nullptr, nullptr, 6, 16, 2, 64);
   CHECK_OK(kvb_cache_alloc(&d));
   CHECK(d.block_stride == 16 * 2 * 64);  // elements = bytes: half an fp16 cache
   const size_t bytes = size_t(d.num_blocks) * size_t(d.block_stride);
@@ -406,13 +401,7 @@ void test_old_struct_callers() {
   for (size_t i = kOldArgs; i < sizeof abuf; ++i) CHECK(abuf[i] == 0xcd);
   // kvb_cache_alloc / free with the old size
   std::memset(dbuf, 0xcd, sizeof dbuf);
-  kvb_cache_desc fresh;
-  kvb_cache_desc_init(&fresh);
-  fresh.dtype = KVB_DTYPE_FP8_E5M2;
-  fresh.num_blocks = 2;
-  fresh.block_size = 16;
-  fresh.num_kv_heads = 1;
-  fresh.head_dim = 64;
+  kvb_cache_desc fresh = kvbt_cache(KVB_DTYPE_FP8_E5M2, nullptr, nullptr, 2, 16, 1, 64);
   std::memcpy(dbuf, &fresh, kOldDesc);
   reinterpret_cast<kvb_cache_desc*>(dbuf)->struct_size = kOldDesc;
   CHECK_OK(kvb_cache_alloc(reinterpret_cast<kvb_cache_desc*>(dbuf)));

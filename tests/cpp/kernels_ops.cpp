@@ -2,6 +2,7 @@
 // CPU always, CUDA against CPU when a GPU is present (SKIP otherwise).
 #include <cmath>
 
+#include "c/kvbt_common.h"
 #include "kernels_util.h"
 
 using namespace kt;
@@ -157,13 +158,7 @@ void test_swap_blocks_cpu_strided() {
 }
 
 void test_cache_alloc_cpu() {
-  kvb_cache_desc d;
-  kvb_cache_desc_init(&d);
-  d.dtype = KVB_DTYPE_FP32;
-  d.num_blocks = 4;
-  d.block_size = 16;
-  d.num_kv_heads = 2;
-  d.head_dim = 64;
+  kvb_cache_desc d = kvbt_cache(KVB_DTYPE_FP32, nullptr, nullptr, 4, 16, 2, 64);
   CHECK_OK(kvb_cache_alloc(&d));
   CHECK(d.k && d.v && d.alloc_kind != KVB_ALLOC_NONE);
   CHECK(d.block_stride == 16 * 2 * 64 && d.token_stride == 128 && d.head_stride == 64);
@@ -308,13 +303,8 @@ void test_cuda_descriptor_without_gpu() {
   const int32_t pairs[] = {0, 1};
   CHECK_STATUS(kvb_copy_blocks(&d, 1, pairs, 1, nullptr), want);
   CHECK_STATUS(kvb_swap_blocks(&d, &c.desc, 1, pairs, 1, 0, nullptr), want);
-  kvb_cache_desc a;
-  kvb_cache_desc_init(&a);
+  kvb_cache_desc a = kvbt_cache(KVB_DTYPE_FP16, nullptr, nullptr, 2, 16, 1, 64);
   a.device_type = KVB_DEVICE_CUDA;
-  a.num_blocks = 2;
-  a.block_size = 16;
-  a.num_kv_heads = 1;
-  a.head_dim = 64;
   CHECK_STATUS(kvb_cache_alloc(&a), want);
   CHECK(a.k == nullptr);
 }

@@ -29,7 +29,9 @@ static double now(void) {
 static uint16_t K[T * D], qhi[G * D], qlo[G * D], qb[G * D];
 static uint8_t K8[T * D];
 static float qf[G * D], qf8[G * D], out[5][G * T];
-static _Float16 qh[G * D];
+/* GCC's half type (an extension in ISO C: __extension__ keeps -Wpedantic quiet). */
+__extension__ typedef _Float16 half_t;
+static half_t qh[G * D];
 static double ref16[G * T], ref8[G * T];
 
 /* Scores of every token into o[h * T + t]: fp32 accumulators acc[h], the code after STEP run for each STEP
@@ -129,14 +131,14 @@ static double urand(void) { return rand() / (double)RAND_MAX * 2 - 1; }
 int main(void) {
   srand(1);
   for (int i = 0; i < T * D; i++) {
-    _Float16 x = (_Float16)(urand() * 2);
+    half_t x = (half_t)(urand() * 2);
     memcpy(&K[i], &x, 2);
     uint8_t b = (uint8_t)(rand() & 0xff);
     if ((b & 0x7f) == 0x7f) b ^= 1;
     K8[i] = b;
   }
   for (int i = 0; i < G * D; i++) {
-    _Float16 x = (_Float16)(urand() * 2 * 0.0884 * 1.4427);  /* q pre-scaled by scale * log2(e) */
+    half_t x = (half_t)(urand() * 2 * 0.0884 * 1.4427);  /* q pre-scaled by scale * log2(e) */
     qh[i] = x;
     qf[i] = (float)x;
     qhi[i] = trunc_bf16(qf[i]);
@@ -148,7 +150,7 @@ int main(void) {
     for (int t = 0; t < T; t++) {
       double s = 0, s8 = 0;
       for (int d = 0; d < D; d++) {
-        _Float16 k;
+        half_t k;
         memcpy(&k, &K[t * D + d], 2);
         s += (double)qf[h * D + d] * (double)(float)k;
         s8 += (double)qf8[h * D + d] * (double)e4m3_x256(K8[t * D + d]);

@@ -19,7 +19,6 @@
 #include "../../kernels/decode/decode.h"
 #include "../../kernels/common/fp8.h"
 #include "fp8_problem.h"
-#include "c/kvbt_common.h"
 #include "kernels_util.h"
 
 using namespace kt;

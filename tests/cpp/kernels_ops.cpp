@@ -2,7 +2,6 @@
 // CPU always, CUDA against CPU when a GPU is present (SKIP otherwise).
 #include <cmath>
 
-#include "c/kvbt_common.h"
 #include "kernels_util.h"
 
 using namespace kt;

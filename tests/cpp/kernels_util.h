@@ -13,6 +13,7 @@
 #include "../../kernels/common/convert_cpu.h"
 #include "../../kernels/common/simd_cpu.h"
 #include "../../kernels/common/types.h"
+#include "c/kvbt_common.h"
 #include "harness.h"
 #if KVB_WITH_CUDA
 #include "../support/devutil.h"
@@ -133,13 +134,7 @@ inline kvb_write_kv_args write_args(size_t n, const void* key, const void* value
 template <class Args>
 void set_paged(Args& a, uint32_t num_seqs, uint32_t num_q_heads, uint32_t max_blocks, const void* q, void* out,
                const int32_t* tables, const int32_t* lens) {
-  a.num_seqs = num_seqs;
-  a.num_q_heads = num_q_heads;
-  a.max_blocks_per_seq = max_blocks;
-  a.q = q;
-  a.out = out;
-  a.block_tables = tables;
-  a.seq_lens = lens;
+  KVBT_PAGED_ARGS(a, num_seqs, num_q_heads, max_blocks, q, out, tables, lens);
 }
 
 // A call's key mask and soft cap.

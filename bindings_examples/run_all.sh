@@ -43,17 +43,20 @@ count() {
   tests_passed=$((tests_passed + p)) tests_failed=$((tests_failed + f)) tests_skipped=$((tests_skipped + s))
   per_language="$per_language${per_language:+; }$1 $p passed, $f failed, $s skipped"
 }
+# report NAME RC: a finished step's log, its tests counted, and its pass / fail.
+report() {
+  cat "$logdir/$1.log"
+  count "$1" "$logdir/$1.log" "$2"
+  if [ "$2" -eq 0 ]; then passed="$passed $1"; else
+    echo "FAIL $1"; failed="$failed $1"
+    case "$1" in python|python-sdist|python-lint|rust|go|c) ;; *) tests_failed=$((tests_failed + 1)) ;; esac
+  fi
+}
 run() { # run NAME COMMAND...: one language's tests (output kept to count them, then shown in full)
   name=$1; shift
   echo "=== $name: $*"
   "$@" >"$logdir/$name.log" 2>&1
-  rc=$?
-  cat "$logdir/$name.log"
-  count "$name" "$logdir/$name.log" "$rc"
-  if [ "$rc" -eq 0 ]; then passed="$passed $name"; else
-    echo "FAIL $name"; failed="$failed $name"
-    case "$name" in python|python-sdist|python-lint|rust|go|c) ;; *) tests_failed=$((tests_failed + 1)) ;; esac
-  fi
+  report "$name" $?
 }
 # run_bg NAME COMMAND...: as run, but in the background (a step that leaves a core idle otherwise: the
 # sdist's compile beside the single-threaded pytest); finish_bg NAME waits for it, then reports as run.
@@ -64,12 +67,8 @@ run_bg() {
 }
 finish_bg() {
   wait
-  name=$1
-  echo "=== $name: $(cat "$logdir/$name.cmd")"
-  rc=$(cat "$logdir/$name.rc" 2>/dev/null || echo 1)
-  cat "$logdir/$name.log"
-  count "$name" "$logdir/$name.log" "$rc"
-  if [ "$rc" -eq 0 ]; then passed="$passed $name"; else echo "FAIL $name"; failed="$failed $name"; fi
+  echo "=== $1: $(cat "$logdir/$1.cmd")"
+  report "$1" "$(cat "$logdir/$1.rc" 2>/dev/null || echo 1)"
 }
 skip() { echo "SKIP $1: $2"; skipped="$skipped $1"; }
 have() { command -v "$1" >/dev/null 2>&1; }

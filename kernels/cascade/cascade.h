@@ -23,6 +23,8 @@ struct PrefixGroups {
 // at position seq_lens[s] - q_len(s) + j. Decode: query_start NULL, row s is sequence s's one token.
 struct CascadeCall : AttnCall {
   const int32_t* query_start = nullptr;
+  const uint64_t* tree_mask = nullptr;  // prefill only, and never with groups (kvb_prefill_args.tree_mask)
+  bool skip_single_rows = false;        // sequences of q_len 1 are left to the caller (the decode kernel)
   const char* kernel = "";  // for messages
 
   int64_t row0(int64_t s) const { return query_start ? query_start[s] : s; }
@@ -71,6 +73,9 @@ namespace cpu {
 // every row: each group's shared prefix once for all its members' rows, each sequence's own keys, and
 // the log-sum-exp merge. Throws invalid_argument naming the bad value.
 void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g);
+// The same loops without groups: every sequence's rows against its own keys (the CPU prefill / extend
+// kernel, kernels/prefill/prefill_cpu.cpp). The caller has checked the batch.
+void rows_attention(const Cache& c, const CascadeCall& a);
 // The checks of cascade_attention alone (the batch, then the description against it).
 void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g);
 }  // namespace cpu

@@ -13,6 +13,7 @@
 
 #include "../common/amx_cpu.h"
 #include "../common/amx_tiles_cpu.h"
+#include "../common/convert_cpu.h"
 #include "../common/simd_cpu.h"
 
 namespace kvb {
@@ -54,10 +55,15 @@ namespace amx_loop {
 
 static_assert(kKeyTile == amx::kKeys, "a key tile is one packed K / V tile set");
 
+// (e4m3 as 2^-8 of its value, as in cascade_tile_cpu.inc)
 template <Dtype DT>
 inline vf load_kv(const char* p) {
   if constexpr (DT == Dtype::f16)
     return load_f16(p);
+  else if constexpr (DT == Dtype::e4m3)
+    return load_e4m3_x256(p);
+  else if constexpr (DT == Dtype::e5m2)
+    return load_e5m2(p);
   else
     return load_bf16(p);
 }
@@ -133,8 +139,9 @@ inline bool softmax_rows16(Rows& rw, float* sp, int64_t r0) {
 
 template <int D, Dtype DT>
 void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64_t k1, const Mask& mk, Rows& rw) {
-  constexpr int64_t ES = 2;
-  constexpr bool kExact = DT == Dtype::bf16;  // bf16 K and V rows have no low part
+  constexpr int64_t ES = es_of(DT);
+  // bf16 and fp8 K and V rows have no low part (an fp8 value, even times 2^-8, is exact in bf16)
+  constexpr bool kExact = DT != Dtype::f16;
   const KeyRanges kr(rw, k0, k1, mk);
   if (kr.nr == 0) return;
   const int64_t R16 = (rw.R + 15) / 16 * 16;
@@ -204,6 +211,8 @@ AttendFn pick_dtype(Dtype dt) {
   switch (dt) {
     case Dtype::f16: return attend<D, Dtype::f16>;
     case Dtype::bf16: return attend<D, Dtype::bf16>;
+    case Dtype::e4m3: return attend<D, Dtype::e4m3>;
+    case Dtype::e5m2: return attend<D, Dtype::e5m2>;
     default: return nullptr;
   }
 }

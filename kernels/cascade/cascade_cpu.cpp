@@ -146,8 +146,9 @@ struct Work {
   AttendFn attend;
   AttendFn attend_wide;  // for kAmxMinRows rows or more: AMX where active, else attend
   Mask mk;
-  int64_t G, D, es, NP, P;
-  int64_t HG;  // kv head groups per shared item (more items for the threads to share out)
+  int64_t G, D, qes, NP, P;
+  int64_t HG;   // kv head groups per shared item (more items for the threads to share out)
+  int64_t HGO;  // the same per own item
   float q_scale;
   std::vector<int32_t> group_of;
   std::vector<int64_t> shared;      // tokens per group
@@ -158,15 +159,18 @@ struct Work {
   std::unique_ptr<float[]> st_m, st_l, st_acc;
 };
 
-// Row r of rw = query token j of sequence s, query head h: pre-scaled query, position, empty state.
+// Row r of rw = query token j of sequence s, query head h: pre-scaled query (the K scale of an fp8 cache
+// folded in), position, tree word, empty state.
 void load_query(const Work& w, Rows& rw, int64_t r, int64_t s, int64_t j, int64_t h) {
   const CascadeCall& a = *w.a;
   const int64_t D = w.D;
-  const char* qp = static_cast<const char*>(a.q) + ((a.row0(s) + j) * a.q_row_stride + h * a.q_head_stride) * w.es;
+  const char* qp = static_cast<const char*>(a.q) + ((a.row0(s) + j) * a.q_row_stride + h * a.q_head_stride) * w.qes;
   float* qr = rw.q + r * D;
-  load_row(qp, w.c->dtype, D, qr);
-  for (int64_t d = 0; d < D; ++d) qr[d] *= w.q_scale;
+  load_row(qp, a.q_dtype, D, qr);
+  const float scale = w.q_scale * fold_of(*w.c, w.c->k_scale_of(h / w.G));
+  for (int64_t d = 0; d < D; ++d) qr[d] *= scale;
   rw.pos[r] = a.seq_lens[s] - a.q_len(s) + j;
+  rw.tree_word[r] = rw.draft0 != INT64_MAX ? a.tree_mask[a.row0(s) + j] : 0;
   rw.m[r] = kNegInf;
   rw.l[r] = 0.f;
 }
@@ -188,6 +192,7 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
   const CascadeCall& a = *w.a;
   const int64_t G = w.G, D = w.D;
   rw.R = (t1 - t0) * G;
+  rw.draft0 = INT64_MAX;  // (no trees with groups)
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t gq = 0; gq < G; ++gq) load_query(w, rw, (t - t0) * G + gq, w.toks[size_t(t)].seq, w.toks[size_t(t)].j, kvh * G + gq);
   finish_rows(w, rw);
@@ -219,13 +224,14 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
   const CascadeCall& a = *w.a;
   const int64_t G = w.G, D = w.D;
   rw.R = (j1 - j0) * G;
+  rw.draft0 = a.tree_mask && a.q_len(s) <= kTreeMaxTokens ? a.seq_lens[s] - a.q_len(s) : INT64_MAX;
   for (int64_t j = j0; j < j1; ++j)
     for (int64_t gq = 0; gq < G; ++gq) load_query(w, rw, (j - j0) * G + gq, s, j, kvh * G + gq);
   finish_rows(w, rw);
   const int32_t gi = w.group_of[size_t(s)];
   const int64_t S = gi >= 0 ? w.shared[size_t(gi)] : 0;
   Mask mk = w.mk;
-  mk.whole_rows = kvh == 0;
+  mk.whole_rows = kvh == 0 && w.HGO == 1;
   (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
   const int64_t nparts = gi >= 0 ? (S + w.P - 1) / w.P : 0;
   for (int64_t j = j0; j < j1; ++j)
@@ -251,50 +257,38 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
         const float* sa = &w.st_acc[sl * size_t(D)];
         for (int64_t d = 0; d < D; ++d) acc[d] += wp * sa[d];
       }
-      const float inv = L > 0.f ? 1.f / L : (L == L ? 0.f : L);
-      char* op = static_cast<char*>(a.out) + ((a.row0(s) + j) * a.out_row_stride + h * a.out_head_stride) * w.es;
-      for (int64_t d = 0; d < D; ++d) store_elem(op, w.c->dtype, d, acc[d] * inv);
+      const float inv = (L > 0.f ? 1.f / L : (L == L ? 0.f : L)) * fold_of(*w.c, w.c->v_scale_of(kvh));
+      char* op = static_cast<char*>(a.out) + ((a.row0(s) + j) * a.out_row_stride + h * a.out_head_stride) * w.qes;
+      for (int64_t d = 0; d < D; ++d) store_elem(op, a.q_dtype, d, acc[d] * inv);
     }
 }
 
-// Own item: every kv head in turn, as shared_item.
-void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1) {
-  for (int64_t kvh = 0; kvh < w.c->num_kv_heads; ++kvh) own_head(w, rw, s, j0, j1, kvh);
+// Own item: the kv heads of head group hg in turn, as shared_item.
+void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_t hg) {
+  const int64_t H = w.c->num_kv_heads, per = (H + w.HGO - 1) / w.HGO;
+  for (int64_t kvh = hg * per; kvh < std::min(H, (hg + 1) * per); ++kvh) own_head(w, rw, s, j0, j1, kvh);
 }
 
-}  // namespace
-
-void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
-  check_batch(c, a);
-  std::vector<int32_t> group_of;
-  std::vector<int64_t> shared;
-  check_groups(c, a, g, group_of, shared);
-}
-
-void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
-  check_batch(c, a);
-  Work w;
-  check_groups(c, a, g, w.group_of, w.shared);
-  w.c = &c;
-  w.a = &a;
-  w.g = &g;
+// Both entry points: w's call, groups (group_of, shared) and pointers set.
+void run(Work& w) {
+  const Cache& c = *w.c;
+  const CascadeCall& a = *w.a;
   w.D = c.head_dim;
   w.G = a.num_q_heads / c.num_kv_heads;
-  w.es = int64_t(c.elem());
+  w.qes = int64_t(dtype_size(a.q_dtype));
   w.mk = Mask{a.soft_cap, a.window, a.window > 0 ? a.sink : 0, false};
   w.q_scale = a.soft_cap > 0.f ? a.scale : a.scale * kLog2e;
   w.attend = pick_attend(w.D, c.dtype);
   if (!w.attend) fail(Code::invalid_argument, "%s: head_dim %lld is not supported", a.kernel, (long long)w.D);
   w.attend_wide = amx::active() ? amx_attend(w.D, c.dtype) : nullptr;
   if (!w.attend_wide) w.attend_wide = w.attend;
-  const int64_t G = w.G, D = w.D, NG = g.num_groups;
-
+  const int64_t G = w.G, D = w.D, NG = w.g ? w.g->num_groups : 0;
   // Members' tokens, group after group.
   w.tok_of_seq.assign(size_t(a.num_seqs), -1);
   w.tok_begin.assign(size_t(NG + 1), 0);
   for (int64_t gi = 0; gi < NG; ++gi) {
-    for (int64_t k = g.group_start[gi]; k < g.group_start[gi + 1]; ++k) {
-      const int32_t s = g.members[k];
+    for (int64_t k = w.g->group_start[gi]; k < w.g->group_start[gi + 1]; ++k) {
+      const int32_t s = w.g->members[k];
       w.tok_of_seq[size_t(s)] = int64_t(w.toks.size());
       for (int64_t j = 0; j < a.q_len(s); ++j) w.toks.push_back(Tok{s, int32_t(j)});
     }
@@ -322,6 +316,7 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   }
   for (int64_t s = 0; s < a.num_seqs; ++s) {
     const int64_t q_len = a.q_len(s);
+    if (a.skip_single_rows && q_len == 1) continue;
     for (int64_t j1 = q_len; j1 > 0; j1 -= tile_own) oitems.push_back({s, std::max<int64_t>(0, j1 - tile_own), j1});
     const int32_t gi = w.group_of[size_t(s)];
     flops += 4.0 * double(q_len) * double(a.seq_lens[s] - (gi >= 0 ? w.shared[size_t(gi)] : 0)) *
@@ -344,6 +339,9 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   } else {
     while (n_si * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
   }
+  // Own items likewise by kv head groups while too few for the threads (a long prompt alone).
+  w.HGO = 1;
+  while (int64_t(oitems.size()) * w.HGO < kSharedItemsPerThread * hw_threads && w.HGO < c.num_kv_heads) w.HGO *= 2;
   w.P = std::max<int64_t>(kKeyTile, (max_shared + w.NP - 1) / w.NP);
   w.P = (w.P + kKeyTile - 1) / kKeyTile * kKeyTile;
   // Every slot an own item reads is written by a shared item first: no fill (4 MiB a call at 64 x 4096).
@@ -352,7 +350,7 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
   w.st_l.reset(new float[slots]);
   w.st_acc.reset(new float[slots * size_t(D)]);
 
-  const int64_t n_shared = int64_t(sitems.size()) * w.NP * w.HG, n_own = int64_t(oitems.size());
+  const int64_t n_shared = int64_t(sitems.size()) * w.NP * w.HG, n_own = int64_t(oitems.size()) * w.HGO;
   const int64_t threads = threads_for(int64_t(std::min(flops, 1e18)), kParallelFlops, std::max(n_shared, n_own));
   const int64_t RM = std::max(tile_shared, tile_own) * G + 16;
   const size_t per = Rows::floats(RM, D);
@@ -368,10 +366,38 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
     shared_item(w, rw, it.g, it.t0, it.t1, p, hg);
   });
   parallel_for(n_own, threads, [&](int64_t tid, int64_t i) {
-    const OwnItem& it = oitems[size_t(i)];
+    const OwnItem& it = oitems[size_t(i / w.HGO)];
     Rows rw(base + per * size_t(tid), RM, D);
-    own_item(w, rw, it.s, it.j0, it.j1);
+    own_item(w, rw, it.s, it.j0, it.j1, i % w.HGO);
   });
+}
+
+}  // namespace
+
+void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
+  check_batch(c, a);
+  std::vector<int32_t> group_of;
+  std::vector<int64_t> shared;
+  check_groups(c, a, g, group_of, shared);
+}
+
+void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
+  check_batch(c, a);
+  Work w;
+  check_groups(c, a, g, w.group_of, w.shared);
+  w.c = &c;
+  w.a = &a;
+  w.g = &g;
+  run(w);
+}
+
+void rows_attention(const Cache& c, const CascadeCall& a) {
+  Work w;
+  w.group_of.assign(size_t(a.num_seqs), -1);
+  w.c = &c;
+  w.a = &a;
+  w.g = nullptr;
+  run(w);
 }
 
 }  // namespace cpu

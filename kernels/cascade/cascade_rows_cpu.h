@@ -34,10 +34,14 @@ struct Rows {
   float* kt;     // [D][kKeyTile]
   float* vt;     // [kKeyTile][D]
   int64_t* pos;  // [R4]
+  uint64_t* tree_word;  // [R4] with a tree: the row's mask word (kvb_prefill_args.tree_mask)
+  // Token tree of the rows' sequence: a key at draft0 + b below a row's own position is seen iff bit b of
+  // its tree_word. Without a tree draft0 is past every key.
+  int64_t draft0 = INT64_MAX;
 
   static int64_t pad(int64_t n) { return (n + 15) / 16 * 16; }
   static size_t floats(int64_t RM, int64_t D) {
-    return size_t(2 * pad(RM * D) + 2 * pad(RM) + pad(RM * kKeyTile) + 2 * pad(D * kKeyTile) + 2 * pad(RM));
+    return size_t(2 * pad(RM * D) + 2 * pad(RM) + pad(RM * kKeyTile) + 2 * pad(D * kKeyTile) + 4 * pad(RM));
   }
   Rows(float* base, int64_t RM, int64_t D) {
     q = base;
@@ -48,6 +52,7 @@ struct Rows {
     kt = s + pad(RM * kKeyTile);
     vt = kt + pad(D * kKeyTile);
     pos = reinterpret_cast<int64_t*>(vt + pad(D * kKeyTile));
+    tree_word = reinterpret_cast<uint64_t*>(pos + pad(RM));
   }
 };
 
@@ -56,8 +61,9 @@ struct Rows {
 struct KeyRanges {
   int64_t range[2][2];
   int nr = 0;
-  int64_t pmin = INT64_MAX, pmax = -1, window, sink, lo_last;
-  KeyRanges(const Rows& rw, int64_t k0, int64_t k1, const Mask& mk) : window(mk.window), sink(mk.window > 0 ? mk.sink : 0) {
+  int64_t pmin = INT64_MAX, pmax = -1, window, sink, lo_last, draft0;
+  KeyRanges(const Rows& rw, int64_t k0, int64_t k1, const Mask& mk)
+      : window(mk.window), sink(mk.window > 0 ? mk.sink : 0), draft0(rw.draft0) {
     for (int64_t r = 0; r < rw.R; ++r) {
       pmin = std::min(pmin, rw.pos[r]);
       pmax = std::max(pmax, rw.pos[r]);
@@ -74,9 +80,9 @@ struct KeyRanges {
     }
   }
   // Every row attends every key of [t0, t0 + n): no key past the lowest row position, none in
-  // [sink, highest window start).
+  // [sink, highest window start), none of a token tree's draft keys.
   bool full(int64_t t0, int64_t n) const {
-    return t0 + n - 1 <= pmin && (window == 0 || std::max(t0, sink) >= std::min(t0 + n, lo_last));
+    return t0 + n - 1 <= pmin && (window == 0 || std::max(t0, sink) >= std::min(t0 + n, lo_last)) && t0 + n <= draft0;
   }
 };
 

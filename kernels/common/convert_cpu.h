@@ -22,6 +22,16 @@ inline uint32_t float_to_bits(float f) {
   return u;
 }
 
+// Bytes per cache element.
+constexpr int64_t es_of(Dtype DT) { return DT == Dtype::f32 ? 4 : is_fp8(DT) ? 1 : 2; }
+
+// What the K (or V) rows read by the vector loads (simd_vec_cpu.inc) must be multiplied by to be the
+// values of a kv head whose scale is `scale`: the fp8 scale (and the 2^8 of the e4m3 load), 1 for other
+// caches. The kernels apply it once to q (K) and to the output (V).
+inline float fold_of(const Cache& c, float scale) {
+  return c.dtype == Dtype::e4m3 ? scale * fp8::kE4m3ViaHalfFactor : c.fp8() ? scale : 1.f;
+}
+
 // IEEE binary16 -> binary32, exact (denormals, inf and NaN included).
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;

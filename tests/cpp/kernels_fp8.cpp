@@ -201,11 +201,11 @@ void test_decode_fp8() {
                                     &bad, &worst[int(isa)][cs.qd]);
       CHECK(bad == 0);
       if (raw > raw_tolerance(cs.cd)) {
-        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", simd::isa_name(isa), dname(cs.cd), raw);
+        fprintf(stderr, "  %s %s: %.4f from the unquantized reference\n", path_name().c_str(), dname(cs.cd), raw);
         CHECK(raw <= raw_tolerance(cs.cd));
       }
     }
-    printf("   %s: max |out - float64 (dequantized)| q fp16 %.3g, bf16 %.3g, fp32 %.3g\n", simd::isa_name(isa),
+    printf("   %s: max |out - float64 (dequantized)| q fp16 %.3g, bf16 %.3g, fp32 %.3g\n", path_name().c_str(),
            worst[int(isa)][KVB_DTYPE_FP16], worst[int(isa)][KVB_DTYPE_BF16], worst[int(isa)][KVB_DTYPE_FP32]);
   }, kvbt_quick());  // the default path only under KVB_TEST_QUICK
   for (int i = 1; i < simd::kNumIsas; ++i)
@@ -269,7 +269,7 @@ void test_decode_nan_codes() {
               }
             }
             if (bad)
-              fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", simd::isa_name(isa), dname(cd),
+              fprintf(stderr, "  %s %s %s NaN at token %d: %d wrong\n", path_name().c_str(), dname(cd),
                       which ? "V" : "K", tok, bad);
             CHECK(bad == 0);
           }

@@ -8,8 +8,10 @@
 #include <memory>
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "../../kernels/common/amx_cpu.h"
 #include "../../kernels/common/convert_cpu.h"
 #include "../../kernels/common/simd_cpu.h"
 #include "../../kernels/common/types.h"
@@ -81,17 +83,29 @@ struct HostCache {
   }
 };
 
-// Runs body(isa) with each CPU vector path this machine supports forced in turn (only the default one when
-// default_only), then forces the default again.
+// Runs body(isa) with each CPU vector path this machine supports forced in turn, AMX tiles off, then
+// once more on the widest path with AMX on where the CPU and OS allow it (only the default path, AMX as
+// it was, when default_only); then restores the default path and AMX.
 template <class Body>
 void on_each_isa(Body body, bool default_only = false) {
   namespace simd = kvb::kern::cpu::simd;
+  namespace amx = kvb::kern::cpu::amx;
   const simd::Isa initial = simd::isa();
+  const bool amx_start = amx::active();
   for (int i = 0; i < simd::kNumIsas; ++i) {
     if ((default_only && simd::Isa(i) != initial) || !simd::force_isa(simd::Isa(i))) continue;
+    if (!default_only) amx::force(false);
     body(simd::Isa(i));
   }
+  if (!default_only && amx::force(true)) body(simd::isa());
   simd::force_isa(initial);
+  amx::force(amx_start);
+}
+
+// The CPU path the kernels take now, for messages: "avx512", "avx512bf16+amx", ...
+inline std::string path_name() {
+  namespace cpu = kvb::kern::cpu;
+  return std::string(cpu::simd::isa_name(cpu::simd::isa())) + (cpu::amx::active() ? "+amx" : "");
 }
 
 // The 27 dtype x head dim x GQA ratio shapes the decode and prefill tests sweep, appended to out as

@@ -147,7 +147,9 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
   const int64_t R16 = (rw.R + 15) / 16 * 16;
   Scratch& sc = scratch();
   sc.fit(R16, D);
-  amx::split_bf16(rw.q, R16 * D, sc.qh.data(), sc.ql.data());  // rows past R are zero (finish_rows)
+  uint16_t* ql = rw.q_bf16 ? nullptr : sc.ql.data();
+  amx::split_bf16(rw.q, R16 * D, sc.qh.data(), ql);  // rows past R are zero (finish_rows)
+  const vf qscale = vsplat(rw.score_scale);
   uint32_t* kl = kExact ? nullptr : sc.kl.data();
   uint32_t* vl = kExact ? nullptr : sc.vl.data();
   float* kst = rw.kt;  // [kKeyTile][D] fp32 rows of the tile
@@ -190,8 +192,9 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
       amx::pack_keys(kst, D, D, sc.kh.data(), kl);
       amx::pack_values(vst, D, D, sc.vh.data(), vl);
       for (int64_t r0 = 0; r0 < R16; r0 += 32)
-        amx::tile_scores(sc.qh.data() + r0 * D, sc.ql.data() + r0 * D, D, D, sc.kh.data(), kl,
+        amx::tile_scores(sc.qh.data() + r0 * D, ql ? ql + r0 * D : nullptr, D, D, sc.kh.data(), kl,
                          int(std::min<int64_t>(32, R16 - r0)), rw.s + r0 * kKeyTile);
+      for (int64_t i = 0; i < R16 * kKeyTile; i += W) vstore(rw.s + i, vload(rw.s + i) * qscale);
       const bool full = kr.full(t0, n);
       int64_t done = 0;  // rows whose softmax is done, 16 at a time where the tile is full
       if (full && n == kKeyTile && !(mk.soft_cap > 0.f))

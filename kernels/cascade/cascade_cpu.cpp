@@ -159,20 +159,30 @@ struct Work {
   std::unique_ptr<float[]> st_m, st_l, st_acc;
 };
 
-// Row r of rw = query token j of sequence s, query head h: pre-scaled query (the K scale of an fp8 cache
-// folded in), position, tree word, empty state.
+// Row r of rw = query token j of sequence s, query head h: the query, scaled (with the K scale of an fp8
+// cache folded in) unless rw.score_scale takes the scale, position, tree word, empty state.
 void load_query(const Work& w, Rows& rw, int64_t r, int64_t s, int64_t j, int64_t h) {
   const CascadeCall& a = *w.a;
   const int64_t D = w.D;
   const char* qp = static_cast<const char*>(a.q) + ((a.row0(s) + j) * a.q_row_stride + h * a.q_head_stride) * w.qes;
   float* qr = rw.q + r * D;
   load_row(qp, a.q_dtype, D, qr);
-  const float scale = w.q_scale * fold_of(*w.c, w.c->k_scale_of(h / w.G));
-  for (int64_t d = 0; d < D; ++d) qr[d] *= scale;
+  if (rw.score_scale == 1.f)
+    for (int64_t d = 0; d < D; ++d) qr[d] *= w.q_scale * fold_of(*w.c, w.c->k_scale_of(h / w.G));
   rw.pos[r] = a.seq_lens[s] - a.q_len(s) + j;
   rw.tree_word[r] = rw.draft0 != INT64_MAX ? a.tree_mask[a.row0(s) + j] : 0;
   rw.m[r] = kNegInf;
   rw.l[r] = 0.f;
+}
+
+// The loop for rw.R rows of kv head kvh, and how it takes the query scale: the AMX loop multiplies its
+// scores (the queries stay as given: exact in bf16 when they are bf16, no low parts), the vector loops
+// pre-scaled queries (score_scale 1).
+AttendFn attend_for(const Work& w, Rows& rw, int64_t kvh) {
+  const bool tiles = rw.R >= kAmxMinRows && w.attend_wide != w.attend;
+  rw.score_scale = tiles ? w.q_scale * fold_of(*w.c, w.c->k_scale_of(kvh)) : 1.f;
+  rw.q_bf16 = tiles && w.a->q_dtype == Dtype::bf16;
+  return tiles ? w.attend_wide : w.attend;
 }
 
 // Padding rows (up to a multiple of 16: the staged tiles' row blocks, the AMX row tiles) score 0 and are
@@ -193,6 +203,7 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
   const int64_t G = w.G, D = w.D;
   rw.R = (t1 - t0) * G;
   rw.draft0 = INT64_MAX;  // (no trees with groups)
+  const AttendFn attend = attend_for(w, rw, kvh);
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t gq = 0; gq < G; ++gq) load_query(w, rw, (t - t0) * G + gq, w.toks[size_t(t)].seq, w.toks[size_t(t)].j, kvh * G + gq);
   finish_rows(w, rw);
@@ -200,7 +211,7 @@ void shared_head(Work& w, Rows& rw, int64_t gi, int64_t t0, int64_t t1, int64_t 
   const int64_t k0 = p * w.P, k1 = std::min(w.shared[size_t(gi)], k0 + w.P);
   Mask mk = w.mk;
   mk.whole_rows = kvh == 0 && w.HG == 1;
-  (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, lead, k0, k1, mk, rw);
+  attend(*w.c, kvh, lead, k0, k1, mk, rw);
   for (int64_t t = t0; t < t1; ++t)
     for (int64_t gq = 0; gq < G; ++gq) {
       const int64_t r = (t - t0) * G + gq;
@@ -225,6 +236,7 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
   const int64_t G = w.G, D = w.D;
   rw.R = (j1 - j0) * G;
   rw.draft0 = a.tree_mask && a.q_len(s) <= kTreeMaxTokens ? a.seq_lens[s] - a.q_len(s) : INT64_MAX;
+  const AttendFn attend = attend_for(w, rw, kvh);
   for (int64_t j = j0; j < j1; ++j)
     for (int64_t gq = 0; gq < G; ++gq) load_query(w, rw, (j - j0) * G + gq, s, j, kvh * G + gq);
   finish_rows(w, rw);
@@ -232,7 +244,7 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
   const int64_t S = gi >= 0 ? w.shared[size_t(gi)] : 0;
   Mask mk = w.mk;
   mk.whole_rows = kvh == 0 && w.HGO == 1;
-  (rw.R >= kAmxMinRows ? w.attend_wide : w.attend)(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
+  attend(*w.c, kvh, a.block_tables + s * a.max_blocks, S, a.seq_lens[s], mk, rw);
   const int64_t nparts = gi >= 0 ? (S + w.P - 1) / w.P : 0;
   for (int64_t j = j0; j < j1; ++j)
     for (int64_t gq = 0; gq < G; ++gq) {
@@ -247,7 +259,8 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
       if (rw.l[r] > 0.f || rw.l[r] != rw.l[r]) {
         const float wo = std::exp2(rw.m[r] - M);
         L = rw.l[r] * wo;
-        for (int64_t d = 0; d < D; ++d) acc[d] *= wo;
+        if (wo != 1.f)  // (1 without shared parts)
+          for (int64_t d = 0; d < D; ++d) acc[d] *= wo;
       }
       for (int64_t p = 0; p < nparts; ++p) {
         const size_t sl = slot0 + size_t(p);
@@ -259,7 +272,7 @@ void own_head(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
       }
       const float inv = (L > 0.f ? 1.f / L : (L == L ? 0.f : L)) * fold_of(*w.c, w.c->v_scale_of(kvh));
       char* op = static_cast<char*>(a.out) + ((a.row0(s) + j) * a.out_row_stride + h * a.out_head_stride) * w.qes;
-      for (int64_t d = 0; d < D; ++d) store_elem(op, a.q_dtype, d, acc[d] * inv);
+      store_row(op, a.q_dtype, D, acc, inv);
     }
 }
 

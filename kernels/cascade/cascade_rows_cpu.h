@@ -38,6 +38,10 @@ struct Rows {
   // Token tree of the rows' sequence: a key at draft0 + b below a row's own position is seen iff bit b of
   // its tree_word. Without a tree draft0 is past every key.
   int64_t draft0 = INT64_MAX;
+  // The factor of q . k that q does not carry (1: q pre-scaled; the AMX loop multiplies its scores by it),
+  // and whether q is exact in bf16 (bf16 queries unscaled: no low parts on AMX).
+  float score_scale = 1.f;
+  bool q_bf16 = false;
 
   static int64_t pad(int64_t n) { return (n + 15) / 16 * 16; }
   static size_t floats(int64_t RM, int64_t D) {

@@ -25,17 +25,23 @@ namespace casc {
 
 namespace {
 
-// Per-thread bf16 operands: queries [R16][D] and P [R16][32] split in two; K and V packed, two halves.
+// Per-thread operands: queries [R16][D] split in two; P of two key tiles [R16][64] split in two; K packed
+// (both halves); V of two key tiles packed; the second tile's scores and the first tile's row maxima.
 struct Scratch {
   std::vector<uint16_t> qh, ql, ph, pl;
   std::vector<uint32_t> kh, kl, vh, vl;
+  std::vector<float> s2, m1;
   void fit(int64_t rows, int64_t D) {
     for (auto* v : {&qh, &ql})
       if (int64_t(v->size()) < rows * D) v->resize(size_t(rows * D));
     for (auto* v : {&ph, &pl})
-      if (int64_t(v->size()) < rows * kKeyTile) v->resize(size_t(rows * kKeyTile));
-    for (auto* v : {&kh, &kl, &vh, &vl})
+      if (int64_t(v->size()) < 2 * rows * kKeyTile) v->resize(size_t(2 * rows * kKeyTile));
+    for (auto* v : {&kh, &kl})
       if (int64_t(v->size()) < kKeyTile * D / 2) v->resize(size_t(kKeyTile * D / 2));
+    for (auto* v : {&vh, &vl})
+      if (int64_t(v->size()) < kKeyTile * D) v->resize(size_t(kKeyTile * D));
+    if (int64_t(s2.size()) < rows * kKeyTile) s2.resize(size_t(rows * kKeyTile));
+    if (int64_t(m1.size()) < rows) m1.resize(size_t(rows));
   }
 };
 
@@ -170,6 +176,20 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
       }
     }
   };
+  // P.V runs once per two key tiles (acc loaded and stored once for 64 keys): the first tile's P waits in
+  // rw.s, its V in the first half of vh / vl, its row maxima in m1; the second tile's softmax rescales acc
+  // where a row's maximum grew, and the waiting P likewise.
+  const int64_t vtile = int64_t(kKeyTile) * D / 2;
+  bool waiting = false;
+  auto values = [&](int tiles) {
+    for (int64_t r = 0; r < R16; ++r)
+      for (int kt = 0; kt < tiles; ++kt)
+        amx::split_bf16((kt ? sc.s2.data() : rw.s) + r * kKeyTile, kKeyTile, sc.ph.data() + (r * tiles + kt) * kKeyTile,
+                        sc.pl.data() + (r * tiles + kt) * kKeyTile);
+    for (int64_t r0 = 0; r0 < R16; r0 += 32)
+      amx::tile_values(sc.ph.data() + r0 * tiles * kKeyTile, sc.pl.data() + r0 * tiles * kKeyTile, sc.vh.data(), vl,
+                       D, int(std::min<int64_t>(32, R16 - r0)), rw.acc + r0 * D, tiles);
+  };
   amx::tile_begin();
   for (int rg = 0; rg < kr.nr; ++rg) {
     const int64_t end = kr.range[rg][1];
@@ -190,22 +210,32 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
       std::memset(kst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
       std::memset(vst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
       amx::pack_keys(kst, D, D, sc.kh.data(), kl);
-      amx::pack_values(vst, D, D, sc.vh.data(), vl);
+      amx::pack_values(vst, D, D, sc.vh.data() + (waiting ? vtile : 0), vl ? vl + (waiting ? vtile : 0) : nullptr);
+      float* sp = waiting ? sc.s2.data() : rw.s;
       for (int64_t r0 = 0; r0 < R16; r0 += 32)
         amx::tile_scores(sc.qh.data() + r0 * D, ql ? ql + r0 * D : nullptr, D, D, sc.kh.data(), kl,
-                         int(std::min<int64_t>(32, R16 - r0)), rw.s + r0 * kKeyTile);
-      for (int64_t i = 0; i < R16 * kKeyTile; i += W) vstore(rw.s + i, vload(rw.s + i) * qscale);
+                         int(std::min<int64_t>(32, R16 - r0)), sp + r0 * kKeyTile);
+      for (int64_t i = 0; i < R16 * kKeyTile; i += W) vstore(sp + i, vload(sp + i) * qscale);
       const bool full = kr.full(t0, n);
       int64_t done = 0;  // rows whose softmax is done, 16 at a time where the tile is full
       if (full && n == kKeyTile && !(mk.soft_cap > 0.f))
-        while (done + 16 <= rw.R && softmax_rows16<D>(rw, rw.s, done)) done += 16;
-      softmax_tile<D>(rw, rw.s, R16, n, t0, full, mk, done);
-      amx::split_bf16(rw.s, R16 * kKeyTile, sc.ph.data(), sc.pl.data());
-      for (int64_t r0 = 0; r0 < R16; r0 += 32)
-        amx::tile_values(sc.ph.data() + r0 * kKeyTile, sc.pl.data() + r0 * kKeyTile, sc.vh.data(), vl, D,
-                         int(std::min<int64_t>(32, R16 - r0)), rw.acc + r0 * D);
+        while (done + 16 <= rw.R && softmax_rows16<D>(rw, sp, done)) done += 16;
+      softmax_tile<D>(rw, sp, R16, n, t0, full, mk, done);
+      if (!waiting) {
+        std::memcpy(sc.m1.data(), rw.m, sizeof(float) * size_t(R16));
+        waiting = true;
+        continue;
+      }
+      for (int64_t r = 0; r < rw.R; ++r)
+        if (rw.m[r] != sc.m1[r]) {  // (the row's acc got the same factor)
+          const vf al = vsplat(std::exp2(sc.m1[r] - rw.m[r]));
+          for (int i = 0; i < kKeyTile; i += W) vstore(rw.s + r * kKeyTile + i, vload(rw.s + r * kKeyTile + i) * al);
+        }
+      values(2);
+      waiting = false;
     }
   }
+  if (waiting) values(1);
   amx::tile_end();
 }
 

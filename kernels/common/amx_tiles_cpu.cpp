@@ -143,10 +143,10 @@ void scores(const uint16_t* qh, const uint16_t* ql, int64_t ldq, int D, const ui
 }
 
 template <bool kTwoRowBlocks>
-void values(const uint16_t* ph, const uint16_t* pl, const uint32_t* vh, const uint32_t* vl, int D, float* acc) {
-  const int64_t astride = int64_t(D) * 4;
-  const uint16_t* as[3] = {ph, pl, ph};
-  const uint32_t* bs[3] = {vh, vh, vl};
+void values(const uint16_t* ph, const uint16_t* pl, const uint32_t* vh, const uint32_t* vl, int D, int tiles,
+            float* acc) {
+  const int64_t astride = int64_t(D) * 4, pstride = int64_t(tiles) * 64;
+  const int64_t vtile = int64_t(kKeys) * D / 2;  // dwords of one packed V tile set
   for (int chunk = 0; chunk < D / 16; chunk += 2) {
     float* c0 = acc + chunk * 16;
     float* c1 = c0 + 16 * D;
@@ -156,17 +156,21 @@ void values(const uint16_t* ph, const uint16_t* pl, const uint32_t* vh, const ui
       _tile_loadd(2, c1, astride);
       _tile_loadd(3, c1 + 16, astride);
     }
-    for (int part = 0; part < 3; ++part) {
-      if (!as[part] || !bs[part]) continue;
-      _tile_loadd(4, as[part], 64);
-      _tile_loadd(6, value_tile(bs[part], chunk), 64);
-      _tile_loadd(7, value_tile(bs[part], chunk + 1), 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      if (kTwoRowBlocks) {
-        _tile_loadd(5, as[part] + 16 * 32, 64);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+    for (int kt = 0; kt < tiles; ++kt) {
+      const uint16_t* as[3] = {ph + kt * 32, pl ? pl + kt * 32 : nullptr, ph + kt * 32};
+      const uint32_t* bs[3] = {vh + kt * vtile, vh + kt * vtile, vl ? vl + kt * vtile : nullptr};
+      for (int part = 0; part < 3; ++part) {
+        if (!as[part] || !bs[part]) continue;
+        _tile_loadd(4, as[part], pstride);
+        _tile_loadd(6, value_tile(bs[part], chunk), 64);
+        _tile_loadd(7, value_tile(bs[part], chunk + 1), 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (kTwoRowBlocks) {
+          _tile_loadd(5, as[part] + 16 * 32 * tiles, pstride);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
       }
     }
     _tile_stored(0, c0, astride);
@@ -187,9 +191,9 @@ void tile_scores(const uint16_t* qh, const uint16_t* ql, int64_t ldq, int D, con
 }
 
 void tile_values(const uint16_t* ph, const uint16_t* pl, const uint32_t* vh, const uint32_t* vl, int D, int rows,
-                 float* acc) {
-  if (rows > 16) values<true>(ph, pl, vh, vl, D, acc);
-  else values<false>(ph, pl, vh, vl, D, acc);
+                 float* acc, int tiles) {
+  if (rows > 16) values<true>(ph, pl, vh, vl, D, tiles, acc);
+  else values<false>(ph, pl, vh, vl, D, tiles, acc);
 }
 
 }  // namespace amx
@@ -215,7 +219,7 @@ void pack_values(const float*, int64_t, int, uint32_t*, uint32_t*) {}
 void tile_begin() {}
 void tile_end() {}
 void tile_scores(const uint16_t*, const uint16_t*, int64_t, int, const uint32_t*, const uint32_t*, int, float*) {}
-void tile_values(const uint16_t*, const uint16_t*, const uint32_t*, const uint32_t*, int, int, float*) {}
+void tile_values(const uint16_t*, const uint16_t*, const uint32_t*, const uint32_t*, int, int, float*, int) {}
 }  // namespace amx
 }  // namespace cpu
 }  // namespace kern

@@ -48,10 +48,11 @@ void tile_end();
 // q given as qh / ql [rows][ldq] bf16 (ldq elements), k as pack_keys' output (kl NULL: k exact in bf16).
 void tile_scores(const uint16_t* qh, const uint16_t* ql, int64_t ldq, int D, const uint32_t* kh, const uint32_t* kl,
                  int rows, float* s);
-// acc[r][d] += sum over the 32 keys t of p[r][t] v[t][d] (rows 16 or 32, acc row stride D floats), p as
-// ph / pl [rows][32] bf16, v as pack_values' output (vl NULL: v exact in bf16).
+// acc[r][d] += sum over the 32 * tiles keys t of p[r][t] v[t][d] (rows 16 or 32, acc row stride D floats;
+// tiles 1 or 2), p as ph / pl [rows][32 * tiles] bf16, v as `tiles` pack_values outputs one after the other
+// (vl NULL: v exact in bf16). Two tiles load and store acc once for 64 keys.
 void tile_values(const uint16_t* ph, const uint16_t* pl, const uint32_t* vh, const uint32_t* vl, int D, int rows,
-                 float* acc);
+                 float* acc, int tiles = 1);
 
 }  // namespace amx
 }  // namespace cpu

@@ -3,6 +3,7 @@
 // TDPBF16PS reads, and the tile products against float64 sums (fp16-level accuracy with the low parts,
 // bf16-level without). Skipped, with the reason, where the CPU or OS has no AMX (and under valgrind,
 // which hides it).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -125,7 +126,7 @@ void test_pack_layouts() {
   CHECK(bad == 0);
 }
 
-// The tile products: scores of 16 / 32 rows x 32 keys, then acc += P V, against float64 sums of the
+// The tile products: scores of 16 / 32 rows x 32 keys, then acc += P V over one and two key tiles, against float64 sums of the
 // fp32 inputs. With the low parts: within 2^-14 of sum |a||b| (fp16 keeps 2^-11); without: bf16 level.
 void test_tile_products() {
   std::mt19937 rng(13);
@@ -157,26 +158,37 @@ void test_tile_products() {
               fprintf(stderr, "  scores D=%d rows=%d [%d][%d]: %g, want %g\n", D, rows, r, t, double(s[size_t(r * 32 + t)]), want);
           }
       }
-      // P: softmax-like weights in [0, 1]; acc starts non-zero (it accumulates).
-      std::vector<float> p(size_t(rows * 32)), acc0(size_t(rows * D)), acc;
-      for (float& x : p) x = std::uniform_real_distribution<float>(0.f, 1.f)(rng);
-      for (float& x : acc0) x = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
-      std::vector<uint16_t> ph(p.size()), pl(p.size());
-      amx::split_bf16(p.data(), int64_t(p.size()), ph.data(), pl.data());
-      acc = acc0;
-      amx::tile_values(ph.data(), pl.data(), vh.data(), vl.data(), D, rows, acc.data());
-      for (int r = 0; r < rows; ++r)
-        for (int d = 0; d < D; ++d) {
-          double want = acc0[size_t(r * D + d)], mag = std::fabs(want);
-          for (int t = 0; t < 32; ++t) {
-            want += double(p[size_t(r * 32 + t)]) * double(v[size_t(t * D + d)]);
-            mag += std::fabs(double(p[size_t(r * 32 + t)]) * double(v[size_t(t * D + d)]));
+      // P: softmax-like weights in [0, 1]; acc starts non-zero (it accumulates). One key tile (v), then two
+      // (v and a second 32 keys v2, packed after it; p rows of 64).
+      std::vector<float> v2 = fp16_values(rng, size_t(amx::kKeys * D));
+      std::vector<uint32_t> vh2(2 * vh.size()), vl2(2 * vh.size());
+      std::copy(vh.begin(), vh.end(), vh2.begin());
+      std::copy(vl.begin(), vl.end(), vl2.begin());
+      amx::pack_values(v2.data(), D, D, vh2.data() + vh.size(), vl2.data() + vh.size());
+      for (int tiles : {1, 2}) {
+        const int keys = 32 * tiles;
+        std::vector<float> p(size_t(rows * keys)), acc0(size_t(rows * D)), acc;
+        for (float& x : p) x = std::uniform_real_distribution<float>(0.f, 1.f)(rng);
+        for (float& x : acc0) x = std::uniform_real_distribution<float>(-1.f, 1.f)(rng);
+        std::vector<uint16_t> ph(p.size()), pl(p.size());
+        amx::split_bf16(p.data(), int64_t(p.size()), ph.data(), pl.data());
+        acc = acc0;
+        amx::tile_values(ph.data(), pl.data(), vh2.data(), vl2.data(), D, rows, acc.data(), tiles);
+        for (int r = 0; r < rows; ++r)
+          for (int d = 0; d < D; ++d) {
+            double want = acc0[size_t(r * D + d)], mag = std::fabs(want);
+            for (int t = 0; t < keys; ++t) {
+              const double vt = t < 32 ? v[size_t(t * D + d)] : v2[size_t((t - 32) * D + d)];
+              want += double(p[size_t(r * keys + t)]) * vt;
+              mag += std::fabs(double(p[size_t(r * keys + t)]) * vt);
+            }
+            const double err = std::fabs(double(acc[size_t(r * D + d)]) - want) / mag;
+            worst_split = std::max(worst_split, err);
+            if (err > std::ldexp(1.0, -14) && bad++ < 6)
+              fprintf(stderr, "  values D=%d rows=%d tiles=%d [%d][%d]: %g, want %g\n", D, rows, tiles, r, d,
+                      double(acc[size_t(r * D + d)]), want);
           }
-          const double err = std::fabs(double(acc[size_t(r * D + d)]) - want) / mag;
-          worst_split = std::max(worst_split, err);
-          if (err > std::ldexp(1.0, -14) && bad++ < 6)
-            fprintf(stderr, "  values D=%d rows=%d [%d][%d]: %g, want %g\n", D, rows, r, d, double(acc[size_t(r * D + d)]), want);
-        }
+      }
     }
   amx::tile_end();
   printf("  tile products: worst error / sum |a b|: %.3g with the low parts, %.3g high parts only\n", worst_split,

@@ -197,20 +197,35 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
       const int n = int(std::min<int64_t>(kKeyTile, end - t0));
       if (t0 == kr.range[rg][0]) prefetch_tile(t0, std::min(end, t0 + kKeyTile));
       prefetch_tile(std::min(end, t0 + kKeyTile), std::min(end, t0 + 2 * kKeyTile));
-      for (int t = 0; t < n; ++t) {
-        const int64_t off = c.seq_row(table, t0 + t);
-        const char* kp = kbase + off * ES;
-        const char* vp = vbase + off * ES;
-        for (int d = 0; d < D; d += W) {
-          vstore(kst + t * D + d, load_kv<DT>(kp + d * ES));
-          vstore(vst + t * D + d, load_kv<DT>(vp + d * ES));
+      uint32_t* vdst = sc.vh.data() + (waiting ? vtile : 0);
+      if constexpr (DT == Dtype::bf16) {
+        // Rows already in bf16: packed straight from the cache (keys past n read a zero row).
+        alignas(64) static const uint16_t zero[256] = {};
+        const uint16_t* krows[kKeyTile];
+        const uint16_t* vrows[kKeyTile];
+        for (int t = 0; t < kKeyTile; ++t) {
+          const int64_t off = t < n ? c.seq_row(table, t0 + t) : -1;
+          krows[t] = off < 0 ? zero : reinterpret_cast<const uint16_t*>(kbase + off * ES);
+          vrows[t] = off < 0 ? zero : reinterpret_cast<const uint16_t*>(vbase + off * ES);
         }
+        amx::pack_keys_bf16(krows, D, sc.kh.data());
+        amx::pack_values_bf16(vrows, D, vdst);
+      } else {
+        for (int t = 0; t < n; ++t) {
+          const int64_t off = c.seq_row(table, t0 + t);
+          const char* kp = kbase + off * ES;
+          const char* vp = vbase + off * ES;
+          for (int d = 0; d < D; d += W) {
+            vstore(kst + t * D + d, load_kv<DT>(kp + d * ES));
+            vstore(vst + t * D + d, load_kv<DT>(vp + d * ES));
+          }
+        }
+        // Keys past n: zero K (scored, then masked) and zero V (p is 0 there, and 0 * V must stay 0).
+        std::memset(kst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
+        std::memset(vst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
+        amx::pack_keys(kst, D, D, sc.kh.data(), kl);
+        amx::pack_values(vst, D, D, vdst, vl ? vl + (waiting ? vtile : 0) : nullptr);
       }
-      // Keys past n: zero K (scored, then masked) and zero V (p is 0 there, and 0 * V must stay 0).
-      std::memset(kst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
-      std::memset(vst + n * D, 0, sizeof(float) * size_t((kKeyTile - n) * D));
-      amx::pack_keys(kst, D, D, sc.kh.data(), kl);
-      amx::pack_values(vst, D, D, sc.vh.data() + (waiting ? vtile : 0), vl ? vl + (waiting ? vtile : 0) : nullptr);
       float* sp = waiting ? sc.s2.data() : rw.s;
       for (int64_t r0 = 0; r0 < R16; r0 += 32)
         amx::tile_scores(sc.qh.data() + r0 * D, ql ? ql + r0 * D : nullptr, D, D, sc.kh.data(), kl,

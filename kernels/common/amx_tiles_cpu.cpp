@@ -51,24 +51,35 @@ void split_bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
   }
 }
 
-void pack_keys(const float* k, int64_t ld, int D, uint32_t* hi, uint32_t* lo) {
-  // Each key row split in place order (D bf16 = D/2 dwords, a dword per d pair), then gathered: tile
-  // row kk of (half, chunk) is dword chunk * 16 + kk of the half's 16 keys.
-  alignas(64) uint16_t th[kKeys * 256], tl[kKeys * 256];
-  for (int t = 0; t < kKeys; ++t) split_bf16(k + t * ld, D, th + t * D, lo ? tl + t * D : nullptr);
+namespace {
+
+// Tile row kk of (half, chunk) is dword chunk * 16 + kk of the half's 16 keys, keys D bf16 apart in src.
+void gather_keys(const uint16_t* src, int D, uint32_t* dst) {
   const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(D / 2));
-  for (int part = 0; part < (lo ? 2 : 1); ++part) {
-    const uint16_t* src = part ? tl : th;
-    uint32_t* dst = part ? lo : hi;
-    for (int half = 0; half < 2; ++half)
-      for (int chunk = 0; chunk < D / 32; ++chunk)
-        for (int kk = 0; kk < 16; ++kk) {
-          const __m512i idx = _mm512_add_epi32(rows, _mm512_set1_epi32(chunk * 16 + kk));
-          const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, idx, src + half * 16 * D, 4);
-          _mm512_storeu_si512(dst + ((half * (D / 32) + chunk) * 16 + kk) * 16, g);
-        }
-  }
+  for (int half = 0; half < 2; ++half)
+    for (int chunk = 0; chunk < D / 32; ++chunk)
+      for (int kk = 0; kk < 16; ++kk) {
+        const __m512i idx = _mm512_add_epi32(rows, _mm512_set1_epi32(chunk * 16 + kk));
+        const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll, idx, src + half * 16 * D, 4);
+        _mm512_storeu_si512(dst + ((half * (D / 32) + chunk) * 16 + kk) * 16, g);
+      }
+}
+
+}  // namespace
+
+void pack_keys(const float* k, int64_t ld, int D, uint32_t* hi, uint32_t* lo) {
+  // Each key row split in place order (D bf16 = D/2 dwords, a dword per d pair), then gathered.
+  alignas(64) uint16_t th[kKeys * 256], tl[kKeys * 256];
+  for (int t = 0; t < kKeys; ++t) split_bf16(k + t * ld, D, th + t * D, lo ? tl + t * D : nullptr);
+  gather_keys(th, D, hi);
+  if (lo) gather_keys(tl, D, lo);
+}
+
+void pack_keys_bf16(const uint16_t* const* rows, int D, uint32_t* hi) {
+  alignas(64) uint16_t th[kKeys * 256];
+  for (int t = 0; t < kKeys; ++t) std::memcpy(th + t * D, rows[t], sizeof(uint16_t) * size_t(D));
+  gather_keys(th, D, hi);
 }
 
 void pack_values(const float* v, int64_t ld, int D, uint32_t* hi, uint32_t* lo) {
@@ -84,6 +95,15 @@ void pack_values(const float* v, int64_t ld, int D, uint32_t* hi, uint32_t* lo) 
                                                               to_bf16(_mm512_sub_ps(xb, from_bf16(hb)))));
     }
   }
+}
+
+void pack_values_bf16(const uint16_t* const* rows, int D, uint32_t* hi) {
+  for (int kk = 0; kk < 16; ++kk)
+    for (int chunk = 0; chunk < D / 16; ++chunk) {
+      const __m256i ha = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[2 * kk] + chunk * 16));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[2 * kk + 1] + chunk * 16));
+      _mm512_storeu_si512(hi + (chunk * 16 + kk) * 16, pair(ha, hb));
+    }
 }
 
 void tile_begin() {
@@ -216,6 +236,8 @@ namespace amx {
 void split_bf16(const float*, int64_t, uint16_t*, uint16_t*) {}
 void pack_keys(const float*, int64_t, int, uint32_t*, uint32_t*) {}
 void pack_values(const float*, int64_t, int, uint32_t*, uint32_t*) {}
+void pack_keys_bf16(const uint16_t* const*, int, uint32_t*) {}
+void pack_values_bf16(const uint16_t* const*, int, uint32_t*) {}
 void tile_begin() {}
 void tile_end() {}
 void tile_scores(const uint16_t*, const uint16_t*, int64_t, int, const uint32_t*, const uint32_t*, int, float*) {}

@@ -1,15 +1,17 @@
-// CPU shared-prefix ("cascade") attention for decode and prefill / extend (kvb_prefix_groups).
+// CPU shared-prefix ("cascade") attention for decode and prefill / extend (kvb_prefix_groups), and without
+// groups the CPU prefill / extend kernel itself (rows_attention, called by kernels/prefill/prefill_cpu.cpp).
 //
 // Three kinds of work, all in fp32 with exp2 online softmax (cascade_tile_cpu.inc):
 //  1. shared items (group, row tile, key partition), each kv head in turn: every member's query rows
 //     (tokens x the query heads of the kv head) against the group's shared keys, read once per row tile; the state
 //     (m, l, unnormalised acc) of each row goes to a per-call buffer, one slot per key partition;
-//  2. own items (sequence, token tile), each kv head in turn: the sequence's rows against its keys after the shared
+//  2. own items (sequence, token tile, kv head group), each kv head in turn: the sequence's rows against its keys after the shared
 //     prefix (all of them for a sequence in no group), then
 //  3. the merge, in the own item: out = (sum of acc_i 2^(m_i - M)) / (sum of l_i 2^(m_i - M)), M the
 //     largest m_i over the own part and the shared partitions.
 // Items 1 run before items 2 (two rounds of threads). The masks are per row everywhere, so a windowed
-// member's window (and sinks) cut its share of the shared keys exactly as they cut its own keys.
+// member's window (and sinks) cut its share of the shared keys exactly as they cut its own keys; a token
+// tree's mask (prefill, no groups) is one more per-row mask of the own keys.
 #include "cascade.h"
 
 #include <algorithm>
@@ -37,7 +39,7 @@ using namespace casc;
 namespace {
 
 constexpr int64_t kSharedRows = 256;  // query rows per shared item: the shared K/V are read once per 256
-constexpr int64_t kOwnRows = 128;     // query rows per own item (as the prefill kernel's tiles)
+constexpr int64_t kOwnRows = 128;     // query rows per own item (256 measured slower on AMX)
 constexpr int64_t kMinPartition = 512;  // shared keys per partition when split for the threads
 constexpr int64_t kParallelFlops = int64_t(8) << 20;
 // Row blocks of more rows than this run on AMX tiles where active (amx_cpu.h): fewer (a sequence's own keys

@@ -76,6 +76,14 @@ void cascade_attention(const Cache& c, const CascadeCall& a, const kvb_prefix_gr
 // The same loops without groups: every sequence's rows against its own keys (the CPU prefill / extend
 // kernel, kernels/prefill/prefill_cpu.cpp). The caller has checked the batch.
 void rows_attention(const Cache& c, const CascadeCall& a);
+// The code the last cascade_attention / rows_attention call (any thread) ran on: the simd::Isa value of
+// its vector loops, and whether its row blocks of kAmxMinRows rows or more ran on AMX tiles; isa -1
+// before the first call.
+struct RowsPath {
+  int isa;
+  bool amx;
+};
+RowsPath last_rows_path();
 // The checks of cascade_attention alone (the batch, then the description against it).
 void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g);
 }  // namespace cpu

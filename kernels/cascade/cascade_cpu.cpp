@@ -15,6 +15,7 @@
 #include "cascade.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -284,6 +285,8 @@ void own_item(const Work& w, Rows& rw, int64_t s, int64_t j0, int64_t j1, int64_
   for (int64_t kvh = hg * per; kvh < std::min(H, (hg + 1) * per); ++kvh) own_head(w, rw, s, j0, j1, kvh);
 }
 
+std::atomic<int> last_path{-2};  // isa * 2 + amx
+
 // Both entry points: w's call, groups (group_of, shared) and pointers set.
 void run(Work& w) {
   const Cache& c = *w.c;
@@ -297,6 +300,7 @@ void run(Work& w) {
   if (!w.attend) fail(Code::invalid_argument, "%s: head_dim %lld is not supported", a.kernel, (long long)w.D);
   w.attend_wide = amx::active() ? amx_attend(w.D, c.dtype) : nullptr;
   if (!w.attend_wide) w.attend_wide = w.attend;
+  last_path.store(int(simd::isa()) * 2 + (w.attend_wide != w.attend), std::memory_order_relaxed);
   const int64_t G = w.G, D = w.D, NG = w.g ? w.g->num_groups : 0;
   // Members' tokens, group after group.
   w.tok_of_seq.assign(size_t(a.num_seqs), -1);
@@ -388,6 +392,11 @@ void run(Work& w) {
 }
 
 }  // namespace
+
+RowsPath last_rows_path() {
+  const int v = last_path.load(std::memory_order_relaxed);
+  return RowsPath{v < 0 ? -1 : v / 2, v >= 0 && (v & 1) != 0};
+}
 
 void check_prefix_groups(const Cache& c, const CascadeCall& a, const kvb_prefix_groups& g) {
   check_batch(c, a);

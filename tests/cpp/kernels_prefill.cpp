@@ -9,6 +9,7 @@
 #include <numeric>
 #include <string>
 
+#include "../../kernels/cascade/cascade.h"
 #include "../../kernels/common/simd_cpu.h"
 #include "kernels_util.h"
 #include "prefill_problem.h"
@@ -49,6 +50,10 @@ void test_cpu_against_reference() {
       std::mt19937 rng(all[i].seed);
       Problem p(all[i], ragged(all[i].block_size, rng, quick() || all[i].head_dim == 256));
       run_cpu(p);
+      // The forced path ran: its vector loops, and AMX tiles for every dtype but fp32 where active.
+      const kvb::kern::cpu::RowsPath ran = kvb::kern::cpu::last_rows_path();
+      CHECK(ran.isa == int(isa));
+      CHECK(ran.amx == (kvb::kern::cpu::amx::active() && all[i].dtype != KVB_DTYPE_FP32));
       bad += p.compare_ref(p.out, path_name().c_str());
       ++n;
     }

@@ -240,7 +240,7 @@ void test_prefill_fp8() {
 // must notice this one), with an fp16 and a bf16 q, and leaves the rest exact; codes at several
 // positions of a tile, both signs.
 void test_decode_nan_codes() {
-  on_each_isa([&](simd::Isa isa) {
+  on_each_isa([&](simd::Isa) {
     for (uint32_t cd : {uint32_t(KVB_DTYPE_FP8_E4M3), uint32_t(KVB_DTYPE_FP8_E5M2)})
       for (uint32_t qd : {uint32_t(KVB_DTYPE_FP16), uint32_t(KVB_DTYPE_BF16)})
         for (int which = 0; which < 2; ++which)

@@ -1028,7 +1028,7 @@ KVB_API kvb_status kvb_paged_attention(const kvb_cache_desc* cache, const kvb_at
 /* The CPU kernels' vector code path now (see kvb_paged_attention and KVB_CPU_ISA): "avx512bf16" (AVX-512
    with AVX512-BF16; decode on a bf16 cache takes its q.k products as bf16 pair dot products there),
    "avx512", "avx2" (AVX2 + FMA + F16C) or "baseline" (portable), with "+amx" appended while AMX-BF16 tiles
-   serve the shared-prefix product. A static string, never NULL. */
+   serve the shared-prefix product and the prefill rows. A static string, never NULL. */
 KVB_API const char* kvb_cpu_isa(void);
 
 
@@ -1144,7 +1144,11 @@ KVB_API kvb_status kvb_prefill_attention_workspace_size(const kvb_cache_desc* ca
    (in [0, num_blocks); blocks wholly outside every row's window may read -1) must be valid. CPU checks
    them before anything is written and fails the call; CUDA checks the same on the device (see
    kvb_cuda_take_fault): the rows of a faulty sequence (for a block id: of the query tile that met it)
-   are NaN. CUDA also needs q and out 16-byte aligned with strides a multiple of 16 bytes. */
+   are NaN. CUDA also needs q and out 16-byte aligned with strides a multiple of 16 bytes.
+   CPU: rows of q_len 1 run the decode kernel (the same outputs as kvb_paged_attention on those rows);
+   the others run on the vector code path of kvb_paged_attention (KVB_CPU_ISA), their products for fp16 /
+   bf16 / fp8 caches on AMX-BF16 tiles where the CPU and OS allow it (operands split into bf16 high and
+   low parts where they are not exact in bf16: fp16-level accuracy or better; the softmax in fp32). */
 KVB_API kvb_status kvb_prefill_attention(const kvb_cache_desc* cache, const kvb_prefill_args* args, void* stream);
 
 

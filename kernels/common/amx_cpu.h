@@ -1,4 +1,5 @@
-// Whether the CPU kernels may use AMX tiles (TDPBF16PS) for the shared-prefix product (cascade_amx_cpu.cpp).
+// Whether the CPU kernels may use AMX tiles (TDPBF16PS) for their rows x keys products (cascade_amx_cpu.cpp:
+// shared prefixes and prefill).
 //
 // AMX is a step above the AVX-512 vector path (simd_cpu.h), used only while that path is the current one:
 // the CPU must report AMX-TILE, AMX-BF16 and AVX512-BF16 (cpuid leaf 7), the OS must enable the tile

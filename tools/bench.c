@@ -16,9 +16,7 @@ static int run_kernels(const bench_opts* o, report* r) {
   ko.device = o->device;
   ko.reps = o->reps;
   ko.quick = o->quick;
-  ko.cascade_only = o->cascade_only;
-  ko.tree_only = o->tree_only;
-  ko.attention_only = o->attention_only;
+  ko.rows = o->kernel_rows;
   return bench_kernels(&ko, r);
 }
 

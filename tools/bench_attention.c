@@ -144,6 +144,7 @@ int bench_attention(kenv* e) {
   static const double elem_bytes[] = {2, 4, 1, 2};
   const uint32_t(*shapes)[4] = e->cuda ? (e->quick ? gpu_quick : gpu) : (e->quick ? cpu_quick : cpu);
   int s, ok = 1;
+  print_cpu_path(e, "decode attention", "decode_cpu_path");
   for (s = 0; shapes[s][0] && ok; s++) {
     attn_ctx c;
     char key[48], label[64];

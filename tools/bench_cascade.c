@@ -257,6 +257,7 @@ static int run_decode_rows(kenv* e) {
 }
 
 int bench_cascade(kenv* e) {
+  print_cpu_path(e, "shared-prefix decode", "cascade_cpu_path");
   if (!e->r->json)
     fprintf(e->r->f, "  %-38s %10s %10s  %s\n", "shared prefix", "plain us", "cascade us", "speed-up");
   if (e->cuda && e->quick)

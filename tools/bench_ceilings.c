@@ -68,7 +68,8 @@ int ceiling_cpu(kenv* e) {
     rc.threads = read_threads();
     snprintf(label, sizeof label, "ceiling: read %u MiB, %d thread%s", (unsigned)(c.n >> 20), rc.threads,
              rc.threads > 1 ? "s" : "");
-    e->ceil_name[CEIL_READ] = "read";
+    snprintf(e->read_name, sizeof e->read_name, "%d-thread read", rc.threads);
+    e->ceil_name[CEIL_READ] = e->read_name;
     ok = bench_one(e, call_read, &rc, "ceiling_read", label, (double)c.n, CEIL_READ, 1);
   }
   free(c.a);

@@ -58,9 +58,10 @@ static int run_section(const kbench_opts* o, report* r, int cuda) {
     fprintf(r->f, "  CPU code path: %s (KVB_CPU_ISA=avx512bf16|avx512|avx2|baseline narrows it)\n", kvb_cpu_isa());
   if (!r->json && e.quick) fputs("  (--quick: the working sets fit in the CPU caches; fractions above 100% are expected)\n", r->f);
   ok = fence_setup(&e) && (cuda ? ceiling_gpu(&e) : ceiling_cpu(&e));
-  if (o->cascade_only) ok = ok && bench_cascade(&e);
-  else if (o->tree_only) ok = ok && bench_tree(&e);
-  else if (o->attention_only) ok = ok && bench_attention(&e);
+  if (o->rows && !strcmp(o->rows, "cascade")) ok = ok && bench_cascade(&e);
+  else if (o->rows && !strcmp(o->rows, "tree-kernels")) ok = ok && bench_tree(&e);
+  else if (o->rows && !strcmp(o->rows, "attention")) ok = ok && bench_attention(&e);
+  else if (o->rows && !strcmp(o->rows, "prefill")) ok = ok && bench_prefill(&e);
   else ok = ok && bench_attention(&e) && bench_cascade(&e) && bench_prefill(&e) && bench_tree(&e) && bench_write_kv(&e) &&
                 bench_blocks(&e);
   cache_free(&e.fence_dev);

@@ -12,9 +12,8 @@ typedef struct kbench_opts {
   const char* device; /* "cpu", "auto" (CPU, then the GPU when one is usable) or "cuda" (GPU only) */
   uint64_t reps;      /* timed repetitions after one warm-up */
   int quick;          /* smaller shapes */
-  int cascade_only;   /* only the shared-prefix rows (after the ceilings) */
-  int tree_only;      /* only the token-tree rows (after the ceilings) */
-  int attention_only; /* only the decode-attention rows (after the ceilings) */
+  const char* rows;   /* only these rows, after the ceilings: "cascade" (shared-prefix), "tree-kernels"
+                         (token-tree), "attention" (decode) or "prefill"; NULL: every row */
 } kbench_opts;
 
 /* 0 (with a message) when device is "cuda" and no CUDA device is usable; else 1. */

@@ -245,6 +245,13 @@ int bench_one(kenv* e, kcall fn, void* ctx, const char* key, const char* label, 
   return ok;
 }
 
+void print_cpu_path(kenv* e, const char* section, const char* key) {
+  const char* isa = kvb_cpu_isa();
+  if (e->cuda) return;
+  if (e->r->json) report_str(e->r, key, "CPU code path", isa);
+  else fprintf(e->r->f, "  %s: CPU path %s, AMX-BF16 tiles %s\n", section, isa, strstr(isa, "+amx") ? "on" : "off");
+}
+
 /* Block tables: a random permutation of every block, batch rows of ctx / BS. */
 void random_tables(int32_t* t, uint32_t n, uint64_t* seed) {
   uint32_t i;

@@ -35,6 +35,7 @@ typedef struct kenv {
   kvb_cache_desc fence_dev, fence_host;
   double ceil[NUM_CEILS]; /* 0: not measured (GPU copy: why in copy_why) */
   const char* ceil_name[NUM_CEILS];
+  char read_name[24]; /* CEIL_READ's name, with its thread count */
   double tc_tflops;       /* GPU tensor-core ceiling (fp16 GEMM), 0 when n/a: why in tc_why */
   char tc_name[32];
   char copy_why[192], tc_why[192];
@@ -104,6 +105,9 @@ int bench_one(kenv* e, kcall fn, void* ctx, const char* key, const char* label, 
     (a).workspace = (a).workspace_size ? (wsbuf).dev.k : NULL;     \
   } while (0)
 
+/* CPU: the line (JSON: the string `key`) that opens a section of attention rows, naming the kernels' code
+   path (kvb_cpu_isa) and whether AMX-BF16 tiles are on; nothing on the GPU. */
+void print_cpu_path(kenv* e, const char* section, const char* key);
 /* A random permutation of 0..n-1. */
 void random_tables(int32_t* t, uint32_t n, uint64_t* seed);
 
@@ -117,7 +121,18 @@ void gpu_peaks(kenv* e);
 int bench_attention(kenv* e);
 /* bench_cascade.c: kvb_paged_attention without and with prefix groups, interleaved (CPU). */
 int bench_cascade(kenv* e);
-/* bench_prefill.c: kvb_prefill_attention cases in TFLOP/s (CPU: and of a measured FMA peak). */
+/* bench_cpu_peaks.c: a CPU compute ceiling in GFLOP/s, measured on one thread per online CPU (0: not
+   measured, why says why). */
+typedef struct cpu_peak {
+  double gflops;
+  int threads;
+  char name[32], why[128];
+} cpu_peak;
+/* The fp32 multiply-add peak with the vector instructions of the path isa (kvb_cpu_isa()). */
+void cpu_fma_peak(const char* isa, int quick, cpu_peak* p);
+/* The AMX-BF16 tile-product peak where isa ends in "+amx" and Linux grants the tile data. */
+void cpu_amx_peak(const char* isa, int quick, cpu_peak* p);
+/* bench_prefill.c: kvb_prefill_attention cases in TFLOP/s (CPU: and of the measured peaks of its path). */
 int bench_prefill(kenv* e);
 /* A prefill batch: prompts of new_tokens over cached tokens, then decodes rows over decode_ctx. */
 typedef struct pshape {

@@ -37,9 +37,8 @@ typedef struct bench_opts {
   int quick;
   const char* only;        /* run just this case (profiling); NULL = all */
   const char* device;      /* kernels: cpu, auto or cuda */
-  int cascade_only;        /* --only cascade: only = "kernels", and of those the shared-prefix rows */
-  int tree_only;           /* --only tree-kernels: only = "kernels", and of those the token-tree rows */
-  int attention_only;      /* --only attention: only = "kernels", and of those the decode-attention rows */
+  const char* kernel_rows;  /* --only cascade, tree-kernels, attention or prefill: only = "kernels", and of
+                              those these rows (kbench_opts.rows); NULL: every kernel row */
 } bench_opts;
 
 typedef struct bench_case {

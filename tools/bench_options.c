@@ -77,7 +77,10 @@ void bench_help(FILE* f) {
       "                     x D per query row and head). GPU: (1 prompt x 4096 new), (8 x 1024 new over\n"
       "                     3072 cached), 4 x 512 new + 60 decodes over 2048, (8 x 4096 new); CPU: the\n"
       "                     first three with a quarter of the sequences and tokens (--quick: a\n"
-      "                     sixteenth), against an fp32 FMA peak measured in the same run on every CPU.\n"
+      "                     sixteenth), after a line naming the CPU code path, against the peaks of that\n"
+      "                     path measured in the same run on every online CPU: fp32 multiply-add chains\n"
+      "                     of its vector width (AVX-512 FMA, AVX2 FMA or portable 8-wide), and where\n"
+      "                     AMX tiles are on (the path ends in +amx) AMX-BF16 tile products (TDPBF16PS).\n"
       "      kvb_write_kv   new K/V of 32768 tokens (GPU 65536) to random distinct slots; input bytes read\n"
       "                     + cache bytes written.\n"
       "      kvb_copy_blocks    8 layers x 512 random pairs of 32 KiB blocks (K and V); read + write;\n"
@@ -115,7 +118,8 @@ void bench_help(FILE* f) {
       "                         against grouped, a sweep of shared / own splits (plain, grouped as the cost\n"
       "                         model decides, every group), and decode rows as an extend call of q_len 1;\n"
       "                         tree-kernels: only the token-tree kernel rows (tree-masked extend, copy_slots);\n"
-      "                         attention: only the decode-attention rows (after the ceilings)\n"
+      "                         attention: only the decode-attention rows (after the ceilings);\n"
+      "                         prefill: only the prefill rows (after the ceilings)\n"
       "    --device DEV         where the kernels run: cpu (default), auto (the CPU, then the GPU when a\n"
       "                         CUDA device is usable, else a note that it was skipped) or cuda (the GPU\n"
       "                         only; exit status 1 if no CUDA device is usable or the library was built\n"
@@ -149,12 +153,17 @@ void bench_help(FILE* f) {
       f);
 }
 
+/* An --only value that runs the kernel section reduced to some of its rows. */
+static int is_kernel_rows(const char* name) {
+  return !strcmp(name, "cascade") || !strcmp(name, "tree-kernels") || !strcmp(name, "attention") ||
+         !strcmp(name, "prefill");
+}
+
 static int known_case(const char* name) {
   int k;
   for (k = 0; k < NUM_CASES; k++)
     if (!strcmp(name, bench_case_keys[k])) return 1;
-  return !strcmp(name, "kernels") || !strcmp(name, "cascade") || !strcmp(name, "tree-kernels") ||
-         !strcmp(name, "attention");
+  return !strcmp(name, "kernels") || is_kernel_rows(name);
 }
 
 int bench_parse_args(int argc, char** argv, bench_opts* o) {
@@ -177,21 +186,13 @@ int bench_parse_args(int argc, char** argv, bench_opts* o) {
       if (got < 0) return EXIT_USAGE;
       if (!known_case(val)) {
         tool_error("bench: --only takes hash, kvb_hash_tokens, miss, hit, decode, fork, cow, swap, batch, hosthit, "
-                   "tree, spec, kernels, cascade, tree-kernels or attention");
+                   "tree, spec, kernels, cascade, tree-kernels, attention or prefill");
         return EXIT_USAGE;
       }
       o->only = val;
-      if (!strcmp(val, "cascade")) { /* the kernel section, reduced to its shared-prefix rows */
+      if (is_kernel_rows(val)) {
         o->only = "kernels";
-        o->cascade_only = 1;
-      }
-      if (!strcmp(val, "tree-kernels")) { /* the kernel section, reduced to its token-tree rows */
-        o->only = "kernels";
-        o->tree_only = 1;
-      }
-      if (!strcmp(val, "attention")) { /* the kernel section, reduced to its decode-attention rows */
-        o->only = "kernels";
-        o->attention_only = 1;
+        o->kernel_rows = val;
       }
     } else if (OPT("--device")) {
       if (got < 0) return EXIT_USAGE;

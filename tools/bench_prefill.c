@@ -8,120 +8,14 @@
    (8 x 1024 over 3072) and a mixed batch (4 prefills of 512 + 60 decodes over 2048), and (8 x 4096)
    (the fp8 comparison); the CPU runs the first three
    with a quarter of the sequences and tokens (a sixteenth with --quick) to stay short. On the CPU the
-   ceiling is a measured fp32 FMA peak: independent multiply-add chains on every online CPU at once
-   (AVX2 + FMA where the CPU has it, the same instructions as the kernel's fast path), in the same run. */
-#include <pthread.h>
+   ceilings are those of the path the kernels run (kvb_cpu_isa), measured in the same run on every online
+   CPU (bench_cpu_peaks.c): the fp32 FMA peak of its vector width, and where AMX tiles serve, the
+   AMX-BF16 peak too (each row is given against both). */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench_kernels_env.h"
 #include "util.h"
-
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_X86_FMA 1
-#endif
-
-/* ---------------------------------------------------------------------------------------------- */
-/* fp32 FMA peak                                                                                   */
-/* ---------------------------------------------------------------------------------------------- */
-
-static volatile float g_fma_sink; /* the chains' results are used: the loops cannot be dropped */
-
-typedef struct peak_job {
-  uint64_t iters;
-  int avx2;
-  float sink;
-} peak_job;
-
-/* Twelve named accumulators (an array would live in memory at -O2 and time store forwarding instead). */
-#define CHAINS 12
-#define FOR_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-
-#ifdef HAVE_X86_FMA
-__attribute__((target("avx2,fma"))) static float fma_chains_avx2(uint64_t iters) {
-  const __m256 x = _mm256_set1_ps(0.9999f), y = _mm256_set1_ps(1e-4f);
-  __m256 s = _mm256_setzero_ps();
-  float out[8];
-  uint64_t i;
-#define DECL(k) __m256 a##k = _mm256_set1_ps(1.0f + (float)k);
-#define STEP(k) a##k = _mm256_fmadd_ps(a##k, x, y);
-#define SUM(k) s = _mm256_add_ps(s, a##k);
-  FOR_CHAINS(DECL)
-  for (i = 0; i < iters; i++) {
-    FOR_CHAINS(STEP)
-  }
-  FOR_CHAINS(SUM)
-#undef DECL
-#undef STEP
-#undef SUM
-  _mm256_storeu_ps(out, s);
-  return out[0];
-}
-#endif
-
-/* Portable: 8-wide multiply then add (2 flops per lane), as the kernel's portable build does. */
-static float fma_chains_portable(uint64_t iters) {
-  typedef float v8 __attribute__((vector_size(32)));
-  const v8 x = {0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f, 0.9999f};
-  const v8 y = {1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f, 1e-4f};
-  v8 s = {0, 0, 0, 0, 0, 0, 0, 0};
-  uint64_t i;
-#define DECL(k) v8 a##k = x * (float)(k + 1);
-#define STEP(k) a##k = a##k * x + y;
-#define SUM(k) s += a##k;
-  FOR_CHAINS(DECL)
-  for (i = 0; i < iters; i++) {
-    FOR_CHAINS(STEP)
-  }
-  FOR_CHAINS(SUM)
-#undef DECL
-#undef STEP
-#undef SUM
-  return s[0];
-}
-
-static void* peak_thread(void* p) {
-  peak_job* j = (peak_job*)p;
-#ifdef HAVE_X86_FMA
-  if (j->avx2) {
-    j->sink = fma_chains_avx2(j->iters);
-    return NULL;
-  }
-#endif
-  j->sink = fma_chains_portable(j->iters);
-  return NULL;
-}
-
-/* GFLOP/s of CHAINS x 8 lanes x 2 flops per iteration on every online CPU at once; *what says which. */
-static double fma_peak(int quick, const char** what) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  pthread_t th[256];
-  peak_job jobs[256];
-  int avx2 = 0, i, started = 0;
-  double t0, secs;
-  if (n < 1) n = 1;
-  if (n > 256) n = 256;
-#ifdef HAVE_X86_FMA
-  __builtin_cpu_init();
-  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
-  *what = avx2 ? "AVX2 FMA" : "8-wide mul+add";
-  for (i = 0; i < n; i++) {
-    jobs[i].iters = quick ? 4000000 : 40000000;
-    jobs[i].avx2 = avx2;
-  }
-  t0 = now_s();
-  for (i = 1; i < n; i++)
-    if (pthread_create(&th[i], NULL, peak_thread, &jobs[i]) == 0) started = i;
-    else break;
-  peak_thread(&jobs[0]);
-  for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
-  secs = now_s() - t0;
-  for (i = 0; i <= started; i++) g_fma_sink += jobs[i].sink;
-  return secs > 0 ? (double)(started + 1) * (double)jobs[0].iters * CHAINS * 8 * 2 / secs / 1e9 : 0.0;
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Prefill cases                                                                                   */
@@ -204,24 +98,60 @@ int prefill_setup(kenv* e, prefill_ctx* c, const pshape* s, uint32_t dtype) {
   return 1;
 }
 
-static void print_prefill(kenv* e, const kresult* res, double flops, double peak_gflops, const char* peak_what) {
+/* The CPU ceilings of this run: fma always, amx where its gflops is set. */
+typedef struct prefill_peaks {
+  cpu_peak fma, amx;
+} prefill_peaks;
+
+static void print_prefill(kenv* e, const kresult* res, double flops, const prefill_peaks* pk) {
   report* r = e->r;
-  double tf = res->med > 0 ? flops / res->med / 1e12 : 0.0, of = peak_gflops > 0 ? tf * 1e3 / peak_gflops : 0.0;
+  double tf = res->med > 0 ? flops / res->med / 1e12 : 0.0;
+  double of_fma = pk->fma.gflops > 0 ? tf * 1e3 / pk->fma.gflops : 0.0, of_amx = pk->amx.gflops > 0 ? tf * 1e3 / pk->amx.gflops : 0.0;
   report_times(r, res);
   if (r->json) {
     report_f64(r, "flops", "flops", flops, 0, NULL);
     report_f64(r, "tflops", "TFLOP/s", tf, 4, NULL);
-    if (!e->cuda) report_f64(r, "of_fma_peak", "of fp32 FMA peak", of, 4, NULL);
-    else if (e->tc_tflops > 0) report_f64(r, "of_tensor_core_ceiling", "of fp16 GEMM ceiling", tf / e->tc_tflops, 4, NULL);
+    if (!e->cuda) {
+      report_f64(r, "of_fma_peak", "of the path's fp32 FMA peak", of_fma, 4, NULL);
+      if (pk->amx.gflops > 0) report_f64(r, "of_amx_peak", "of the AMX-BF16 peak", of_amx, 4, NULL);
+    } else if (e->tc_tflops > 0)
+      report_f64(r, "of_tensor_core_ceiling", "of fp16 GEMM ceiling", tf / e->tc_tflops, 4, NULL);
     report_group_end(r);
   } else {
     fprintf(r->f, " %9.4f TFLOP/s", tf);
-    if (!e->cuda) fprintf(r->f, " %6.1f%% of %s peak", 100.0 * of, peak_what);
-    else if (e->tc_tflops > 0) fprintf(r->f, " %6.1f%% of %s", 100.0 * tf / e->tc_tflops, e->tc_name);
-    else fprintf(r->f, "    n/a  (tensor-core ceiling not measured)");
+    if (!e->cuda) {
+      fprintf(r->f, " %6.1f%% of %s peak", 100.0 * of_fma, pk->fma.name);
+      if (pk->amx.gflops > 0) fprintf(r->f, ", %.1f%% of %s peak", 100.0 * of_amx, pk->amx.name);
+    } else if (e->tc_tflops > 0)
+      fprintf(r->f, " %6.1f%% of %s", 100.0 * tf / e->tc_tflops, e->tc_name);
+    else
+      fprintf(r->f, "    n/a  (tensor-core ceiling not measured)");
     fputc('\n', r->f);
     fflush(r->f);
   }
+}
+
+/* CPU: the path's header line, then its ceilings measured now. */
+static void measure_peaks(kenv* e, prefill_peaks* pk) {
+  const char* isa = kvb_cpu_isa();
+  report* r = e->r;
+  print_cpu_path(e, "prefill attention", "prefill_cpu_path");
+  cpu_fma_peak(isa, e->quick, &pk->fma);
+  cpu_amx_peak(isa, e->quick, &pk->amx);
+  if (r->json) {
+    report_f64(r, "fma_peak_gflops", "fp32 FMA peak GFLOP/s", pk->fma.gflops, 2, NULL);
+    report_str(r, "fma_peak_kind", "fp32 FMA peak kind", pk->fma.name);
+    if (pk->amx.gflops > 0) report_f64(r, "amx_peak_gflops", "AMX-BF16 peak GFLOP/s", pk->amx.gflops, 2, NULL);
+    else report_str(r, "amx_peak_skipped", "AMX-BF16 peak not measured", pk->amx.why);
+    return;
+  }
+  fprintf(r->f, "  %-38s %.1f GFLOP/s (%s, %d thread%s)\n", "ceiling: fp32 FMA peak", pk->fma.gflops, pk->fma.name,
+          pk->fma.threads, pk->fma.threads > 1 ? "s" : "");
+  if (pk->amx.gflops > 0)
+    fprintf(r->f, "  %-38s %.1f GFLOP/s (%d thread%s)\n", "ceiling: AMX-BF16 peak", pk->amx.gflops,
+            pk->amx.threads, pk->amx.threads > 1 ? "s" : "");
+  else
+    fprintf(r->f, "  %-38s not measured: %s\n", "ceiling: AMX-BF16 peak", pk->amx.why);
 }
 
 int bench_prefill(kenv* e) {
@@ -239,18 +169,12 @@ int bench_prefill(kenv* e) {
   const int num_shapes = e->cuda ? 4 : 3;
   const uint32_t dtypes[3] = {KVB_DTYPE_FP16, KVB_DTYPE_BF16, KVB_DTYPE_FP8_E4M3};
   static const char* const dname[3] = {"fp16", "bf16", "fp8_e4m3"};
-  const char* peak_what = "";
-  double peak = 0;
+  prefill_peaks pk;
   uint64_t reps = e->reps;
   int s, d, ok = 1;
+  memset(&pk, 0, sizeof pk);
   if (!e->cuda) {
-    peak = fma_peak(e->quick, &peak_what);
-    if (e->r->json) {
-      report_f64(e->r, "fma_peak_gflops", "fp32 FMA peak GFLOP/s", peak, 2, NULL);
-      report_str(e->r, "fma_peak_kind", "fp32 FMA peak kind", peak_what);
-    } else {
-      fprintf(e->r->f, "  %-38s %.1f GFLOP/s (%s, every online CPU)\n", "ceiling: fp32 FMA peak", peak, peak_what);
-    }
+    measure_peaks(e, &pk);
     if (e->reps > 3) e->reps = 3; /* CPU prefill calls take tenths of a second each */
   }
   for (s = 0; s < num_shapes && ok; s++)
@@ -266,7 +190,7 @@ int bench_prefill(kenv* e) {
         snprintf(res->label, sizeof res->label, "prefill %s %ux%u over %u", dname[d], p->prompts, p->new_tokens,
                  p->cached);
       ok = prefill_setup(e, &c, p, dtypes[d]) && time_calls(e, call_prefill, &c, res);
-      if (ok) print_prefill(e, res, c.flops, peak, peak_what);
+      if (ok) print_prefill(e, res, c.flops, &pk);
       prefill_free(&c);
       free(res);
     }

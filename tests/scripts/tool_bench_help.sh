@@ -61,6 +61,52 @@ check "bench --only attention: bf16 row" grep -Eq '^  paged_attention bf16 8 seq
 check "bench --only attention: no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|prefill|share' '$TMP/oa.txt'"
 "$KVB" bench --quick --only attention --json >"$TMP/oa.json"
 check "bench --only attention --json: the path" grep -Eq '"cpu_path": "(avx512bf16|avx512|avx2|baseline)(\+amx)?"' "$TMP/oa.json"
+check "bench --only attention: the section names its path" grep -q '^  decode attention: CPU path baseline, AMX-BF16 tiles off$' "$TMP/oa.txt"
+check "bench --only attention: rows against the same run's read ceiling" \
+  grep -Eq '^  paged_attention 8 seqs x 256 tokens .* of [0-9]+-thread read$' "$TMP/oa.txt"
+check "bench --only cascade: the section names its path" \
+  grep -Eq '^  shared-prefix decode: CPU path (avx512bf16|avx512|avx2|baseline)(\+amx)?, AMX-BF16 tiles (on|off)$' "$TMP/oc.txt"
+# --only prefill: the prefill rows alone, each against the peaks of the path that ran (named in the
+# section's line): fp32 multiply-add chains of its vector width, and AMX-BF16 tile products where the
+# path ends in +amx (else a line saying why not).
+for isa in baseline avx2 default; do
+  if [ $isa = default ]; then
+    "$KVB" bench --quick --only prefill >"$TMP/op.txt"
+  else
+    KVB_CPU_ISA=$isa "$KVB" bench --quick --only prefill >"$TMP/op.txt"
+  fi
+  check "bench --only prefill ($isa): exit 0" [ $? -eq 0 ]
+  path=$(sed -n 's/^  prefill attention: CPU path \([a-z0-9+]*\), AMX-BF16 tiles \(on\|off\)$/\1/p' "$TMP/op.txt")
+  check "bench --only prefill ($isa): the section names its path" [ -n "$path" ]
+  case $isa in # a forced path runs unless the CPU lacks it (then the best narrower one: baseline)
+    baseline) check "bench --only prefill ($isa): the path forced" [ "$path" = baseline ] ;;
+    avx2) check "bench --only prefill ($isa): the path forced" sh -c "[ '$path' = avx2 ] || [ '$path' = baseline ]" ;;
+  esac
+  case $path in
+    avx512*) fma='AVX-512 FMA' ;;
+    avx2*) fma='AVX2 FMA' ;;
+    *) fma='8-wide mul\+add' ;;
+  esac
+  check "bench --only prefill ($isa): the FMA peak of path $path" \
+    grep -Eq "^  ceiling: fp32 FMA peak +[0-9.]+ GFLOP/s \\($fma, [0-9]+ threads?\\)$" "$TMP/op.txt"
+  check "bench --only prefill ($isa): rows against it" grep -Eq "^  prefill fp16 1x256 over 0 .* of $fma peak" "$TMP/op.txt"
+  check "bench --only prefill ($isa): every row" [ "$(grep -Ec "^  prefill (fp16|bf16|fp8_e4m3) .* of $fma peak" "$TMP/op.txt")" -eq 9 ]
+  case $path in
+    *+amx)
+      check "bench --only prefill ($isa): AMX peak" grep -Eq '^  ceiling: AMX-BF16 peak +[0-9.]+ GFLOP/s' "$TMP/op.txt"
+      check "bench --only prefill ($isa): rows against both" \
+        [ "$(grep -Ec "of $fma peak, [0-9.]+% of AMX-BF16 peak$" "$TMP/op.txt")" -eq 9 ] ;;
+    *)
+      check "bench --only prefill ($isa): AMX peak skipped, why" \
+        grep -q "^  ceiling: AMX-BF16 peak .* not measured: the CPU path $path does not use AMX tiles$" "$TMP/op.txt"
+      check "bench --only prefill ($isa): no AMX fraction" sh -c "! grep -q 'of AMX-BF16 peak' '$TMP/op.txt'" ;;
+  esac
+  check "bench --only prefill ($isa): no other kernel row" sh -c "! grep -Eq 'write_kv|copy_blocks|paged_attention|share|extend' '$TMP/op.txt'"
+done
+for k in decode_cpu_path cascade_cpu_path prefill_cpu_path fma_peak_gflops fma_peak_kind of_fma_peak; do
+  check "bench json: has $k" grep -q "\"$k\": " "$TMP/b.json"
+done
+check "bench json: AMX peak or why not" grep -Eq '"amx_peak_(gflops|skipped)": ' "$TMP/b.json"
 # Each new case alone: its row only, no kernels.
 for c in fork cow swap batch; do
   "$KVB" bench --quick --only $c --prompt-tokens 512 --decode-seqs 8 --json >"$TMP/o_$c.json"

@@ -198,8 +198,8 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
       if (t0 == kr.range[rg][0]) prefetch_tile(t0, std::min(end, t0 + kKeyTile));
       prefetch_tile(std::min(end, t0 + kKeyTile), std::min(end, t0 + 2 * kKeyTile));
       uint32_t* vdst = sc.vh.data() + (waiting ? vtile : 0);
-      if constexpr (DT == Dtype::bf16) {
-        // Rows already in bf16: packed straight from the cache (keys past n read a zero row).
+      if constexpr (DT == Dtype::bf16 || DT == Dtype::f16) {
+        // 16-bit rows: packed straight from the cache, fp16 split on the way (keys past n read a zero row).
         alignas(64) static const uint16_t zero[256] = {};
         const uint16_t* krows[kKeyTile];
         const uint16_t* vrows[kKeyTile];
@@ -208,8 +208,8 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
           krows[t] = off < 0 ? zero : reinterpret_cast<const uint16_t*>(kbase + off * ES);
           vrows[t] = off < 0 ? zero : reinterpret_cast<const uint16_t*>(vbase + off * ES);
         }
-        amx::pack_keys_bf16(krows, D, sc.kh.data());
-        amx::pack_values_bf16(vrows, D, vdst);
+        amx::pack_keys_rows(krows, DT == Dtype::f16, D, sc.kh.data(), kl);
+        amx::pack_values_rows(vrows, DT == Dtype::f16, D, vdst, vl ? vl + (waiting ? vtile : 0) : nullptr);
       } else {
         for (int t = 0; t < n; ++t) {
           const int64_t off = c.seq_row(table, t0 + t);

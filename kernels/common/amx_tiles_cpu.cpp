@@ -76,10 +76,40 @@ void pack_keys(const float* k, int64_t ld, int D, uint32_t* hi, uint32_t* lo) {
   if (lo) gather_keys(tl, D, lo);
 }
 
-void pack_keys_bf16(const uint16_t* const* rows, int D, uint32_t* hi) {
-  alignas(64) uint16_t th[kKeys * 256];
-  for (int t = 0; t < kKeys; ++t) std::memcpy(th + t * D, rows[t], sizeof(uint16_t) * size_t(D));
+namespace {
+
+// 16 values of 16-bit storage at p as bf16 high and low parts (bf16: the bits, low zero).
+inline void split16(const uint16_t* p, bool f16, __m256i* hi, __m256i* lo) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if (!f16) {
+    *hi = raw;
+    *lo = _mm256_setzero_si256();
+    return;
+  }
+  const __m512 x = _mm512_maskz_cvtph_ps(kAll, raw);
+  *hi = to_bf16(x);
+  *lo = to_bf16(_mm512_sub_ps(x, from_bf16(*hi)));
+}
+
+}  // namespace
+
+void pack_keys_rows(const uint16_t* const* rows, bool f16, int D, uint32_t* hi, uint32_t* lo) {
+  if (!f16) {
+    alignas(64) uint16_t th[kKeys * 256];
+    for (int t = 0; t < kKeys; ++t) std::memcpy(th + t * D, rows[t], sizeof(uint16_t) * size_t(D));
+    gather_keys(th, D, hi);
+    return;
+  }
+  alignas(64) uint16_t th[kKeys * 256], tl[kKeys * 256];
+  for (int t = 0; t < kKeys; ++t)
+    for (int d = 0; d < D; d += 16) {
+      __m256i h, l;
+      split16(rows[t] + d, true, &h, &l);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(th + t * D + d), h);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(tl + t * D + d), l);
+    }
   gather_keys(th, D, hi);
+  gather_keys(tl, D, lo);
 }
 
 void pack_values(const float* v, int64_t ld, int D, uint32_t* hi, uint32_t* lo) {
@@ -97,12 +127,14 @@ void pack_values(const float* v, int64_t ld, int D, uint32_t* hi, uint32_t* lo) 
   }
 }
 
-void pack_values_bf16(const uint16_t* const* rows, int D, uint32_t* hi) {
+void pack_values_rows(const uint16_t* const* rows, bool f16, int D, uint32_t* hi, uint32_t* lo) {
   for (int kk = 0; kk < 16; ++kk)
     for (int chunk = 0; chunk < D / 16; ++chunk) {
-      const __m256i ha = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[2 * kk] + chunk * 16));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[2 * kk + 1] + chunk * 16));
+      __m256i ha, la, hb, lb;
+      split16(rows[2 * kk] + chunk * 16, f16, &ha, &la);
+      split16(rows[2 * kk + 1] + chunk * 16, f16, &hb, &lb);
       _mm512_storeu_si512(hi + (chunk * 16 + kk) * 16, pair(ha, hb));
+      if (f16) _mm512_storeu_si512(lo + (chunk * 16 + kk) * 16, pair(la, lb));
     }
 }
 
@@ -236,8 +268,8 @@ namespace amx {
 void split_bf16(const float*, int64_t, uint16_t*, uint16_t*) {}
 void pack_keys(const float*, int64_t, int, uint32_t*, uint32_t*) {}
 void pack_values(const float*, int64_t, int, uint32_t*, uint32_t*) {}
-void pack_keys_bf16(const uint16_t* const*, int, uint32_t*) {}
-void pack_values_bf16(const uint16_t* const*, int, uint32_t*) {}
+void pack_keys_rows(const uint16_t* const*, bool, int, uint32_t*, uint32_t*) {}
+void pack_values_rows(const uint16_t* const*, bool, int, uint32_t*, uint32_t*) {}
 void tile_begin() {}
 void tile_end() {}
 void tile_scores(const uint16_t*, const uint16_t*, int64_t, int, const uint32_t*, const uint32_t*, int, float*) {}

@@ -30,8 +30,9 @@ void split_bf16(const float* x, int64_t n, uint16_t* hi, uint16_t* lo);
 // 16, n = key % 16, chunk = d / 32, kk = (d % 32) / 2; the dword's low bf16 is d even. hi and lo each
 // 32 x D bf16 (D a multiple of 32); lo may be NULL.
 void pack_keys(const float* k, int64_t ld, int D, uint32_t* hi, uint32_t* lo);
-// The same for keys already in bf16 (bf16 caches): key t's D values at rows[t], the low part zero.
-void pack_keys_bf16(const uint16_t* const* rows, int D, uint32_t* hi);
+// The same for keys stored in 16 bits (a cache's rows): key t's D values at rows[t], bf16 (f16 false: the
+// low part is zero, lo unused) or fp16 (split exactly; lo required). No fp32 staging.
+void pack_keys_rows(const uint16_t* const* rows, bool f16, int D, uint32_t* hi, uint32_t* lo);
 // The tile (half, chunk) of pack_keys' output.
 inline const uint32_t* key_tile(const uint32_t* packed, int D, int half, int chunk) {
   return packed + (int64_t(half) * (D / 32) + chunk) * 256;
@@ -40,8 +41,8 @@ inline const uint32_t* key_tile(const uint32_t* packed, int D, int half, int chu
 // V as B tiles: values v[32][ld] -> out[chunk][kk][n] dwords, chunk = d / 16, n = d % 16, the dword =
 // (v[2kk][d], v[2kk+1][d]). lo may be NULL.
 void pack_values(const float* v, int64_t ld, int D, uint32_t* hi, uint32_t* lo);
-// The same for values already in bf16: key t's D values at rows[t], the low part zero.
-void pack_values_bf16(const uint16_t* const* rows, int D, uint32_t* hi);
+// The same for values stored in 16 bits, as pack_keys_rows.
+void pack_values_rows(const uint16_t* const* rows, bool f16, int D, uint32_t* hi, uint32_t* lo);
 inline const uint32_t* value_tile(const uint32_t* packed, int chunk) { return packed + int64_t(chunk) * 256; }
 
 // Loads this thread's tile configuration (8 tiles of 16 rows x 64 bytes) / releases the tile state.

@@ -127,30 +127,34 @@ void test_pack_layouts() {
   CHECK(bad == 0);
 }
 
-// Rows already in bf16 (scattered, as in a paged cache) pack to the very words pack_keys / pack_values
-// give for the same values as floats.
-void test_pack_from_bf16() {
+// Rows stored in 16 bits (scattered, as in a paged cache): bf16 rows pack to the very words pack_keys /
+// pack_values give for the same values as floats, fp16 rows to the same high and low words.
+void test_pack_from_rows() {
   std::mt19937 rng(17);
   int bad = 0;
-  for (int D : {64, 128, 256}) {
-    std::vector<uint16_t> bits(size_t(amx::kKeys * 2 * D));  // rows at stride 2D, every other slot
-    // normal values (the float path's conversion flushes bf16 denormals; the direct one keeps them)
-    for (uint16_t& b : bits) b = uint16_t((rng() & 0x807f) | ((100 + rng() % 50) << 7));
-    std::vector<float> f(size_t(amx::kKeys * D));
-    const uint16_t* rows[amx::kKeys];
-    for (int t = 0; t < amx::kKeys; ++t) {
-      rows[t] = bits.data() + size_t(2 * t * D);
-      for (int d = 0; d < D; ++d) f[size_t(t * D + d)] = kvb::kern::cpu::bf16_to_float(rows[t][d]);
+  for (bool f16 : {false, true})
+    for (int D : {64, 128, 256}) {
+      std::vector<uint16_t> bits(size_t(amx::kKeys * 2 * D));  // rows at stride 2D, every other slot
+      // normal values (the float path's conversion flushes bf16 denormals; the direct one keeps them)
+      for (uint16_t& b : bits)
+        b = f16 ? uint16_t((rng() & 0x83ff) | ((1 + rng() % 29) << 10)) : uint16_t((rng() & 0x807f) | ((100 + rng() % 50) << 7));
+      std::vector<float> f(size_t(amx::kKeys * D));
+      const uint16_t* rows[amx::kKeys];
+      for (int t = 0; t < amx::kKeys; ++t) {
+        rows[t] = bits.data() + size_t(2 * t * D);
+        for (int d = 0; d < D; ++d)
+          f[size_t(t * D + d)] = f16 ? kvb::kern::cpu::half_to_float(rows[t][d]) : kvb::kern::cpu::bf16_to_float(rows[t][d]);
+      }
+      const size_t words = size_t(amx::kKeys * D / 2);
+      std::vector<uint32_t> kh1(words), kl1(words), kh2(words), kl2(words), vh1(words), vl1(words), vh2(words), vl2(words);
+      amx::pack_keys(f.data(), D, D, kh1.data(), f16 ? kl1.data() : nullptr);
+      amx::pack_keys_rows(rows, f16, D, kh2.data(), f16 ? kl2.data() : nullptr);
+      amx::pack_values(f.data(), D, D, vh1.data(), f16 ? vl1.data() : nullptr);
+      amx::pack_values_rows(rows, f16, D, vh2.data(), f16 ? vl2.data() : nullptr);
+      if ((kh1 != kh2 || kl1 != kl2) && bad++ < 3) fprintf(stderr, "  D=%d f16=%d: pack_keys_rows differs from pack_keys\n", D, f16);
+      if ((vh1 != vh2 || vl1 != vl2) && bad++ < 3)
+        fprintf(stderr, "  D=%d f16=%d: pack_values_rows differs from pack_values\n", D, f16);
     }
-    const size_t words = size_t(amx::kKeys * D / 2);
-    std::vector<uint32_t> k1(words), k2(words), v1(words), v2(words);
-    amx::pack_keys(f.data(), D, D, k1.data(), nullptr);
-    amx::pack_keys_bf16(rows, D, k2.data());
-    amx::pack_values(f.data(), D, D, v1.data(), nullptr);
-    amx::pack_values_bf16(rows, D, v2.data());
-    if (k1 != k2 && bad++ < 3) fprintf(stderr, "  D=%d: pack_keys_bf16 differs from pack_keys\n", D);
-    if (v1 != v2 && bad++ < 3) fprintf(stderr, "  D=%d: pack_values_bf16 differs from pack_values\n", D);
-  }
   CHECK(bad == 0);
 }
 
@@ -231,13 +235,13 @@ int main() {
   if (!amx::supported()) {
     SKIP_TEST(test_split_bf16, amx::why_not());
     SKIP_TEST(test_pack_layouts, amx::why_not());
-    SKIP_TEST(test_pack_from_bf16, amx::why_not());
+    SKIP_TEST(test_pack_from_rows, amx::why_not());
     SKIP_TEST(test_tile_products, amx::why_not());
     TEST_SUMMARY();
   }
   RUN_TEST(test_split_bf16);
   RUN_TEST(test_pack_layouts);
-  RUN_TEST(test_pack_from_bf16);
+  RUN_TEST(test_pack_from_rows);
   RUN_TEST(test_tile_products);
   TEST_SUMMARY();
 }

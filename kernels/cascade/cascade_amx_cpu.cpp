@@ -57,6 +57,7 @@ namespace amx_loop {
 #define KVB_SIMD_ISA 2
 #include "../common/simd_vec_cpu.inc"
 #include "cascade_softmax_cpu.inc"
+#include "cascade_softmax_rows_cpu.inc"
 #undef KVB_SIMD_ISA
 
 static_assert(kKeyTile == amx::kKeys, "a key tile is one packed K / V tile set");
@@ -72,75 +73,6 @@ inline vf load_kv(const char* p) {
     return load_e5m2(p);
   else
     return load_bf16(p);
-}
-
-// (vector-extension forms: GCC 12's _mm512 max / unpack trip -Wuninitialized on their undefined pass-through)
-inline vf vmax(vf a, vf b) { return a > b ? a : b; }
-
-// Per 128-bit lane: [max a, max b, max c, max d] of that lane's 4 floats.
-inline vf max4_in_lanes(vf a, vf b, vf c, vf d) {
-#define KVB_LANES(i0, i1, i2, i3) i0, i1, i2, i3, i0 + 4, i1 + 4, i2 + 4, i3 + 4, i0 + 8, i1 + 8, i2 + 8, i3 + 8, \
-                                  i0 + 12, i1 + 12, i2 + 12, i3 + 12
-  const vf m01 = vmax(__builtin_shufflevector(a, b, KVB_LANES(0, 16, 1, 17)), __builtin_shufflevector(a, b, KVB_LANES(2, 18, 3, 19)));
-  const vf m23 = vmax(__builtin_shufflevector(c, d, KVB_LANES(0, 16, 1, 17)), __builtin_shufflevector(c, d, KVB_LANES(2, 18, 3, 19)));
-  return vmax(__builtin_shufflevector(m01, m23, KVB_LANES(0, 1, 16, 17)), __builtin_shufflevector(m01, m23, KVB_LANES(2, 3, 18, 19)));
-#undef KVB_LANES
-}
-
-// v[0..16) -> one vector whose lane i is the largest lane of v[i] (as sum_each, with max).
-inline vf max_each(const vf* v) {
-  const vf ra = max4_in_lanes(v[0], v[1], v[2], v[3]), rb = max4_in_lanes(v[4], v[5], v[6], v[7]);
-  const vf rc = max4_in_lanes(v[8], v[9], v[10], v[11]), rd = max4_in_lanes(v[12], v[13], v[14], v[15]);
-#define KVB_EVEN 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
-#define KVB_ODD 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
-  const vf ab = vmax(__builtin_shufflevector(ra, rb, KVB_EVEN), __builtin_shufflevector(ra, rb, KVB_ODD));
-  const vf cd = vmax(__builtin_shufflevector(rc, rd, KVB_EVEN), __builtin_shufflevector(rc, rd, KVB_ODD));
-  return vmax(__builtin_shufflevector(ab, cd, KVB_EVEN), __builtin_shufflevector(ab, cd, KVB_ODD));
-#undef KVB_EVEN
-#undef KVB_ODD
-}
-
-// softmax_tile for 16 rows [r0, r0 + 16) of a full tile (every row attends all 32 keys, no soft cap),
-// across the rows: the 16 row maxima and sums come out of one transposing reduction each instead of
-// 16 scalar ones. False (nothing changed) if some row's maximum is -inf (softmax_tile's case).
-template <int D>
-inline bool softmax_rows16(Rows& rw, float* sp, int64_t r0) {
-  static_assert(W == 16 && kKeyTile == 32, "16 rows of two vectors");
-  vf x[16][2], mx[16];
-  for (int i = 0; i < 16; ++i) {
-    x[i][0] = vload(sp + (r0 + i) * kKeyTile);
-    x[i][1] = vload(sp + (r0 + i) * kKeyTile + W);
-    mx[i] = vmax(x[i][0], x[i][1]);
-  }
-  const vf mold = vload(rw.m + r0), mnew = vmax(max_each(mx), mold);
-  if (_mm512_cmp_ps_mask(mnew, vsplat(kNegInf), _CMP_EQ_OQ)) return false;
-  const __mmask16 grew = _mm512_cmp_ps_mask(mnew, mold, _CMP_GT_OQ);
-  vf l = vload(rw.l + r0);
-  if (grew) {
-    float alpha[16];
-    const vf al = vexp2(mold - mnew);  // 0 while m is -inf
-    vstore(alpha, al);
-    l = _mm512_mask_mul_ps(l, grew, l, al);
-    for (int i = 0; i < 16; ++i) {
-      if (!(grew >> i & 1)) continue;
-      float* ar = rw.acc + (r0 + i) * D;
-      const vf a = vsplat(alpha[i]);
-      for (int d = 0; d < D; d += W) vstore(ar + d, vload(ar + d) * a);
-    }
-    vstore(rw.m + r0, mnew);
-  }
-  float m[16];
-  vstore(m, mnew);
-  vf s[16];
-  for (int i = 0; i < 16; ++i) {
-    const vf mv = vsplat(m[i]);
-    const vf p0 = vexp2(x[i][0] - mv), p1 = vexp2(x[i][1] - mv);
-    vstore(sp + (r0 + i) * kKeyTile, p0);
-    vstore(sp + (r0 + i) * kKeyTile + W, p1);
-    s[i] = p0 + p1;
-  }
-  vstore(rw.l + r0, l + sum_each(s));
-  return true;
 }
 
 template <int D, Dtype DT>
@@ -232,10 +164,7 @@ void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64
                          int(std::min<int64_t>(32, R16 - r0)), sp + r0 * kKeyTile);
       for (int64_t i = 0; i < R16 * kKeyTile; i += W) vstore(sp + i, vload(sp + i) * qscale);
       const bool full = kr.full(t0, n);
-      int64_t done = 0;  // rows whose softmax is done, 16 at a time where the tile is full
-      if (full && n == kKeyTile && !(mk.soft_cap > 0.f))
-        while (done + 16 <= rw.R && softmax_rows16<D>(rw, sp, done)) done += 16;
-      softmax_tile<D>(rw, sp, R16, n, t0, full, mk, done);
+      softmax_tile_rows<D>(rw, sp, R16, n, t0, full, mk);
       if (!waiting) {
         std::memcpy(sc.m1.data(), rw.m, sizeof(float) * size_t(R16));
         waiting = true;

@@ -343,21 +343,16 @@ void run(Work& w) {
   }
   const unsigned hw = std::thread::hardware_concurrency();
   const int64_t hw_threads = std::max<int64_t>(1, std::min<int64_t>(hw == 0 ? 1 : hw, kMaxThreads));
-  // Split the shared keys when there would be too few shared items to keep every thread busy. (Smaller
-  // partitions, sized so that every kv head's K+V of one fit in L2, measured slower: 1.12x instead of
-  // 1.3-1.5x over plain at 64 x (4096 + 128), the queries reloaded and more states merged.)
-  // With AMX a shared item is short: split by kv head groups first (every partition costs the own items
-  // a merge and the queries a reload), so that every thread gets several items and a thread the OS
-  // preempts does not hold the others up at the end of the round; then by partitions.
+  // Too few shared items to keep every thread busy: split them by kv head groups first (every key
+  // partition costs the own items a merge and the queries a reload; on the AVX-512 loop at 64 x (4096 +
+  // 128) kv head groups instead of 4 partitions took a tenth off the call's CPU time), so that every
+  // thread gets several items and a thread the OS preempts does not hold the others up at the end of
+  // the round; then by partitions of the shared keys.
   const int64_t n_si = int64_t(sitems.size());
   w.NP = 1;
   w.HG = 1;
-  if (w.attend_wide != w.attend) {
-    while (n_si * w.HG < kSharedItemsPerThread * hw_threads && w.HG < c.num_kv_heads) w.HG *= 2;
-    while (n_si * w.HG * w.NP < kSharedItemsPerThread * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
-  } else {
-    while (n_si * w.NP < 2 * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
-  }
+  while (n_si * w.HG < kSharedItemsPerThread * hw_threads && w.HG < c.num_kv_heads) w.HG *= 2;
+  while (n_si * w.HG * w.NP < kSharedItemsPerThread * hw_threads && max_shared / (2 * w.NP) >= kMinPartition) w.NP *= 2;
   // Own items likewise by kv head groups while too few for the threads (a long prompt alone).
   w.HGO = 1;
   while (int64_t(oitems.size()) * w.HGO < kSharedItemsPerThread * hw_threads && w.HGO < c.num_kv_heads) w.HGO *= 2;

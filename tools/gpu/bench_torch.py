@@ -166,6 +166,12 @@ def main() -> int:
 
 def _cpu_main(a: argparse.Namespace) -> int:
     """--cpu: the same cases as the GPU rows (torch_cases on DEV "cpu"), torch timed as well."""
+    # torch's OpenMP workers spin for a while after each parallel region (GNU: OMP_WAIT_POLICY, Intel:
+    # KMP_BLOCKTIME, 200 ms): on a machine with as many CPUs as threads they then take the CPUs from the
+    # next call, libkvblock's threads or torch's own, and both sides measured slower by up to 3x here.
+    # Workers that sleep at once: read when the OpenMP runtime loads, so before torch is imported.
+    for var, value in (("OMP_WAIT_POLICY", "PASSIVE"), ("KMP_BLOCKTIME", "0")):
+        os.environ.setdefault(var, value)
     try:
         import torch
     except Exception as e:  # noqa: BLE001 - any import failure means: nothing to measure here
@@ -182,7 +188,8 @@ def _cpu_main(a: argparse.Namespace) -> int:
     torch.set_num_threads(threads)
     lines = [f"CPU: libkvblock path {kvblock.cpu_isa()} (KVB_CPU_ISA={os.environ.get('KVB_CPU_ISA', 'unset')}), "
              f"torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), {threads} threads each, "
-             f"best of {CPU_RUNS} calls; library {kvblock._lib.LIBRARY_PATH}"]
+             f"best of {CPU_RUNS} calls, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']} "
+             f"KMP_BLOCKTIME={os.environ['KMP_BLOCKTIME']}; library {kvblock._lib.LIBRARY_PATH}"]
     print(lines[-1], flush=True)
     rows = []
     for s in cpu_shapes(a.tokens or 2048):

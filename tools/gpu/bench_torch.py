@@ -138,10 +138,12 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = False
     if a.cpu_smoke:
         torch_cases.DEV = "cpu"
-        lines = [f"CPU smoke run (no timing comparison): torch {torch.__version__}, library {kvblock._lib.LIBRARY_PATH}"]
+        lines = [f"CPU smoke run (no timing comparison): torch {torch.__version__}, "
+                 f"library {kvblock._lib.LIBRARY_PATH}"]
         copy = gemm = float("nan")
     else:
-        lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, library {kvblock._lib.LIBRARY_PATH}"]
+        lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+                 f"library {kvblock._lib.LIBRARY_PATH}"]
         copy, gemm = copy_ceiling_gbps(), gemm_ceiling_tflops()
         lines.append(f"ceilings (torch, same run): D2D copy 1 GiB {copy:,.0f} GB/s (read + write), "
                      f"fp16 GEMM 8192^3 {gemm:,.1f} TFLOP/s")
@@ -152,7 +154,8 @@ def main() -> int:
             continue
         row = Row(s)
         try:
-            torch_cases.run_shape(kvblock, s, row, TOL["tf32" if s.tf32 else s.dtype], 0 if a.cpu_smoke else L2_ROTATE_BYTES)
+            rotate = 0 if a.cpu_smoke else L2_ROTATE_BYTES
+            torch_cases.run_shape(kvblock, s, row, TOL["tf32" if s.tf32 else s.dtype], rotate)
         except Exception as e:  # noqa: BLE001 - one shape's failure is reported, the others still run
             row.note = f"{type(e).__name__}: {e}"[:160]
             row.ok = False

@@ -11,7 +11,6 @@ from typing import Any, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
 from torch_timing import attention_ref, rel_err, time_gpu
 
 # "cuda"; "cpu" for --cpu-smoke, a run of the same code paths on small shapes without a GPU (libkvblock's
@@ -167,7 +166,8 @@ def _prefill(kvb: Any, s: Any, row: Any, tol: float) -> None:
     if s.cached:  # extend: the new rows sit at the end of their sequence (causal, lower-right aligned)
         from torch.nn.attention.bias import causal_lower_right
         mask = causal_lower_right(s.tokens, L)
-    row.torch_us = {name: _sdpa_time(be, qt, kt, vt, causal=not s.cached, mask=mask) for name, be in _backends().items()}
+    row.torch_us = {name: _sdpa_time(be, qt, kt, vt, causal=not s.cached, mask=mask)
+                    for name, be in _backends().items()}
     row.torch_work = row.work  # the same prompts and lengths
 
 
@@ -226,7 +226,7 @@ def _sdpa_time(backend: Any, qs: List[torch.Tensor], ks: List[torch.Tensor], vs:
 
         extra = {"enable_gqa": True} if group > 1 and not repeat else {}
 
-        def call(ks_=ks_, vs_=vs_, extra=extra) -> None:
+        def call(ks_: List[torch.Tensor] = ks_, vs_: List[torch.Tensor] = vs_, extra: dict = extra) -> None:
             with sdpa_kernel([backend]):
                 for q, k, v in zip(qs, ks_, vs_):
                     F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, **extra)

@@ -1,4 +1,4 @@
-// The tensor-core building blocks the fp16 / bf16 kernels share (prefill.cu, decode_mma.cu): one
+// The tensor-core building blocks the fp16 / bf16 kernels share (prefill_mma.cuh, decode_mma.cu): one
 // m16n8k16 MMA with fp32 accumulation per element type, the fp32 -> A-fragment packing, ldmatrix x4
 // (plain and transposed), the 16-byte cp.async (plain and zero-filling) with its commit / wait, and
 // ex2. Thin wrappers over one PTX instruction each.

@@ -1,4 +1,4 @@
-// How the CUDA prefill kernel (kernels/prefill/prefill.cu) reads an FP8 cache: the shared-memory staging of
+// How the CUDA prefill kernel (kernels/prefill/prefill_mma.cuh) reads an FP8 cache: the shared-memory staging of
 // the fp8 bytes and their conversion into the 16-bit K / V tile the ldmatrix fragments read, as plain
 // functions compiled into the kernel and into a CPU test (tests/cpp/kernels_prefill_fp8_tiles.cpp) that
 // checks coverage, bounds and bank conflicts without a GPU.

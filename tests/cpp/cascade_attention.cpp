@@ -224,38 +224,50 @@ void test_against_plain_and_reference() {
   namespace amx = kvb::kern::cpu::amx;
   const simd::Isa start = simd::isa();
   const bool amx_start = amx::active();
-  // KVB_TEST_QUICK (sanitizers, valgrind): one batch per configuration and every other configuration
-  // (each dtype, head dim and group still runs on some path), since a run under valgrind is ~50x slower.
+  // KVB_TEST_QUICK (sanitizers, valgrind): one batch per configuration, the configurations dealt out
+  // over the passes (each runs once; with two passes, as under valgrind, each dtype x head dim x group
+  // runs on both paths, its decode on one and its prefill on the other), since a run under valgrind is
+  // ~50x slower.
   const bool quick = kvbt_quick();
   if (!amx::supported()) printf("  AMX path not tested: %s\n", amx::why_not());
-  int bad = 0;
+  struct Pass {
+    int isa;
+    bool tiles;
+  };
+  std::vector<Pass> passes;
   for (int isa = 0; isa < simd::kNumIsas; ++isa)
-    for (bool tiles : {false, true}) {
-      if (!simd::force_isa(simd::Isa(isa))) continue;
-      if (tiles && (simd::Isa(isa) != simd::Isa::avx512 || !amx::supported())) continue;
-      amx::force(tiles);
-      double worst_casc[3] = {0, 0, 0}, worst_plain[3] = {0, 0, 0};  // by dtype
-      const std::vector<Config> all = configs();
-      for (size_t ci = 0; ci < all.size(); ci += quick ? 2 : 1)
-        for (unsigned rep = 0, reps = quick ? 1 : 3; rep < reps; ++rep) {
-          Config cf = all[ci];
-          cf.seed = cf.seed * 7 + rep + 1000u * unsigned(isa);
-          Batch b(cf);
-          CHECK_OK(b.run(nullptr));
-          Tensor plain = b.out;
-          bad += b.compare(nullptr, "plain vs reference", &worst_plain[cf.dtype]);
-          kvb_prefix_groups g = b.groups();
-          CHECK_OK(b.run(&g));
-          bad += b.compare(&plain, "cascade vs plain");
-          bad += b.compare(nullptr, "cascade vs reference", &worst_casc[cf.dtype]);
-          g.policy = KVB_PREFIX_GROUPS_AUTO;  // the cost model's choice: the same function
-          CHECK_OK(b.run(&g));
-          bad += b.compare(&plain, "auto vs plain");
-        }
-      printf("  %s%s: max |out - float64| fp16 %.3g, bf16 %.3g, fp32 %.3g (plain kernel: %.3g, %.3g, %.3g)\n",
-             simd::isa_name(simd::Isa(isa)), tiles ? " + AMX" : "", worst_casc[KVB_DTYPE_FP16], worst_casc[KVB_DTYPE_BF16],
-             worst_casc[KVB_DTYPE_FP32], worst_plain[KVB_DTYPE_FP16], worst_plain[KVB_DTYPE_BF16], worst_plain[KVB_DTYPE_FP32]);
-    }
+    for (bool tiles : {false, true})
+      if (simd::isa_supported(simd::Isa(isa)) &&
+          (!tiles || (simd::Isa(isa) == simd::Isa::avx512 && amx::supported())))
+        passes.push_back({isa, tiles});
+  int bad = 0;
+  for (size_t pi = 0; pi < passes.size(); ++pi) {
+    const int isa = passes[pi].isa;
+    const bool tiles = passes[pi].tiles;
+    CHECK(simd::force_isa(simd::Isa(isa)));
+    amx::force(tiles);
+    double worst_casc[3] = {0, 0, 0}, worst_plain[3] = {0, 0, 0};  // by dtype
+    const std::vector<Config> all = configs();
+    for (size_t ci = quick ? pi : 0; ci < all.size(); ci += quick ? passes.size() : 1)
+      for (unsigned rep = 0, reps = quick ? 1 : 3; rep < reps; ++rep) {
+        Config cf = all[ci];
+        cf.seed = cf.seed * 7 + rep + 1000u * unsigned(isa);
+        Batch b(cf);
+        CHECK_OK(b.run(nullptr));
+        Tensor plain = b.out;
+        bad += b.compare(nullptr, "plain vs reference", &worst_plain[cf.dtype]);
+        kvb_prefix_groups g = b.groups();
+        CHECK_OK(b.run(&g));
+        bad += b.compare(&plain, "cascade vs plain");
+        bad += b.compare(nullptr, "cascade vs reference", &worst_casc[cf.dtype]);
+        g.policy = KVB_PREFIX_GROUPS_AUTO;  // the cost model's choice: the same function
+        CHECK_OK(b.run(&g));
+        bad += b.compare(&plain, "auto vs plain");
+      }
+    printf("  %s%s: max |out - float64| fp16 %.3g, bf16 %.3g, fp32 %.3g (plain kernel: %.3g, %.3g, %.3g)\n",
+           simd::isa_name(simd::Isa(isa)), tiles ? " + AMX" : "", worst_casc[KVB_DTYPE_FP16], worst_casc[KVB_DTYPE_BF16],
+           worst_casc[KVB_DTYPE_FP32], worst_plain[KVB_DTYPE_FP16], worst_plain[KVB_DTYPE_BF16], worst_plain[KVB_DTYPE_FP32]);
+  }
   simd::force_isa(start);
   amx::force(amx_start);
   CHECK(bad == 0);

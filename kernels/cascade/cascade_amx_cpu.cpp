@@ -62,19 +62,6 @@ namespace amx_loop {
 
 static_assert(kKeyTile == amx::kKeys, "a key tile is one packed K / V tile set");
 
-// (e4m3 as 2^-8 of its value, as in cascade_tile_cpu.inc)
-template <Dtype DT>
-inline vf load_kv(const char* p) {
-  if constexpr (DT == Dtype::f16)
-    return load_f16(p);
-  else if constexpr (DT == Dtype::e4m3)
-    return load_e4m3_x256(p);
-  else if constexpr (DT == Dtype::e5m2)
-    return load_e5m2(p);
-  else
-    return load_bf16(p);
-}
-
 template <int D, Dtype DT>
 void attend(const Cache& c, int64_t kvh, const int32_t* table, int64_t k0, int64_t k1, const Mask& mk, Rows& rw) {
   constexpr int64_t ES = es_of(DT);

@@ -162,28 +162,29 @@ struct Work {
   std::unique_ptr<float[]> st_m, st_l, st_acc;
 };
 
-// Row r of rw = query token j of sequence s, query head h: the query, scaled (with the K scale of an fp8
-// cache folded in) unless rw.score_scale takes the scale, position, tree word, empty state.
+// Row r of rw = query token j of sequence s, query head h: the query times rw.q_factor, position, tree
+// word, empty state.
 void load_query(const Work& w, Rows& rw, int64_t r, int64_t s, int64_t j, int64_t h) {
   const CascadeCall& a = *w.a;
   const int64_t D = w.D;
   const char* qp = static_cast<const char*>(a.q) + ((a.row0(s) + j) * a.q_row_stride + h * a.q_head_stride) * w.qes;
   float* qr = rw.q + r * D;
   load_row(qp, a.q_dtype, D, qr);
-  if (rw.score_scale == 1.f)
-    for (int64_t d = 0; d < D; ++d) qr[d] *= w.q_scale * fold_of(*w.c, w.c->k_scale_of(h / w.G));
+  for (int64_t d = 0; d < D; ++d) qr[d] *= rw.q_factor;
   rw.pos[r] = a.seq_lens[s] - a.q_len(s) + j;
   rw.tree_word[r] = rw.draft0 != INT64_MAX ? a.tree_mask[a.row0(s) + j] : 0;
   rw.m[r] = kNegInf;
   rw.l[r] = 0.f;
 }
 
-// The loop for rw.R rows of kv head kvh, and how it takes the query scale: the AMX loop multiplies its
+// The loop for rw.R rows of kv head kvh, and where it takes the query scale: the AMX loop multiplies its
 // scores (the queries stay as given: exact in bf16 when they are bf16, no low parts), the vector loops
-// pre-scaled queries (score_scale 1).
+// take pre-scaled queries.
 AttendFn attend_for(const Work& w, Rows& rw, int64_t kvh) {
   const bool tiles = rw.R >= kAmxMinRows && w.attend_wide != w.attend;
-  rw.score_scale = tiles ? w.q_scale * fold_of(*w.c, w.c->k_scale_of(kvh)) : 1.f;
+  const float scale = w.q_scale * fold_of(*w.c, w.c->k_scale_of(kvh));
+  rw.q_factor = tiles ? 1.f : scale;
+  rw.score_scale = tiles ? scale : 1.f;
   rw.q_bf16 = tiles && w.a->q_dtype == Dtype::bf16;
   return tiles ? w.attend_wide : w.attend;
 }

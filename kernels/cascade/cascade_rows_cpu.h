@@ -38,9 +38,9 @@ struct Rows {
   // Token tree of the rows' sequence: a key at draft0 + b below a row's own position is seen iff bit b of
   // its tree_word. Without a tree draft0 is past every key.
   int64_t draft0 = INT64_MAX;
-  // The factor of q . k that q does not carry (1: q pre-scaled; the AMX loop multiplies its scores by it),
-  // and whether q is exact in bf16 (bf16 queries unscaled: no low parts on AMX).
-  float score_scale = 1.f;
+  // The query scale (with an fp8 cache's K scale) goes on q (q_factor: the vector loops) or on the scores
+  // (score_scale: the AMX loop, whose bf16 queries then stay exact: no low parts, q_bf16); the other is 1.
+  float q_factor = 1.f, score_scale = 1.f;
   bool q_bf16 = false;
 
   static int64_t pad(int64_t n) { return (n + 15) / 16 * 16; }

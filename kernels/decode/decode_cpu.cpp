@@ -176,7 +176,7 @@ void reduce_head(const Job& j, int64_t s, int64_t h, float* tmp) {
   }
   const float inv = W > 0.f ? 1.f / W : 0.f;
   char* op = static_cast<char*>(a.out) + (a.q_row(s) * a.out_row_stride + h * a.out_head_stride) * j.qes;
-  for (int64_t d = 0; d < D; ++d) store_elem(op, a.q_dtype, d, tmp[d] * inv);
+  store_row(op, a.q_dtype, D, tmp, inv);
 }
 
 }  // namespace

@@ -253,7 +253,7 @@ tests: $(BUILD)/kvblock_cdef.h
 # `make gpu-check [GPU_ARCH=sm_90]` builds the library, the tool and the CUDA tests for one architecture
 # in build-gpu/ (never mixed with build/) and packs what a bare GPU machine needs into build-gpu/pack/
 # (tools/gpu/pack.sh: stripped binaries, libxxhash, the Python package, cffi wheels, run.sh) and into
-# build-gpu/pack.tar.gz (the folder is about 80 MiB, the archive about 23). There: `tar xzf pack.tar.gz`,
+# build-gpu/pack.tar.xz (the folder is about 160 MiB, the archive about 4). There: `tar xJf pack.tar.xz`,
 # then `bash pack/run.sh OUT_DIR [--quick]` (tools/gpu/run.sh says what it runs).
 .PHONY: gpu-check
 GPU_ARCH  ?= sm_90

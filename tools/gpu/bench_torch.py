@@ -57,6 +57,7 @@ SHAPES: List[Shape] = [
     Shape("decode 64x8192 block 64", "decode", 64, 8192, bs=64, quick=False),
     Shape("prefill 1x4096", "prefill", 1, 4096),
     Shape("prefill 8x4096", "prefill", 8, 4096, quick=False),
+    Shape("prefill 2x16384", "prefill", 2, 16384, quick=False),
     Shape("extend 8x1024 over 3072", "prefill", 8, 1024, cached=3072),
     Shape("mixed 4x512 + 60 dec@2048", "prefill", 4, 512, decodes=60, decode_ctx=2048),
     Shape("  its prefill part 4x512", "prefill", 4, 512),

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Packs what one GPU run needs into one folder (make gpu-check runs this after building BUILD for one
 # architecture): the library and its libxxhash, the kvblock tool, the CUDA test binaries (stripped), the
-# Python package with its cdef, the torch bench, cffi + pycparser wheels for CPython 3.12 x86-64 (the GPU
-# machine has torch but not cffi), and run.sh. No symbolic links (copies under the sonames) and no path
-# outside the folder: it is carried to a bare machine as it is.
+# Python package with its cdef, the torch bench and the engine's bound check, cffi + pycparser wheels for
+# CPython 3.12 x86-64 (the GPU machine has torch but not cffi), and run.sh. No symbolic links (copies
+# under the sonames) and no path outside the folder: it is carried to a bare machine as it is.
 #   sh tools/gpu/pack.sh BUILD PACK ARCH TESTS...
 set -eu
 build=$1 pack=$2 arch=$3
@@ -35,7 +35,7 @@ version=$(sed -n 's/^#define KVB_VERSION_[A-Z]* \([0-9]*\)$/\1/p' abi/kvblock.h 
 printf '"""libkvblock'"'"'s version (abi/kvblock.h), written by tools/gpu/pack.sh."""\n__version__ = "%s"\n' \
   "$version" >"$pack/python/kvblock/_version.py"
 mkdir -p "$pack/python/gpu"
-cp tools/gpu/bench_torch.py tools/gpu/torch_cases.py tools/gpu/torch_timing.py "$pack/python/gpu/"
+cp tools/gpu/bench_torch.py tools/gpu/torch_cases.py tools/gpu/torch_timing.py tools/gpu/engine_bound.py "$pack/python/gpu/"
 
 # Wheels: downloaded once into $build/wheels, then copied.
 wheels="$build/wheels"
@@ -57,8 +57,11 @@ chmod +x "$pack/run.sh"
   echo "tests: $*"
 } > "$pack/BUILD_INFO.txt"
 # Every CUDA test binary links the static library (about 9 MiB of kernels each), so the folder outgrows
-# what a GPU machine may be sent (64 MiB); gzip keeps it a third of that, tar and gzip are everywhere.
-# There: `tar xzf pack.tar.gz` puts pack/ back, then `bash pack/run.sh OUT_DIR`.
-tar czf "$pack.tar.gz" -C "$(dirname "$pack")" "$(basename "$pack")"
-echo "packed $pack: $(du -sh "$pack" | cut -f1); to send: $pack.tar.gz, $(du -sh "$pack.tar.gz" | cut -f1)"
+# what a GPU machine may be sent (64 MiB). The binaries share most of their bytes (the same fatbins), which
+# xz's 64 MiB window finds across files: 160 MiB -> about 4 (gzip's 32 KiB window: 46). xz is on every
+# distribution tar is. There: `tar xJf pack.tar.xz` puts pack/ back, then `bash pack/run.sh OUT_DIR`.
+command -v xz >/dev/null || { echo "pack.sh: needs xz (xz-utils) to pack" >&2; exit 1; }
+rm -f "$pack.tar.xz"
+tar cf - -C "$(dirname "$pack")" "$(basename "$pack")" | xz -9 -T0 >"$pack.tar.xz"
+echo "packed $pack: $(du -sh "$pack" | cut -f1); to send: $pack.tar.xz, $(du -sh "$pack.tar.xz" | cut -f1)"
 find "$pack" -type l -print | sed 's/^/  unexpected link: /'

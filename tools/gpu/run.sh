@@ -14,6 +14,8 @@
 #                     checked against an fp32 reference (needs torch with CUDA; says so otherwise)
 #   test_hopper_*     the CUDA prefill and fp8 tests again with KVB_CUDA_PREFILL=hopper (the opt-in sm_90a kernel; fp8 falls back)
 #   python_bench_hopper  the bench's prefill shapes again with KVB_CUDA_PREFILL=hopper
+#   engine_bound      tools/gpu/engine_bound.py: the torch engine at Llama-3-8B's shape, 64 and 256
+#                     sequences, CUDA graphs: decode step time against (weights + K/V) / copy rate
 # At the end one table (step, result, seconds, then the bench rows) on stdout and in OUT_DIR/summary.md.
 # --quick: no sanitizers, the bench's short shapes only (a faster re-run).
 #
@@ -180,6 +182,14 @@ if [ $pyok = 1 ]; then
     [ $quick = 1 ] && hb_args+=(--quick)
     run_step python_bench_hopper 120 env KVB_CUDA_PREFILL=hopper python3 "$here/python/gpu/bench_torch.py" "${hb_args[@]}"
   fi
+  # The torch engine at Llama-3-8B's shape (random weights made there): decode step against its bytes.
+  eb_args=(--out "$out/engine_bound.md")
+  [ $quick = 1 ] && eb_args+=(--seqs 64 --steps 16)
+  run_step engine_bound 240 python3 "$here/python/gpu/engine_bound.py" "${eb_args[@]}"
+  if grep -q 'engine bound skipped' "$out/engine_bound.log"; then
+    secs=$(echo "${results[-1]}" | cut -d'|' -f3)
+    results[-1]="engine_bound|skip|$secs|$(grep -m1 'engine bound skipped' "$out/engine_bound.log" | cut -c23-120)"
+  fi
 else
   record python_bench FAIL 0 "cffi wheels did not install (pip.log)"
 fi
@@ -216,6 +226,12 @@ rm -rf "$site"
     echo
     grep -m1 'KVB_CUDA_PREFILL' "$out/python_bench_hopper.log"
     if [ -s "$out/python_bench_hopper.md" ]; then cat "$out/python_bench_hopper.md"; else tail -n 15 "$out/python_bench_hopper.log"; fi
+  fi
+  if [ -f "$out/engine_bound.log" ]; then
+    echo
+    echo "## The torch engine at Llama-3-8B's shape: decode step against the bytes it reads"
+    echo
+    if [ -s "$out/engine_bound.md" ]; then cat "$out/engine_bound.md"; else tail -n 15 "$out/engine_bound.log"; fi
   fi
 } >"$out/summary.md"
 echo

@@ -53,6 +53,20 @@ __device__ __forceinline__ SeqView seq_view(const PrefillParams& p, int seq) {
 
 __device__ __forceinline__ float nan_f() { return __int_as_float(0x7fffffff); }
 
+// The last step of a prefill tile: 16 bytes (chunk c of 8 elements) of packed tile row pr, staged in
+// shared memory at src, to out (query row row0 + pr / G, head kvh * G + pr % G). Rows outside
+// [0, total_q) are the padding of a faulty sequence: not written.
+template <typename T>
+__device__ __forceinline__ void store_out_chunk(const PrefillParams& p, int row0, int pr, int kvh, int G, int c,
+                                                uint32_t src) {
+  const int row = row0 + pr / G, h = kvh * G + pr % G;
+  if (row < 0 || row >= p.total_q) return;
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(src));
+  T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_row_stride + int64_t(h) * p.out_head_stride + c * 8;
+  *reinterpret_cast<uint4*>(op) = v;
+}
+
 // Sequence of query row `row`: the last i with query_start[i] <= row (binary search).
 __device__ __forceinline__ int seq_of_row(const PrefillParams& p, int row) {
   int lo = 0, hi = p.num_seqs - 1;

@@ -290,15 +290,7 @@ __global__ void __launch_bounds__(hp::kThreads, 1) prefill_hopper_kernel(const P
   for (int x = t; x < hp::kWgRows * hp::kChunks; x += hp::kWgThreads) {
     const int r = cw * hp::kWgRows + x / hp::kChunks, c = x % hp::kChunks;
     if (r >= rows) break;  // x grows with r
-    const int pr = pr0 + r;
-    const int row = sv.row0 + pr / G, h = kvh * G + pr % G;
-    if (row < 0 || row >= p.total_q) continue;
-    uint4 v;
-    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(sQ + hp::tile_offset(BM, r, c)));
-    T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_row_stride + int64_t(h) * p.out_head_stride + c * 8;
-    *reinterpret_cast<uint4*>(op) = v;
+    store_out_chunk<T>(p, sv.row0, pr0 + r, kvh, G, c, sQ + hp::tile_offset(BM, r, c));
   }
 }
 

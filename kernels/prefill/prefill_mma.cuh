@@ -426,15 +426,7 @@ __device__ __forceinline__ void prefill_tile(const PrefillParams& p, float ks, f
     for (int x = tid; x < BM * C; x += kThreads) {
       const int r = x / C, c = x - r * C;
       if (r >= rows) break;  // x grows with r: every later chunk is padding too
-      const int pr = pr0 + r;
-      const int row = sv.row0 + pr / G, h = kvh * G + pr % G;
-      if (row < 0 || row >= p.total_q) continue;
-      uint4 v;
-      asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(sQ + swz(C, r, c)));
-      T* op = reinterpret_cast<T*>(p.out) + int64_t(row) * p.out_row_stride + int64_t(h) * p.out_head_stride + c * 8;
-      *reinterpret_cast<uint4*>(op) = v;
+      store_out_chunk<T>(p, sv.row0, pr0 + r, kvh, G, c, sQ + swz(C, r, c));
     }
     return;
   }

@@ -220,6 +220,11 @@ def test_models_health_metrics(server, client) -> None:
     ("/v1/completions", {"prompt": "w1", "top_p": 1.5}, 400, "top_p"),
     ("/v1/completions", {"prompt": "w1", "n": 0}, 400, "n"),
     ("/v1/completions", {"prompt": "w1", "stop": 5}, 400, "stop"),
+    ("/v1/completions", {"prompt": "w1", "stop_token_ids": 5}, 400, "stop_token_ids"),
+    ("/v1/completions", {"prompt": "w1", "stop_token_ids": -1.5}, 400, "stop_token_ids"),
+    ("/v1/completions", {"prompt": "w1", "stop_token_ids": 0}, 400, "stop_token_ids"),
+    ("/v1/completions", {"prompt": "w1", "stop_token_ids": {}}, 400, "stop_token_ids"),
+    ("/v1/completions", {"prompt": "w1", "stop_token_ids": [1, 99999]}, 400, "stop_token_ids"),
     ("/v1/completions", {"prompt": "w1", "logprobs": 99}, 400, "logprobs"),
     ("/v1/completions", {"prompt": "w1", "seed": -1}, 400, "seed"),
     ("/v1/completions", {"prompt": "w1", "model": "other"}, 404, "model"),
@@ -232,6 +237,43 @@ def test_malformed_requests_get_the_field_named(server, path, body, status, fiel
     code, text = server.request("POST", path, None if raw else body, raw=raw)
     err = json.loads(text).get("error", {})
     assert code == status and err["param"] == field and field in err["message"], text
+    assert server.request("GET", "/health")[0] == 200
+
+
+# Values of every JSON type, out-of-range numbers and shapes of the other fields, for the random bodies below.
+JUNK = [None, True, False, 0, 1, -1, 3, 255, 10 ** 6, 2 ** 63, -2 ** 63, 1e308, float("nan"), float("inf"), -0.0, 0.5,
+        1.5, "", "w1", "w1 w2", "\x00", "x" * 3000, [], [1], [1, 2, 3], [[1, 2], [3]], ["w1", "w2"], [-1], [2 ** 40],
+        [1.5], [None], {}, {"a": 1}, [{"role": "user", "content": "w1"}], [{"role": "user"}],
+        [{"role": "user", "content": [{"type": "text", "text": "w2"}]}], [{"role": "user", "content": None}]]
+FIELDS = ["prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stop",
+          "seed", "logprobs", "top_logprobs", "stream", "stream_options", "echo", "best_of", "presence_penalty",
+          "frequency_penalty", "logit_bias", "user", "model", "suffix", "ignore_eos", "min_tokens", "stop_token_ids",
+          "response_format", "tools"]
+
+
+def _answered(server, path: str, body: dict) -> None:
+    code, text = server.request("POST", path, raw=json.dumps(body).encode())
+    assert code in (200, 400, 404, 413, 422), (path, body, text)
+    if code != 200:
+        assert json.loads(text)["error"]["message"], (path, body, text)
+
+
+def test_any_value_of_any_field_gets_an_answer_never_a_server_error(server) -> None:
+    """Every field with every junk value, alone on a valid request, then seeded random bodies of several: each
+    gets 200 or a 4xx with a message, never a 5xx, and the server keeps serving."""
+    import random
+    for path, base in (("/v1/completions", {"prompt": "w1"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "w1"}]})):
+        for field in FIELDS:
+            for v in JUNK:
+                _answered(server, path, {**base, "max_tokens": 1, field: v})
+    rng = random.Random(7)
+    for _ in range(100):
+        path = rng.choice(["/v1/completions", "/v1/chat/completions"])
+        body = {("messages" if "chat" in path else "prompt"): rng.choice(JUNK)} if rng.random() < 0.8 else {}
+        body.update({k: rng.choice(JUNK) for k in rng.sample(FIELDS, rng.randint(0, 6))})
+        body.setdefault("max_tokens", rng.randint(1, 3))
+        _answered(server, path, body)
     assert server.request("GET", "/health")[0] == 200
 
 

@@ -66,7 +66,7 @@ def _bool(body: Dict[str, Any], name: str) -> bool:
 
 
 def _token_list(v: Any, name: str, vocab: int) -> List[int]:
-    if not v or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+    if not isinstance(v, list) or not v or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
         raise ParamError(name, "must be a non-empty list of token ids (integers)")
     bad = [t for t in v if not 0 <= t < vocab]
     if bad:
@@ -100,8 +100,8 @@ def _sampling(body: Dict[str, Any], m: ServedModel, prompt_len: int, max_tokens:
     if stop is not None and not (isinstance(stop, list) and all(isinstance(x, str) for x in stop)):
         raise ParamError("stop", "must be a string or a list of strings")
     stop_ids = body.get("stop_token_ids")
-    if stop_ids is not None:
-        stop_ids = _token_list(stop_ids, "stop_token_ids", m.vocab) if stop_ids else []
+    if stop_ids is not None:  # [] = none, as null; any other non-list (0, {}, "") is an error, not "none"
+        stop_ids = _token_list(stop_ids, "stop_token_ids", m.vocab) if stop_ids != [] else []
     room = m.max_len - prompt_len
     if room < 1:
         raise ParamError("prompt" if "prompt" in body else "messages",

@@ -183,8 +183,12 @@ if [ $pyok = 1 ]; then
     run_step python_bench_hopper 120 env KVB_CUDA_PREFILL=hopper python3 "$here/python/gpu/bench_torch.py" "${hb_args[@]}"
   fi
   # The torch engine at Llama-3-8B's shape (random weights made there): decode step against its bytes.
+  # Both batch sizes take about a minute; 64 sequences alone when the run is past 4 minutes already.
   eb_args=(--out "$out/engine_bound.md")
-  [ $quick = 1 ] && eb_args+=(--seqs 64 --steps 16)
+  if [ $quick = 1 ] || [ $(( $(date +%s) - t_start )) -gt 240 ]; then
+    eb_args+=(--seqs 64 --steps 16)
+    [ $quick = 0 ] && echo "  (engine_bound: 64 sequences only, $(( $(date +%s) - t_start )) s already spent)"
+  fi
   run_step engine_bound 240 python3 "$here/python/gpu/engine_bound.py" "${eb_args[@]}"
   if grep -q 'engine bound skipped' "$out/engine_bound.log"; then
     secs=$(echo "${results[-1]}" | cut -d'|' -f3)

@@ -76,7 +76,7 @@ def copy_rate(torch: Any, device: str) -> float:
     return 2 * src.numel() / (time.perf_counter() - t0)
 
 
-def run_batch(model: Any, torch: Any, seqs: int, prompt: int, steps: int, kv_token_bytes: int,
+def run_batch(model: Any, seqs: int, prompt: int, steps: int, kv_token_bytes: int,
               w_bytes: int, rate: float) -> Dict[str, Any]:
     """One engine run of `seqs` requests; the decode-only steps with all of them, timed."""
     import numpy as np
@@ -103,8 +103,6 @@ def run_batch(model: Any, torch: Any, seqs: int, prompt: int, steps: int, kv_tok
     eng.runner.run = watched  # type: ignore[method-assign]
     for r in range(seqs):
         eng.add_request(Request(100 + r, rng.integers(0, model.cfg.vocab, prompt).tolist(), steps + 2))
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    sync()
     rows = []
     while eng.has_work():
         seen.clear()
@@ -173,7 +171,7 @@ def main() -> int:
     results = []
     for n in (int(x) for x in a.seqs.split(",")):
         try:
-            r = run_batch(model, torch, n, a.prompt, a.steps, kv_token_bytes, w_bytes, rate)
+            r = run_batch(model, n, a.prompt, a.steps, kv_token_bytes, w_bytes, rate)
         except Exception as e:  # noqa: BLE001 - one batch size's failure is reported, the others still run
             r = {"seqs": n, "error": f"{type(e).__name__}: {e}"[:200]}
         results.append(r)

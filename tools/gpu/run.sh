@@ -162,6 +162,14 @@ bench_args=(bench --only kernels --device cuda)
 [ $quick = 1 ] && bench_args+=(--quick)
 run_step kvblock_bench 150 "$here/bin/kvblock" "${bench_args[@]}"
 
+# skipped_by_script NAME MARKER: when step NAME (the last recorded) logged "MARKER: why" (its script found
+# nothing to measure: no torch, no CUDA device), it is recorded as skipped for that reason; else status 1.
+skipped_by_script() {
+  local line
+  line=$(grep -m1 "^$2: " "$out/$1.log" 2>/dev/null) || return 1
+  results[-1]="$1|skip|$(echo "${results[-1]}" | cut -d'|' -f3)|$(echo "${line#"$2: "}" | cut -c1-100)"
+}
+
 # Python: cffi (and pycparser) from the packed wheels when the machine has no cffi.
 site=$(mktemp -d)
 pyok=1
@@ -181,11 +189,8 @@ if [ $pyok = 1 ]; then
     [ $quick = 0 ] && echo "  (python_bench: --quick, $(( $(date +%s) - t_start )) s already spent)"
   fi
   run_step python_bench 170 python3 "$here/python/gpu/bench_torch.py" "${py_args[@]}"
-  if grep -q 'python GPU bench skipped' "$out/python_bench.log" 2>/dev/null; then
-    secs=$(echo "${results[-1]}" | cut -d'|' -f3)
-    why=$(grep -m1 'python GPU bench skipped' "$out/python_bench.log" | sed 's/python GPU bench skipped: //' | cut -c1-100)
-    results[-1]="python_bench|skip|$secs|$why"
-    echo "  (python_bench: skipped: $why)"
+  if skipped_by_script python_bench 'python GPU bench skipped'; then
+    echo "  (python_bench: skipped: $(echo "${results[-1]}" | cut -d'|' -f4))"
   elif [ $gpu = 1 ]; then
     # The prefill shapes again through the opt-in sm_90a kernel, beside the portable kernel's rows above.
     hb_args=(--kind prefill --out "$out/python_bench_hopper.md")
@@ -200,10 +205,7 @@ if [ $pyok = 1 ]; then
     [ $quick = 0 ] && echo "  (engine_bound: 64 sequences only, $(( $(date +%s) - t_start )) s already spent)"
   fi
   run_step engine_bound 240 python3 "$here/python/gpu/engine_bound.py" "${eb_args[@]}"
-  if grep -q 'engine bound skipped' "$out/engine_bound.log" 2>/dev/null; then
-    secs=$(echo "${results[-1]}" | cut -d'|' -f3)
-    results[-1]="engine_bound|skip|$secs|$(grep -m1 'engine bound skipped' "$out/engine_bound.log" | cut -c23-120)"
-  fi
+  skipped_by_script engine_bound 'engine bound skipped'
 else
   record python_bench FAIL 0 "cffi wheels did not install (pip.log)"
 fi
